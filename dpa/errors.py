@@ -35,3 +35,10 @@ class JobFailedError(DPAError, RuntimeError):
         super().__init__(message)
         self.actor = actor
         self.key = key
+
+    def __reduce__(self):
+        return (_rebuild_job_failed, (str(self), self.actor, self.key))
+
+
+def _rebuild_job_failed(message: str, actor: str | None, key: object) -> JobFailedError:
+    return JobFailedError(message, actor=actor, key=key)

@@ -1,0 +1,39 @@
+"""dpa — Data Parallel Actors: skew-aware keyed aggregation on Ray actors.
+
+Start here: :func:`dpa.run` (in :mod:`dpa.api`) takes a source, a key and a reducer and
+returns a :class:`dpa.Result`. Then read, in this order:
+
+* :mod:`dpa.ring` — the MurmurHash3 consistent-hash ring with token halving/doubling;
+* :mod:`dpa.policy` — the partitioning-policy plug-in point and the DPA balancer rule;
+* :mod:`dpa.logic` — mapper / reducer / balancer / coordinator state machines (no Ray);
+* :mod:`dpa.runtime_ray` — the thin Ray actor shells; :mod:`dpa.runtime_local` — the
+  same logic in-process (the correctness oracle and simulator);
+* :mod:`dpa.reducers` and :mod:`dpa.state` — the combine contract and keyed state.
+"""
+
+from dpa.api import Result, Stats, run
+from dpa.config import JobConfig
+from dpa.errors import ConfigError, DPAError, JobFailedError, KeyEncodingError, SchemaError
+from dpa.keys import encode_key, hash_key
+from dpa.metrics import skew
+from dpa.plan import BatchMap, UserCodeError
+from dpa.policy import PolicySpec, RebalanceEvent, policies, register_policy
+from dpa.reducers import Collect, Count, Max, Mean, Min, Reducer, Sum, TopK, WithCost
+from dpa.ring import HashRing, RingSnapshot
+
+__all__ = [
+    "run", "Result", "Stats", "JobConfig", "BatchMap",
+    "Reducer", "Count", "Sum", "Min", "Max", "Mean", "Collect", "TopK", "WithCost",
+    "HashRing", "RingSnapshot", "PolicySpec", "RebalanceEvent", "policies", "register_policy",
+    "encode_key", "hash_key", "skew", "shutdown",
+    "DPAError", "ConfigError", "SchemaError", "KeyEncodingError", "JobFailedError", "UserCodeError",
+]
+
+
+def shutdown() -> None:
+    """Releases the warm actors kept by :func:`run` (no-op if there are none)."""
+    import sys
+
+    mod = sys.modules.get("dpa.runtime_ray")
+    if mod is not None:
+        mod.shutdown_pool()

@@ -1,0 +1,101 @@
+"""Job configuration.
+
+:class:`JobConfig` is a plain dataclass validated in ``__post_init__`` so that every
+mistake is reported before a single actor starts.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from dpa.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+
+def _is_power_of_two(n: int) -> bool:
+    return n >= 1 and (n & (n - 1)) == 0
+
+
+@dataclass
+class JobConfig:
+    """Everything that shapes one dpa job.
+
+    Args:
+        num_mappers: Mapper actors (each pulls input blocks from the coordinator).
+        num_reducers: Reducer actors, each with its own bounded input queue.
+        policy: Partitioning policy name (see :func:`dpa.policies`), e.g. ``"doubling"``,
+            ``"halving"`` or ``"hash"``.
+        tau: Straggler threshold of the DPA balancer: rebalance when
+            ``Q_max > Q_second * (1 + tau)``. Must be ``>= 0``.
+        max_rounds: Maximum rebalances per reducer (the paper's Experiment 2 "rounds").
+            ``0`` is the paper's "No LB" baseline with the method's initial ring.
+        initial_tokens: Tokens per reducer for ``halving`` (a power of two). Default 16.
+        lb_interval_s: How often the balancer evaluates the straggler predicate.
+        report_interval_s: How often a busy reducer reports its queue length.
+        queue_capacity: Bound of each reducer's input queue, in records. Mappers wait
+            (backpressure) while the target queue is full.
+        batch_size: Records per input block handed to mappers.
+        chunk_size: Most records a reducer takes from its queue in one step. Smaller
+            chunks make the balancer react faster when each record is expensive.
+        runtime: ``"ray"`` (actors) or ``"local"`` (the same logic in-process, no Ray;
+            the correctness oracle and a deterministic simulator).
+        reuse_actors: Keep the job's actors warm for the next job of this driver
+            (actor start-up costs seconds); ``dpa.shutdown()`` releases them. They are
+            always torn down when a job fails.
+        timeout_s: Fail the job if it has not finished after this many seconds.
+        seed: Seed for any randomised policy.
+        policy_options: Extra keyword arguments for the policy spec.
+    """
+
+    num_mappers: int = 4
+    num_reducers: int = 4
+    policy: str = "doubling"
+    tau: float = 0.2
+    max_rounds: int = 1
+    initial_tokens: int = 16
+    lb_interval_s: float = 0.005
+    report_interval_s: float = 0.005
+    queue_capacity: int = 1_000_000
+    batch_size: int = 65_536
+    chunk_size: int = 65_536
+    runtime: str = "ray"
+    reuse_actors: bool = True
+    timeout_s: float | None = None
+    seed: int = 0
+    policy_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("num_mappers", "num_reducers", "batch_size", "chunk_size", "queue_capacity"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"JobConfig.{name} must be an integer >= 1, got {value!r}")
+        if isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int) or self.max_rounds < 0:
+            raise ConfigError(
+                f"JobConfig.max_rounds must be an integer >= 0 (0 = no load balancing), got {self.max_rounds!r}"
+            )
+        if not isinstance(self.tau, (int, float)) or isinstance(self.tau, bool) or not self.tau >= 0:
+            raise ConfigError(f"JobConfig.tau must be a number >= 0, got {self.tau!r}")
+        tokens = self.initial_tokens
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or not _is_power_of_two(tokens):
+            lower = 1 << max(0, int(tokens).bit_length() - 1) if isinstance(tokens, int) and tokens > 0 else 1
+            raise ConfigError(
+                f"JobConfig.initial_tokens must be a power of two >= 1 for token halving, got "
+                f"{tokens!r}; try {lower} or {lower * 2}"
+            )
+        for name in ("lb_interval_s", "report_interval_s"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigError(f"JobConfig.{name} must be a positive number of seconds, got {value!r}")
+        if self.runtime not in ("ray", "local"):
+            raise ConfigError(f"JobConfig.runtime must be 'ray' or 'local', got {self.runtime!r}")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ConfigError(f"JobConfig.timeout_s must be > 0 or None, got {self.timeout_s!r}")
+        if not isinstance(self.policy, str):
+            raise ConfigError(f"JobConfig.policy must be a policy name (str), got {self.policy!r}")
+        # Validates the policy name (lists the valid ones) and its options eagerly.
+        from dpa.policy import make_policy
+
+        make_policy(self)

@@ -1,0 +1,272 @@
+"""The mapper, reducer, balancer and coordinator state machines — plain Python, no Ray.
+
+Each class takes events (a block to map, a batch pushed into a queue, a new ring, a
+queue-length report, a tick) and returns what should happen next (batches to send, a
+cost to pay, a snapshot to publish). The Ray actors in :mod:`dpa.runtime_ray` and the
+in-process runtime in :mod:`dpa.runtime_local` are thin shells that feed events to these
+objects and carry out what they return, so both runtimes run the same logic.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dpa.keys import KeyHashCache, hash_key_columns
+from dpa.plan import JobPlan
+from dpa.policy import Decision, RebalanceEvent
+from dpa.reducers import HASH_COL, unwrap
+from dpa.state import make_state, split_by
+
+logger = logging.getLogger(__name__)
+
+
+class MapperLogic:
+    """Maps input blocks and routes the output, batch by batch, with a local ring snapshot."""
+
+    def __init__(self, mapper_id: int, plan: JobPlan, snapshot: Any) -> None:
+        self.mapper_id = mapper_id
+        self.plan = plan
+        self.snapshot = snapshot
+        self.router = plan.policy.make_router(mapper_id, plan.num_reducers)
+        self.cache = KeyHashCache()
+        self.emitted = 0
+        self.blocks = 0
+
+    def on_snapshot(self, snapshot: Any) -> None:
+        """Adopts a newer routing snapshot (older or equal versions are ignored)."""
+        if snapshot.version > self.snapshot.version:
+            self.snapshot = snapshot
+
+    def map_block(self, block: pa.Table) -> list[tuple[int, pa.Table]]:
+        """Applies ``map_fn`` and the key, hashes and routes; returns ``(reducer, batch)`` pairs."""
+        table = self.plan.prepare(block)
+        self.blocks += 1
+        if table.num_rows == 0:
+            return []
+        hashes = hash_key_columns(table, self.plan.key_cols, cache=self.cache)
+        table = table.append_column(HASH_COL, pa.array(hashes, pa.uint32()))
+        dest = np.asarray(self.router.route(hashes, self.snapshot), dtype=np.int64)
+        self.emitted += table.num_rows
+        parts = split_by(table, dest, self.plan.num_reducers)
+        return [(r, p) for r, p in enumerate(parts) if p.num_rows]
+
+
+@dataclass
+class Chunk:
+    """Work taken from a reducer's queue: records it owns and records to forward."""
+
+    owned: pa.Table | None
+    forwards: list[tuple[int, pa.Table]]
+    cost_s: float
+
+    @property
+    def num_owned(self) -> int:
+        return 0 if self.owned is None else self.owned.num_rows
+
+
+class ReducerLogic:
+    """A reducer and its bounded input queue.
+
+    Records pushed by mappers count against ``queue_capacity`` (the shell makes mappers
+    wait while :meth:`has_room` is false). Forwarded records are always accepted: they
+    are already inside the system, whose total is bounded by the capacities, and refusing
+    them could deadlock two full reducers forwarding to each other.
+    """
+
+    def __init__(self, reducer_id: int, plan: JobPlan, snapshot: Any) -> None:
+        self.reducer_id = reducer_id
+        self.plan = plan
+        self.snapshot = snapshot
+        inner, self.cost_per_record, self.cost_mode = unwrap(plan.reducer)
+        self.state = make_state(inner, plan.key_cols, plan.record_kind)
+        self.queue: deque[pa.Table] = deque()
+        self.queued = 0
+        self.processed = 0
+        self.forwarded = 0
+        self.received_forwards = 0
+        self.peak_queue = 0
+
+    # -- queue ----------------------------------------------------------------------
+    def has_room(self) -> bool:
+        """Whether a mapper may push now (the queue is below capacity)."""
+        return self.queued < self.plan.queue_capacity
+
+    def enqueue(self, batch: pa.Table, forwarded: bool = False) -> None:
+        """Appends a batch to the queue."""
+        if batch.num_rows:
+            self.queue.append(batch)
+            self.queued += batch.num_rows
+            self.peak_queue = max(self.peak_queue, self.queued)
+            if forwarded:
+                self.received_forwards += batch.num_rows
+
+    def _owners(self, batch: pa.Table) -> np.ndarray | None:
+        return self.plan.policy.owners(self.snapshot, batch[HASH_COL].to_numpy())
+
+    def _split(self, batch: pa.Table) -> tuple[pa.Table | None, list[tuple[int, pa.Table]]]:
+        owners = self._owners(batch)
+        if owners is None:
+            return batch, []
+        mine = owners == self.reducer_id
+        if mine.all():
+            return batch, []
+        parts = split_by(batch, np.asarray(owners, dtype=np.int64), self.plan.num_reducers)
+        forwards = [(r, p) for r, p in enumerate(parts) if p.num_rows and r != self.reducer_id]
+        owned = parts[self.reducer_id] if parts[self.reducer_id].num_rows else None
+        return owned, forwards
+
+    # -- events ---------------------------------------------------------------------
+    def on_snapshot(self, snapshot: Any) -> list[tuple[int, pa.Table]]:
+        """Adopts a newer snapshot and returns queued records it no longer owns (to forward).
+
+        Forwarding eagerly on adoption (rather than when each record reaches the head of
+        the queue) makes the reported queue length reflect the new ring at once.
+        """
+        if snapshot.version <= self.snapshot.version:
+            return []
+        self.snapshot = snapshot
+        if self.plan.policy.owners(snapshot, np.zeros(0, np.uint32)) is None or not self.queue:
+            return []
+        kept: deque[pa.Table] = deque()
+        forwards: list[tuple[int, pa.Table]] = []
+        for batch in self.queue:
+            owned, fwd = self._split(batch)
+            if owned is not None:
+                kept.append(owned)
+            forwards.extend(fwd)
+        moved = sum(t.num_rows for _, t in forwards)
+        self.queue = kept
+        self.queued -= moved
+        self.forwarded += moved
+        return forwards
+
+    def take_chunk(self) -> Chunk | None:
+        """Takes up to ``chunk_size`` records off the queue and splits owned vs forwarded."""
+        if not self.queue:
+            return None
+        limit = self.plan.chunk_size
+        taken: list[pa.Table] = []
+        n = 0
+        while self.queue and n < limit:
+            head = self.queue[0]
+            room = limit - n
+            if head.num_rows <= room:
+                taken.append(self.queue.popleft())
+                n += head.num_rows
+            else:
+                taken.append(head.slice(0, room))
+                self.queue[0] = head.slice(room)
+                n += room
+        self.queued -= n
+        batch = taken[0] if len(taken) == 1 else pa.concat_tables(taken)
+        owned, forwards = self._split(batch)
+        self.forwarded += sum(t.num_rows for _, t in forwards)
+        chunk = Chunk(owned, forwards, 0.0)
+        chunk.cost_s = chunk.num_owned * self.cost_per_record
+        return chunk
+
+    def apply(self, chunk: Chunk) -> None:
+        """Folds a chunk's owned records into the state (after its cost was paid)."""
+        if chunk.owned is not None:
+            self.state.add(chunk.owned)
+            self.processed += chunk.owned.num_rows
+
+    # -- final merge ----------------------------------------------------------------
+    def partition_state(self) -> list[Any]:
+        """Splits the state by ``hash % R`` for the partitioned final merge."""
+        return self.state.partition(self.plan.num_reducers)
+
+    def merge_partial(self, partial: Any) -> None:
+        """Merges one partition received from a peer."""
+        self.state.add_partial(partial)
+
+    def finalize(self) -> pa.Table | None:
+        """The reducer's share of the result (None if it holds no keys)."""
+        return self.state.finalize()
+
+    def counters(self) -> dict[str, int]:
+        return {
+            "processed": self.processed,
+            "forwarded": self.forwarded,
+            "received_forwards": self.received_forwards,
+            "peak_queue": self.peak_queue,
+        }
+
+
+@dataclass
+class BalancerLogic:
+    """Wraps a policy's planner with the event log and the published snapshot."""
+
+    plan: JobPlan
+    snapshot: Any
+    planner: Any = None
+    events: list[RebalanceEvent] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.planner = self.plan.policy.make_planner(self.plan.num_reducers)
+        if self.planner is not None:
+            self.snapshot = self.planner.snapshot
+
+    @property
+    def active(self) -> bool:
+        """Whether there is anything to balance."""
+        return self.planner is not None
+
+    def report(self, reducer: int, queue_length: int, version: int) -> None:
+        if self.planner is not None:
+            self.planner.observe(reducer, queue_length, version)
+
+    def tick(self, now: float) -> Any | None:
+        """Evaluates the policy; returns a new snapshot to publish, if any."""
+        if self.planner is None:
+            return None
+        published = None
+        decisions: list[Decision] = self.planner.check(now)
+        for decision in decisions:
+            self.events.append(decision.event)
+            if decision.snapshot is not None:
+                published = self.snapshot = decision.snapshot
+        return published
+
+
+class CoordinatorLogic:
+    """Block hand-out bookkeeping and termination by conservation.
+
+    The job is complete when the input is exhausted, every mapper has finished, and the
+    records processed by reducers equal the records emitted by mappers (a forwarded record
+    is counted once, by the reducer that processes it).
+    """
+
+    def __init__(self, num_mappers: int, num_reducers: int) -> None:
+        self.num_mappers = num_mappers
+        self.num_reducers = num_reducers
+        self.input_done = False
+        self.blocks_offered = 0
+        self.mappers_done: set[int] = set()
+        self.emitted = [0] * num_mappers
+        self.blocks_per_mapper = [0] * num_mappers
+        self.processed = [0] * num_reducers
+
+    def on_block_taken(self, mapper: int) -> None:
+        self.blocks_per_mapper[mapper] += 1
+
+    def on_mapper_done(self, mapper: int, emitted: int) -> None:
+        self.mappers_done.add(mapper)
+        self.emitted[mapper] = emitted
+
+    def on_progress(self, reducer: int, processed: int) -> None:
+        self.processed[reducer] = max(self.processed[reducer], processed)
+
+    @property
+    def mapping_done(self) -> bool:
+        return self.input_done and len(self.mappers_done) == self.num_mappers
+
+    def complete(self) -> bool:
+        """Conservation: all mappers done and every emitted record processed."""
+        return self.mapping_done and sum(self.processed) == sum(self.emitted)

@@ -1,0 +1,398 @@
+"""Turning ``dpa.run``'s arguments into a validated, picklable :class:`JobPlan`.
+
+Everything that can be checked without running the job is checked here, before any
+actor starts: the policy, the key (columns exist, types encodable), the reducer (fits the
+column types, can merge if the policy moves keys), and ``map_fn`` (dry-run on the first
+record to learn its output shape).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from dpa.config import JobConfig
+from dpa.errors import ConfigError, DPAError, KeyEncodingError, SchemaError
+from dpa.keys import encode_key
+from dpa.policy import PolicySpec, make_policy
+from dpa.records import (
+    SCALAR_COLUMN,
+    record_kind_of,
+    records_to_table,
+    table_to_records,
+    tuple_columns,
+)
+from dpa.reducers import HASH_COL, Reducer, bind_reducer, unwrap
+
+logger = logging.getLogger(__name__)
+
+KEY_COLUMN = "key"
+
+
+class UserCodeError(DPAError, RuntimeError):
+    """A user function (``map_fn``, ``key``, reducer) raised; wraps the original exception."""
+
+    def __init__(self, message: str, *, key: Any = None, record: Any = None):
+        super().__init__(message)
+        self.key = key
+        self.record = record
+
+    def __reduce__(self):
+        return (_rebuild_user_error, (str(self), self.key, self.record))
+
+
+def _rebuild_user_error(message: str, key: Any, record: Any) -> UserCodeError:
+    return UserCodeError(message, key=key, record=record)
+
+
+class BatchMap:
+    """Marks a ``map_fn`` that maps whole batches instead of single records.
+
+    Args:
+        fn: ``fn(batch) -> batch`` where batch is a ``pyarrow.Table`` (``format="arrow"``)
+            or a ``pandas.DataFrame`` (``format="pandas"``).
+        format: ``"arrow"`` or ``"pandas"``.
+    """
+
+    def __init__(self, fn: Callable[[Any], Any], format: str = "arrow") -> None:
+        if not callable(fn):
+            raise ConfigError(f"BatchMap needs a callable, got {type(fn).__name__}")
+        if format not in ("arrow", "pandas"):
+            raise ConfigError(f"BatchMap format must be 'arrow' or 'pandas', got {format!r}")
+        self.fn = fn
+        self.format = format
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        if self.format == "pandas":
+            out = self.fn(table.to_pandas())
+            return pa.Table.from_pandas(out, preserve_index=False)
+        out = self.fn(table)
+        if not isinstance(out, pa.Table):
+            try:
+                import pandas as pd
+
+                if isinstance(out, pd.DataFrame):
+                    return pa.Table.from_pandas(out, preserve_index=False)
+            except ImportError:  # pragma: no cover - pandas is a dependency
+                pass
+            raise TypeError(f"BatchMap function must return a pyarrow.Table, got {type(out).__name__}")
+        return out
+
+
+# --------------------------------------------------------------------------- sources
+@dataclass
+class Source:
+    """A normalised input: Arrow blocks of user records of one kind."""
+
+    kind: str
+    schema: pa.Schema | None
+    blocks: Iterator[pa.Table] | None
+    num_rows: int | None = None
+    ray_dataset: Any = None
+
+
+def _is_ray_dataset(obj: Any) -> bool:
+    return type(obj).__module__.startswith("ray.data") and type(obj).__name__ in ("Dataset", "MaterializedDataset")
+
+
+def _is_spark_dataframe(obj: Any) -> bool:
+    return type(obj).__module__.startswith("pyspark.sql") and type(obj).__name__ == "DataFrame"
+
+
+def _table_blocks(table: pa.Table, batch_size: int) -> Iterator[pa.Table]:
+    for start in range(0, table.num_rows, batch_size):
+        yield table.slice(start, batch_size)
+
+
+def _record_blocks(first: list[Any], rest: Iterator[Any], kind: str, batch_size: int, schema: pa.Schema | None) -> Iterator[pa.Table]:
+    it = itertools.chain(first, rest)
+    while True:
+        chunk = list(itertools.islice(it, batch_size))
+        if not chunk:
+            return
+        yield records_to_table(chunk, kind, schema)
+
+
+def normalize_source(source: Any, batch_size: int) -> Source:
+    """Wraps any supported input as a :class:`Source`.
+
+    Supported: ``pyarrow.Table``, ``pyarrow.RecordBatch``, ``pandas.DataFrame``,
+    ``ray.data.Dataset`` and any iterable of records (dicts, tuples or scalars).
+    """
+    if isinstance(source, pa.RecordBatch):
+        source = pa.Table.from_batches([source])
+    if isinstance(source, pa.Table):
+        return Source("dict", source.schema, _table_blocks(source, batch_size), source.num_rows)
+    try:
+        import pandas as pd
+
+        if isinstance(source, pd.DataFrame):
+            table = pa.Table.from_pandas(source, preserve_index=False)
+            return Source("dict", table.schema, _table_blocks(table, batch_size), table.num_rows)
+    except ImportError:  # pragma: no cover
+        pass
+    if _is_ray_dataset(source):
+        return Source("dict", source.schema().base_schema if hasattr(source.schema(), "base_schema") else None,
+                      None, None, ray_dataset=source)
+    if isinstance(source, (str, bytes, dict)) or not isinstance(source, Iterable):
+        raise ConfigError(
+            f"source must be a pyarrow Table, pandas DataFrame, ray.data.Dataset, Spark DataFrame or an "
+            f"iterable of records; got {type(source).__name__}"
+        )
+    it = iter(source)
+    first = list(itertools.islice(it, batch_size))
+    if not first:
+        return Source("scalar", None, iter(()), 0)
+    kind = record_kind_of(first[0])
+    head = records_to_table(first, kind)
+    schema = head.schema
+    num_rows = len(source) if hasattr(source, "__len__") else None
+
+    def blocks() -> Iterator[pa.Table]:
+        yield head
+        yield from _record_blocks([], it, kind, batch_size, schema)
+
+    return Source(kind, schema, blocks(), num_rows)
+
+
+# --------------------------------------------------------------------------- plan
+@dataclass
+class JobPlan:
+    """Everything the actors need to run one job (picklable)."""
+
+    key_cols: list[str]
+    key_fn: Callable[[Any], Any] | None
+    map_fn: Callable[[Any], Any] | None
+    record_kind: str  # kind of the records the key and reducer see (after map_fn)
+    input_kind: str  # kind of the source records (what map_fn sees)
+    keep_cols: list[str] | None  # columns shipped to reducers besides key + hash; None = all
+    reducer: Reducer
+    policy: PolicySpec
+    num_mappers: int
+    num_reducers: int
+    queue_capacity: int
+    chunk_size: int
+    lb_interval_s: float
+    report_interval_s: float
+    output_schema: pa.Schema | None = None  # of mapped records, when known
+    input_schema: pa.Schema | None = None  # of the records reducers see, when known
+
+    def apply_map(self, block: pa.Table) -> pa.Table:
+        """Runs ``map_fn`` over a block of source records."""
+        if self.map_fn is None:
+            return block
+        if isinstance(self.map_fn, BatchMap):
+            try:
+                return self.map_fn(block)
+            except Exception as exc:
+                raise UserCodeError(f"map_fn raised {type(exc).__name__}: {exc} on a batch of {block.num_rows} records") from exc
+        out: list[Any] = []
+        for record in table_to_records(block, self.input_kind):
+            try:
+                produced = self.map_fn(record)
+                if produced is not None:
+                    out.extend(produced)
+            except Exception as exc:
+                raise UserCodeError(f"map_fn raised {type(exc).__name__}: {exc} on record {record!r}", record=record) from exc
+        return records_to_table(out, self.record_kind, self.output_schema)
+
+    def apply_key(self, table: pa.Table) -> pa.Table:
+        """Adds the key column(s) computed by a callable ``key``."""
+        if self.key_fn is None:
+            return table
+        records = table_to_records(table, self.record_kind)
+        keys = []
+        for record in records:
+            try:
+                keys.append(self.key_fn(record))
+            except Exception as exc:
+                raise UserCodeError(f"key function raised {type(exc).__name__}: {exc} on record {record!r}", record=record) from exc
+        return add_key_columns(table, keys, self.key_cols, records)
+
+    def prepare(self, block: pa.Table) -> pa.Table:
+        """Source block -> mapped records with key columns, projected to what reducers need."""
+        table = self.apply_key(self.apply_map(block))
+        if self.keep_cols is not None:
+            table = table.select(self.key_cols + [c for c in self.keep_cols if c not in self.key_cols])
+        return table
+
+
+def add_key_columns(table: pa.Table, keys: list[Any], key_cols: list[str], records: list[Any]) -> pa.Table:
+    """Appends key values returned by a key function as columns (tuples -> several)."""
+    for key, record in zip(keys, records):
+        try:
+            encode_key(key)
+        except KeyEncodingError as exc:
+            raise KeyEncodingError(f"{exc} (key of record {record!r})") from exc
+    if len(key_cols) == 1:
+        columns = [keys]
+    else:
+        for key, record in zip(keys, records):
+            if not isinstance(key, tuple) or len(key) != len(key_cols):
+                raise SchemaError(f"key function returned {key!r} for record {record!r}; expected a tuple of {len(key_cols)} values like the first record's key")
+        columns = [list(c) for c in zip(*keys)] if keys else [[] for _ in key_cols]
+    for name, values in zip(key_cols, columns):
+        try:
+            arr = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise SchemaError(f"key function returned values of mixed types for {name!r} ({exc}); return one type per key position") from exc
+        table = table.append_column(name, arr)
+    return table
+
+
+_BAD_KEY_TYPES = (pa.types.is_list, pa.types.is_large_list, pa.types.is_struct, pa.types.is_map,
+                  pa.types.is_fixed_size_list, pa.types.is_dictionary)
+
+
+def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: JobConfig) -> tuple[JobPlan, Iterator[pa.Table] | None]:
+    """Validates the job and returns the plan plus the (possibly re-chained) block iterator.
+
+    Raises:
+        ConfigError, SchemaError, KeyEncodingError: what is wrong and how to fix it.
+    """
+    if not isinstance(config, JobConfig):
+        raise ConfigError(f"config must be a dpa.JobConfig, got {type(config).__name__}")
+    policy = make_policy(config)
+    if map_fn is not None and not callable(map_fn):
+        raise ConfigError(f"map_fn must be callable (record -> iterable of records) or dpa.BatchMap, got {type(map_fn).__name__}")
+
+    blocks = source.blocks
+    record_kind, schema, output_schema = source.kind, source.schema, None
+    if map_fn is not None:
+        if isinstance(map_fn, BatchMap):
+            if blocks is not None:
+                first = next(blocks, None)
+                if first is not None:
+                    try:
+                        mapped = map_fn(first)
+                    except Exception as exc:
+                        raise UserCodeError(f"map_fn raised {type(exc).__name__}: {exc} on the first batch") from exc
+                    schema = mapped.schema
+                    blocks = itertools.chain([first], blocks)
+            record_kind = "dict"
+        elif blocks is not None:
+            first = next(blocks, None)
+            if first is not None:
+                blocks = itertools.chain([first], blocks)
+                sample: list[Any] = []
+                for record in table_to_records(first.slice(0, 64), source.kind):
+                    try:
+                        produced = map_fn(record)
+                    except Exception as exc:
+                        raise UserCodeError(f"map_fn raised {type(exc).__name__}: {exc} on record {record!r}", record=record) from exc
+                    if produced is not None and not isinstance(produced, Iterable) or isinstance(produced, (str, bytes, dict)):
+                        raise ConfigError(
+                            f"map_fn must return an iterable of records (e.g. a list), got {type(produced).__name__} "
+                            f"for record {record!r}; wrap a single record as [record]"
+                        )
+                    sample.extend(produced or ())
+                    if sample:
+                        break
+                if sample:
+                    record_kind = record_kind_of(sample[0])
+                    schema = records_to_table(sample, record_kind).schema
+                    output_schema = None
+                else:
+                    schema = None
+        else:
+            record_kind = "dict"
+            schema = None
+
+    bound = bind_reducer(reducer, record_kind)
+    inner, _, _ = unwrap(bound)
+    if policy.needs_merge and not bound.can_merge:
+        raise ConfigError(
+            f"{bound!r} does not implement merge(), but policy {config.policy!r} with max_rounds="
+            f"{config.max_rounds} may process one key on several reducers; implement merge() or use "
+            "max_rounds=0 or policy='hash'"
+        )
+
+    # Key.
+    key_fn = None
+    if callable(key) and not isinstance(key, (str, list, tuple)):
+        key_fn = key
+        key_cols = [KEY_COLUMN]
+        if schema is not None and blocks is not None:
+            first = next(blocks, None)
+            if first is not None:
+                blocks = itertools.chain([first], blocks)
+                probe = records_sample(first, map_fn, source.kind, record_kind)
+                if probe:
+                    try:
+                        k0 = key_fn(probe[0])
+                    except Exception as exc:
+                        raise UserCodeError(f"key function raised {type(exc).__name__}: {exc} on record {probe[0]!r}") from exc
+                    if isinstance(k0, tuple):
+                        key_cols = [f"{KEY_COLUMN}_{i}" for i in range(len(k0))]
+    else:
+        if key is None:
+            if record_kind != "scalar":
+                raise ConfigError("key is required: a column name, a list of column names or a callable")
+            key = SCALAR_COLUMN
+        if isinstance(key, int) and not isinstance(key, bool):
+            if record_kind != "tuple":
+                raise ConfigError(f"an integer key ({key}) selects a tuple field, but records are {record_kind}s")
+            key = tuple_columns(key + 1)[key]
+        key_cols = [key] if isinstance(key, str) else list(key)
+        if not key_cols or not all(isinstance(k, str) for k in key_cols):
+            raise ConfigError(f"key must be a column name, a list of column names or a callable, got {key!r}")
+        if len(set(key_cols)) != len(key_cols):
+            raise ConfigError(f"key lists a column twice: {key_cols}")
+        if schema is not None:
+            missing = [k for k in key_cols if k not in schema.names]
+            if missing:
+                raise SchemaError(
+                    f"key column(s) {missing} not found; available columns: {', '.join(schema.names)}"
+                )
+            for k in key_cols:
+                dtype = schema.field(k).type
+                if any(check(dtype) for check in _BAD_KEY_TYPES):
+                    raise KeyEncodingError(
+                        f"key column {k!r} has type {dtype}, which cannot be a key; keys must be strings, "
+                        "binary, numbers, booleans or null (flatten or cast the column first)"
+                    )
+    if HASH_COL in key_cols:
+        raise ConfigError(f"{HASH_COL!r} is reserved by dpa")
+    if schema is not None:
+        bound.validate(schema)
+
+    needed = bound.input_columns()
+    keep = None if needed is None else [c for c in needed if c not in key_cols]
+    plan = JobPlan(
+        key_cols=key_cols, key_fn=key_fn, map_fn=map_fn, record_kind=record_kind, input_kind=source.kind,
+        keep_cols=keep, reducer=bound, policy=policy, num_mappers=config.num_mappers,
+        num_reducers=config.num_reducers, queue_capacity=config.queue_capacity, chunk_size=config.chunk_size,
+        lb_interval_s=config.lb_interval_s, report_interval_s=config.report_interval_s,
+        output_schema=output_schema, input_schema=schema,
+    )
+    return plan, blocks
+
+
+def records_sample(block: pa.Table, map_fn: Any, input_kind: str, record_kind: str) -> list[Any]:
+    """A few records as the key function will see them (after ``map_fn``)."""
+    records = table_to_records(block.slice(0, 16), input_kind)
+    if map_fn is None:
+        return records
+    if isinstance(map_fn, BatchMap):
+        return table_to_records(map_fn(block.slice(0, 16)), "dict")
+    out: list[Any] = []
+    for r in records:
+        out.extend(map_fn(r) or ())
+    return out
+
+
+def empty_input_table(plan: JobPlan) -> pa.Table:
+    """An empty table shaped like the records reducers receive (for empty-result schemas)."""
+    schema = plan.input_schema
+    fields = []
+    for c in plan.key_cols:
+        fields.append(schema.field(c) if schema is not None and c in schema.names else pa.field(c, pa.null()))
+    for c in plan.keep_cols or []:
+        fields.append(schema.field(c) if schema is not None and c in schema.names else pa.field(c, pa.null()))
+    fields.append(pa.field(HASH_COL, pa.uint32()))
+    return pa.schema(fields).empty_table()

@@ -1,0 +1,484 @@
+"""Reducers: the combine contract and the built-in aggregations.
+
+A reducer follows a combine contract like Apache Beam's ``CombineFn``:
+
+* ``create() -> acc``            a new accumulator for one key,
+* ``add(acc, value) -> acc``     fold one input value in,
+* ``merge(a, b) -> acc``         combine two partial accumulators of the same key,
+* ``finalize(acc) -> result``    turn the accumulator into the output value.
+
+``merge`` is what makes load balancing exact: when the balancer moves a key, the key's
+records are processed by several reducers and the *final state merge* combines their
+partial accumulators. A reducer without ``merge`` can only run with policies that never
+move or split keys (``max_rounds=0`` or ``policy="hash"``).
+
+User-defined reducers subclass :class:`Reducer` and implement the four methods; they are
+run per record by :class:`dpa.state.DictState`. The built-ins (:class:`Count`,
+:class:`Sum`, :class:`Min`, :class:`Max`, :class:`Mean`, :class:`Collect`, :class:`TopK`)
+implement the same scalar contract *and* a vectorised columnar one used by
+:class:`dpa.state.ColumnarState`: a batch is pre-aggregated with Arrow's hash group-by,
+partial states are merged with another group-by, and ``finalize_table`` produces the
+output columns.
+
+:class:`WithCost` wraps any reducer with a per-record processing cost (sleep or CPU
+spin) so experiments can model compute-heavy reducers, as in the DPA paper.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dpa.errors import ConfigError, SchemaError
+
+logger = logging.getLogger(__name__)
+
+#: Name of the internal column carrying each record's 32-bit key hash.
+HASH_COL = "__dpa_h"
+
+
+class Reducer:
+    """Base class of reducers (the combine contract).
+
+    Attributes:
+        name: Output column name in the result.
+        column: Input column the reducer reads; ``None`` means the whole record (a dict
+            for dict records, a tuple for tuple records, the value for scalar records).
+        kind: ``"custom"`` for user-defined reducers; built-ins name themselves.
+    """
+
+    kind: str = "custom"
+
+    def __init__(self, column: str | None = None, name: str = "value") -> None:
+        self.column = column
+        self.name = name
+
+    # -- scalar combine contract ------------------------------------------------------
+    def create(self) -> Any:
+        """Returns a new, empty accumulator."""
+        raise NotImplementedError(f"{type(self).__name__} must implement create()")
+
+    def add(self, acc: Any, value: Any) -> Any:
+        """Folds one value into ``acc`` and returns the accumulator."""
+        raise NotImplementedError(f"{type(self).__name__} must implement add()")
+
+    def merge(self, a: Any, b: Any) -> Any:
+        """Combines two accumulators of the same key (needed for load balancing)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement merge()")
+
+    def finalize(self, acc: Any) -> Any:
+        """Turns an accumulator into the output value (identity by default)."""
+        return acc
+
+    def add_batch(self, acc: Any, values: list[Any]) -> Any:
+        """Folds many values of one key into ``acc``; override for speed."""
+        for value in values:
+            acc = self.add(acc, value)
+        return acc
+
+    # -- introspection used by the runtime --------------------------------------------
+    @property
+    def can_merge(self) -> bool:
+        """Whether this reducer implements ``merge`` (so keys may move or split)."""
+        return type(self).merge is not Reducer.merge
+
+    @property
+    def columnar(self) -> bool:
+        """Whether the vectorised columnar path is available."""
+        return False
+
+    def input_columns(self) -> list[str] | None:
+        """Columns the reducer reads, or ``None`` for the whole record."""
+        return None if self.column is None else [self.column]
+
+    def validate(self, schema: pa.Schema | None) -> None:
+        """Checks the reducer fits the input schema; raises :class:`SchemaError` if not."""
+        if schema is not None and self.column is not None and self.column not in schema.names:
+            raise SchemaError(
+                f"{self!r} reads column {self.column!r}, which the input does not have; "
+                f"available columns: {', '.join(schema.names)}"
+            )
+
+    def __repr__(self) -> str:
+        col = "" if self.column is None else repr(self.column)
+        return f"{type(self).__name__}({col})"
+
+
+class ColumnarReducer(Reducer):
+    """A reducer with a vectorised Arrow implementation (the built-ins).
+
+    Subclasses define ``state_aggregations`` (how a raw batch becomes partial states),
+    ``merge_aggregations`` (how partial states of the same key combine) and
+    ``finalize_table``. Partial-state tables have the group columns (key columns plus
+    :data:`HASH_COL`) followed by the state columns.
+    """
+
+    #: [(input column or None for count_all, arrow hash function, state column name)]
+    def state_aggregations(self) -> list[tuple[str | None, str, str]]:
+        raise NotImplementedError
+
+    #: [(state column, arrow hash function)] to merge partial states.
+    def merge_aggregations(self) -> list[tuple[str, str]]:
+        return [(state, fn) for _, fn, state in self.state_aggregations()]
+
+    @property
+    def columnar(self) -> bool:
+        return True
+
+    def prepare(self, table: pa.Table) -> pa.Table:
+        """Hook to cast input columns before aggregation (identity by default)."""
+        return table
+
+    def partial_from_batch(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
+        """Pre-aggregates a raw batch into one partial-state row per key."""
+        table = self.prepare(table)
+        aggs = [([] if col is None else col, fn) for col, fn, _ in self.state_aggregations()]
+        out = table.group_by(group_cols, use_threads=False).aggregate(aggs)
+        names = list(group_cols) + [state for _, _, state in self.state_aggregations()]
+        return out.rename_columns(names)
+
+    def merge_partials(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
+        """Combines partial-state rows that share a key."""
+        aggs = self.merge_aggregations()
+        out = table.group_by(group_cols, use_threads=False).aggregate(list(aggs))
+        return out.rename_columns(list(group_cols) + [state for state, _ in aggs])
+
+    def finalize_table(self, table: pa.Table, key_cols: list[str]) -> pa.Table:
+        """Turns partial states into the output columns (key columns first)."""
+        (state,) = [s for _, _, s in self.state_aggregations()]
+        return pa.table([table[c] for c in key_cols] + [table[state]], names=list(key_cols) + [self.name])
+
+    def validate(self, schema: pa.Schema | None) -> None:
+        super().validate(schema)
+        if schema is not None and self.column is not None:
+            self.check_type(schema.field(self.column).type)
+
+    def check_type(self, dtype: pa.DataType) -> None:
+        """Raises :class:`SchemaError` if the column type cannot be aggregated."""
+
+
+def _is_numeric(dtype: pa.DataType) -> bool:
+    return pa.types.is_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_decimal(dtype)
+
+
+class Count(ColumnarReducer):
+    """Number of records per key (output ``count``, int64)."""
+
+    kind = "count"
+
+    def __init__(self, name: str = "count") -> None:
+        super().__init__(None, name)
+
+    def input_columns(self) -> list[str] | None:
+        return []
+
+    def create(self) -> int:
+        return 0
+
+    def add(self, acc: int, value: Any) -> int:
+        return acc + 1
+
+    def add_batch(self, acc: int, values: list[Any]) -> int:
+        return acc + len(values)
+
+    def merge(self, a: int, b: int) -> int:
+        return a + b
+
+    def state_aggregations(self) -> list[tuple[str | None, str, str]]:
+        return [(None, "count_all", "count")]
+
+    def merge_aggregations(self) -> list[tuple[str, str]]:
+        return [("count", "sum")]
+
+    def __repr__(self) -> str:
+        return "Count()"
+
+
+class _ColumnReducer(ColumnarReducer):
+    """Shared constructor for reducers that read one column."""
+
+    default_name = "value"
+
+    def __init__(self, column: str | None = None, name: str | None = None) -> None:
+        super().__init__(column, name or self.default_name)
+
+
+class Sum(_ColumnReducer):
+    """Sum of ``column`` per key (nulls ignored; all-null groups give null, as in SQL)."""
+
+    kind = "sum"
+    default_name = "sum"
+
+    def create(self) -> Any:
+        return None
+
+    def add(self, acc: Any, value: Any) -> Any:
+        if value is None:
+            return acc
+        return value if acc is None else acc + value
+
+    def merge(self, a: Any, b: Any) -> Any:
+        if a is None:
+            return b
+        return a if b is None else a + b
+
+    def check_type(self, dtype: pa.DataType) -> None:
+        if not (_is_numeric(dtype) or pa.types.is_null(dtype)):
+            raise SchemaError(
+                f"Sum({self.column!r}) needs a numeric column, but {self.column!r} has type {dtype}; "
+                "cast it to a number first or use Count/Collect"
+            )
+
+    def state_aggregations(self) -> list[tuple[str | None, str, str]]:
+        return [(self.column, "sum", "sum")]
+
+
+class Min(_ColumnReducer):
+    """Minimum of ``column`` per key (nulls ignored)."""
+
+    kind = "min"
+    default_name = "min"
+
+    def create(self) -> Any:
+        return None
+
+    def add(self, acc: Any, value: Any) -> Any:
+        if value is None:
+            return acc
+        return value if acc is None or value < acc else acc
+
+    def merge(self, a: Any, b: Any) -> Any:
+        return self.add(a, b)
+
+    def check_type(self, dtype: pa.DataType) -> None:
+        if pa.types.is_nested(dtype) or pa.types.is_dictionary(dtype):
+            raise SchemaError(f"{type(self).__name__}({self.column!r}) cannot order values of type {dtype}")
+
+    def state_aggregations(self) -> list[tuple[str | None, str, str]]:
+        return [(self.column, "min", "min")]
+
+
+class Max(Min):
+    """Maximum of ``column`` per key (nulls ignored)."""
+
+    kind = "max"
+    default_name = "max"
+
+    def add(self, acc: Any, value: Any) -> Any:
+        if value is None:
+            return acc
+        return value if acc is None or value > acc else acc
+
+    def state_aggregations(self) -> list[tuple[str | None, str, str]]:
+        return [(self.column, "max", "max")]
+
+
+class Mean(_ColumnReducer):
+    """Arithmetic mean of ``column`` per key as float64 (nulls ignored, as Spark's avg)."""
+
+    kind = "mean"
+    default_name = "mean"
+
+    def create(self) -> tuple[float, int]:
+        return (0.0, 0)
+
+    def add(self, acc: tuple[float, int], value: Any) -> tuple[float, int]:
+        if value is None:
+            return acc
+        return (acc[0] + float(value), acc[1] + 1)
+
+    def merge(self, a: tuple[float, int], b: tuple[float, int]) -> tuple[float, int]:
+        return (a[0] + b[0], a[1] + b[1])
+
+    def finalize(self, acc: tuple[float, int]) -> float | None:
+        return None if acc[1] == 0 else acc[0] / acc[1]
+
+    check_type = Sum.check_type
+
+    def prepare(self, table: pa.Table) -> pa.Table:
+        idx = table.schema.get_field_index(self.column)
+        return table.set_column(idx, self.column, pc.cast(table[self.column], pa.float64()))
+
+    def state_aggregations(self) -> list[tuple[str | None, str, str]]:
+        return [(self.column, "sum", "msum"), (self.column, "count", "mcount")]
+
+    def merge_aggregations(self) -> list[tuple[str, str]]:
+        return [("msum", "sum"), ("mcount", "sum")]
+
+    def finalize_table(self, table: pa.Table, key_cols: list[str]) -> pa.Table:
+        count = table["mcount"]
+        total = pc.fill_null(table["msum"], 0.0)
+        mean = pc.if_else(pc.equal(count, 0), pa.scalar(None, pa.float64()), pc.divide(total, pc.cast(count, pa.float64())))
+        return pa.table([table[c] for c in key_cols] + [mean], names=list(key_cols) + [self.name])
+
+
+class Collect(_ColumnReducer):
+    """All values of ``column`` per key, as a list (order unspecified; nulls kept)."""
+
+    kind = "collect"
+    default_name = "collect"
+
+    def create(self) -> list[Any]:
+        return []
+
+    def add(self, acc: list[Any], value: Any) -> list[Any]:
+        acc.append(value)
+        return acc
+
+    def add_batch(self, acc: list[Any], values: list[Any]) -> list[Any]:
+        acc.extend(values)
+        return acc
+
+    def merge(self, a: list[Any], b: list[Any]) -> list[Any]:
+        return a + b
+
+    def state_aggregations(self) -> list[tuple[str | None, str, str]]:
+        return [(self.column, "list", "items")]
+
+    def merge_partials(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
+        flat = pc.list_flatten(table["items"])
+        parents = pc.list_parent_indices(table["items"])
+        exploded = table.select(group_cols).take(parents).append_column("items", flat)
+        out = exploded.group_by(group_cols, use_threads=False).aggregate([("items", "list")])
+        return out.rename_columns(list(group_cols) + ["items"])
+
+
+class TopK(_ColumnReducer):
+    """The ``k`` largest values of ``column`` per key, largest first (nulls ignored)."""
+
+    kind = "top_k"
+    default_name = "top_k"
+
+    def __init__(self, column: str | None = None, k: int = 10, name: str | None = None) -> None:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ConfigError(f"TopK needs k >= 1, got {k!r}")
+        super().__init__(column, name)
+        self.k = k
+
+    def create(self) -> list[Any]:
+        return []
+
+    def add(self, acc: list[Any], value: Any) -> list[Any]:
+        if value is None:
+            return acc
+        return heapq.nlargest(self.k, acc + [value])
+
+    def add_batch(self, acc: list[Any], values: list[Any]) -> list[Any]:
+        return heapq.nlargest(self.k, acc + [v for v in values if v is not None])
+
+    def merge(self, a: list[Any], b: list[Any]) -> list[Any]:
+        return heapq.nlargest(self.k, a + b)
+
+    check_type = Min.check_type
+
+    def state_aggregations(self) -> list[tuple[str | None, str, str]]:
+        return [(self.column, "list", "items")]
+
+    def _truncate(self, table: pa.Table) -> pa.Table:
+        items = table["items"]
+        dtype = items.type.value_type
+        top = [heapq.nlargest(self.k, [v for v in row if v is not None]) for row in items.to_pylist()]
+        return table.set_column(table.schema.get_field_index("items"), "items", pa.array(top, pa.list_(dtype)))
+
+    def partial_from_batch(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
+        return self._truncate(super().partial_from_batch(table, group_cols))
+
+    def merge_partials(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
+        # list<list<T>> per key, flattened in Python: keeps keys whose lists are empty
+        # (all-null input), which an explode-and-regroup would drop.
+        nested = table.group_by(group_cols, use_threads=False).aggregate([("items", "list")])
+        dtype = table.schema.field("items").type
+        top = [
+            heapq.nlargest(self.k, [v for part in parts for v in part])
+            for parts in nested["items_list"].to_pylist()
+        ]
+        return nested.select(group_cols).append_column("items", pa.array(top, dtype))
+
+    def __repr__(self) -> str:
+        return f"TopK({self.column!r}, k={self.k})"
+
+
+class WithCost(Reducer):
+    """Wraps a reducer with a fixed processing cost per record.
+
+    The cost is paid by the reducer actor for every record it *processes* (forwarded
+    records are free), so queues build up as with the compute-heavy reducers of the DPA
+    paper. ``mode="sleep"`` waits without using a CPU (so many reducers fit on a few
+    cores); ``mode="spin"`` busy-waits on the CPU. The in-process runtime charges the
+    cost in virtual time instead.
+
+    Args:
+        inner: The reducer doing the actual aggregation.
+        seconds_per_record: Cost per processed record, in seconds (>= 0).
+        mode: ``"sleep"`` or ``"spin"``.
+    """
+
+    def __init__(self, inner: Reducer, seconds_per_record: float, mode: str = "sleep") -> None:
+        if not isinstance(inner, Reducer):
+            raise ConfigError(f"WithCost wraps a dpa.Reducer, got {type(inner).__name__}")
+        if not isinstance(seconds_per_record, (int, float)) or seconds_per_record < 0:
+            raise ConfigError(f"WithCost needs seconds_per_record >= 0, got {seconds_per_record!r}")
+        if mode not in ("sleep", "spin"):
+            raise ConfigError(f"WithCost mode must be 'sleep' or 'spin', got {mode!r}")
+        super().__init__(inner.column, inner.name)
+        self.inner = inner
+        self.seconds_per_record = float(seconds_per_record)
+        self.mode = mode
+        self.kind = inner.kind
+
+    def create(self) -> Any:
+        return self.inner.create()
+
+    def add(self, acc: Any, value: Any) -> Any:
+        return self.inner.add(acc, value)
+
+    def merge(self, a: Any, b: Any) -> Any:
+        return self.inner.merge(a, b)
+
+    def finalize(self, acc: Any) -> Any:
+        return self.inner.finalize(acc)
+
+    @property
+    def can_merge(self) -> bool:
+        return self.inner.can_merge
+
+    def input_columns(self) -> list[str] | None:
+        return self.inner.input_columns()
+
+    def validate(self, schema: pa.Schema | None) -> None:
+        self.inner.validate(schema)
+
+    def __repr__(self) -> str:
+        return f"WithCost({self.inner!r}, {self.seconds_per_record}, mode={self.mode!r})"
+
+
+def unwrap(reducer: Reducer) -> tuple[Reducer, float, str]:
+    """Returns ``(aggregating reducer, seconds per record, cost mode)``."""
+    if isinstance(reducer, WithCost):
+        inner, cost, mode = unwrap(reducer.inner)
+        return inner, cost + reducer.seconds_per_record, reducer.mode
+    return reducer, 0.0, "sleep"
+
+
+def bind_reducer(reducer: Reducer, record_kind: str) -> Reducer:
+    """Resolves a built-in's default column for scalar records (``"value"``).
+
+    Raises:
+        ConfigError: a built-in that needs a column got none for dict/tuple records.
+    """
+    if not isinstance(reducer, Reducer):
+        raise ConfigError(
+            f"reducer must be a dpa.Reducer (e.g. dpa.Count(), dpa.Sum('x')), got {type(reducer).__name__}"
+        )
+    inner, _, _ = unwrap(reducer)
+    if isinstance(inner, ColumnarReducer) and not isinstance(inner, Count) and inner.column is None:
+        if record_kind == "scalar":
+            inner.column = "value"
+            reducer.column = "value"
+        else:
+            raise ConfigError(f"{type(inner).__name__} needs a column to read, e.g. {type(inner).__name__}('price')")
+    return reducer

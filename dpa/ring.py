@@ -1,0 +1,453 @@
+"""Consistent-hash ring of the DPA paper (section 4.2).
+
+Reducer ``i`` owns tokens ``j = 0 .. T_i - 1``. Token ``(i, j)`` is the string
+``"token-{i}-{j}"`` and sits on the ring at ``hash_bytes(s.encode("utf-8"))`` (32-bit
+MurmurHash3, seed 0, see :mod:`dpa.keys`). A key with hash ``h`` belongs to the owner of
+the first token at or after ``h`` walking clockwise (increasing positions), wrapping from
+the end of the ring to its first token. Equal token positions are ordered by
+``(position, reducer, j)``, so the first of them in that order wins.
+
+Because a reducer always owns a prefix ``0 .. T_i - 1`` of its token indices, a ring is
+fully determined by its tuple of per-reducer token counts:
+
+* *halving* reducer ``i`` removes its highest half of token indices (``T_i -> T_i // 2``);
+* *doubling* adds indices ``T_i .. 2 T_i - 1`` to every reducer except the overloaded one.
+
+:class:`HashRing` is the mutable, authoritative ring kept by the load balancer;
+:class:`RingSnapshot` is an immutable, picklable view of one version of it with
+precomputed sorted arrays, shipped to mappers and reducers.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from dpa.errors import ConfigError
+from dpa.keys import hash_bytes, hash_key
+
+__all__ = [
+    "DEFAULT_HALVING_TOKENS",
+    "METHODS",
+    "HashRing",
+    "RingSnapshot",
+    "token_position",
+]
+
+DEFAULT_HALVING_TOKENS = 16
+"""Initial tokens per reducer for the halving method.
+
+A power of two, so that every halving keeps an integer number of tokens, and large
+enough for the 4 rounds of load balancing of Figure 3 of the paper: 16 -> 8 -> 4 -> 2 -> 1.
+"""
+
+METHODS = ("halving", "doubling")
+"""Names of the key space redistribution methods accepted by :meth:`HashRing.redistribute`."""
+
+
+@lru_cache(maxsize=1 << 16)
+def token_position(reducer: int, j: int) -> int:
+    """Position of token ``j`` of ``reducer`` on the ring.
+
+    Args:
+        reducer: Reducer id.
+        j: Token index of that reducer.
+
+    Returns:
+        ``hash_bytes(f"token-{reducer}-{j}".encode("utf-8"))``, in ``[0, 2**32)``.
+    """
+    return hash_bytes(f"token-{reducer}-{j}".encode())
+
+
+def _check_counts(token_counts: Sequence[int]) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(t) for t in token_counts)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"token counts must be non-negative integers, got {token_counts!r}"
+        ) from exc
+    if len(counts) < 1:
+        raise ConfigError("a hash ring needs at least one reducer (token_counts is empty)")
+    for i, (raw, t) in enumerate(zip(token_counts, counts, strict=True)):
+        if t != raw or t < 0:
+            raise ConfigError(
+                f"token count of reducer {i} must be a non-negative integer, got {raw!r}"
+            )
+    if sum(counts) <= 0:
+        raise ConfigError(
+            f"a hash ring needs at least one token in total, got token counts {counts}"
+        )
+    return counts
+
+
+@dataclass(frozen=True)
+class RingSnapshot:
+    """An immutable version of the ring with precomputed lookup arrays.
+
+    Build it with :meth:`RingSnapshot.build` (or :meth:`HashRing.snapshot`). It is small
+    (two arrays of ``total_tokens`` entries) and picklable.
+
+    Attributes:
+        version: Version of the :class:`HashRing` it was taken from.
+        token_counts: Tokens owned by each reducer.
+        positions: Sorted ``uint32`` token positions.
+        owners: ``int32`` reducer owning the token at each sorted position.
+    """
+
+    version: int
+    token_counts: tuple[int, ...]
+    positions: np.ndarray = field(repr=False, compare=False)
+    owners: np.ndarray = field(repr=False, compare=False)
+    _pos_list: list[int] = field(init=False, repr=False, compare=False, default_factory=list)
+    _own_list: list[int] = field(init=False, repr=False, compare=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_pos_list", self.positions.tolist())
+        object.__setattr__(self, "_own_list", self.owners.tolist())
+
+    @classmethod
+    def build(cls, token_counts: Sequence[int], version: int = 0) -> RingSnapshot:
+        """Builds the snapshot of the ring with the given token counts.
+
+        Args:
+            token_counts: Tokens per reducer; reducer ``i`` owns tokens ``0 .. T_i - 1``.
+                Zero is allowed (that reducer owns no keys) if the total is positive.
+            version: Version number to record.
+
+        Returns:
+            The snapshot.
+
+        Raises:
+            ConfigError: If there are no reducers, a count is negative or not an integer,
+                or the total is zero.
+        """
+        counts = _check_counts(token_counts)
+        total = sum(counts)
+        pos = np.empty(total, dtype=np.uint32)
+        owner = np.empty(total, dtype=np.int32)
+        index = np.empty(total, dtype=np.int64)
+        k = 0
+        for i, t in enumerate(counts):
+            for j in range(t):
+                pos[k] = token_position(i, j)
+                owner[k] = i
+                index[k] = j
+                k += 1
+        order = np.lexsort((index, owner, pos))
+        return cls(
+            version=int(version),
+            token_counts=counts,
+            positions=np.ascontiguousarray(pos[order]),
+            owners=np.ascontiguousarray(owner[order]),
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "token_counts": self.token_counts,
+            "positions": self.positions,
+            "owners": self.owners,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+        self.__post_init__()
+
+    @property
+    def num_reducers(self) -> int:
+        """Number of reducers (including those with zero tokens)."""
+        return len(self.token_counts)
+
+    @property
+    def total_tokens(self) -> int:
+        """Number of tokens on the ring."""
+        return len(self._pos_list)
+
+    def lookup_hash(self, h: int) -> int:
+        """Returns the reducer owning hash ``h``.
+
+        Args:
+            h: A key hash in ``[0, 2**32)``.
+
+        Returns:
+            The owner of the first token at or after ``h`` (wrapping around).
+        """
+        idx = bisect.bisect_left(self._pos_list, h)
+        if idx == len(self._pos_list):
+            idx = 0
+        return self._own_list[idx]
+
+    def lookup_batch(self, hashes: np.ndarray) -> np.ndarray:
+        """Vectorised :meth:`lookup_hash`.
+
+        Args:
+            hashes: Array of key hashes (``uint32``, or any integers in ``[0, 2**32)``).
+
+        Returns:
+            An ``int32`` array with the owning reducer of each hash.
+        """
+        hashes = np.asarray(hashes)
+        if hashes.dtype != np.uint32:
+            hashes = hashes.astype(np.uint32)
+        idx = np.searchsorted(self.positions, hashes, side="left")
+        idx[idx == len(self.positions)] = 0
+        return self.owners[idx]
+
+    def key_lookup(self, key: Any) -> int:
+        """Returns the reducer owning ``key`` (hashed with :func:`dpa.keys.hash_key`).
+
+        Args:
+            key: Any key accepted by :func:`dpa.keys.encode_key`.
+
+        Returns:
+            The reducer id.
+        """
+        return self.lookup_hash(hash_key(key))
+
+
+def _nearest_power_of_two(x: int) -> int:
+    if x <= 1:
+        return 1
+    lower = 1 << (int(x).bit_length() - 1)
+    upper = lower * 2
+    return lower if x - lower < upper - x else upper  # ties go up
+
+
+class HashRing:
+    """The mutable, authoritative ring of the load balancer.
+
+    Every change increments :attr:`version`; :meth:`snapshot` returns the (cached)
+    immutable :class:`RingSnapshot` of the current version.
+
+    Args:
+        token_counts: Initial tokens per reducer.
+
+    Raises:
+        ConfigError: If the token counts are invalid (see :meth:`RingSnapshot.build`).
+    """
+
+    def __init__(self, token_counts: Sequence[int]) -> None:
+        self._counts = list(_check_counts(token_counts))
+        self._version = 0
+        self._snapshot: RingSnapshot | None = None
+
+    @classmethod
+    def for_halving(
+        cls, num_reducers: int, initial_tokens: int = DEFAULT_HALVING_TOKENS
+    ) -> HashRing:
+        """A ring for the token halving method: ``initial_tokens`` tokens per reducer.
+
+        Args:
+            num_reducers: Number of reducers (>= 1).
+            initial_tokens: Tokens per reducer; a power of two >= 1.
+
+        Returns:
+            The ring.
+
+        Raises:
+            ConfigError: If ``num_reducers < 1`` or ``initial_tokens`` is not a power of two.
+        """
+        _check_num_reducers(num_reducers)
+        t = initial_tokens
+        if not isinstance(t, (int, np.integer)) or t < 1 or (int(t) & (int(t) - 1)) != 0:
+            try:
+                suggestion = _nearest_power_of_two(int(t))
+            except (TypeError, ValueError):
+                suggestion = DEFAULT_HALVING_TOKENS
+            raise ConfigError(
+                f"initial_tokens for the halving method must be a power of two >= 1 so "
+                f"every halving keeps a whole number of tokens, got {t!r}; "
+                f"use e.g. {suggestion}"
+            )
+        return cls([int(t)] * int(num_reducers))
+
+    @classmethod
+    def for_doubling(cls, num_reducers: int) -> HashRing:
+        """A ring for the token doubling method: one token per reducer.
+
+        Args:
+            num_reducers: Number of reducers (>= 1).
+
+        Returns:
+            The ring.
+
+        Raises:
+            ConfigError: If ``num_reducers < 1``.
+        """
+        _check_num_reducers(num_reducers)
+        return cls([1] * int(num_reducers))
+
+    @classmethod
+    def for_method(
+        cls, method: str, num_reducers: int, initial_tokens: int | None = None
+    ) -> HashRing:
+        """The initial ring of a redistribution method (``"halving"`` or ``"doubling"``).
+
+        Args:
+            method: ``"halving"`` or ``"doubling"``.
+            num_reducers: Number of reducers (>= 1).
+            initial_tokens: For halving, tokens per reducer (default
+                :data:`DEFAULT_HALVING_TOKENS`); must be ``None`` or 1 for doubling.
+
+        Returns:
+            The ring.
+
+        Raises:
+            ConfigError: On an unknown method or invalid sizes.
+        """
+        _check_method(method)
+        if method == "halving":
+            return cls.for_halving(
+                num_reducers,
+                DEFAULT_HALVING_TOKENS if initial_tokens is None else initial_tokens,
+            )
+        if initial_tokens not in (None, 1):
+            raise ConfigError(
+                f"the doubling method starts every reducer with 1 token, got initial_tokens="
+                f"{initial_tokens!r}; leave it unset"
+            )
+        return cls.for_doubling(num_reducers)
+
+    @property
+    def num_reducers(self) -> int:
+        """Number of reducers."""
+        return len(self._counts)
+
+    @property
+    def token_counts(self) -> tuple[int, ...]:
+        """Current tokens per reducer."""
+        return tuple(self._counts)
+
+    @property
+    def version(self) -> int:
+        """Starts at 0 and increments on every change."""
+        return self._version
+
+    def snapshot(self) -> RingSnapshot:
+        """Returns the immutable snapshot of the current version (cached)."""
+        if self._snapshot is None or self._snapshot.version != self._version:
+            self._snapshot = RingSnapshot.build(self._counts, version=self._version)
+        return self._snapshot
+
+    def key_lookup(self, key: Any) -> int:
+        """Returns the reducer owning ``key`` in the current version."""
+        return self.snapshot().key_lookup(key)
+
+    def lookup_hash(self, h: int) -> int:
+        """Returns the reducer owning hash ``h`` in the current version."""
+        return self.snapshot().lookup_hash(h)
+
+    def lookup_batch(self, hashes: np.ndarray) -> np.ndarray:
+        """Vectorised lookup of key hashes in the current version (``int32`` owners)."""
+        return self.snapshot().lookup_batch(hashes)
+
+    def _check_node(self, node_id: int) -> int:
+        if not isinstance(node_id, (int, np.integer)) or not 0 <= node_id < len(self._counts):
+            raise ConfigError(
+                f"reducer id must be an integer in [0, {len(self._counts)}), got {node_id!r}"
+            )
+        return int(node_id)
+
+    def _changed(self) -> None:
+        self._version += 1
+
+    def halve(self, node_id: int) -> bool:
+        """Token halving: removes the highest half of ``node_id``'s token indices.
+
+        The reducer keeps tokens ``0 .. T // 2 - 1``. Only keys of ``node_id`` move.
+
+        Args:
+            node_id: The overloaded reducer.
+
+        Returns:
+            ``True`` if the ring changed; ``False`` (and nothing changes) when the reducer
+            has at most one token left, i.e. halving is exhausted.
+        """
+        node_id = self._check_node(node_id)
+        t = self._counts[node_id]
+        if t <= 1:
+            return False
+        self._counts[node_id] = t // 2
+        self._changed()
+        return True
+
+    def double_except(self, node_id: int) -> None:
+        """Token doubling: doubles the tokens of every reducer except ``node_id``.
+
+        Reducer ``i`` with ``T_i`` tokens gains indices ``T_i .. 2 T_i - 1``. Reducers with
+        zero tokens keep zero. The version changes only if some count changed.
+
+        Args:
+            node_id: The overloaded reducer.
+        """
+        self._double_except(node_id)
+
+    def _double_except(self, node_id: int) -> bool:
+        node_id = self._check_node(node_id)
+        changed = False
+        for i, t in enumerate(self._counts):
+            if i != node_id and t > 0:
+                self._counts[i] = 2 * t
+                changed = True
+        if changed:
+            self._changed()
+        return changed
+
+    def redistribute(self, node_id: int, method: str) -> bool:
+        """Relieves ``node_id`` with the given method (the paper's ``redistribute``).
+
+        Args:
+            node_id: The overloaded reducer.
+            method: ``"halving"`` or ``"doubling"``.
+
+        Returns:
+            Whether the ring changed (``False`` e.g. when halving is exhausted).
+
+        Raises:
+            ConfigError: On an unknown method or reducer id.
+        """
+        _check_method(method)
+        if method == "halving":
+            return self.halve(node_id)
+        return self._double_except(node_id)
+
+    def add_reducer(self, initial_tokens: int) -> int:
+        """Adds a reducer (for elastic scaling).
+
+        Args:
+            initial_tokens: Its number of tokens (>= 0).
+
+        Returns:
+            The new reducer id (the previous ``num_reducers``).
+
+        Raises:
+            ConfigError: If ``initial_tokens`` is negative or not an integer.
+        """
+        if not isinstance(initial_tokens, (int, np.integer)) or initial_tokens < 0:
+            raise ConfigError(
+                f"initial_tokens of a new reducer must be an integer >= 0, got {initial_tokens!r}"
+            )
+        self._counts.append(int(initial_tokens))
+        self._changed()
+        return len(self._counts) - 1
+
+    def __repr__(self) -> str:
+        return f"HashRing(token_counts={self.token_counts}, version={self._version})"
+
+
+def _check_num_reducers(num_reducers: int) -> None:
+    if not isinstance(num_reducers, (int, np.integer)) or num_reducers < 1:
+        raise ConfigError(f"num_reducers must be an integer >= 1, got {num_reducers!r}")
+
+
+def _check_method(method: str) -> None:
+    if method not in METHODS:
+        raise ConfigError(
+            f"unknown redistribution method {method!r}; use one of {', '.join(METHODS)}"
+        )

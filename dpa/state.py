@@ -1,0 +1,226 @@
+"""Per-reducer keyed state: where records are folded into accumulators.
+
+Two interchangeable stores share one interface (``add``, ``add_partial``, ``partition``,
+``finalize``):
+
+* :class:`ColumnarState` for the built-in reducers: Arrow group-by on whole batches, with
+  partial-state tables compacted as they accumulate;
+* :class:`DictState` for user-defined reducers: a dict from key to accumulator, driven
+  through the scalar combine contract.
+
+``partition(n)`` splits the state by ``hash % n`` for the partitioned final state merge:
+partition ``j`` is shipped to reducer ``j``, which merges what it receives with
+``add_partial`` and finalizes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dpa.records import table_to_records, unify
+from dpa.reducers import HASH_COL, ColumnarReducer, Reducer
+
+logger = logging.getLogger(__name__)
+
+#: Compact partial tables once this many rows have accumulated since the last compaction.
+COMPACT_MIN_ROWS = 200_000
+
+
+def split_by(table: pa.Table, parts: np.ndarray, n: int) -> list[pa.Table]:
+    """Splits ``table`` into ``n`` tables by the integer label per row in ``parts``."""
+    if table.num_rows == 0:
+        return [table] * n
+    order = np.argsort(parts, kind="stable")
+    counts = np.bincount(parts, minlength=n)
+    ordered = table.take(pa.array(order))
+    out, start = [], 0
+    for c in counts:
+        out.append(ordered.slice(start, int(c)))
+        start += int(c)
+    return out
+
+
+class ColumnarState:
+    """Vectorised keyed state for :class:`~dpa.reducers.ColumnarReducer` built-ins."""
+
+    def __init__(self, reducer: ColumnarReducer, key_cols: list[str]) -> None:
+        self.reducer = reducer
+        self.key_cols = list(key_cols)
+        self.group_cols = self.key_cols + [HASH_COL]
+        cols = reducer.input_columns() or []
+        self.input_cols = self.group_cols + [c for c in cols if c not in self.group_cols]
+        self._parts: list[pa.Table] = []
+        self._rows_since_compact = 0
+        self._compacted_rows = 0
+
+    def add(self, table: pa.Table) -> None:
+        """Folds a batch of raw records (key columns, hash, input columns) in."""
+        if table.num_rows:
+            self._append(self.reducer.partial_from_batch(table.select(self.input_cols), self.group_cols))
+
+    def add_partial(self, partial: pa.Table) -> None:
+        """Merges partial states produced by another reducer's :meth:`partition`."""
+        if partial is not None and partial.num_rows:
+            self._append(partial)
+
+    def _append(self, part: pa.Table) -> None:
+        self._parts.append(part)
+        self._rows_since_compact += part.num_rows
+        if self._rows_since_compact > max(COMPACT_MIN_ROWS, self._compacted_rows):
+            self._compact()
+
+    def _compact(self) -> pa.Table | None:
+        if not self._parts:
+            return None
+        if len(self._parts) > 1 or self._rows_since_compact:
+            merged = self.reducer.merge_partials(unify(self._parts), self.group_cols)
+            self._parts = [merged]
+            self._compacted_rows = merged.num_rows
+            self._rows_since_compact = 0
+        return self._parts[0]
+
+    @property
+    def num_keys(self) -> int:
+        """Distinct keys held (compacts first)."""
+        table = self._compact()
+        return 0 if table is None else table.num_rows
+
+    def partition(self, n: int) -> list[pa.Table | None]:
+        """Splits the state into ``n`` partial tables by ``hash % n`` and clears it."""
+        table = self._compact()
+        self._parts, self._rows_since_compact, self._compacted_rows = [], 0, 0
+        if table is None:
+            return [None] * n
+        labels = (table[HASH_COL].to_numpy() % n).astype(np.int64)
+        return list(split_by(table, labels, n))
+
+    def finalize(self) -> pa.Table | None:
+        """Returns the output table (key columns then the reducer's output), or None if empty."""
+        table = self._compact()
+        if table is None:
+            return None
+        return self.reducer.finalize_table(table, self.key_cols)
+
+    def empty_result(self, input_schema: pa.Schema) -> pa.Table:
+        """An empty output table with the right types for ``input_schema``."""
+        empty = input_schema.empty_table()
+        if HASH_COL not in empty.column_names:
+            empty = empty.append_column(HASH_COL, pa.array([], pa.uint32()))
+        partial = self.reducer.partial_from_batch(empty.select(self.input_cols), self.group_cols)
+        return self.reducer.finalize_table(partial, self.key_cols)
+
+
+class DictState:
+    """Keyed state for user-defined reducers, through the scalar combine contract."""
+
+    def __init__(self, reducer: Reducer, key_cols: list[str], record_kind: str) -> None:
+        self.reducer = reducer
+        self.key_cols = list(key_cols)
+        self.record_kind = record_kind
+        self._accs: dict[Any, list[Any]] = {}  # key -> [hash, acc]
+        self._key_schema: pa.Schema | None = None
+        self.current_key: Any = None
+
+    def _keys(self, table: pa.Table) -> list[Any]:
+        if len(self.key_cols) == 1:
+            return table[self.key_cols[0]].to_pylist()
+        return list(zip(*(table[c].to_pylist() for c in self.key_cols)))
+
+    def add(self, table: pa.Table) -> None:
+        """Folds a batch of raw records in, one ``add_batch`` per distinct key."""
+        if not table.num_rows:
+            return
+        if self._key_schema is None:
+            self._key_schema = pa.schema([table.schema.field(c) for c in self.key_cols])
+        keys = self._keys(table)
+        hashes = table[HASH_COL].to_pylist()
+        if self.reducer.column is not None:
+            values = table[self.reducer.column].to_pylist()
+        else:
+            values = table_to_records(table, self.record_kind)
+        groups: dict[Any, list[Any]] = {}
+        first_hash: dict[Any, int] = {}
+        for k, h, v in zip(keys, hashes, values):
+            bucket = groups.get(k)
+            if bucket is None:
+                groups[k] = bucket = []
+                first_hash[k] = h
+            bucket.append(v)
+        for k, vals in groups.items():
+            self.current_key = k  # named in the error if the user's reducer raises
+            entry = self._accs.get(k)
+            if entry is None:
+                entry = self._accs[k] = [first_hash[k], self.reducer.create()]
+            entry[1] = self.reducer.add_batch(entry[1], vals)
+
+    def add_partial(self, partial: list[tuple[Any, int, Any]] | None) -> None:
+        """Merges ``(key, hash, acc)`` triples produced by another reducer's partition."""
+        for k, h, acc in partial or ():
+            mine = self._accs.get(k)
+            if mine is None:
+                self._accs[k] = [h, acc]
+            else:
+                mine[1] = self.reducer.merge(mine[1], acc)
+
+    def set_key_schema(self, schema: pa.Schema) -> None:
+        """Records the key columns' Arrow types (used when this store saw no raw records)."""
+        if self._key_schema is None:
+            self._key_schema = schema
+
+    @property
+    def num_keys(self) -> int:
+        """Distinct keys held."""
+        return len(self._accs)
+
+    def partition(self, n: int) -> list[list[tuple[Any, int, Any]] | None]:
+        """Splits the state into ``n`` lists of ``(key, hash, acc)`` by ``hash % n``."""
+        parts: list[list[tuple[Any, int, Any]]] = [[] for _ in range(n)]
+        for k, (h, acc) in self._accs.items():
+            parts[h % n].append((k, h, acc))
+        self._accs = {}
+        return [p or None for p in parts]
+
+    def finalize(self) -> pa.Table | None:
+        """Returns the output table, or None if no key was seen."""
+        if not self._accs:
+            return None
+        keys = list(self._accs)
+        results = [self.reducer.finalize(acc) for _, acc in self._accs.values()]
+        if len(self.key_cols) == 1:
+            key_arrays = [keys]
+        else:
+            key_arrays = [list(col) for col in zip(*keys)]
+        arrays = []
+        for i, (name, values) in enumerate(zip(self.key_cols, key_arrays)):
+            dtype = self._key_schema.field(i).type if self._key_schema is not None else None
+            arrays.append(pa.array(values, type=dtype))
+        try:
+            arrays.append(pa.array(results))
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise TypeError(
+                f"{self.reducer!r}.finalize() returned values Arrow cannot type consistently ({exc}); "
+                f"first results: {results[:3]!r}"
+            ) from exc
+        return pa.table(arrays, names=self.key_cols + [self.reducer.name])
+
+    def empty_result(self, input_schema: pa.Schema) -> pa.Table:
+        """An empty output table (the output column is typed null: nothing to infer from)."""
+        fields = [input_schema.field(c) for c in self.key_cols]
+        return pa.schema(fields + [pa.field(self.reducer.name, pa.null())]).empty_table()
+
+
+def make_state(reducer: Reducer, key_cols: list[str], record_kind: str) -> ColumnarState | DictState:
+    """Builds the state store that fits ``reducer`` (which must already be unwrapped)."""
+    if isinstance(reducer, ColumnarReducer):
+        return ColumnarState(reducer, key_cols)
+    return DictState(reducer, key_cols, record_kind)
+
+
+def concat_results(tables: list[pa.Table | None], empty: pa.Table) -> pa.Table:
+    """Concatenates the per-reducer outputs, or returns ``empty`` when there are none."""
+    parts = [t for t in tables if t is not None and t.num_rows]
+    return unify(parts) if parts else empty
