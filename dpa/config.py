@@ -59,7 +59,7 @@ class JobConfig:
     lb_interval_s: float = 0.005
     report_interval_s: float = 0.005
     queue_capacity: int = 1_000_000
-    batch_size: int = 65_536
+    batch_size: int = 262_144
     chunk_size: int = 65_536
     runtime: str = "ray"
     reuse_actors: bool = True

@@ -101,6 +101,16 @@ def _bad_key(key: Any) -> KeyEncodingError:
     )
 
 
+def _encode_str(value: str) -> bytes:
+    try:
+        return str.encode(value, "utf-8")
+    except UnicodeEncodeError as exc:
+        raise KeyEncodingError(
+            f"cannot encode str key {value!r} as UTF-8 ({exc.reason}, e.g. a lone "
+            "surrogate); clean the string, e.g. s.encode('utf-8', 'replace').decode()"
+        ) from None
+
+
 def _encode_int(value: int) -> bytes:
     if _INT64_MIN <= value <= _INT64_MAX:
         return _INT + _PACK_Q(value)
@@ -134,7 +144,7 @@ def encode_key(key: Any) -> bytes:
     """
     kind = type(key)
     if kind is str:
-        return key.encode("utf-8")
+        return _encode_str(key)
     if kind is int:
         return _encode_int(key)
     if kind is bytes:
@@ -154,7 +164,7 @@ def encode_key(key: Any) -> bytes:
         return _encode_float(key)
     # Less common types and subclasses.
     if isinstance(key, str):
-        return str(key).encode("utf-8")
+        return _encode_str(key)
     if isinstance(key, (np.integer, int)):
         return _encode_int(int(key))
     if isinstance(key, (np.floating, float)):
@@ -190,8 +200,7 @@ def hash_key(key: Any) -> int:
     Raises:
         KeyEncodingError: If the key type is not supported.
     """
-    if type(key) is str:  # fast path; mmh3 hashes str as its UTF-8 bytes
-        return mmh3.hash(key, seed=0, signed=False)
+    # Always hash bytes: mmh3 given a str with a lone surrogate crashes the process.
     return mmh3.hash(encode_key(key), seed=0, signed=False)
 
 

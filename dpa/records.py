@@ -88,3 +88,13 @@ def unify(tables: Sequence[pa.Table]) -> pa.Table:
     if len(tables) == 1:
         return tables[0]
     return pa.concat_tables(list(tables), promote_options="permissive")
+
+
+def compact(table: pa.Table) -> pa.Table:
+    """Copies a (sliced) table into compact buffers of its own.
+
+    Pickling a ``slice`` of a table serialises the whole parent buffers; tables that
+    cross actor boundaries must be compacted first.
+    """
+    return pa.Table.from_arrays([pa.concat_arrays(col.chunks) if col.num_chunks else pa.array([], col.type) for col in table.columns],
+                                schema=table.schema)

@@ -33,6 +33,7 @@ import ray
 from dpa.errors import JobFailedError
 from dpa.logic import BalancerLogic, CoordinatorLogic, MapperLogic, ReducerLogic
 from dpa.plan import JobPlan, empty_input_table
+from dpa.records import compact
 from dpa.runtime_local import RunOutput
 
 logger = logging.getLogger(__name__)
@@ -479,7 +480,7 @@ def _feed(pool: _Pool, blocks: Any, dataset: Any, job: Any) -> None:
     if dataset is not None:
         refs = (ref for bundle in dataset.iter_internal_ref_bundles() for ref in bundle.block_refs)
     else:
-        refs = (ray.put(block) for block in blocks)
+        refs = (ray.put(compact(block)) for block in blocks)
     for ref in refs:
         if not ray.get(coord.offer.remote([ref])):
             return

@@ -31,17 +31,20 @@ COMPACT_MIN_ROWS = 200_000
 
 
 def split_by(table: pa.Table, parts: np.ndarray, n: int) -> list[pa.Table]:
-    """Splits ``table`` into ``n`` tables by the integer label per row in ``parts``."""
+    """Splits ``table`` into ``n`` tables by the integer label per row in ``parts``.
+
+    Each part is gathered with its own ``take`` so that it owns compact buffers: a
+    ``slice`` would keep (and pickle, when shipped to another actor) the whole parent.
+    """
     if table.num_rows == 0:
         return [table] * n
     order = np.argsort(parts, kind="stable")
-    counts = np.bincount(parts, minlength=n)
-    ordered = table.take(pa.array(order))
-    out, start = [], 0
-    for c in counts:
-        out.append(ordered.slice(start, int(c)))
-        start += int(c)
-    return out
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(parts, minlength=n))])
+    empty = table.schema.empty_table()
+    return [
+        table.take(pa.array(order[bounds[i]:bounds[i + 1]])) if bounds[i + 1] > bounds[i] else empty
+        for i in range(n)
+    ]
 
 
 class ColumnarState:

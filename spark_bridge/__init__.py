@@ -1,0 +1,33 @@
+"""Spark bridge for dpa: run dpa aggregations on Spark DataFrames through Spark on Ray.
+
+Typical use::
+
+    from spark_bridge import spark_session, run
+
+    with spark_session() as spark:
+        df = spark.read.parquet("events.parquet")
+        out = run(df, key="user_id", reducer=my_reducer)
+        out.show()
+"""
+
+from __future__ import annotations
+
+from .bridge import run
+from .session import (
+    JavaNotFoundError,
+    SparkConfig,
+    check_java,
+    get_or_create_spark,
+    spark_session,
+    stop_spark,
+)
+
+__all__ = [
+    "JavaNotFoundError",
+    "SparkConfig",
+    "check_java",
+    "get_or_create_spark",
+    "run",
+    "spark_session",
+    "stop_spark",
+]

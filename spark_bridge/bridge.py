@@ -1,0 +1,117 @@
+"""Run a dpa keyed aggregation on a Spark DataFrame and get a Spark DataFrame back."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from dpa.errors import ConfigError
+
+from .convert import (
+    arrow_refs_to_spark,
+    release_spark_dataset,
+    result_spark_schema,
+    spark_to_ray_dataset,
+    validate_columns,
+)
+
+if TYPE_CHECKING:  # pragma: no cover - imported for type hints only
+    from pyspark.sql import DataFrame
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["run"]
+
+
+def _key_columns(key: str | Sequence[str]) -> list[str]:
+    if isinstance(key, str):
+        columns = [key]
+    elif isinstance(key, Sequence) and not isinstance(key, (bytes, bytearray)):
+        columns = list(key)
+    else:
+        raise ConfigError(f"key must be a column name or a list of column names, got {key!r}")
+    if not columns:
+        raise ConfigError("key must name at least one column")
+    bad = [c for c in columns if not isinstance(c, str) or not c]
+    if bad:
+        raise ConfigError(f"key column names must be non-empty strings, got {bad!r}")
+    duplicates = sorted({c for c in columns if columns.count(c) > 1})
+    if duplicates:
+        raise ConfigError(f"key lists column(s) {duplicates} more than once")
+    return columns
+
+
+def _reducer_outputs(reducer: Any) -> list[tuple[str, str, str | None]]:
+    """Read ``(name, kind, column)`` from the reducer's attributes."""
+    missing = [attr for attr in ("name", "kind") if not hasattr(reducer, attr)]
+    if missing:
+        raise ConfigError(
+            f"reducer {reducer!r} lacks attribute(s) {missing}; dpa reducers expose "
+            "`name`, `kind` and `column`"
+        )
+    return [(reducer.name, reducer.kind, getattr(reducer, "column", None))]
+
+
+def run(
+    df: DataFrame,
+    key: str | Sequence[str],
+    reducer: Any,
+    map_fn: Callable[..., Any] | None = None,
+    config: Any = None,
+) -> DataFrame:
+    """Aggregate ``df`` by ``key`` with a dpa reducer running on Ray actors.
+
+    The DataFrame must belong to a Spark-on-Ray session (see
+    :func:`spark_bridge.get_or_create_spark`). Columns are validated before anything runs;
+    the data goes Spark -> Ray object store -> dpa actors -> Spark without passing through
+    the driver.
+
+    Args:
+        df: Input DataFrame (RayDP session).
+        key: Grouping column name or list of names.
+        reducer: A ``dpa.reducers`` reducer (exposes ``name``, ``kind``, ``column``).
+        map_fn: Optional per-row/batch function dpa applies before reducing. When given, the
+            reducer's input column may be produced by it; such outputs are typed from the
+            result's Arrow schema.
+        config: dpa run configuration, passed to ``dpa.run`` unchanged.
+
+    Returns:
+        DataFrame with the key columns (input types) followed by the reducer's outputs.
+
+    Raises:
+        dpa.errors.SchemaError: A key or input column is missing (lists available columns).
+        dpa.errors.ConfigError: Bad ``key`` or reducer description.
+    """
+    key_columns = _key_columns(key)
+    outputs = _reducer_outputs(reducer)
+    input_schema = df.schema
+    columns = [f.name for f in input_schema.fields]
+
+    # Validate before any Spark job or Ray work starts.
+    if map_fn is None:
+        validate_columns(columns, [*key_columns, *(c for _, _, c in outputs)])
+    else:
+        validate_columns(columns, key_columns)
+        # Columns the map function creates are unknown to Spark: type them from Arrow.
+        outputs = [
+            (name, kind, column) if column is None or column in columns else (name, "custom", None)
+            for name, kind, column in outputs
+        ]
+    result_spark_schema(input_schema, key_columns, outputs)  # kind/type checks, fail fast
+
+    spark = df.sparkSession
+    dataset = spark_to_ray_dataset(df)
+    try:
+        import dpa
+
+        # ---- dpa core runtime call (contract: dpa.run -> result with .arrow_refs,
+        # ---- .schema (pyarrow.Schema) and .stats) ------------------------------------
+        result = dpa.run(dataset, key=key_columns, reducer=reducer, map_fn=map_fn, config=config)
+        # -------------------------------------------------------------------------------
+    finally:
+        release_spark_dataset(df)
+    logger.info("dpa.run finished: %s", getattr(result, "stats", None))
+
+    out_schema = result_spark_schema(input_schema, key_columns, outputs, result.schema)
+    return arrow_refs_to_spark(spark, list(result.arrow_refs), out_schema)

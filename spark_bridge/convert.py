@@ -1,0 +1,368 @@
+"""Move data between Spark DataFrames (Spark on Ray) and Ray Datasets / Arrow object refs.
+
+Spark -> Ray uses :func:`ray.data.from_spark` (RayDP's recoverable path: executors cache the
+partitions as Arrow and Ray tasks fetch them into the object store).
+
+Ray -> Spark does *not* use ``Dataset.to_spark``: in raydp 1.6.5 that goes through
+``mapInPandas``, which turns int64 columns with nulls into float64 (values above 2**53 are
+silently changed) and turns NaN into null; it also ``ray.get``-s the first block on the
+driver and fails on a dataset without blocks. :func:`arrow_refs_to_spark` instead lets
+Spark's Python workers fetch the Arrow tables themselves and feed them to ``mapInArrow``
+after casting to the target schema, so the driver never touches the data.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from dpa.errors import ConfigError, SchemaError
+
+if TYPE_CHECKING:  # pragma: no cover - imported for type hints only
+    import pyarrow as pa
+    import ray
+    import ray.data
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import DataType, StructType
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "OUTPUT_KINDS",
+    "arrow_refs_to_spark",
+    "release_spark_dataset",
+    "result_spark_schema",
+    "spark_to_ray_dataset",
+    "validate_columns",
+]
+
+#: Reducer output kinds :func:`result_spark_schema` knows how to type.
+OUTPUT_KINDS: frozenset[str] = frozenset(
+    {"count", "sum", "min", "max", "mean", "collect", "top_k", "custom"}
+)
+
+# RayDP names its master actor <appName> + this suffix; it also serves as object holder.
+_RAYDP_MASTER_SUFFIX = "_SPARK_MASTER"
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def validate_columns(df_columns: Iterable[str], needed: Iterable[str | None]) -> None:
+    """Check that every needed column exists (exact, case-sensitive match).
+
+    Args:
+        df_columns: The columns the data has.
+        needed: Columns the job reads; ``None`` entries (e.g. a row count) are ignored.
+
+    Raises:
+        SchemaError: Naming the missing columns and the available ones.
+    """
+    available = list(df_columns)
+    present = set(available)
+    missing: list[str] = []
+    for column in needed:
+        if column is not None and column not in present and column not in missing:
+            missing.append(column)
+    if missing:
+        noun = "column" if len(missing) == 1 else "columns"
+        raise SchemaError(
+            f"missing {noun} {missing}; available columns: {available}. "
+            "Column names are case-sensitive."
+        )
+
+
+# --------------------------------------------------------------------------- Spark -> Ray
+
+
+def spark_to_ray_dataset(df: DataFrame, num_blocks: int | None = None) -> ray.data.Dataset:
+    """Convert a Spark-on-Ray DataFrame into a Ray Dataset of Arrow blocks.
+
+    Uses :func:`ray.data.from_spark`, which returns once every partition is in the Ray
+    object store. Spark keeps a cached Arrow copy of the partitions (so lost blocks can be
+    rebuilt); call :func:`release_spark_dataset` when the Ray dataset is no longer needed.
+
+    A DataFrame with zero partitions (e.g. ``df.limit(0)``) makes ``from_spark`` return a
+    dataset with no blocks and *no schema*; in that case this returns a dataset holding one
+    empty Arrow table with the DataFrame's schema instead.
+
+    Args:
+        df: DataFrame of a RayDP SparkSession.
+        num_blocks: Repartition to this many blocks first (default: keep Spark's
+            partitioning, one block per partition).
+
+    Returns:
+        The Ray Dataset.
+    """
+    import ray.data
+
+    if num_blocks is not None and (isinstance(num_blocks, bool) or num_blocks < 1):
+        raise ConfigError(f"num_blocks must be a positive int, got {num_blocks!r}")
+    if df.rdd.getNumPartitions() == 0:
+        logger.debug("DataFrame has no partitions; building an empty dataset from its schema")
+        return ray.data.from_arrow(_empty_table(df.schema))
+    return ray.data.from_spark(df, override_num_blocks=num_blocks)
+
+
+def release_spark_dataset(df: DataFrame) -> None:
+    """Drop the Arrow cache Spark keeps for ``df`` after :func:`spark_to_ray_dataset`.
+
+    Only call this once nothing will read the Ray dataset's blocks any more (after that a
+    lost block can no longer be rebuilt). Unreleased caches are freed when Spark stops.
+
+    Args:
+        df: The same DataFrame object given to :func:`spark_to_ray_dataset`.
+    """
+    try:
+        from raydp.spark import release_spark_recoverable
+    except ImportError:  # pragma: no cover - older raydp without the recoverable path
+        return
+    release_spark_recoverable(df)
+
+
+def _empty_table(schema: StructType) -> pa.Table:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema).empty_table()
+
+
+# --------------------------------------------------------------------------- Ray -> Spark
+
+
+def _make_block_reader(
+    holder_name: str, namespace: str, ray_address: str, key: str, target: pa.Schema
+):
+    """Build the ``mapInArrow`` function run by Spark's Python workers.
+
+    The function is self-contained (imports inside, no module globals) so cloudpickle ships
+    it by value and executors do not need dpa installed.
+    """
+
+    def read_blocks(batches):
+        import logging as _logging
+
+        import pyarrow as _pa
+        import ray as _ray
+
+        if not _ray.is_initialized():
+            _ray.init(
+                address=ray_address,
+                namespace=namespace,
+                logging_level=_logging.ERROR,
+                log_to_driver=False,
+            )
+        holder = _ray.get_actor(holder_name, namespace=namespace)
+        names = target.names
+        for batch in batches:
+            for idx in batch.column(0).to_pylist():
+                table = _ray.get(_ray.get(holder.get_object.remote(key, idx)))
+                if isinstance(table, _pa.RecordBatch):
+                    table = _pa.Table.from_batches([table])
+                missing = [n for n in names if n not in table.column_names]
+                if missing:
+                    raise ValueError(
+                        f"Arrow block {idx} lacks column(s) {missing}; it has {table.column_names}"
+                    )
+                table = table.select(names).cast(target)
+                yield from table.to_batches()
+
+    return read_blocks
+
+
+def arrow_refs_to_spark(
+    spark: SparkSession,
+    refs: Sequence[ray.ObjectRef],
+    schema: StructType,
+    num_partitions: int | None = None,
+) -> DataFrame:
+    """Turn Ray object refs of Arrow tables into a Spark DataFrame with ``schema``.
+
+    The refs are handed to RayDP's master actor, which keeps them alive for as long as the
+    Spark session runs (the DataFrame is lazy and may be recomputed by later actions). Spark's
+    Python workers connect to Ray, fetch their share of the tables and cast them to
+    ``schema`` in Arrow (safe casts: overflow raises instead of wrapping); nothing passes
+    through pandas or the driver.
+
+    Args:
+        spark: A RayDP SparkSession.
+        refs: Refs of ``pyarrow.Table`` (or ``RecordBatch``) objects; every table must have
+            the columns of ``schema`` (extra columns are dropped, order does not matter).
+        schema: Spark schema of the result.
+        num_partitions: Spark partitions to spread the tables over (default: one per table,
+            at most 4x Spark's default parallelism).
+
+    Returns:
+        A DataFrame with exactly ``schema``; empty (with that schema) if there are no refs.
+    """
+    import ray
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import NullType
+
+    placeholders = [f.name for f in schema.fields if isinstance(f.dataType, NullType)]
+    if placeholders:
+        raise SchemaError(
+            f"schema still has untyped (NullType) column(s) {placeholders}; pass the result's "
+            "Arrow schema to result_spark_schema() to resolve custom outputs"
+        )
+    refs = list(refs)
+    if not refs:
+        return spark.createDataFrame([], schema)
+    target = to_arrow_schema(schema)
+
+    holder_name = spark.sparkContext.appName + _RAYDP_MASTER_SUFFIX
+    namespace = ray.get_runtime_context().namespace
+    try:
+        holder = ray.get_actor(holder_name, namespace=namespace)
+    except ValueError as exc:
+        raise RuntimeError(
+            f"no RayDP master actor {holder_name!r} in Ray namespace {namespace!r}: the "
+            "SparkSession must come from raydp.init_spark / spark_bridge.get_or_create_spark "
+            "in this Ray job"
+        ) from exc
+    key = f"dpa-{uuid.uuid4().hex}"
+    ray.get(holder.add_objects.remote(key, refs))
+
+    if num_partitions is None:
+        num_partitions = min(len(refs), max(1, 4 * spark.sparkContext.defaultParallelism))
+    num_partitions = max(1, min(int(num_partitions), len(refs)))
+    ray_address = ray.get_runtime_context().gcs_address
+    reader = _make_block_reader(holder_name, namespace, ray_address, key, target)
+    indexes = spark.range(0, len(refs), 1, num_partitions)
+    logger.debug("Arrow refs -> Spark: %d tables in %d partitions", len(refs), num_partitions)
+    return indexes.mapInArrow(reader, schema)
+
+
+# --------------------------------------------------------------------------- result schema
+
+
+def _sum_type(dtype: DataType, column: str) -> DataType:
+    from pyspark.sql.types import (
+        ByteType,
+        DecimalType,
+        DoubleType,
+        FloatType,
+        IntegerType,
+        LongType,
+        ShortType,
+    )
+
+    if isinstance(dtype, (ByteType, ShortType, IntegerType, LongType)):
+        return LongType()
+    if isinstance(dtype, (FloatType, DoubleType)):
+        return DoubleType()
+    if isinstance(dtype, DecimalType):
+        return DecimalType(min(38, dtype.precision + 10), dtype.scale)
+    raise SchemaError(
+        f"cannot sum column {column!r} of type {dtype.simpleString()}; sum needs a numeric "
+        "column (integral, float/double or decimal)"
+    )
+
+
+def _is_numeric(dtype: DataType) -> bool:
+    from pyspark.sql.types import NumericType
+
+    return isinstance(dtype, NumericType)
+
+
+def result_spark_schema(
+    input_schema: StructType,
+    key_columns: Sequence[str],
+    outputs: Sequence[tuple[str, str, str | None]],
+    arrow_schema: pa.Schema | None = None,
+) -> StructType:
+    """Spark schema of a dpa result: key columns, then one column per reducer output.
+
+    Key columns keep their Spark type and nullability. Outputs ``(name, kind, column)`` are
+    typed like Spark's own aggregates:
+
+    ========  =====================================================================
+    count     ``LongType``
+    sum       integral -> ``LongType``; float/double -> ``DoubleType``;
+              ``decimal(p, s)`` -> ``decimal(min(38, p + 10), s)``
+    mean      ``DoubleType``
+    min/max   the input column's type
+    collect   ``ArrayType(<input type>)``
+    top_k     ``ArrayType(<input type>)``
+    custom    taken from ``arrow_schema`` if given, else ``NullType`` (placeholder
+              meaning "take from Arrow")
+    ========  =====================================================================
+
+    Output columns are nullable (a sum/min/mean over only nulls is null).
+
+    Args:
+        input_schema: Schema of the input DataFrame.
+        key_columns: Grouping columns, in result order.
+        outputs: ``(output_name, kind, input_column)`` per reducer output.
+        arrow_schema: Arrow schema of the result, used to type ``custom`` outputs.
+
+    Returns:
+        The result StructType.
+
+    Raises:
+        SchemaError: A key or input column is missing, or a column type does not fit the
+            kind (e.g. sum of strings).
+        ConfigError: Unknown kind or duplicate / clashing output names.
+    """
+    from pyspark.sql.types import (
+        ArrayType,
+        DoubleType,
+        LongType,
+        NullType,
+        StructField,
+        StructType,
+    )
+
+    by_name = {f.name: f for f in input_schema.fields}
+    validate_columns(by_name, [*key_columns, *(column for _, _, column in outputs)])
+
+    fields = [by_name[k] for k in key_columns]
+    seen = set(key_columns)
+    for name, kind, column in outputs:
+        if kind not in OUTPUT_KINDS:
+            raise ConfigError(
+                f"output {name!r} has unknown kind {kind!r}; expected one of {sorted(OUTPUT_KINDS)}"
+            )
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"output names must be non-empty strings, got {name!r}")
+        if name in seen:
+            raise ConfigError(
+                f"output name {name!r} is used twice (or clashes with a key column); "
+                "give each output a distinct name"
+            )
+        seen.add(name)
+        if kind in ("sum", "mean", "min", "max", "collect", "top_k") and column is None:
+            raise ConfigError(f"output {name!r} ({kind}) needs an input column")
+        if kind == "count":
+            dtype: DataType = LongType()
+        elif kind == "sum":
+            dtype = _sum_type(by_name[column].dataType, column)
+        elif kind == "mean":
+            if not _is_numeric(by_name[column].dataType):
+                raise SchemaError(
+                    f"cannot average column {column!r} of type "
+                    f"{by_name[column].dataType.simpleString()}; mean needs a numeric column"
+                )
+            dtype = DoubleType()
+        elif kind in ("min", "max"):
+            dtype = by_name[column].dataType
+        elif kind in ("collect", "top_k"):
+            dtype = ArrayType(by_name[column].dataType, containsNull=True)
+        else:  # custom
+            dtype = NullType()
+            if arrow_schema is not None:
+                dtype = _arrow_field_type(arrow_schema, name)
+        fields.append(StructField(name, dtype, nullable=True))
+    return StructType(fields)
+
+
+def _arrow_field_type(arrow_schema: pa.Schema, name: str) -> DataType:
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    index = arrow_schema.get_field_index(name)
+    if index < 0:
+        raise SchemaError(
+            f"the result has no column {name!r}; result columns: {arrow_schema.names}"
+        )
+    return from_arrow_type(arrow_schema.field(index).type)

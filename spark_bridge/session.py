@@ -1,0 +1,594 @@
+"""Start, reuse and stop Spark on Ray (RayDP) for dpa.
+
+The functions here wrap :func:`raydp.init_spark` / :func:`raydp.stop_spark` with the things
+every dpa user otherwise has to rediscover:
+
+* a Java check that fails early with an actionable message instead of a py4j stack trace;
+* the ``--add-opens`` flags Java 17 needs (without them ``ray.data.from_spark`` kills the
+  executor actor), merged into -- never replacing -- user supplied ``extraJavaOptions``;
+* ``PYSPARK_PYTHON`` pointed at the running interpreter, so Python UDF workers started by
+  the executor JVM import the same pyspark/pyarrow/ray as the driver;
+* sizing defaults that fit the machine;
+* clean shutdown: the RayDP actors, the driver JVM and (only if dpa started it) Ray.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from dpa.errors import DPAError
+
+if TYPE_CHECKING:  # pragma: no cover - imported for type hints only
+    from pyspark.sql import SparkSession
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "JAVA17_OPTIONS",
+    "JAVA_OPTION_KEYS",
+    "JavaNotFoundError",
+    "SparkConfig",
+    "check_java",
+    "find_java",
+    "get_or_create_spark",
+    "java_version",
+    "merge_java_options",
+    "parse_java_version",
+    "spark_session",
+    "stop_spark",
+]
+
+_INSTALL_HINT = (
+    "Install a JDK/JRE (Java 8, 11 or 17; 17 recommended), e.g. "
+    "`apt-get install -y openjdk-17-jre-headless`, then either put `java` on PATH or set "
+    "JAVA_HOME to the installation directory (the one containing bin/java)."
+)
+
+_ADD_OPENS_PACKAGES = (
+    "java.lang",
+    "java.lang.invoke",
+    "java.io",
+    "java.net",
+    "java.nio",
+    "java.math",
+    "java.text",
+    "java.util",
+    "java.util.concurrent",
+    "java.util.concurrent.atomic",
+    "sun.nio.ch",
+    "sun.nio.cs",
+    "sun.security.action",
+    "sun.util.calendar",
+)
+
+#: JVM flags Spark 3.5 + RayDP need on Java 17. ``-XX:+IgnoreUnrecognizedVMOptions`` makes
+#: the same string harmless on Java 8, which does not know ``--add-opens``.
+JAVA17_OPTIONS: str = " ".join(
+    ["-XX:+IgnoreUnrecognizedVMOptions"]
+    + [f"--add-opens=java.base/{pkg}=ALL-UNNAMED" for pkg in _ADD_OPENS_PACKAGES]
+)
+
+#: Spark/RayDP settings that receive :data:`JAVA17_OPTIONS`: the driver JVM, the executor
+#: JVMs (RayDP Java actors) and the RayDP app-master JVM.
+JAVA_OPTION_KEYS: tuple[str, ...] = (
+    "spark.driver.extraJavaOptions",
+    "spark.executor.extraJavaOptions",
+    "spark.ray.raydp_app_master.extraJavaOptions",
+)
+
+# Ray CPU share of each executor actor (RayDP defaults it to executor_cores).
+_EXECUTOR_ACTOR_CPU_KEY = "spark.ray.raydp_spark_executor.actor.resource.cpu"
+
+_MEMORY_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)b?\s*$", re.IGNORECASE)
+_MEMORY_FACTORS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_MIN_EXECUTOR_MEMORY = 512 << 20
+
+
+class JavaNotFoundError(DPAError, RuntimeError):
+    """No usable Java runtime was found (missing, broken, or older than required)."""
+
+
+# --------------------------------------------------------------------------- Java checks
+
+
+def find_java() -> str | None:
+    """Locate the ``java`` binary the way Spark's launcher does.
+
+    ``$JAVA_HOME/bin/java`` wins when ``JAVA_HOME`` is set (even if it does not exist, so a
+    stale ``JAVA_HOME`` is reported instead of silently ignored); otherwise ``java`` on PATH.
+
+    Returns:
+        Path of the java executable, or ``None`` if there is none.
+    """
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        candidate = os.path.join(java_home, "bin", "java")
+        return candidate if os.path.isfile(candidate) and os.access(candidate, os.X_OK) else None
+    return shutil.which("java")
+
+
+def parse_java_version(text: str) -> tuple[int, ...] | None:
+    """Parse the output of ``java -version``.
+
+    Legacy ``1.x`` versions are normalised so the first element is the major version:
+    ``"1.8.0_292"`` -> ``(8, 0, 292)``; ``"17.0.15"`` -> ``(17, 0, 15)``; ``"21"`` -> ``(21,)``.
+
+    Args:
+        text: Combined stdout/stderr of ``java -version``.
+
+    Returns:
+        The version as a tuple of ints, or ``None`` if no version string was found.
+    """
+    match = re.search(r'version\s+"([^"]+)"', text)
+    if match is None:
+        # Some builds print e.g. `openjdk 17.0.15 2025-04-15` (java --version style).
+        match = re.search(r"^\s*(?:openjdk|java)\s+(\d[\w.+-]*)", text, re.MULTILINE)
+        if match is None:
+            return None
+    parts = [int(p) for p in re.findall(r"\d+", match.group(1).split("-")[0].split("+")[0])]
+    if not parts:
+        return None
+    if parts[0] == 1 and len(parts) > 1:
+        parts = parts[1:]
+    return tuple(parts)
+
+
+def java_version(java: str | None = None) -> tuple[int, ...] | None:
+    """Return the version of the Java runtime Spark would use.
+
+    Args:
+        java: Path of a java executable; by default :func:`find_java` decides.
+
+    Returns:
+        The parsed version (see :func:`parse_java_version`), or ``None`` if there is no java
+        or it could not be run / parsed.
+    """
+    java = java or find_java()
+    if java is None:
+        return None
+    try:
+        proc = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        logger.debug("running %s -version failed: %s", java, exc)
+        return None
+    return parse_java_version((proc.stderr or "") + "\n" + (proc.stdout or ""))
+
+
+def check_java(min_major: int = 8) -> tuple[int, ...]:
+    """Fail early, with instructions, if Spark cannot start a JVM.
+
+    Args:
+        min_major: Lowest acceptable major Java version.
+
+    Returns:
+        The detected Java version.
+
+    Raises:
+        JavaNotFoundError: If java is missing, cannot be run, or is older than ``min_major``.
+    """
+    java_home = os.environ.get("JAVA_HOME")
+    java = find_java()
+    if java is None:
+        if java_home:
+            where = f"JAVA_HOME is set to {java_home!r} but {java_home}/bin/java does not exist"
+        else:
+            where = "`java` was not found on PATH and JAVA_HOME is not set"
+        raise JavaNotFoundError(f"Spark needs a Java runtime: {where}. {_INSTALL_HINT}")
+    version = java_version(java)
+    if version is None:
+        raise JavaNotFoundError(
+            f"Could not determine the Java version of {java} (`{java} -version` failed or "
+            f"printed no version). {_INSTALL_HINT}"
+        )
+    if version[0] < min_major:
+        found = ".".join(map(str, version))
+        raise JavaNotFoundError(
+            f"Java {found} found at {java} is too old: Spark needs Java {min_major} or newer. "
+            f"{_INSTALL_HINT}"
+        )
+    return version
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def merge_java_options(user: str | None, required: str = JAVA17_OPTIONS) -> str:
+    """Combine required JVM flags with user flags without losing either.
+
+    Required flags the user already passes are not repeated; the user's flags come last so
+    that, for flags where the JVM keeps the last value (``-D``, ``-Xss``...), the user wins.
+
+    Args:
+        user: The user's option string (may be ``None`` or empty).
+        required: Flags that must be present.
+
+    Returns:
+        A single option string.
+    """
+    user_tokens = shlex.split(user) if user else []
+    present = set(user_tokens)
+    merged = [tok for tok in shlex.split(required) if tok not in present] + user_tokens
+    return " ".join(shlex.quote(tok) for tok in merged)
+
+
+def parse_memory(value: str | int) -> int:
+    """Parse a Spark/JVM memory size (``"1g"``, ``"512m"``, ``"2GB"``, bytes as int).
+
+    Args:
+        value: The size.
+
+    Returns:
+        Size in bytes.
+
+    Raises:
+        ValueError: If the value is not a positive size.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"memory size must be like '1g', '512m' or bytes, got {value!r}")
+    if isinstance(value, int):
+        size = value
+    else:
+        match = _MEMORY_RE.match(value)
+        if match is None:
+            raise ValueError(
+                f"memory size must be like '1g', '512m', '2048m' or a byte count, got {value!r}"
+            )
+        size = int(match.group(1)) * _MEMORY_FACTORS[match.group(2).lower()]
+    if size <= 0:
+        raise ValueError(f"memory size must be positive, got {value!r}")
+    return size
+
+
+def _total_memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _available_cpus() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def default_executor_cores(cpus: int | None = None) -> int:
+    """Cores per executor: leave at least half the machine to dpa's actors, max 4.
+
+    Args:
+        cpus: CPU count to size for (defaults to this machine's).
+
+    Returns:
+        Core count (>= 1).
+    """
+    cpus = cpus or _available_cpus()
+    return max(1, min(4, cpus // 2))
+
+
+def default_num_executors(cpus: int | None = None) -> int:
+    """Executors: one per 8 CPUs (at least one), i.e. one on laptops / small boxes.
+
+    Args:
+        cpus: CPU count to size for (defaults to this machine's).
+
+    Returns:
+        Executor count (>= 1).
+    """
+    cpus = cpus or _available_cpus()
+    return max(1, cpus // 8)
+
+
+def default_executor_memory(total_bytes: int | None = None, num_executors: int = 1) -> str:
+    """Executor heap: 10% of RAM split over the executors, clamped to [1g, 4g].
+
+    Args:
+        total_bytes: Physical memory to size for (defaults to this machine's).
+        num_executors: How many executors share the budget.
+
+    Returns:
+        A Spark memory string such as ``"2g"`` or ``"1536m"``.
+    """
+    total = total_bytes if total_bytes is not None else _total_memory_bytes()
+    if not total:
+        return "1g"
+    per_executor = total // 10 // max(1, num_executors)
+    per_executor = max(1 << 30, min(4 << 30, per_executor))
+    mib = per_executor // (1 << 20) // 512 * 512  # round down to 512 MiB steps
+    return f"{mib // 1024}g" if mib % 1024 == 0 else f"{mib}m"
+
+
+@dataclass
+class SparkConfig:
+    """How to size and configure Spark on Ray.
+
+    Attributes:
+        app_name: Spark application name (also names the RayDP master actor).
+        num_executors: Executor count; defaults from the machine (see
+            :func:`default_num_executors`).
+        executor_cores: Cores per executor; defaults from the machine.
+        executor_memory: Heap per executor, e.g. ``"2g"``/``"1536m"`` or bytes; defaults to
+            ~10% of RAM clamped to [1g, 4g].
+        extra_conf: Extra Spark settings. ``*.extraJavaOptions`` are merged with
+            :data:`JAVA17_OPTIONS`, not replaced.
+        executor_actor_cpus: Ray CPUs reserved by each executor actor (RayDP default: its
+            ``executor_cores``). Lower it (e.g. ``0.5``) to leave Ray CPUs to dpa's actors on
+            a small machine; Spark still runs ``executor_cores`` tasks at once.
+        python_executable: Python that Spark's executor-side Python workers run (default:
+            this interpreter, unless ``PYSPARK_PYTHON`` is already set).
+    """
+
+    app_name: str = "dpa"
+    num_executors: int | None = None
+    executor_cores: int | None = None
+    executor_memory: str | int | None = None
+    extra_conf: dict[str, str] = field(default_factory=dict)
+    executor_actor_cpus: float | None = None
+    python_executable: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.app_name, str) or not self.app_name.strip():
+            raise ValueError(f"app_name must be a non-empty string, got {self.app_name!r}")
+        if self.num_executors is None:
+            self.num_executors = default_num_executors()
+        if self.executor_cores is None:
+            self.executor_cores = default_executor_cores()
+        if self.executor_memory is None:
+            self.executor_memory = default_executor_memory(num_executors=self.num_executors)
+        for name in ("num_executors", "executor_cores"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        size = parse_memory(self.executor_memory)
+        if size < _MIN_EXECUTOR_MEMORY:
+            raise ValueError(
+                f"executor_memory={self.executor_memory!r} is below 512m; Spark executors "
+                "do not start reliably with less (1g or more recommended)"
+            )
+        if not isinstance(self.extra_conf, Mapping):
+            raise ValueError(f"extra_conf must be a dict of str -> str, got {self.extra_conf!r}")
+        conf: dict[str, str] = {}
+        for key, value in self.extra_conf.items():
+            if not isinstance(key, str) or not key:
+                raise ValueError(f"extra_conf keys must be non-empty strings, got {key!r}")
+            if value is None:
+                raise ValueError(f"extra_conf[{key!r}] is None; give a string value")
+            conf[key] = str(value).lower() if isinstance(value, bool) else str(value)
+        self.extra_conf = conf
+        if self.executor_actor_cpus is not None:
+            cpus = self.executor_actor_cpus
+            if isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or cpus < 0:
+                raise ValueError(f"executor_actor_cpus must be a number >= 0, got {cpus!r}")
+
+    def spark_conf(self) -> dict[str, str]:
+        """Return the ``configs`` dict handed to :func:`raydp.init_spark`.
+
+        Returns:
+            dpa defaults, overridden by ``extra_conf``, with Java 17 options merged in.
+        """
+        conf: dict[str, str] = {
+            # The UI is useless inside a library call and costs startup time and a port.
+            "spark.ui.enabled": "false",
+            # 200 shuffle partitions is far too many for a few executor cores.
+            "spark.sql.shuffle.partitions": str(
+                max(2, 2 * int(self.num_executors) * int(self.executor_cores))
+            ),
+        }
+        if self.executor_actor_cpus is not None:
+            conf[_EXECUTOR_ACTOR_CPU_KEY] = str(self.executor_actor_cpus)
+        conf.update(self.extra_conf)
+        for key in JAVA_OPTION_KEYS:
+            conf[key] = merge_java_options(conf.get(key))
+        return conf
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+# What this module started, so that we only tear down our own things.
+_state: dict[str, bool] = {"ray": False, "spark": False}
+
+
+def _raydp_session() -> SparkSession | None:
+    """Return the SparkSession of the running RayDP context, if there is one."""
+    import raydp.context as raydp_context
+
+    ctx = getattr(raydp_context, "_global_spark_context", None)
+    if ctx is None:
+        return None
+    return getattr(ctx, "_spark_session", None)
+
+
+def is_spark_running() -> bool:
+    """Whether a RayDP Spark session is currently up in this process.
+
+    Returns:
+        ``True`` if :func:`raydp.init_spark` has been called and not stopped.
+    """
+    return _raydp_session() is not None
+
+
+def _prepare_environment(config: SparkConfig) -> None:
+    """Set process environment the Spark JVMs and Python workers rely on."""
+    python = config.python_executable
+    if python:
+        os.environ["PYSPARK_PYTHON"] = python
+    else:
+        # Without this the executor runs `python3` from PATH, which usually lacks pyspark.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        java_bin = os.path.join(java_home, "bin")
+        on_path = shutil.which("java")
+        if on_path is None:
+            # RayDP starts its app master with plain `java` from PATH.
+            os.environ["PATH"] = java_bin + os.pathsep + os.environ.get("PATH", "")
+        elif os.path.realpath(os.path.dirname(on_path)) != os.path.realpath(java_bin):
+            logger.warning(
+                "JAVA_HOME (%s) and `java` on PATH (%s) differ; the Spark driver uses "
+                "JAVA_HOME, RayDP's app master uses PATH",
+                java_home,
+                on_path,
+            )
+
+
+def _ensure_ray() -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    logger.info("starting a local Ray instance for Spark on Ray")
+    ray.init(include_dashboard=False, logging_level=logging.WARNING)
+    _state["ray"] = True
+
+
+def get_or_create_spark(config: SparkConfig | None = None) -> SparkSession:
+    """Return the running RayDP SparkSession, starting Ray and Spark on Ray if needed.
+
+    If a RayDP session is already up (started by dpa or by the caller) it is returned as is
+    and ``config`` is ignored. Otherwise Java is checked, Ray is started when not yet
+    initialised (reusing an initialised one), and :func:`raydp.init_spark` is called with
+    ``config`` plus the Java 17 options.
+
+    Args:
+        config: Sizing and Spark settings; defaults to ``SparkConfig()``.
+
+    Returns:
+        The SparkSession (Spark on Ray).
+
+    Raises:
+        JavaNotFoundError: If no suitable Java runtime is installed.
+    """
+    import ray
+
+    existing = _raydp_session()
+    if existing is not None:
+        if config is not None:
+            logger.info("reusing the running RayDP Spark session; the given config is ignored")
+        return existing
+    if config is None:
+        config = SparkConfig()
+    check_java()
+    _prepare_environment(config)
+    started_ray_before = _state["ray"]
+    _ensure_ray()
+    import raydp
+
+    logger.info(
+        "starting Spark on Ray: %d executor(s) x %d core(s) x %s",
+        config.num_executors,
+        config.executor_cores,
+        config.executor_memory,
+    )
+    try:
+        spark = raydp.init_spark(
+            app_name=config.app_name,
+            num_executors=int(config.num_executors),
+            executor_cores=int(config.executor_cores),
+            executor_memory=config.executor_memory,
+            configs=config.spark_conf(),
+        )
+    except BaseException:
+        _shutdown_driver_gateway()
+        if _state["ray"] and not started_ray_before:
+            ray.shutdown()
+            _state["ray"] = False
+        raise
+    _state["spark"] = True
+    return spark
+
+
+def _shutdown_driver_gateway() -> None:
+    """Stop pyspark's driver JVM (py4j gateway), which outlives ``SparkSession.stop()``.
+
+    Spark only reads driver JVM settings (class path with the RayDP jars, Java options) when
+    the gateway is launched, so a stale gateway would also break the next Spark on Ray start.
+    """
+    try:
+        from pyspark import SparkContext
+    except ImportError:  # pragma: no cover - pyspark is a hard dependency of raydp
+        return
+    if SparkContext._active_spark_context is not None:
+        return  # someone else's live SparkContext still uses the JVM
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    proc = getattr(gateway, "proc", None)
+    with contextlib.suppress(Exception):
+        gateway.shutdown()
+    if proc is not None:
+        with contextlib.suppress(Exception):
+            if proc.stdin is not None:
+                proc.stdin.close()  # the gateway JVM exits when its stdin closes
+        try:
+            proc.wait(timeout=15)
+        except Exception:  # noqa: BLE001 - last resort: make sure no JVM is left behind
+            with contextlib.suppress(Exception):
+                proc.kill()
+                proc.wait(timeout=5)
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+
+
+def _stop(shutdown_ray: bool) -> None:
+    import ray
+    import raydp
+
+    if is_spark_running():
+        logger.info("stopping Spark on Ray")
+        try:
+            raydp.stop_spark()
+        finally:
+            _state["spark"] = False
+            _shutdown_driver_gateway()
+    if shutdown_ray:
+        _state["ray"] = False
+        if ray.is_initialized():
+            logger.info("shutting down the Ray instance dpa started")
+            ray.shutdown()
+
+
+def stop_spark() -> None:
+    """Stop Spark on Ray and release everything it holds.
+
+    Stops the RayDP session (executor actors, app master actor and JVM), then pyspark's
+    driver JVM, then Ray -- the latter only if dpa started it. Safe to call when nothing is
+    running.
+    """
+    _stop(shutdown_ray=_state["ray"])
+
+
+@contextlib.contextmanager
+def spark_session(config: SparkConfig | None = None) -> Iterator[SparkSession]:
+    """Context manager yielding a Spark-on-Ray session.
+
+    On exit it stops only what it started: a session that was already running stays up, and
+    Ray is shut down only if this call started it.
+
+    Args:
+        config: Passed to :func:`get_or_create_spark`.
+
+    Yields:
+        The SparkSession.
+    """
+    import ray
+
+    owns_spark = not is_spark_running()
+    owns_ray = owns_spark and not ray.is_initialized()
+    spark = get_or_create_spark(config)
+    try:
+        yield spark
+    finally:
+        if owns_spark:
+            _stop(shutdown_ray=owns_ray and _state["ray"])

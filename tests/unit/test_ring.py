@@ -1,0 +1,217 @@
+"""Tests for dpa.ring: the paper's consistent-hash ring with halving and doubling."""
+
+from __future__ import annotations
+
+import pickle
+
+import mmh3
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dpa.errors import ConfigError
+from dpa.keys import hash_key
+from dpa.ring import DEFAULT_HALVING_TOKENS, HashRing, RingSnapshot, token_position
+
+HASHES = st.integers(min_value=0, max_value=2**32 - 1)
+COUNTS = st.lists(st.integers(min_value=0, max_value=6), min_size=1, max_size=6).filter(
+    lambda c: sum(c) > 0
+)
+
+
+def brute_force_owner(counts: tuple[int, ...], h: int) -> int:
+    """Walks clockwise from h over every token; ties by (position, reducer, j)."""
+    tokens = sorted(
+        (mmh3.hash(f"token-{i}-{j}", 0, signed=False), i, j)
+        for i, t in enumerate(counts)
+        for j in range(t)
+    )
+    for pos, i, _ in tokens:
+        if pos >= h:
+            return i
+    return tokens[0][1]
+
+
+def test_token_positions_are_the_papers() -> None:
+    assert token_position(0, 0) == mmh3.hash("token-0-0", 0, signed=False)
+    assert token_position(3, 15) == mmh3.hash(b"token-3-15", seed=0, signed=False)
+    snap = RingSnapshot.build([1, 1])
+    expected = sorted(mmh3.hash(f"token-{i}-0", 0, signed=False) for i in range(2))
+    assert snap.positions.tolist() == expected
+    assert snap.positions.dtype == np.uint32
+    assert snap.owners.dtype == np.int32
+
+
+@settings(max_examples=100, deadline=None)
+@given(COUNTS, st.lists(HASHES, max_size=20))
+def test_lookup_matches_brute_force(counts: list[int], hashes: list[int]) -> None:
+    snap = RingSnapshot.build(counts)
+    # Include exact token positions, their neighbours and the ring's ends.
+    probes = list(hashes) + [0, 2**32 - 1]
+    for p in snap.positions.tolist():
+        probes += [p, max(p - 1, 0), min(p + 1, 2**32 - 1)]
+    for h in probes:
+        assert snap.lookup_hash(h) == brute_force_owner(tuple(counts), h)
+    batch = snap.lookup_batch(np.array(probes, dtype=np.uint32))
+    assert batch.dtype == np.int32
+    assert batch.tolist() == [snap.lookup_hash(h) for h in probes]
+    # int64 input works too.
+    assert snap.lookup_batch(np.array(probes, dtype=np.int64)).tolist() == batch.tolist()
+
+
+def test_wrap_around() -> None:
+    snap = RingSnapshot.build([4, 4, 4])
+    last = int(snap.positions[-1])
+    first_owner = int(snap.owners[0])
+    if last < 2**32 - 1:
+        assert snap.lookup_hash(last + 1) == first_owner
+    assert snap.lookup_hash(2**32 - 1) in (first_owner, int(snap.owners[-1]))
+    assert snap.lookup_hash(last) == int(snap.owners[-1])
+    assert snap.lookup_hash(0) == first_owner or int(snap.positions[0]) == 0
+
+
+def test_key_lookup_uses_hash_key() -> None:
+    ring = HashRing.for_halving(4)
+    snap = ring.snapshot()
+    for key in ["a", "b", 7, ("x", 1), None, b"q"]:
+        assert ring.key_lookup(key) == snap.key_lookup(key) == snap.lookup_hash(hash_key(key))
+
+
+def test_zero_token_reducer_owns_nothing() -> None:
+    snap = RingSnapshot.build([3, 0, 2])
+    rng = np.random.default_rng(0)
+    owners = snap.lookup_batch(rng.integers(0, 2**32, 10_000, dtype=np.uint64))
+    assert 1 not in set(owners.tolist())
+    assert snap.num_reducers == 3 and snap.total_tokens == 5
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(min_value=1, max_value=6),
+    st.sampled_from([1, 2, 4, 8, 16]),
+    st.lists(st.integers(min_value=0, max_value=5), min_size=1, max_size=8),
+)
+def test_halving_only_moves_keys_away(reducers: int, tokens: int, victims: list[int]) -> None:
+    ring = HashRing.for_halving(reducers, tokens)
+    probes = np.random.default_rng(1).integers(0, 2**32, 3000, dtype=np.uint64)
+    before = ring.lookup_batch(probes)
+    for victim in victims:
+        node = victim % reducers
+        old_counts = ring.token_counts
+        old_version = ring.version
+        changed = ring.redistribute(node, "halving")
+        assert changed == (old_counts[node] > 1)
+        after = ring.lookup_batch(probes)
+        moved = before != after
+        assert np.all(before[moved] == node)
+        assert np.all(after[moved] != node)
+        assert ring.version == old_version + int(changed)
+        before = after
+
+
+def test_halving_counts_and_exhaustion() -> None:
+    ring = HashRing.for_halving(4)
+    assert ring.token_counts == (16, 16, 16, 16)
+    assert DEFAULT_HALVING_TOKENS == 16
+    for expected in (8, 4, 2, 1):
+        assert ring.halve(1) is True
+        assert ring.token_counts[1] == expected
+    v = ring.version
+    assert ring.halve(1) is False
+    assert ring.redistribute(1, "halving") is False
+    assert ring.token_counts == (16, 1, 16, 16)
+    assert ring.version == v == 4
+
+
+def test_doubling_counts() -> None:
+    ring = HashRing.for_doubling(4)
+    assert ring.token_counts == (1, 1, 1, 1)
+    assert ring.version == 0
+    assert ring.redistribute(2, "doubling") is True
+    assert ring.token_counts == (2, 2, 1, 2)
+    assert ring.version == 1
+    ring.double_except(0)
+    assert ring.token_counts == (2, 4, 2, 4)
+    assert ring.version == 2
+    single = HashRing.for_doubling(1)
+    assert single.redistribute(0, "doubling") is False
+    assert single.version == 0
+
+
+def test_doubling_adds_higher_indices() -> None:
+    ring = HashRing.for_doubling(3)
+    ring.double_except(1)
+    snap = ring.snapshot()
+    expected = sorted(token_position(i, j) for i, t in enumerate((2, 1, 2)) for j in range(t))
+    assert snap.positions.tolist() == expected
+
+
+def test_snapshot_caching_and_versions() -> None:
+    ring = HashRing.for_halving(2, 4)
+    s0 = ring.snapshot()
+    assert ring.snapshot() is s0
+    ring.halve(0)
+    s1 = ring.snapshot()
+    assert s1.version == 1 and s1.token_counts == (2, 4)
+    assert s0.version == 0 and s0.token_counts == (4, 4)
+
+
+def test_add_reducer() -> None:
+    ring = HashRing.for_halving(2, 4)
+    assert ring.add_reducer(4) == 2
+    assert ring.num_reducers == 3
+    assert ring.token_counts == (4, 4, 4)
+    assert ring.version == 1
+    with pytest.raises(ConfigError):
+        ring.add_reducer(-1)
+
+
+def test_snapshot_pickle_round_trip() -> None:
+    ring = HashRing.for_halving(4)
+    ring.halve(3)
+    snap = ring.snapshot()
+    clone = pickle.loads(pickle.dumps(snap))
+    assert clone == snap
+    assert clone.version == snap.version and clone.token_counts == snap.token_counts
+    assert np.array_equal(clone.positions, snap.positions)
+    assert np.array_equal(clone.owners, snap.owners)
+    probes = np.arange(0, 2**32, 2**20, dtype=np.uint64)
+    assert np.array_equal(clone.lookup_batch(probes), snap.lookup_batch(probes))
+    assert clone.key_lookup("hello") == snap.key_lookup("hello")
+    assert len(pickle.dumps(snap)) < 2000
+
+
+@pytest.mark.parametrize(
+    "tokens, suggestion", [(3, "4"), (12, "16"), (0, "1"), (6, "8"), (5, "4"), (20, "16")]
+)
+def test_halving_tokens_must_be_power_of_two(tokens: int, suggestion: str) -> None:
+    with pytest.raises(ConfigError, match="power of two") as info:
+        HashRing.for_halving(4, tokens)
+    assert suggestion in str(info.value).split("use e.g.")[1]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: HashRing.for_halving(0),
+        lambda: HashRing.for_doubling(0),
+        lambda: HashRing([]),
+        lambda: HashRing([0, 0]),
+        lambda: HashRing([1, -1]),
+        lambda: HashRing([1.5]),
+        lambda: RingSnapshot.build([]),
+        lambda: HashRing.for_doubling(2).redistribute(0, "tripling"),
+        lambda: HashRing.for_doubling(2).halve(2),
+        lambda: HashRing.for_method("doubling", 2, initial_tokens=4),
+    ],
+)
+def test_config_errors(make) -> None:  # noqa: ANN001
+    with pytest.raises(ConfigError):
+        make()
+
+
+def test_for_method() -> None:
+    assert HashRing.for_method("halving", 3).token_counts == (16, 16, 16)
+    assert HashRing.for_method("halving", 2, 8).token_counts == (8, 8)
+    assert HashRing.for_method("doubling", 2).token_counts == (1, 1)
