@@ -53,7 +53,7 @@ class Reducer:
 
     kind: str = "custom"
 
-    def __init__(self, column: str | None = None, name: str = "value") -> None:
+    def __init__(self, column: str | None = None, name: str = "result") -> None:
         self.column = column
         self.name = name
 
@@ -388,15 +388,16 @@ class TopK(_ColumnReducer):
         return self._truncate(super().partial_from_batch(table, group_cols))
 
     def merge_partials(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
-        # list<list<T>> per key, flattened in Python: keeps keys whose lists are empty
-        # (all-null input), which an explode-and-regroup would drop.
-        nested = table.group_by(group_cols, use_threads=False).aggregate([("items", "list")])
-        dtype = table.schema.field("items").type
-        top = [
-            heapq.nlargest(self.k, [v for part in parts for v in part])
-            for parts in nested["items_list"].to_pylist()
-        ]
-        return nested.select(group_cols).append_column("items", pa.array(top, dtype))
+        # Arrow has no hash_list over list columns, and exploding would drop keys whose
+        # lists are empty (all-null input): fold the partial rows in Python instead.
+        merged: dict[tuple[Any, ...], list[Any]] = {}
+        group_values = list(zip(*(table[c].to_pylist() for c in group_cols)))
+        for group, items in zip(group_values, table["items"].to_pylist()):
+            merged[group] = heapq.nlargest(self.k, merged.get(group, []) + items)
+        groups = list(merged)
+        arrays = [pa.array([g[i] for g in groups], table.schema.field(c).type) for i, c in enumerate(group_cols)]
+        arrays.append(pa.array(list(merged.values()), table.schema.field("items").type))
+        return pa.table(arrays, names=list(group_cols) + ["items"])
 
     def __repr__(self) -> str:
         return f"TopK({self.column!r}, k={self.k})"

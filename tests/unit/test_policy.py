@@ -1,0 +1,114 @@
+"""The DPA balancer rule and the policy registry."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dpa
+from dpa.errors import ConfigError
+from dpa.policy import DPAPlanner, DPAPolicy, HashPolicy, make_policy, policies
+from dpa.ring import HashRing
+
+
+@pytest.mark.parametrize(
+    "queues,tau,expected",
+    [
+        ([10, 5, 5, 5], 0.2, 0),
+        ([6, 5, 5, 5], 0.2, None),  # 6 > 5 * 1.2 is false
+        ([7, 5, 0, 0], 0.2, 0),
+        ([0, 0, 0, 0], 0.0, None),
+        ([3, 0, 0, 0], 0.0, 0),  # Q_s = 0: any queue is a straggler
+        ([5, 5, 0, 0], 0.0, None),  # ties are not stragglers
+        ([1, 9, 2, 8], 0.2, None),  # 9 > 9.6 false
+        ([1, 12, 2, 8], 0.2, 1),
+    ],
+)
+def test_straggler_predicate(queues, tau, expected):
+    assert DPAPlanner.straggler(queues, tau) == expected
+
+
+def planner(method="doubling", rounds=1, tau=0.2):
+    ring = HashRing.for_halving(4) if method == "halving" else HashRing.for_doubling(4)
+    return DPAPlanner(method, tau, rounds, ring)
+
+
+def test_doubling_round_publishes_new_version_and_logs():
+    p = planner("doubling")
+    for r, q in enumerate([100, 10, 10, 10]):
+        p.observe(r, q, 0)
+    (d,) = p.check(1.5)
+    assert d.snapshot.version == 1 and d.snapshot.token_counts == (1, 2, 2, 2)
+    assert d.event.action == "double" and d.event.reducer == 0
+    assert d.event.queue_lengths == (100, 10, 10, 10) and d.event.tokens_after == (1, 2, 2, 2)
+    assert d.event.time_s == 1.5
+
+
+def test_waits_for_fresh_reports_after_a_rebalance_and_respects_max_rounds():
+    p = planner("doubling", rounds=2)
+    for r, q in enumerate([100, 10, 10, 10]):
+        p.observe(r, q, 0)
+    assert len(p.check(0)) == 1
+    assert p.check(0.1) == []  # reports are from version 0: stale
+    for r, q in enumerate([100, 10, 10, 10]):
+        p.observe(r, q, 1)
+    assert len(p.check(0.2)) == 1  # second round for reducer 0
+    for r, q in enumerate([100, 10, 10, 10]):
+        p.observe(r, q, 2)
+    assert p.check(0.3) == []  # rounds used up
+    assert p.rounds == [2, 0, 0, 0]
+
+
+def test_stale_report_does_not_overwrite_a_fresh_one():
+    p = planner()
+    p.observe(0, 5, 3)
+    p.observe(0, 99, 2)
+    assert p.queue_lengths[0] == 5
+
+
+def test_halving_exhaustion_is_logged_once():
+    ring = HashRing((1, 4, 4, 4))
+    p = DPAPlanner("halving", 0.2, 3, ring)
+    for r, q in enumerate([50, 1, 1, 1]):
+        p.observe(r, q, 0)
+    (d,) = p.check(0)
+    assert d.snapshot is None and d.event.action == "exhausted"
+    assert p.check(0.1) == []
+
+
+def test_registry_lists_valid_policies_on_unknown_name():
+    with pytest.raises(ConfigError, match="valid policies: .*doubling.*halving"):
+        dpa.JobConfig(policy="nope")
+    assert {"halving", "doubling", "hash"} <= set(policies())
+
+
+def test_make_policy_and_moves_keys():
+    assert isinstance(make_policy(dpa.JobConfig(policy="hash")), HashPolicy)
+    p = make_policy(dpa.JobConfig(policy="halving", max_rounds=0))
+    assert isinstance(p, DPAPolicy) and not p.moves_keys and p.make_planner(4) is None
+    assert p.owners(p.initial_snapshot(4), np.zeros(3, np.uint32)) is None
+    assert make_policy(dpa.JobConfig(policy="doubling", max_rounds=2)).moves_keys
+
+
+def test_hash_policy_routes_mod_r():
+    p = HashPolicy()
+    snap = p.initial_snapshot(4)
+    h = np.array([0, 1, 5, 2**32 - 1], dtype=np.uint32)
+    assert p.make_router(0, 4).route(h, snap).tolist() == [0, 1, 1, 3]
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"tau": -0.1}, "tau"),
+        ({"num_mappers": 0}, "num_mappers"),
+        ({"num_reducers": 0}, "num_reducers"),
+        ({"initial_tokens": 12}, "power of two"),
+        ({"max_rounds": -1}, "max_rounds"),
+        ({"runtime": "spark"}, "runtime"),
+        ({"queue_capacity": 0}, "queue_capacity"),
+    ],
+)
+def test_config_errors(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        dpa.JobConfig(**kwargs)
