@@ -388,7 +388,7 @@ class CoordinatorActor:
             merged = plan.policy.splits_keys or final.version != snapshot.version
             if merged:
                 await asyncio.gather(*[r.exchange.remote() for r in self.reducers])
-        except _Failure:
+        except (_Failure, JobFailedError):
             raise
         except Exception as exc:
             raise self._fail("coordinator", exc) from exc

@@ -1,0 +1,161 @@
+"""The Ray runtime: exact results, rebalancing with forwarding, failures and teardown."""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import signal
+import threading
+import time
+
+import pyarrow as pa
+import pytest
+import ray
+
+import dpa
+from workloads.paper import workload
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+def dpa_actors_alive():
+    """Live named dpa actors as {"name", "namespace"} dicts."""
+    return [a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("dpa:")]
+
+
+def wait_no_dpa_actors(timeout=20.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if not dpa_actors_alive():
+            return True
+        time.sleep(0.3)
+    return False
+
+
+def skewed_words(n=4000, seed=3):
+    rng = random.Random(seed)
+    vocab = [f"w{i}" for i in range(50)]
+    return [vocab[0] if rng.random() < 0.4 else rng.choice(vocab) for _ in range(n)]
+
+
+@pytest.mark.parametrize("policy,rounds", [("halving", 0), ("halving", 2), ("doubling", 0), ("doubling", 2), ("hash", 0)])
+def test_word_count_equals_counter(policy, rounds):
+    words = skewed_words()
+    res = dpa.run(words, config=dpa.JobConfig(policy=policy, max_rounds=rounds, batch_size=500))
+    assert res.to_dict() == dict(collections.Counter(words))
+    assert sum(res.stats.processed) == len(words) == sum(res.stats.emitted)
+
+
+@pytest.mark.parametrize("policy", ["halving", "doubling"])
+def test_forced_rebalance_forwards_and_stays_exact(policy):
+    words = workload("WL4") * 3  # a straggler under both initial rings
+    res = dpa.run(words, reducer=dpa.WithCost(dpa.Count(), 0.004),
+                  config=dpa.JobConfig(policy=policy, max_rounds=2, batch_size=10, chunk_size=2, tau=0.2))
+    assert res.to_dict() == dict(collections.Counter(words))
+    assert len(res.stats.rebalances) >= 1
+    assert sum(res.stats.forwarded) > 0 and res.stats.merged
+    assert res.stats.ring_version >= 1
+
+
+def test_arrow_pandas_and_ray_dataset_sources():
+    t = pa.table({"k": ["x", "y", "x", None], "v": [1, 2, 3, 4]})
+    assert dpa.run(t, key="k", reducer=dpa.Sum("v")).to_dict() == {"x": 4, "y": 2, None: 4}
+    assert dpa.run(t.to_pandas(), key="k", reducer=dpa.Sum("v")).to_dict() == {"x": 4, "y": 2, None: 4}
+    ds = ray.data.from_arrow(t)
+    assert dpa.run(ds, key="k", reducer=dpa.Max("v")).to_dict() == {"x": 3, "y": 2, None: 4}
+    out = dpa.run(ds, key="k", reducer=dpa.Mean("v")).to_pandas()
+    assert set(out.columns) == {"k", "mean"}
+
+
+def test_bounded_queues_backpressure_with_forwarding_does_not_deadlock():
+    words = skewed_words(3000)
+    res = dpa.run(words, reducer=dpa.WithCost(dpa.Count(), 0.0005),
+                  config=dpa.JobConfig(policy="doubling", max_rounds=3, batch_size=100, chunk_size=20,
+                                       queue_capacity=150, timeout_s=120))
+    assert res.to_dict() == dict(collections.Counter(words))
+
+
+def test_map_fn_error_fails_job_names_actor_and_record_and_tears_down():
+    def bad(x):
+        if x == "boom":
+            raise ValueError("bad record")
+        return [x]
+
+    with pytest.raises(dpa.JobFailedError) as info:
+        dpa.run(["a", "b", "boom", "c"], map_fn=bad, config=dpa.JobConfig(batch_size=1))
+    msg = str(info.value)
+    assert "mapper-" in msg and "ValueError" in msg and "'boom'" in msg
+    assert "mapper-" in info.value.actor
+    assert wait_no_dpa_actors()
+
+
+def test_reducer_error_fails_job_names_actor_and_key():
+    class Fragile(dpa.Reducer):
+        def create(self):
+            return 0
+
+        def add(self, acc, value):
+            if value == "poison":
+                raise RuntimeError("cannot digest")
+            return acc + 1
+
+        def merge(self, a, b):
+            return a + b
+
+    with pytest.raises(dpa.JobFailedError) as info:
+        dpa.run(["a", "poison", "b"], reducer=Fragile())
+    msg = str(info.value)
+    assert "reducer-" in msg and "cannot digest" in msg and "'poison'" in msg
+    assert info.value.key == "poison"
+    assert wait_no_dpa_actors()
+
+
+def test_actor_death_mid_job_fails_fast_and_tears_down():
+    words = ["k%d" % (i % 7) for i in range(400)]
+    cfg = dpa.JobConfig(policy="hash", max_rounds=0, batch_size=10, chunk_size=5)
+    dpa.run(words[:10], config=cfg)  # warm the pool so we can find a reducer's pid
+
+    def kill_a_reducer():
+        time.sleep(1.0)
+        for a in dpa_actors_alive():
+            if "reducer-" in a["name"]:
+                handle = ray.get_actor(a["name"], namespace=a["namespace"])
+                pid = ray.get(handle.__ray_call__.remote(lambda self: os.getpid()))
+                os.kill(pid, signal.SIGKILL)
+                return
+
+    killer = threading.Thread(target=kill_a_reducer)
+    killer.start()
+    started = time.time()
+    with pytest.raises(dpa.JobFailedError, match="reducer|died|ActorDied"):
+        dpa.run(words, reducer=dpa.WithCost(dpa.Count(), 0.05), config=cfg)
+    killer.join()
+    assert time.time() - started < 30
+    assert wait_no_dpa_actors()
+
+
+def test_timeout_fails_loudly_and_tears_down():
+    with pytest.raises(dpa.JobFailedError, match="timeout_s"):
+        dpa.run(["a"] * 50, reducer=dpa.WithCost(dpa.Count(), 0.2),
+                config=dpa.JobConfig(timeout_s=1.0, batch_size=5, chunk_size=1))
+    assert wait_no_dpa_actors()
+
+
+def test_bad_input_raises_before_any_actor_starts():
+    dpa.shutdown()
+    assert wait_no_dpa_actors()
+    with pytest.raises(dpa.SchemaError, match="available columns"):
+        dpa.run(pa.table({"a": [1]}), key="b")
+    with pytest.raises(dpa.ConfigError, match="valid policies"):
+        dpa.run(["a"], config=dpa.JobConfig(policy="bogus") if False else None, policy="bogus")
+    assert not dpa_actors_alive()
+
+
+def test_actors_are_named_in_the_dpa_namespace():
+    dpa.run(["a", "b"])
+    names = {a["name"] for a in dpa_actors_alive()}
+    assert any(n.endswith(":coordinator") for n in names) and any(n.endswith(":balancer") for n in names)
+    assert sum(":reducer-" in n for n in names) == 4 and sum(":mapper-" in n for n in names) == 4
+    dpa.shutdown()
+    assert wait_no_dpa_actors()
