@@ -53,6 +53,8 @@ class Stats:
     runtime: str
     policy: str
     num_keys: int = 0
+    job_id: str = ""
+    timeline: list[Any] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -81,7 +83,9 @@ class Stats:
             "runtime": self.runtime,
             "policy": self.policy,
             "num_keys": self.num_keys,
+            "job_id": self.job_id,
             "skew": self.skew,
+            "timeline": [{"time_s": t, "queue_lengths": list(q), "version": v} for t, q, v in self.timeline],
             **self.extra,
         }
 
@@ -202,7 +206,7 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
         final_tokens=list(snap.token_counts) if hasattr(snap, "token_counts") else None,
         ring_version=snap.version, merged=out.merged, wall_time_s=out.wall_time_s,
         virtual_time_s=out.virtual_time_s, peak_queue=out.peak_queue, runtime=config.runtime,
-        policy=config.policy,
+        policy=config.policy, job_id=plan.job_id, timeline=out.timeline,
     )
     result = Result(tables, empty, plan.key_cols, plan.reducer.name, stats, arrow_refs=out.arrow_refs)
     if tables is not None:

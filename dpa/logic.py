@@ -201,17 +201,27 @@ class ReducerLogic:
 
 @dataclass
 class BalancerLogic:
-    """Wraps a policy's planner with the event log and the published snapshot."""
+    """Wraps a policy's planner with the event log, the published snapshot and a timeline.
+
+    The timeline samples the latest reported queue lengths at every tick (only when they
+    changed), so run reports can plot queue length per reducer over time; it keeps at
+    most ``max_samples`` points, thinning evenly when full.
+    """
 
     plan: JobPlan
     snapshot: Any
     planner: Any = None
     events: list[RebalanceEvent] = field(default_factory=list)
+    timeline: list[tuple[float, tuple[int, ...], int]] = field(default_factory=list)
+    max_samples: int = 4000
 
     def __post_init__(self) -> None:
         self.planner = self.plan.policy.make_planner(self.plan.num_reducers)
         if self.planner is not None:
             self.snapshot = self.planner.snapshot
+        self.queue_lengths = [0] * self.plan.num_reducers
+        self._stride = 1
+        self._ticks = 0
 
     @property
     def active(self) -> bool:
@@ -219,11 +229,26 @@ class BalancerLogic:
         return self.planner is not None
 
     def report(self, reducer: int, queue_length: int, version: int) -> None:
+        self.queue_lengths[reducer] = int(queue_length)
         if self.planner is not None:
             self.planner.observe(reducer, queue_length, version)
 
+    def sample(self, now: float) -> None:
+        """Appends the current queue lengths to the timeline if they changed."""
+        point = tuple(self.queue_lengths)
+        if self.timeline and self.timeline[-1][1] == point:
+            return
+        self._ticks += 1
+        if self._ticks % self._stride:
+            return
+        self.timeline.append((now, point, self.snapshot.version))
+        if len(self.timeline) > self.max_samples:
+            self.timeline = self.timeline[::2]
+            self._stride *= 2
+
     def tick(self, now: float) -> Any | None:
-        """Evaluates the policy; returns a new snapshot to publish, if any."""
+        """Samples the timeline and evaluates the policy; returns a snapshot to publish, if any."""
+        self.sample(now)
         if self.planner is None:
             return None
         published = None
@@ -232,6 +257,8 @@ class BalancerLogic:
             self.events.append(decision.event)
             if decision.snapshot is not None:
                 published = self.snapshot = decision.snapshot
+        if published is not None:
+            self.sample(now)
         return published
 
 

@@ -9,6 +9,7 @@ record to learn its output shape).
 from __future__ import annotations
 
 import itertools
+import uuid
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -181,6 +182,7 @@ class JobPlan:
     report_interval_s: float
     output_schema: pa.Schema | None = None  # of mapped records, when known
     input_schema: pa.Schema | None = None  # of the records reducers see, when known
+    job_id: str = ""  # short id tagging metrics and logs
 
     def apply_map(self, block: pa.Table) -> pa.Table:
         """Runs ``map_fn`` over a block of source records."""
@@ -373,7 +375,7 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
         keep_cols=keep, reducer=bound, policy=policy, num_mappers=config.num_mappers,
         num_reducers=config.num_reducers, queue_capacity=config.queue_capacity, chunk_size=config.chunk_size,
         lb_interval_s=config.lb_interval_s, report_interval_s=config.report_interval_s,
-        output_schema=output_schema, input_schema=schema,
+        output_schema=output_schema, input_schema=schema, job_id=uuid.uuid4().hex[:8],
     )
     return plan, blocks
 

@@ -43,6 +43,7 @@ class RunOutput:
     virtual_time_s: float | None = None
     peak_queue: list[int] = field(default_factory=list)
     arrow_refs: list[Any] | None = None
+    timeline: list[tuple[float, tuple[int, ...], int]] = field(default_factory=list)
 
 
 def run_local(plan: JobPlan, blocks: Iterator[pa.Table]) -> RunOutput:
@@ -124,8 +125,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table]) -> RunOutput:
                 progress = True
 
     feed()
-    if balancer.active:
-        heapq.heappush(heap, (plan.lb_interval_s, next(seq), "tick", -1))
+    heapq.heappush(heap, (plan.lb_interval_s, next(seq), "tick", -1))
     while not coord.complete():
         if not heap:
             feed()
@@ -148,7 +148,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table]) -> RunOutput:
             new = balancer.tick(now)
             if new is not None:
                 publish(new)
-            if not coord.complete():
+            if not coord.complete() and any(b is not None for b in busy):
                 heapq.heappush(heap, (now + plan.lb_interval_s, next(seq), "tick", -1))
 
     merged = policy.splits_keys or balancer.snapshot.version != snapshot.version
@@ -165,6 +165,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table]) -> RunOutput:
         emitted=[m.emitted for m in mappers],
         blocks_per_mapper=list(coord.blocks_per_mapper),
         events=list(balancer.events),
+        timeline=list(balancer.timeline),
         final_snapshot=balancer.snapshot,
         merged=merged,
         wall_time_s=time.perf_counter() - started,

@@ -34,6 +34,7 @@ from dpa.errors import JobFailedError
 from dpa.logic import BalancerLogic, CoordinatorLogic, MapperLogic, ReducerLogic
 from dpa.plan import JobPlan, empty_input_table
 from dpa.records import compact
+from dpa.telemetry import ReducerTelemetry, metric
 from dpa.runtime_local import RunOutput
 
 logger = logging.getLogger(__name__)
@@ -81,6 +82,7 @@ class MapperActor:
 
     async def start_job(self, plan: JobPlan, snapshot: Any, coordinator: Any, reducers: list[Any]) -> None:
         self.logic = MapperLogic(self.mapper_id, plan, snapshot)
+        self.tags = {"job_id": plan.job_id, "mapper": str(self.mapper_id)}
         self.coordinator = coordinator
         self.reducers = reducers
 
@@ -105,6 +107,9 @@ class MapperActor:
                 raise _Failure(self.name, exc, getattr(exc, "key", None)) from exc
             version = logic.snapshot.version
             await asyncio.gather(*[self.reducers[r].push.remote(b, version) for r, b in routed])
+            emitted = sum(b.num_rows for _, b in routed)
+            if emitted:
+                metric("dpa_records_emitted").inc(emitted, tags=self.tags)
         await self.coordinator.mapper_done.remote(self.mapper_id, logic.emitted)
         return logic.emitted
 
@@ -131,6 +136,7 @@ class ReducerActor:
         self.inflight: list[Any] = []
         self.last_sent: tuple[int, int, int] | None = None
         self.last_report = 0.0
+        self.telemetry = ReducerTelemetry(plan.job_id, self.reducer_id)
 
     # -- inputs ---------------------------------------------------------------------
     async def push(self, batch: pa.Table, version: int, forwarded: bool = False) -> None:
@@ -173,6 +179,9 @@ class ReducerActor:
         self.last_sent, self.last_report = sent, now
         self.balancer.report.remote(self.reducer_id, logic.queued, logic.snapshot.version)
         self.coordinator.progress.remote(self.reducer_id, logic.processed)
+        counts = getattr(logic.snapshot, "token_counts", None)
+        self.telemetry.update(logic.queued, logic.processed, logic.forwarded,
+                              None if counts is None else counts[self.reducer_id])
 
     async def _reporter(self) -> None:
         while not self.stopping:
@@ -221,6 +230,8 @@ class ReducerActor:
     async def stop(self) -> None:
         self.stopping = True
         self.wake.set()
+        self.last_sent = None
+        self._report(force=True)
 
     # -- final merge ----------------------------------------------------------------
     async def exchange(self) -> None:
@@ -266,6 +277,7 @@ class BalancerActor:
         self.plan = plan
         self.targets = list(mappers) + list(reducers)
         self.running = True
+        self.exported = 0
         self.t0 = time.monotonic()
 
     async def ping(self) -> bool:
@@ -277,17 +289,29 @@ class BalancerActor:
     async def snapshot(self) -> Any:
         return self.logic.snapshot
 
+    def _export_events(self) -> None:
+        job = {"job_id": self.plan.job_id}
+        for event in self.logic.events[self.exported:]:
+            metric("dpa_rebalances").inc(1, tags={**job, "policy": self.plan.policy.name, "action": event.action})
+        self.exported = len(self.logic.events)
+        metric("dpa_ring_version").set(self.logic.snapshot.version, tags=job)
+
     async def serve(self) -> None:
-        while self.running and self.logic.active:
+        self.exported = 0
+        self._export_events()
+        while self.running:
             await asyncio.sleep(self.plan.lb_interval_s)
             new = self.logic.tick(time.monotonic() - self.t0)
+            self._export_events()
             if new is not None:
                 for target in self.targets:
                     target.update_ring.remote(new)
 
-    async def stop(self) -> tuple[list[Any], Any]:
+    async def stop(self) -> tuple[list[Any], Any, list[Any]]:
         self.running = False
-        return self.logic.events, self.logic.snapshot
+        self._export_events()
+        self.logic.sample(time.monotonic() - self.t0)
+        return self.logic.events, self.logic.snapshot, self.logic.timeline
 
 
 @ray.remote(num_cpus=0)
@@ -337,6 +361,9 @@ class CoordinatorActor:
                 return None
             ref = self.blocks.popleft()
             self.logic.on_block_taken(mapper)
+            if self.logic.input_done:
+                taken = sum(self.logic.blocks_per_mapper)
+                metric("dpa_job_progress").set(taken / max(1, taken + len(self.blocks)), tags=self.job_tags)
             self.cond.notify_all()
             return [ref]
 
@@ -347,6 +374,7 @@ class CoordinatorActor:
     async def progress(self, reducer: int, processed: int) -> None:
         if self.logic is not None:
             self.logic.on_progress(reducer, processed)
+            metric("dpa_job_records_processed").set(sum(self.logic.processed), tags=self.job_tags)
             self._check()
 
     def _check(self) -> None:
@@ -356,6 +384,8 @@ class CoordinatorActor:
     # -- the job --------------------------------------------------------------------
     async def run_job(self, plan: JobPlan, snapshot: Any, max_pending: int) -> dict[str, Any]:
         self.logic = CoordinatorLogic(plan.num_mappers, plan.num_reducers)
+        self.job_tags = {"job_id": plan.job_id}
+        metric("dpa_job_progress").set(0.0, tags=self.job_tags)
         self.blocks: deque[Any] = deque()
         self.cond = asyncio.Condition()
         self.done = asyncio.Event()
@@ -384,7 +414,8 @@ class CoordinatorActor:
                         raise self._fail(tasks[fut], fut.exception())
             await asyncio.gather(*[r.stop.remote() for r in self.reducers])
             counters = await asyncio.gather(*[t for t, name in tasks.items() if "reducer" in name])
-            events, final = await self.balancer.stop.remote()
+            metric("dpa_job_progress").set(1.0, tags=self.job_tags)
+            events, final, timeline = await self.balancer.stop.remote()
             merged = plan.policy.splits_keys or final.version != snapshot.version
             if merged:
                 await asyncio.gather(*[r.exchange.remote() for r in self.reducers])
@@ -402,6 +433,7 @@ class CoordinatorActor:
             "emitted": list(self.logic.emitted),
             "blocks_per_mapper": list(self.logic.blocks_per_mapper),
             "events": events,
+            "timeline": timeline,
             "final_snapshot": final,
             "merged": merged,
         }
@@ -440,10 +472,23 @@ class _Pool:
 _POOL: _Pool | None = None
 
 
-def ensure_ray() -> None:
+#: Ray's default metrics report interval is 10 s; dpa asks for 1 s (Ray's minimum is 1 s)
+#: when it starts Ray itself. For a Ray you start: ``ray start --head
+#: --system-config='{"metrics_report_interval_ms": 1000}'`` or
+#: ``ray.init(_system_config={"metrics_report_interval_ms": 1000})``.
+METRICS_REPORT_INTERVAL_MS = 1000
+
+
+def ensure_ray(**init_kwargs: Any) -> None:
     """Starts a local Ray if none is running in this process (reuses one that is)."""
     if not ray.is_initialized():
-        ray.init(include_dashboard=False, logging_level=logging.WARNING, configure_logging=True)
+        options: dict[str, Any] = {
+            "include_dashboard": False,
+            "logging_level": logging.WARNING,
+            "_system_config": {"metrics_report_interval_ms": METRICS_REPORT_INTERVAL_MS},
+        }
+        options.update(init_kwargs)
+        ray.init(**options)
 
 
 def _get_pool(num_mappers: int, num_reducers: int, reuse: bool) -> _Pool:
@@ -525,6 +570,6 @@ def run_ray(plan: JobPlan, blocks: Any, dataset: Any, config: Any) -> RunOutput:
     return RunOutput(
         tables=[], processed=summary["processed"], forwarded=summary["forwarded"], emitted=summary["emitted"],
         blocks_per_mapper=summary["blocks_per_mapper"], events=summary["events"],
-        final_snapshot=summary["final_snapshot"], merged=summary["merged"],
+        final_snapshot=summary["final_snapshot"], merged=summary["merged"], timeline=summary["timeline"],
         wall_time_s=time.perf_counter() - started, peak_queue=summary["peak_queue"], arrow_refs=refs,
     )

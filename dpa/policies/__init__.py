@@ -1,0 +1,37 @@
+"""Partitioning policies from the literature, registered with :func:`dpa.policy.register_policy`.
+
+Importing this package registers (see each module for the algorithms and the choices
+this implementation makes where the papers leave room):
+
+* :mod:`dpa.policies.grouping` — ``shuffle``, ``potc``, ``on-greedy``, ``off-greedy`` and
+  ``pkg`` (Partial Key Grouping, Nasir et al.);
+* :mod:`dpa.policies.dkg` — ``dkg`` (Dynamic Key Grouping, Dalabasmaz & Can).
+
+Use them by name: ``dpa.JobConfig(policy="pkg", policy_options={"d": 3})``. They can be
+replayed without Ray, on a key stream, with :func:`dpa.simulate.simulate`.
+"""
+
+from dpa.policies.common import candidates, seeded_hash32
+from dpa.policies.dkg import DKGPolicy, dkg_max_machines, dkg_threshold
+from dpa.policies.grouping import (
+    OffGreedyPolicy,
+    OnGreedyPolicy,
+    PKGPolicy,
+    PoTCPolicy,
+    ShufflePolicy,
+    lpt_assignment,
+)
+
+__all__ = [
+    "DKGPolicy",
+    "OffGreedyPolicy",
+    "OnGreedyPolicy",
+    "PKGPolicy",
+    "PoTCPolicy",
+    "ShufflePolicy",
+    "candidates",
+    "dkg_max_machines",
+    "dkg_threshold",
+    "lpt_assignment",
+    "seeded_hash32",
+]

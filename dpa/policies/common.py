@@ -1,0 +1,116 @@
+"""Shared building blocks of the literature's policies: seeded hash choices, snapshots.
+
+Every policy in :mod:`dpa.policies` routes on the 32-bit key hash ``h`` that dpa already
+computes for each record (:func:`dpa.keys.hash_key_columns`). Policies that need ``d``
+independent hash functions ``H_1 .. H_d`` (PoTC, PKG) derive them from ``h`` without
+touching the key again:
+
+    ``H_i(key) = murmur3_x86_32(le32(h), seed=i - 1) % R``  for ``i = 1 .. d``
+
+where ``le32(h)`` is the 4-byte little-endian encoding of ``h``. This is exactly
+``mmh3.hash(struct.pack("<I", h), i - 1, signed=False)``; :func:`seeded_hash32` computes
+it for a whole batch with numpy. (:func:`dpa.keys.murmur3_32_batch` has no seed
+argument, so a 4-byte, any-seed specialisation of the same algorithm lives here; for
+seed 0 both agree bit for bit, which the tests check.) Seeds are independent murmur
+functions, so ``H_1`` and ``H_2`` are independent: they may coincide for a key (with
+probability ``1/R``), exactly as in the PKG paper.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dpa.errors import ConfigError
+
+__all__ = ["candidates", "check_int_option", "seeded_hash32"]
+
+_C1 = np.uint32(0xCC9E2D51)
+_C2 = np.uint32(0x1B873593)
+_M5 = np.uint32(5)
+_N1 = np.uint32(0xE6546B64)
+_F1 = np.uint32(0x85EBCA6B)
+_F2 = np.uint32(0xC2B2AE35)
+_LEN4 = np.uint32(4)
+
+
+def _rotl(x: np.ndarray, r: int) -> np.ndarray:
+    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+
+
+def _mixed_block(hashes: np.ndarray) -> np.ndarray:
+    """The seed-independent part of murmur3 on one 4-byte block: ``rotl(k*c1, 15)*c2``."""
+    k = np.array(hashes, dtype=np.uint32, copy=True)
+    with np.errstate(over="ignore"):
+        k *= _C1
+        k = _rotl(k, 15)
+        k *= _C2
+    return k
+
+
+def _finish(k: np.ndarray, seed: int) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        h = k ^ np.uint32(seed & 0xFFFFFFFF)
+        h = _rotl(h, 13)
+        h *= _M5
+        h += _N1
+        h ^= _LEN4
+        h ^= h >> np.uint32(16)
+        h *= _F1
+        h ^= h >> np.uint32(13)
+        h *= _F2
+        h ^= h >> np.uint32(16)
+    return h
+
+
+def seeded_hash32(hashes: np.ndarray, seed: int) -> np.ndarray:
+    """MurmurHash3 x86_32 with ``seed`` of the 4-byte little-endian encoding of each hash.
+
+    Args:
+        hashes: 32-bit key hashes (any integer dtype; taken modulo ``2**32``).
+        seed: The murmur seed (``0 <= seed < 2**32``).
+
+    Returns:
+        ``uint32`` array, ``out[j] == mmh3.hash(struct.pack("<I", hashes[j]), seed, signed=False)``.
+    """
+    return _finish(_mixed_block(np.asarray(hashes).astype(np.uint32, copy=False)), seed)
+
+
+def candidates(hashes: np.ndarray, d: int, num_reducers: int) -> np.ndarray:
+    """The ``d`` hash choices ``H_1 .. H_d`` of each key, vectorised.
+
+    Args:
+        hashes: ``uint32`` key hashes, shape ``(n,)``.
+        d: Number of choices (``>= 1``).
+        num_reducers: ``R``; choices are in ``[0, R)``.
+
+    Returns:
+        ``int64`` array of shape ``(d, n)``; row ``i`` is ``H_{i+1}`` (murmur seed ``i``).
+    """
+    k = _mixed_block(np.asarray(hashes).astype(np.uint32, copy=False))
+    out = np.empty((d, len(k)), dtype=np.int64)
+    r = np.uint32(num_reducers)
+    for i in range(d):
+        out[i] = _finish(k, i) % r
+    return out
+
+
+def check_int_option(name: str, value: object, minimum: int, policy: str) -> int:
+    """Validates an integer policy option.
+
+    Args:
+        name: Option name (for the message).
+        value: The given value.
+        minimum: Smallest allowed value.
+        policy: Policy name (for the message).
+
+    Returns:
+        The value as ``int``.
+
+    Raises:
+        ConfigError: If the value is not an integer ``>= minimum``.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ConfigError(
+            f"policy {policy!r}: option {name} must be an integer >= {minimum}, got {value!r}"
+        )
+    return int(value)
