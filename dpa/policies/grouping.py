@@ -133,7 +133,7 @@ class PKGRouter(Router):
         out: list[int] = []
         append = out.append
         if self.d == 2:
-            for a, b in zip(c[0].tolist(), c[1].tolist()):
+            for a, b in zip(c[0].tolist(), c[1].tolist(), strict=True):
                 x = load[a]
                 y = load[b]
                 if y < x:
@@ -144,7 +144,7 @@ class PKGRouter(Router):
                     append(a)
         else:
             get = load.__getitem__
-            for choice in zip(*c.tolist()):
+            for choice in zip(*c.tolist(), strict=True):
                 w = min(choice, key=get)  # first minimum = earliest choice on ties
                 load[w] += 1
                 append(w)
@@ -200,16 +200,25 @@ class PoTCRouter(BindingRouter):
         c = candidates(hs, self.d, self.num_reducers)
         table, load = self.table, self.loads
         get = table.get
-        loadget = load.__getitem__
         out: list[int] = []
         append = out.append
-        for h, choice in zip(hs.tolist(), zip(*c.tolist())):
-            w = get(h)
-            if w is None:
-                w = min(choice, key=loadget)
-                table[h] = w
-            load[w] += 1
-            append(w)
+        if self.d == 2:
+            for h, a, b in zip(hs.tolist(), c[0].tolist(), c[1].tolist(), strict=True):
+                w = get(h)
+                if w is None:
+                    w = b if load[b] < load[a] else a
+                    table[h] = w
+                load[w] += 1
+                append(w)
+        else:
+            loadget = load.__getitem__
+            for h, choice in zip(hs.tolist(), zip(*c.tolist(), strict=True), strict=True):
+                w = get(h)
+                if w is None:
+                    w = min(choice, key=loadget)  # first minimum = earliest choice on ties
+                    table[h] = w
+                load[w] += 1
+                append(w)
         return np.array(out, dtype=np.int64)
 
 
@@ -253,12 +262,11 @@ def lpt_assignment(hashes: np.ndarray, counts: np.ndarray, num_reducers: int) ->
     out = np.empty(len(hashes), dtype=np.int64)
     assigned: list[int] = []
     append = assigned.append
-    pushpop = heapq.heappushpop
-    top = heap[0]
+    replace = heapq.heapreplace
     for c in counts[order].tolist():
-        load, r = top
+        load, r = heap[0]
         append(r)
-        top = pushpop(heap, (load + c, r))
+        replace(heap, (load + c, r))
     out[order] = assigned
     return out
 
@@ -299,7 +307,7 @@ class OffGreedyRouter(BindingRouter):
         get = table.get
         out: list[int] = []
         append = out.append
-        for h, w in zip(hs.tolist(), pre.tolist()):
+        for h, w in zip(hs.tolist(), pre.tolist(), strict=True):
             if w < 0:
                 w = get(h)
                 if w is None:

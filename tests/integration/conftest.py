@@ -10,9 +10,11 @@ import dpa
 
 @pytest.fixture(scope="session")
 def ray_session():
+    from dpa.runtime_ray import ensure_ray
+
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+        ensure_ray(num_cpus=2, logging_level="ERROR")  # as dpa starts it: 1 s metrics interval
     yield
     dpa.shutdown()
     if started:

@@ -1,0 +1,265 @@
+"""Tests for spark_bridge.convert: Spark <-> Ray conversion and result schemas."""
+
+from __future__ import annotations
+
+import math
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    NullType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from dpa.errors import ConfigError, SchemaError
+from spark_bridge.convert import (
+    arrow_refs_to_spark,
+    release_spark_dataset,
+    result_spark_schema,
+    spark_to_ray_dataset,
+    validate_columns,
+)
+
+MIXED_SCHEMA = StructType(
+    [
+        StructField("i", IntegerType(), True),
+        StructField("l", LongType(), True),
+        StructField("s", StringType(), True),
+        StructField("d", DoubleType(), True),
+    ]
+)
+MIXED_ROWS = [
+    (1, 10, "plain", 1.5),
+    (2, 2**40, "ünïcödé ✓ 漢字 🎉", -0.25),
+    (None, None, None, None),
+    (-(2**31), -(2**63), "", 1e300),
+    (2**31 - 1, 2**63 - 1, "x", None),
+]
+
+
+def _sorted_rows(df) -> list[tuple]:
+    return sorted((tuple(r) for r in df.collect()), key=repr)
+
+
+# --------------------------------------------------------------------------- round trips
+
+
+def test_round_trip_keeps_rows_and_types(spark) -> None:
+    import ray
+
+    df = spark.createDataFrame(MIXED_ROWS, MIXED_SCHEMA).repartition(2)
+    ds = spark_to_ray_dataset(df)
+    assert ds.count() == len(MIXED_ROWS)
+    arrow_schema = ds.schema().base_schema
+    assert arrow_schema.field("i").type == pa.int32()
+    assert arrow_schema.field("l").type == pa.int64()
+    assert arrow_schema.field("d").type == pa.float64()
+    assert pa.types.is_string(arrow_schema.field("s").type) or pa.types.is_large_string(
+        arrow_schema.field("s").type
+    )
+
+    refs = ds.to_arrow_refs()
+    assert all(isinstance(r, ray.ObjectRef) for r in refs)
+    back = arrow_refs_to_spark(spark, refs, MIXED_SCHEMA)
+    assert back.schema == MIXED_SCHEMA
+    assert _sorted_rows(back) == sorted(MIXED_ROWS, key=repr)
+    release_spark_dataset(df)
+
+
+def test_arrow_refs_keep_int64_precision_and_nan(spark) -> None:
+    # raydp's Dataset.to_spark goes through pandas: 2**60 + 1 next to a null became 2**60
+    # and NaN became null. The bridge must not do that.
+    import ray
+
+    table = pa.table(
+        {
+            "a": pa.array([2**60 + 1, None, 3], pa.int64()),
+            "d": pa.array([float("nan"), None, 2.0]),
+            "extra": pa.array(["ignored", "ignored", "ignored"]),
+        }
+    )
+    schema = StructType([StructField("d", DoubleType()), StructField("a", LongType())])
+    rows = arrow_refs_to_spark(spark, [ray.put(table)], schema).collect()
+    assert [r["a"] for r in rows] == [2**60 + 1, None, 3]
+    assert math.isnan(rows[0]["d"]) and rows[1]["d"] is None and rows[2]["d"] == 2.0
+
+
+def test_arrow_refs_cast_to_spark_schema(spark) -> None:
+    import ray
+
+    refs = [
+        ray.put(pa.table({"k": pa.array([1, 2], pa.int64()), "v": pa.array([1.0, 2.5])})),
+        ray.put(pa.table({"k": pa.array([], pa.int64()), "v": pa.array([], pa.float64())})),
+        ray.put(pa.table({"k": pa.array([3], pa.int64()), "v": pa.array([None], pa.float64())})),
+    ]
+    schema = StructType([StructField("k", IntegerType()), StructField("v", DoubleType())])
+    df = arrow_refs_to_spark(spark, refs, schema)
+    assert df.schema == schema
+    assert sorted(tuple(r) for r in df.collect()) == [(1, 1.0), (2, 2.5), (3, None)]
+    assert df.count() == 3  # lazily recomputed: refs must still be alive
+
+
+def test_arrow_refs_overflowing_cast_fails(spark) -> None:
+    import ray
+
+    ref = ray.put(pa.table({"k": pa.array([2**40], pa.int64())}))
+    df = arrow_refs_to_spark(spark, [ref], StructType([StructField("k", IntegerType())]))
+    with pytest.raises(Exception, match="(?i)overflow|out of bounds|ArrowInvalid"):
+        df.collect()
+
+
+def test_empty_dataframe_round_trip_keeps_schema(spark) -> None:
+    for empty in (
+        spark.createDataFrame(MIXED_ROWS, MIXED_SCHEMA).limit(0),  # zero partitions
+        spark.createDataFrame([], MIXED_SCHEMA),  # partitions without rows
+    ):
+        ds = spark_to_ray_dataset(empty)
+        assert ds.count() == 0
+        assert ds.schema() is not None
+        assert ds.schema().names == ["i", "l", "s", "d"]
+        back = arrow_refs_to_spark(spark, ds.to_arrow_refs(), MIXED_SCHEMA)
+        assert back.schema == MIXED_SCHEMA
+        assert back.count() == 0
+        release_spark_dataset(empty)
+
+
+def test_no_refs_gives_empty_dataframe_with_schema(spark) -> None:
+    df = arrow_refs_to_spark(spark, [], MIXED_SCHEMA)
+    assert df.schema == MIXED_SCHEMA
+    assert df.count() == 0
+
+
+def test_arrow_refs_reject_placeholder_schema(spark) -> None:
+    schema = StructType([StructField("k", LongType()), StructField("c", NullType())])
+    with pytest.raises(SchemaError, match="NullType"):
+        arrow_refs_to_spark(spark, [], schema)
+
+
+# --------------------------------------------------------------------------- result schema
+
+INPUT = StructType(
+    [
+        StructField("k", StringType(), False),
+        StructField("k2", IntegerType(), True),
+        StructField("b", ShortType()),
+        StructField("i", IntegerType()),
+        StructField("l", LongType()),
+        StructField("f", FloatType()),
+        StructField("d", DoubleType()),
+        StructField("dec", DecimalType(10, 2)),
+        StructField("bigdec", DecimalType(32, 4)),
+        StructField("s", StringType()),
+        StructField("day", DateType()),
+        StructField("flag", BooleanType()),
+    ]
+)
+
+
+def _types(schema: StructType) -> dict:
+    return {f.name: f.dataType for f in schema.fields}
+
+
+def test_result_schema_keys_keep_type_and_nullability() -> None:
+    schema = result_spark_schema(INPUT, ["k2", "k"], [("n", "count", None)])
+    assert schema.names == ["k2", "k", "n"]
+    assert schema["k"] == StructField("k", StringType(), False)
+    assert schema["k2"] == StructField("k2", IntegerType(), True)
+    assert schema["n"].dataType == LongType()
+
+
+def test_result_schema_kinds() -> None:
+    outputs = [
+        ("cnt", "count", None),
+        ("cnt_s", "count", "s"),
+        ("sum_b", "sum", "b"),
+        ("sum_i", "sum", "i"),
+        ("sum_l", "sum", "l"),
+        ("sum_f", "sum", "f"),
+        ("sum_d", "sum", "d"),
+        ("sum_dec", "sum", "dec"),
+        ("sum_bigdec", "sum", "bigdec"),
+        ("mean_i", "mean", "i"),
+        ("mean_dec", "mean", "dec"),
+        ("min_s", "min", "s"),
+        ("max_day", "max", "day"),
+        ("min_dec", "min", "dec"),
+        ("all_s", "collect", "s"),
+        ("top_d", "top_k", "d"),
+        ("mine", "custom", None),
+    ]
+    types = _types(result_spark_schema(INPUT, ["k"], outputs))
+    assert types["cnt"] == LongType() and types["cnt_s"] == LongType()
+    assert types["sum_b"] == types["sum_i"] == types["sum_l"] == LongType()
+    assert types["sum_f"] == types["sum_d"] == DoubleType()
+    assert types["sum_dec"] == DecimalType(20, 2)
+    assert types["sum_bigdec"] == DecimalType(38, 4)
+    assert types["mean_i"] == types["mean_dec"] == DoubleType()
+    assert types["min_s"] == StringType()
+    assert types["max_day"] == DateType()
+    assert types["min_dec"] == DecimalType(10, 2)
+    assert types["all_s"] == ArrayType(StringType(), True)
+    assert types["top_d"] == ArrayType(DoubleType(), True)
+    assert types["mine"] == NullType()  # placeholder: "take from Arrow"
+
+
+def test_result_schema_custom_from_arrow() -> None:
+    arrow = pa.schema([("k", pa.string()), ("mine", pa.list_(pa.int64()))])
+    schema = result_spark_schema(INPUT, ["k"], [("mine", "custom", None)], arrow_schema=arrow)
+    assert schema["mine"].dataType == ArrayType(LongType(), True)
+    with pytest.raises(SchemaError, match="mine"):
+        result_spark_schema(
+            INPUT, ["k"], [("mine", "custom", None)], pa.schema([("k", pa.string())])
+        )
+
+
+@pytest.mark.parametrize(
+    ("outputs", "error", "match"),
+    [
+        ([("x", "sum", "s")], SchemaError, "cannot sum column 's' of type string"),
+        ([("x", "sum", "flag")], SchemaError, "cannot sum"),
+        ([("x", "mean", "day")], SchemaError, "cannot average"),
+        ([("x", "median", "d")], ConfigError, "unknown kind 'median'"),
+        ([("x", "min", None)], ConfigError, "needs an input column"),
+        ([("k", "count", None)], ConfigError, "clashes with a key"),
+        ([("x", "count", None), ("x", "sum", "d")], ConfigError, "used twice"),
+        ([("x", "max", "nope")], SchemaError, "nope"),
+    ],
+)
+def test_result_schema_errors(outputs, error, match) -> None:
+    with pytest.raises(error, match=match):
+        result_spark_schema(INPUT, ["k"], outputs)
+
+
+def test_result_schema_missing_key() -> None:
+    with pytest.raises(SchemaError, match="user_id") as info:
+        result_spark_schema(INPUT, ["user_id"], [("n", "count", None)])
+    assert "available columns" in str(info.value)
+
+
+# --------------------------------------------------------------------------- validate_columns
+
+
+def test_validate_columns_lists_missing_and_available() -> None:
+    with pytest.raises(SchemaError) as info:
+        validate_columns(["a", "b", "c"], ["a", "x", None, "y", "x"])
+    message = str(info.value)
+    assert "['x', 'y']" in message  # each missing column once, in order
+    assert "available columns: ['a', 'b', 'c']" in message
+    assert isinstance(info.value, ValueError)
+
+
+def test_validate_columns_passes_and_is_case_sensitive() -> None:
+    validate_columns(["a", "B"], ["a", "B", None])
+    with pytest.raises(SchemaError, match="case-sensitive"):
+        validate_columns(["a", "B"], ["b"])
