@@ -9,8 +9,8 @@ record to learn its output shape).
 from __future__ import annotations
 
 import itertools
-import uuid
 import logging
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any

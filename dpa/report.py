@@ -269,7 +269,7 @@ def _value(v: Any) -> float | None:
     if isinstance(v, (int, float)):
         return float(v)
     if isinstance(v, Mapping):
-        for k in ("mean", "s", "value", "avg", "median"):
+        for k in ("mean", "skew_mean", "s_mean", "s", "skew", "value", "avg", "median", "skews", "runs"):
             for key, inner in v.items():
                 if _norm(key) == k:
                     return _value(inner)
@@ -552,7 +552,7 @@ def plot_table1(data: Any, path: str | Path, *, title: str | None = None) -> Pat
             pos = [x + offset for x in xs]
             group = ax.bar(pos, [h if h is not None else 0 for h in heights], width, color=colors[key],
                            edgecolor="#333333", hatch="//" if key == "no" else None)
-            ax.bar_label(group, labels=["n/a" if h is None else f"{h:.2f}" for h in heights], fontsize=7, padding=2)
+            ax.bar_label(group, labels=["n/a" if h is None else f"{h:.2f}" for h in heights], fontsize=7, padding=6)
             paper = [(p, getattr(r, paper_attr)) for p, r in zip(pos, mine) if getattr(r, paper_attr) is not None]
             if paper:
                 ax.scatter([p for p, _ in paper], [v for _, v in paper], marker="_", s=900, linewidths=2.5,

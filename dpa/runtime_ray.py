@@ -34,12 +34,15 @@ from dpa.errors import JobFailedError
 from dpa.logic import BalancerLogic, CoordinatorLogic, MapperLogic, ReducerLogic
 from dpa.plan import JobPlan, empty_input_table
 from dpa.records import compact
-from dpa.telemetry import ReducerTelemetry, metric
 from dpa.runtime_local import RunOutput
+from dpa.telemetry import ReducerTelemetry, metric
 
 logger = logging.getLogger(__name__)
 
 NAMESPACE = "dpa"
+#: A busy reducer tells the coordinator its processed count at most this often (an idle
+#: one at once: that is what termination waits for).
+PROGRESS_INTERVAL_S = 0.1
 
 
 def _as_table(block: Any) -> pa.Table:
@@ -137,6 +140,8 @@ class ReducerActor:
         self.last_sent: tuple[int, int, int] | None = None
         self.last_report = 0.0
         self.telemetry = ReducerTelemetry(plan.job_id, self.reducer_id)
+        self.last_progress = 0.0
+        self.last_progress_value = -1
 
     # -- inputs ---------------------------------------------------------------------
     async def push(self, batch: pa.Table, version: int, forwarded: bool = False) -> None:
@@ -169,6 +174,9 @@ class ReducerActor:
             self.inflight = [r for r in self.inflight if not _ready(r)]
 
     def _report(self, force: bool = False) -> None:
+        """Reports the queue length to the balancer (every ``report_interval_s``) and progress
+        to the coordinator (when the queue is empty — what termination needs — or every
+        ``PROGRESS_INTERVAL_S``), skipping reports that would repeat the last one."""
         logic = self.logic
         now = time.monotonic()
         if not force and now - self.last_report < self.plan.report_interval_s:
@@ -178,7 +186,10 @@ class ReducerActor:
             return
         self.last_sent, self.last_report = sent, now
         self.balancer.report.remote(self.reducer_id, logic.queued, logic.snapshot.version)
-        self.coordinator.progress.remote(self.reducer_id, logic.processed)
+        if logic.queued == 0 or now - self.last_progress >= PROGRESS_INTERVAL_S:
+            if logic.processed != self.last_progress_value:
+                self.last_progress, self.last_progress_value = now, logic.processed
+                self.coordinator.progress.remote(self.reducer_id, logic.processed)
         counts = getattr(logic.snapshot, "token_counts", None)
         self.telemetry.update(logic.queued, logic.processed, logic.forwarded,
                               None if counts is None else counts[self.reducer_id])

@@ -11,7 +11,8 @@ Model:
 
 * Time is counted in messages: message ``i`` (0-based) of the stream arrives at time
   ``i``; it belongs to source ``i % S``. Each source routes its sub-stream in batches of
-  ``batch_size`` records (the runtime's input blocks).
+  ``batch_size`` records (the runtime's input blocks). With ``shared_router=True`` one
+  router routes the whole stream in arrival order instead (global knowledge).
 * **Load** ``L_w(t)`` is the number of messages that arrived before ``t`` and are handled
   by worker ``w`` (the PKG paper's definition). With a rebalancing policy a message that is
   forwarded counts for the worker that finally processes it.
@@ -66,13 +67,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+import dpa.policies  # noqa: F401  (registers the literature's policies)
 from dpa.config import JobConfig
 from dpa.errors import ConfigError
 from dpa.keys import hash_key_columns
 from dpa.metrics import max_over_avg, skew
 from dpa.policy import PolicySpec, RebalanceEvent, make_policy
 
-__all__ = ["SimResult", "simulate"]
+__all__ = ["SimResult", "main", "simulate"]
 
 #: ``simulate`` keyword arguments that are ``JobConfig`` fields rather than policy options.
 _CONFIG_OPTIONS = ("tau", "max_rounds", "initial_tokens")
@@ -184,7 +186,17 @@ def _hash_and_code(keys: np.ndarray, keys_are_hashes: bool) -> tuple[np.ndarray,
     if keys.dtype.kind in "iu":
         if keys.dtype == np.uint64 and len(keys) and keys.max() > np.iinfo(np.int64).max:
             raise ConfigError("integer key ids must fit in int64")
-        arr = pa.array(keys.astype(np.int64))
+        ids = keys.astype(np.int64)
+        if len(ids) and int(ids.max()) - int(ids.min()) < max(4 * len(ids), 1 << 20):
+            # Dense ids (the usual generated workloads): codes by a presence bitmap.
+            low = int(ids.min())
+            present = np.zeros(int(ids.max()) - low + 1, dtype=bool)
+            present[ids - low] = True
+            codes = (np.cumsum(present) - 1)[ids - low]
+            distinct = np.flatnonzero(present) + low
+            hashed = hash_key_columns(pa.table({"key": pa.array(distinct)}), ["key"])
+            return hashed[codes], codes, len(distinct)
+        arr = pa.array(ids)
     elif keys.dtype.kind in "UO":
         try:
             arr = pa.array(keys.tolist())
@@ -374,7 +386,7 @@ def _replication(codes: np.ndarray, dest: np.ndarray, num_keys: int, W: int) -> 
 def simulate(keys: Any, policy: str | PolicySpec, num_sources: int = 1, num_workers: int = 10,
              seed: int = 0, service_rate: float | None = None, rebalance_interval: int | None = None,
              *, batch_size: int = 4096, num_samples: int = 1000, keys_are_hashes: bool = False,
-             **policy_options: Any) -> SimResult:
+             shared_router: bool = False, **policy_options: Any) -> SimResult:
     """Replays ``keys`` through ``num_sources`` routers of ``policy`` to ``num_workers`` workers.
 
     Args:
@@ -391,6 +403,11 @@ def simulate(keys: Any, policy: str | PolicySpec, num_sources: int = 1, num_work
         batch_size: Records per routed batch of each source.
         num_samples: Number of times ``I(t)`` is sampled.
         keys_are_hashes: Treat ``keys`` as ready-made 32-bit key hashes.
+        shared_router: All sources share one router that sees the whole stream in arrival
+            order: global knowledge instead of per-source state. This is the PKG paper's
+            global load oracle ("G") for ``pkg``, and the coordinated key tables its
+            simulations assume for ``potc`` and ``on-greedy`` (which a dpa job, whose
+            mappers decide independently, cannot have).
         **policy_options: Policy options (``policy_options`` of the ``JobConfig``), plus the
             ``JobConfig`` fields ``tau``, ``max_rounds`` and ``initial_tokens``. For
             ``off-greedy`` without ``frequencies`` the exact frequencies of ``keys`` are
@@ -416,16 +433,20 @@ def simulate(keys: Any, policy: str | PolicySpec, num_sources: int = 1, num_work
         raise ConfigError(f"simulate: keys must be one-dimensional, got shape {keys.shape}")
     hashes, codes, num_keys = _hash_and_code(keys, keys_are_hashes)
     spec = _build_policy(policy, S, W, seed, policy_options, hashes)
-    routers = [spec.make_router(s, W) for s in range(S)]
+    if shared_router:  # global knowledge: one router sees the whole stream in order
+        routers, S_route, batch_route = [spec.make_router(0, W)], 1, S * batch_size
+    else:
+        routers = [spec.make_router(s, W) for s in range(S)]
+        S_route, batch_route = S, batch_size
     n = len(hashes)
 
     events: list[RebalanceEvent] = []
     forwarded, peak, makespan = 0, None, None
     if service_rate is None:
-        dest = _replay_static(spec, routers, hashes, S, batch_size, W)
+        dest = _replay_static(spec, routers, hashes, S_route, batch_route, W)
     else:
         dest, forwarded, events, peak, makespan = _replay_queued(
-            spec, routers, hashes, S, batch_size, W, float(service_rate), interval)
+            spec, routers, hashes, S_route, batch_route, W, float(service_rate), interval)
 
     if len(dest) and (dest.min() < 0 or dest.max() >= W):
         raise RuntimeError(f"policy {spec.name!r} routed outside [0, {W})")  # contract violation
@@ -458,3 +479,47 @@ def simulate(keys: Any, policy: str | PolicySpec, num_sources: int = 1, num_work
         num_keys=num_keys, forwarded=forwarded, events=events, peak_queue=peak,
         makespan=makespan, router_stats=stats, wall_time_s=time.perf_counter() - started,
     )
+
+
+# ---------------------------------------------------------------------------- command line
+def main(argv: list[str] | None = None) -> None:
+    """Command line: compare policies on a seeded Zipf stream and print one row each.
+
+    Example: ``python -m dpa.simulate --policies hash,pkg,dkg --zipf 1.2 --num-keys 1000000
+    --messages 1000000 --workers 10 --sources 5``. Speed is the best of ``--repeat`` runs.
+    """
+    import argparse
+
+    from workloads.generators import zipf
+
+    parser = argparse.ArgumentParser(prog="python -m dpa.simulate", description=main.__doc__)
+    parser.add_argument("--policies", default="hash,shuffle,potc,on-greedy,off-greedy,pkg,dkg")
+    parser.add_argument("--zipf", type=float, default=1.2, help="Zipf exponent z")
+    parser.add_argument("--num-keys", type=int, default=1_000_000)
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--workers", type=int, default=10)
+    parser.add_argument("--sources", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--shared-router", action="store_true",
+                        help="one router for all sources (global load and key tables)")
+    args = parser.parse_args(argv)
+    keys = zipf(args.zipf, args.num_keys, args.messages, seed=args.seed)["key"].to_numpy()
+    simulate(keys[:1000], "hash")  # warm up (pyarrow kernels)
+    print(f"zipf z={args.zipf} K={args.num_keys} n={args.messages} W={args.workers} "
+          f"S={args.sources} seed={args.seed}{' shared router' if args.shared_router else ''}")
+    print(f"{'policy':<11} {'I/avg':>8} {'I/n':>9} {'S':>7} {'max/avg':>7} {'sd%':>6} "
+          f"{'DistCost':>8} {'repmax':>6} {'Mmsg/s':>7}")
+    for name in args.policies.split(","):
+        runs = [simulate(keys, name, num_sources=args.sources, num_workers=args.workers,
+                         seed=args.seed, shared_router=args.shared_router)
+                for _ in range(max(1, args.repeat))]
+        r = runs[0]
+        speed = max(x.messages_per_s for x in runs) / 1e6
+        print(f"{name:<11} {r.imbalance_fraction:8.4f} {r.imbalance_per_message:9.2e} {r.skew:7.4f} "
+              f"{r.max_over_avg:7.3f} {r.stddev_pct:6.2f} {r.dist_cost:8.3f} "
+              f"{r.replication_max:6d} {speed:7.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -198,7 +198,7 @@ class DictState:
         else:
             key_arrays = [list(col) for col in zip(*keys)]
         arrays = []
-        for i, (name, values) in enumerate(zip(self.key_cols, key_arrays)):
+        for i, values in enumerate(key_arrays):
             dtype = self._key_schema.field(i).type if self._key_schema is not None else None
             arrays.append(pa.array(values, type=dtype))
         try:
