@@ -234,7 +234,7 @@ class ProgressDisplay:
             except (AttributeError, OSError, ValueError):
                 columns = 0
             # Some pseudo-terminals report 0 columns, which would make tqdm print nothing.
-            width = {"dynamic_ncols": True} if columns > 0 else {"ncols": 100}
+            width = {"dynamic_ncols": True} if columns > 0 else {"ncols": 100, "nrows": 24}
             self.bar = tqdm(total=total, desc=desc, unit="rec", unit_scale=True, file=self.stream,
                             mininterval=0.2, leave=True, **width)
 
@@ -372,6 +372,7 @@ def run_with_progress(source: Any, *, total: int | None, desc: str, show: bool, 
         poller.start()
     try:
         result = dpa.run(source, **kwargs)
+        display(result.stats.total_processed)  # the poller lags; end at the true count
     finally:
         if poller is not None:
             poller.stop()
@@ -555,12 +556,12 @@ def _config(args: argparse.Namespace, **changes: Any) -> Any:
 
 
 # ================================================================================== Ray
-_STARTED_RAY = False
+#: Tries to start Ray (a loaded machine sometimes misses Ray's start-up deadline).
+RAY_START_ATTEMPTS = 3
 
 
 def start_ray(*, dashboard: bool, verbose: bool) -> str | None:
     """Starts Ray through ``dpa.runtime_ray.ensure_ray``; returns the dashboard URL, if any."""
-    global _STARTED_RAY
     import ray
 
     from dpa.runtime_ray import ensure_ray
@@ -573,8 +574,17 @@ def start_ray(*, dashboard: bool, verbose: bool) -> str | None:
     was_up = ray.is_initialized()
     if was_up and dashboard:
         logger.warning("Ray is already running in this process; its dashboard setting is kept")
-    context = ensure_ray(**options)
-    _STARTED_RAY = _STARTED_RAY or not was_up
+    context = None
+    for attempt in range(RAY_START_ATTEMPTS):
+        try:
+            context = ensure_ray(**options)
+            break
+        except Exception as exc:
+            # On a loaded machine the raylet can miss Ray's fixed registration deadline.
+            if "timed out" not in str(exc) or attempt == RAY_START_ATTEMPTS - 1:
+                raise
+            logger.warning("Ray did not start in time (%s); retrying", _one_line(exc))
+            ray.shutdown()
     if not dashboard:
         return None
     return dashboard_url(context)
@@ -629,13 +639,13 @@ def _cleanup() -> None:
 
 
 # ============================================================================= commands
-def _describe_stats(stats: Any, baseline: Any = None) -> list[str]:
+def _describe_stats(stats: Any, baseline: Any = None, num_keys: int | None = None) -> list[str]:
     total = max(1, sum(stats.processed))
     loads = "  ".join(f"r{i}={n:,} ({100 * n / total:.0f}%)" for i, n in enumerate(stats.processed))
     virtual = "" if stats.virtual_time_s is None else f" (virtual {stats.virtual_time_s:.3f} s)"
     skew = f"S={stats.skew:.3f}" + ("" if baseline is None else f" (without LB: {baseline.skew:.3f})")
     lines = [f"done in {stats.wall_time_s:.2f} s{virtual}: {sum(stats.processed):,} records, "
-             f"{stats.num_keys:,} keys, {skew}",
+             f"{num_keys if num_keys is not None else stats.num_keys:,} keys, {skew}",
              f"  processed per reducer: {loads}"]
     if baseline is not None:
         base_total = max(1, sum(baseline.processed))
@@ -732,7 +742,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             payload["baseline_stats"] = baseline.stats.to_dict()
         print(json.dumps(payload, default=str))
     else:
-        for line in _describe_stats(stats, None if baseline is None else baseline.stats):
+        for line in _describe_stats(stats, None if baseline is None else baseline.stats, len(result)):
             print(line)
         for line in _top_keys(result, args.top):
             print(line)
@@ -991,10 +1001,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_policies(args: argparse.Namespace) -> int:
-    import dpa
+    # dpa.policy.policies, not dpa.policies: importing the dpa.policies package replaces
+    # the dpa.policies() function attribute with the subpackage.
+    from dpa.policy import policies
 
     _register_policies()
-    for name, description in dpa.policies().items():
+    for name, description in policies().items():
         print(f"{name:<12} {description}")
     return EXIT_OK
 

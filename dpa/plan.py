@@ -95,6 +95,7 @@ class Source:
     blocks: Iterator[pa.Table] | None
     num_rows: int | None = None
     ray_dataset: Any = None
+    probe: pa.Table | None = None  # a few rows to validate against when blocks stream later
 
 
 def _is_ray_dataset(obj: Any) -> bool:
@@ -119,6 +120,29 @@ def _record_blocks(first: list[Any], rest: Iterator[Any], kind: str, batch_size:
         yield records_to_table(chunk, kind, schema)
 
 
+def _as_arrow(batch: Any) -> pa.Table:
+    if isinstance(batch, pa.Table):
+        return batch
+    if isinstance(batch, dict):
+        return pa.table(batch)
+    return pa.Table.from_pandas(batch, preserve_index=False)
+
+
+def _nonempty(dataset: Any) -> bool:
+    try:
+        return dataset.limit(1).count() > 0
+    except Exception:  # pragma: no cover - a dataset that cannot count is treated as unknown
+        return False
+
+
+def _dataset_schema(dataset: Any) -> pa.Schema | None:
+    schema = dataset.schema()
+    if schema is None:
+        return None
+    base = getattr(schema, "base_schema", schema)
+    return base if isinstance(base, pa.Schema) else None
+
+
 def normalize_source(source: Any, batch_size: int) -> Source:
     """Wraps any supported input as a :class:`Source`.
 
@@ -138,8 +162,9 @@ def normalize_source(source: Any, batch_size: int) -> Source:
     except ImportError:  # pragma: no cover
         pass
     if _is_ray_dataset(source):
-        return Source("dict", source.schema().base_schema if hasattr(source.schema(), "base_schema") else None,
-                      None, None, ray_dataset=source)
+        probe = _as_arrow(source.take_batch(64, batch_format="pyarrow")) if _nonempty(source) else None
+        schema = probe.schema if probe is not None else _dataset_schema(source)
+        return Source("dict", schema, None, None, ray_dataset=source, probe=probe)
     if isinstance(source, (str, bytes, dict)) or not isinstance(source, Iterable):
         raise ConfigError(
             f"source must be a pyarrow Table, pandas DataFrame, ray.data.Dataset, Spark DataFrame or an "
@@ -264,54 +289,55 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
         raise ConfigError(f"map_fn must be callable (record -> iterable of records) or dpa.BatchMap, got {type(map_fn).__name__}")
 
     blocks = source.blocks
+
+    def peek() -> pa.Table | None:
+        """The first block, for dry runs (the iterator is re-chained; a Ray Dataset's probe)."""
+        nonlocal blocks
+        if blocks is None:
+            return source.probe
+        first = next(blocks, None)
+        if first is not None:
+            blocks = itertools.chain([first], blocks)
+        return first
+
     record_kind, schema, output_schema = source.kind, source.schema, None
     if map_fn is not None:
+        first = peek()
         if isinstance(map_fn, BatchMap):
-            if blocks is not None:
-                first = next(blocks, None)
-                if first is not None:
-                    try:
-                        mapped = map_fn(first)
-                    except Exception as exc:
-                        raise UserCodeError(f"map_fn raised {type(exc).__name__}: {exc} on the first batch") from exc
-                    schema = mapped.schema
-                    blocks = itertools.chain([first], blocks)
-            record_kind = "dict"
-        elif blocks is not None:
-            first = next(blocks, None)
+            record_kind, schema = "dict", None
             if first is not None:
-                blocks = itertools.chain([first], blocks)
-                sample: list[Any] = []
-                for record in table_to_records(first.slice(0, 64), source.kind):
-                    try:
-                        produced = map_fn(record)
-                    except Exception as exc:
-                        raise UserCodeError(f"map_fn raised {type(exc).__name__}: {exc} on record {record!r}", record=record) from exc
-                    if produced is not None and not isinstance(produced, Iterable) or isinstance(produced, (str, bytes, dict)):
-                        raise ConfigError(
-                            f"map_fn must return an iterable of records (e.g. a list), got {type(produced).__name__} "
-                            f"for record {record!r}; wrap a single record as [record]"
-                        )
-                    sample.extend(produced or ())
-                    if sample:
-                        break
-                if sample:
-                    record_kind = record_kind_of(sample[0])
-                    schema = records_to_table(sample, record_kind).schema
-                    output_schema = None
-                else:
-                    schema = None
+                try:
+                    schema = map_fn(first.slice(0, 64)).schema
+                except Exception as exc:
+                    raise UserCodeError(f"map_fn raised {type(exc).__name__}: {exc} on the first batch") from exc
         else:
-            record_kind = "dict"
             schema = None
+            sample: list[Any] = []
+            for record in table_to_records(first.slice(0, 64), source.kind) if first is not None else ():
+                try:
+                    produced = map_fn(record)
+                except Exception as exc:
+                    raise UserCodeError(f"map_fn raised {type(exc).__name__}: {exc} on record {record!r}", record=record) from exc
+                if (produced is not None and not isinstance(produced, Iterable)) or isinstance(produced, (str, bytes, dict)):
+                    raise ConfigError(
+                        f"map_fn must return an iterable of records (e.g. a list), got {type(produced).__name__} "
+                        f"for record {record!r}; wrap a single record as [record]"
+                    )
+                sample.extend(produced or ())
+                if sample:
+                    break
+            if sample:
+                record_kind = record_kind_of(sample[0])
+                schema = records_to_table(sample, record_kind).schema
 
     bound = bind_reducer(reducer, record_kind)
     inner, _, _ = unwrap(bound)
     if policy.needs_merge and not bound.can_merge:
         raise ConfigError(
-            f"{bound!r} does not implement merge(), but policy {config.policy!r} with max_rounds="
-            f"{config.max_rounds} may process one key on several reducers; implement merge() or use "
-            "max_rounds=0 or policy='hash'"
+            f"{bound!r} does not implement merge(), but policy {config.policy!r}"
+            f"{f' with max_rounds={config.max_rounds}' if config.policy in ('halving', 'doubling') else ''} "
+            "may process one key on several reducers; implement merge() or use a policy that keeps "
+            "each key on one reducer (policy='hash', or max_rounds=0)"
         )
 
     # Key.
@@ -319,18 +345,15 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
     if callable(key) and not isinstance(key, (str, list, tuple)):
         key_fn = key
         key_cols = [KEY_COLUMN]
-        if schema is not None and blocks is not None:
-            first = next(blocks, None)
-            if first is not None:
-                blocks = itertools.chain([first], blocks)
-                probe = records_sample(first, map_fn, source.kind, record_kind)
-                if probe:
-                    try:
-                        k0 = key_fn(probe[0])
-                    except Exception as exc:
-                        raise UserCodeError(f"key function raised {type(exc).__name__}: {exc} on record {probe[0]!r}") from exc
-                    if isinstance(k0, tuple):
-                        key_cols = [f"{KEY_COLUMN}_{i}" for i in range(len(k0))]
+        first = peek() if schema is not None else None
+        probe = records_sample(first, map_fn, source.kind, record_kind) if first is not None else []
+        if probe:
+            try:
+                k0 = key_fn(probe[0])
+            except Exception as exc:
+                raise UserCodeError(f"key function raised {type(exc).__name__}: {exc} on record {probe[0]!r}") from exc
+            if isinstance(k0, tuple):
+                key_cols = [f"{KEY_COLUMN}_{i}" for i in range(len(k0))]
     else:
         if key is None:
             if record_kind != "scalar":

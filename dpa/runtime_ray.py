@@ -103,7 +103,10 @@ class MapperActor:
             if item is None:
                 break
             pending = self.coordinator.next_block.remote(self.mapper_id)  # prefetch
-            block = _as_table(await item[0])
+            ref, row_slice = item[0]
+            block = _as_table(await ref)
+            if row_slice is not None:
+                block = block.slice(row_slice[0], row_slice[1] - row_slice[0])
             try:
                 routed = logic.map_block(block)
             except Exception as exc:
@@ -376,7 +379,7 @@ class CoordinatorActor:
                 taken = sum(self.logic.blocks_per_mapper)
                 metric("dpa_job_progress").set(taken / max(1, taken + len(self.blocks)), tags=self.job_tags)
             self.cond.notify_all()
-            return [ref]
+            return [ref]  # a (block ref, row slice or None) pair, wrapped so Ray does not resolve it
 
     async def mapper_done(self, mapper: int, emitted: int) -> None:
         self.logic.on_mapper_done(mapper, emitted)
@@ -534,11 +537,16 @@ def _feed(pool: _Pool, blocks: Any, dataset: Any, job: Any) -> None:
     """Hands input blocks to the coordinator (bounded by its pending limit)."""
     coord = pool.coordinator
     if dataset is not None:
-        refs = (ref for bundle in dataset.iter_internal_ref_bundles() for ref in bundle.block_refs)
+        # A bundle's blocks may come with row slices that must be honoured.
+        items = (
+            (ref, None if sl is None else (sl.start_offset, sl.end_offset))
+            for bundle in dataset.iter_internal_ref_bundles()
+            for ref, sl in zip(bundle.block_refs, bundle.slices)
+        )
     else:
-        refs = (ray.put(compact(block)) for block in blocks)
-    for ref in refs:
-        if not ray.get(coord.offer.remote([ref])):
+        items = ((ray.put(compact(block)), None) for block in blocks)
+    for ref, row_slice in items:
+        if not ray.get(coord.offer.remote([(ref, row_slice)])):
             return
     ray.get(coord.input_done.remote())
 

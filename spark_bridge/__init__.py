@@ -12,7 +12,7 @@ Typical use::
 
 from __future__ import annotations
 
-from .bridge import run
+from .bridge import run, run_with_result
 from .session import (
     JavaNotFoundError,
     SparkConfig,
@@ -28,6 +28,7 @@ __all__ = [
     "check_java",
     "get_or_create_spark",
     "run",
+    "run_with_result",
     "spark_session",
     "stop_spark",
 ]

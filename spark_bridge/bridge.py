@@ -53,6 +53,22 @@ def _reducer_outputs(reducer: Any) -> list[tuple[str, str, str | None]]:
     return [(reducer.name, reducer.kind, getattr(reducer, "column", None))]
 
 
+def _schema_after_map(input_schema: Any, key_columns: list[str], arrow_schema: Any) -> Any:
+    """Result schema when a map_fn ran: input key columns keep their Spark types, the rest
+    are typed from the result's Arrow schema."""
+    from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.types import StructField, StructType
+
+    spark_fields = {f.name: f for f in input_schema.fields}
+    fields = []
+    for field in arrow_schema:
+        if field.name in key_columns and field.name in spark_fields:
+            fields.append(spark_fields[field.name])
+        else:
+            fields.append(StructField(field.name, from_arrow_type(field.type), True))
+    return StructType(fields)
+
+
 def run(
     df: DataFrame,
     key: str | Sequence[str],
@@ -60,6 +76,21 @@ def run(
     map_fn: Callable[..., Any] | None = None,
     config: Any = None,
 ) -> DataFrame:
+    """Aggregates ``df`` by ``key`` with dpa; returns a Spark DataFrame.
+
+    See :func:`run_with_result` (which also returns the :class:`dpa.Result` with its
+    stats) for the arguments.
+    """
+    return run_with_result(df, key, reducer, map_fn, config)[0]
+
+
+def run_with_result(
+    df: DataFrame,
+    key: str | Sequence[str],
+    reducer: Any,
+    map_fn: Callable[..., Any] | None = None,
+    config: Any = None,
+) -> tuple[DataFrame, Any]:
     """Aggregate ``df`` by ``key`` with a dpa reducer running on Ray actors.
 
     The DataFrame must belong to a Spark-on-Ray session (see
@@ -77,7 +108,8 @@ def run(
         config: dpa run configuration, passed to ``dpa.run`` unchanged.
 
     Returns:
-        DataFrame with the key columns (input types) followed by the reducer's outputs.
+        ``(DataFrame, dpa.Result)``: the DataFrame has the key columns (input types) followed
+        by the reducer's outputs; the Result carries the job's stats.
 
     Raises:
         dpa.errors.SchemaError: A key or input column is missing (lists available columns).
@@ -91,14 +123,9 @@ def run(
     # Validate before any Spark job or Ray work starts.
     if map_fn is None:
         validate_columns(columns, [*key_columns, *(c for _, _, c in outputs)])
-    else:
-        validate_columns(columns, key_columns)
-        # Columns the map function creates are unknown to Spark: type them from Arrow.
-        outputs = [
-            (name, kind, column) if column is None or column in columns else (name, "custom", None)
-            for name, kind, column in outputs
-        ]
-    result_spark_schema(input_schema, key_columns, outputs)  # kind/type checks, fail fast
+        result_spark_schema(input_schema, key_columns, outputs)  # kind/type checks, fail fast
+    # With a map_fn the key and input columns may be ones it creates: dpa.run checks them
+    # on a dry run over the first rows, still before any actor starts.
 
     spark = df.sparkSession
     dataset = spark_to_ray_dataset(df)
@@ -113,5 +140,8 @@ def run(
         release_spark_dataset(df)
     logger.info("dpa.run finished: %s", getattr(result, "stats", None))
 
-    out_schema = result_spark_schema(input_schema, key_columns, outputs, result.schema)
-    return arrow_refs_to_spark(spark, list(result.arrow_refs), out_schema)
+    if map_fn is None:
+        out_schema = result_spark_schema(input_schema, key_columns, outputs, result.schema)
+    else:
+        out_schema = _schema_after_map(input_schema, key_columns, result.schema)
+    return arrow_refs_to_spark(spark, list(result.arrow_refs), out_schema), result

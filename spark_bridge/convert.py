@@ -1,7 +1,8 @@
 """Move data between Spark DataFrames (Spark on Ray) and Ray Datasets / Arrow object refs.
 
-Spark -> Ray uses :func:`ray.data.from_spark` (RayDP's recoverable path: executors cache the
-partitions as Arrow and Ray tasks fetch them into the object store).
+Spark -> Ray follows :func:`ray.data.from_spark` (RayDP's recoverable path: executors cache
+the partitions as Arrow and Ray tasks fetch them into the object store), but with its own
+fetch task, because raydp's leaves Ray workers in "load code from local" mode.
 
 Ray -> Spark does *not* use ``Dataset.to_spark``: in raydp 1.6.5 that goes through
 ``mapInPandas``, which turns int64 columns with nulls into float64 (values above 2**53 are
@@ -13,8 +14,10 @@ after casting to the target schema, so the driver never touches the data.
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -42,6 +45,9 @@ __all__ = [
 OUTPUT_KINDS: frozenset[str] = frozenset(
     {"count", "sum", "min", "max", "mean", "collect", "top_k", "custom"}
 )
+
+# Attempts of a partition fetch task (also bounds lineage reconstruction of a lost block).
+_FETCH_RETRIES = 5
 
 # RayDP names its master actor <appName> + this suffix; it also serves as object holder.
 _RAYDP_MASTER_SUFFIX = "_SPARK_MASTER"
@@ -77,16 +83,66 @@ def validate_columns(df_columns: Iterable[str], needed: Iterable[str | None]) ->
 # --------------------------------------------------------------------------- Spark -> Ray
 
 
+# Spark ids of the Arrow caches made by spark_to_ray_dataset, per DataFrame object.
+_spark_caches: weakref.WeakKeyDictionary[DataFrame, list[int]] = weakref.WeakKeyDictionary()
+
+
+def _fetch_partition(
+    executor_actor_name: str,
+    rdd_id: int,
+    partition_id: int,
+    schema_json: str,
+    driver_agent_url: str,
+) -> pa.Table:
+    """Ray task body: read one cached Spark partition (Arrow IPC) from its executor actor.
+
+    Calling a Java actor from Python needs the worker's ``load_code_from_local`` flag. raydp's
+    own fetch task sets it and leaves it set, after which that worker imports every later task's
+    module by name instead of unpickling it -- re-running a driver script's top level for
+    functions defined in ``__main__``. Here the flag is restored as soon as the call returns.
+    """
+    import pyarrow as pa
+    import ray
+    from ray._private import worker as ray_worker
+
+    worker = ray_worker.global_worker
+    previous = worker.load_code_from_local
+    worker.set_load_code_from_local(True)
+    try:
+        executor = ray.get_actor(executor_actor_name)
+        call = executor.getRDDPartition.remote(rdd_id, partition_id, schema_json, driver_agent_url)
+    finally:
+        worker.set_load_code_from_local(previous)
+    ipc_bytes = ray.get(call)
+    table = pa.ipc.open_stream(pa.BufferReader(ipc_bytes)).read_all()
+    # Spark attaches schema metadata; blocks are cleaner (and unify better) without it.
+    return table.replace_schema_metadata()
+
+
+@functools.cache
+def _remote_fetch():
+    import ray
+
+    return ray.remote(max_retries=_FETCH_RETRIES)(_fetch_partition)
+
+
 def spark_to_ray_dataset(df: DataFrame, num_blocks: int | None = None) -> ray.data.Dataset:
     """Convert a Spark-on-Ray DataFrame into a Ray Dataset of Arrow blocks.
 
-    Uses :func:`ray.data.from_spark`, which returns once every partition is in the Ray
-    object store. Spark keeps a cached Arrow copy of the partitions (so lost blocks can be
-    rebuilt); call :func:`release_spark_dataset` when the Ray dataset is no longer needed.
+    Same mechanism as :func:`ray.data.from_spark` in raydp 1.6.5 (the "recoverable" path):
+    Spark computes the DataFrame once and caches every partition as Arrow IPC bytes on its
+    executors (``MEMORY_AND_DISK``), then one zero-CPU Ray task per partition pulls its bytes
+    from the executor actor into the object store. If a block is lost, Ray re-runs its task.
+    Unlike ``from_spark`` the fetch tasks do not leave Ray workers in "load code from local"
+    mode (see :func:`_fetch_partition`).
+
+    Returns once every partition is in the object store (the dataset is materialised).
+    Call :func:`release_spark_dataset` when the blocks are no longer needed, to drop
+    Spark's cached copy (otherwise it lives until Spark stops).
 
     A DataFrame with zero partitions (e.g. ``df.limit(0)``) makes ``from_spark`` return a
-    dataset with no blocks and *no schema*; in that case this returns a dataset holding one
-    empty Arrow table with the DataFrame's schema instead.
+    dataset with no blocks and *no schema*; here it yields one empty Arrow table with the
+    DataFrame's schema instead.
 
     Args:
         df: DataFrame of a RayDP SparkSession.
@@ -96,14 +152,44 @@ def spark_to_ray_dataset(df: DataFrame, num_blocks: int | None = None) -> ray.da
     Returns:
         The Ray Dataset.
     """
+    import ray
     import ray.data
+    from pyspark.storagelevel import StorageLevel
 
-    if num_blocks is not None and (isinstance(num_blocks, bool) or num_blocks < 1):
+    if num_blocks is not None and (
+        isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1
+    ):
         raise ConfigError(f"num_blocks must be a positive int, got {num_blocks!r}")
+    source = df
+    if num_blocks is not None and num_blocks != df.rdd.getNumPartitions():
+        df = df.repartition(num_blocks)
     if df.rdd.getNumPartitions() == 0:
         logger.debug("DataFrame has no partitions; building an empty dataset from its schema")
         return ray.data.from_arrow(_empty_table(df.schema))
-    return ray.data.from_spark(df, override_num_blocks=num_blocks)
+
+    sc = df.sparkSession.sparkContext
+    writer = sc._jvm.org.apache.spark.sql.raydp.ObjectStoreWriter
+    info = writer.prepareRecoverableRDD(
+        df._jdf, sc._getJavaStorageLevel(StorageLevel.MEMORY_AND_DISK)
+    )
+    rdd_id = info.rddId()
+    _spark_caches.setdefault(source, []).append(rdd_id)
+
+    conf = sc.getConf()
+    fetch = _remote_fetch().options(
+        num_cpus=float(conf.get("spark.ray.raydp_recoverable_fetch.task.resource.CPU", "0")),
+        memory=_parse_bytes(
+            conf.get("spark.ray.raydp_recoverable_fetch.task.resource.memory", "0")
+        ),
+    )
+    schema_json = info.schemaJson()
+    agent_url = info.driverAgentUrl()
+    refs = [
+        fetch.remote(f"raydp-executor-{executor_id}", rdd_id, i, schema_json, agent_url)
+        for i, executor_id in enumerate(info.locations())
+    ]
+    logger.debug("Spark -> Ray: %d partitions of cached RDD %d", len(refs), rdd_id)
+    return ray.data.from_arrow_refs(refs)
 
 
 def release_spark_dataset(df: DataFrame) -> None:
@@ -115,11 +201,19 @@ def release_spark_dataset(df: DataFrame) -> None:
     Args:
         df: The same DataFrame object given to :func:`spark_to_ray_dataset`.
     """
-    try:
-        from raydp.spark import release_spark_recoverable
-    except ImportError:  # pragma: no cover - older raydp without the recoverable path
+    rdd_ids = _spark_caches.pop(df, [])
+    if not rdd_ids:
         return
-    release_spark_recoverable(df)
+    writer = df.sparkSession.sparkContext._jvm.org.apache.spark.sql.raydp.ObjectStoreWriter
+    for rdd_id in rdd_ids:
+        writer.releaseRecoverableRDD(rdd_id)
+
+
+def _parse_bytes(value: str) -> float:
+    from .session import parse_memory
+
+    value = (value or "0").strip()
+    return 0.0 if value in ("", "0") else float(parse_memory(value))
 
 
 def _empty_table(schema: StructType) -> pa.Table:
@@ -353,7 +447,8 @@ def result_spark_schema(
             dtype = NullType()
             if arrow_schema is not None:
                 dtype = _arrow_field_type(arrow_schema, name)
-        fields.append(StructField(name, dtype, nullable=True))
+        # Spark types count(*) as non-nullable; every other aggregate may be null.
+        fields.append(StructField(name, dtype, nullable=kind != "count"))
     return StructType(fields)
 
 

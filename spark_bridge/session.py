@@ -44,6 +44,11 @@ __all__ = [
     "java_version",
     "merge_java_options",
     "parse_java_version",
+    "default_executor_cores",
+    "default_executor_memory",
+    "default_num_executors",
+    "is_spark_running",
+    "parse_memory",
     "spark_session",
     "stop_spark",
 ]
@@ -143,6 +148,17 @@ def parse_java_version(text: str) -> tuple[int, ...] | None:
     return tuple(parts)
 
 
+def _java_version_output(java: str) -> str | None:
+    try:
+        proc = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        logger.debug("running %s -version failed: %s", java, exc)
+        return None
+    return (proc.stderr or "") + "\n" + (proc.stdout or "")
+
+
 def java_version(java: str | None = None) -> tuple[int, ...] | None:
     """Return the version of the Java runtime Spark would use.
 
@@ -156,14 +172,8 @@ def java_version(java: str | None = None) -> tuple[int, ...] | None:
     java = java or find_java()
     if java is None:
         return None
-    try:
-        proc = subprocess.run(
-            [java, "-version"], capture_output=True, text=True, timeout=60, check=False
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        logger.debug("running %s -version failed: %s", java, exc)
-        return None
-    return parse_java_version((proc.stderr or "") + "\n" + (proc.stdout or ""))
+    output = _java_version_output(java)
+    return None if output is None else parse_java_version(output)
 
 
 def check_java(min_major: int = 8) -> tuple[int, ...]:
@@ -186,14 +196,16 @@ def check_java(min_major: int = 8) -> tuple[int, ...]:
         else:
             where = "`java` was not found on PATH and JAVA_HOME is not set"
         raise JavaNotFoundError(f"Spark needs a Java runtime: {where}. {_INSTALL_HINT}")
-    version = java_version(java)
+    output = _java_version_output(java)
+    version = None if output is None else parse_java_version(output)
     if version is None:
         raise JavaNotFoundError(
             f"Could not determine the Java version of {java} (`{java} -version` failed or "
             f"printed no version). {_INSTALL_HINT}"
         )
     if version[0] < min_major:
-        found = ".".join(map(str, version))
+        match = re.search(r'version\s+"([^"]+)"', output or "")
+        found = match.group(1) if match else ".".join(map(str, version))
         raise JavaNotFoundError(
             f"Java {found} found at {java} is too old: Spark needs Java {min_major} or newer. "
             f"{_INSTALL_HINT}"
@@ -381,6 +393,8 @@ class SparkConfig:
         conf: dict[str, str] = {
             # The UI is useless inside a library call and costs startup time and a port.
             "spark.ui.enabled": "false",
+            # Progress bars interleave with (and overwrite) the caller's own output.
+            "spark.ui.showConsoleProgress": "false",
             # 200 shuffle partitions is far too many for a few executor cores.
             "spark.sql.shuffle.partitions": str(
                 max(2, 2 * int(self.num_executors) * int(self.executor_cores))
@@ -408,6 +422,14 @@ def _raydp_session() -> SparkSession | None:
     if ctx is None:
         return None
     return getattr(ctx, "_spark_session", None)
+
+
+def _is_alive(spark: SparkSession) -> bool:
+    """Whether ``spark`` has not been stopped behind RayDP's back (``spark.stop()``)."""
+    try:
+        return spark.sparkContext._jsc is not None
+    except Exception:  # noqa: BLE001 - any failure here means "not usable"
+        return False
 
 
 def is_spark_running() -> bool:
@@ -473,6 +495,10 @@ def get_or_create_spark(config: SparkConfig | None = None) -> SparkSession:
     import ray
 
     existing = _raydp_session()
+    if existing is not None and not _is_alive(existing):
+        logger.warning("the RayDP SparkSession was stopped directly; cleaning up and restarting")
+        _stop(shutdown_ray=False)
+        existing = None
     if existing is not None:
         if config is not None:
             logger.info("reusing the running RayDP Spark session; the given config is ignored")

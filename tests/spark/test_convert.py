@@ -77,6 +77,45 @@ def test_round_trip_keeps_rows_and_types(spark) -> None:
     release_spark_dataset(df)
 
 
+def test_release_drops_spark_cache(spark) -> None:
+    def cached() -> int:
+        return spark.sparkContext._jsc.sc().getPersistentRDDs().size()
+
+    before = cached()
+    df = spark.range(0, 50, 1, 3)
+    ds = spark_to_ray_dataset(df)
+    assert ds.count() == 50
+    assert cached() == before + 1
+    release_spark_dataset(df)
+    assert cached() == before
+    release_spark_dataset(df)  # idempotent
+
+
+def test_conversion_leaves_workers_in_normal_code_loading_mode(spark) -> None:
+    # raydp's from_spark leaves its fetch workers with load_code_from_local=True, after which
+    # they import later tasks' modules by name (re-running a driver script's top level).
+    import ray
+
+    @ray.remote(num_cpus=0)
+    def loading_mode() -> bool:
+        return ray._private.worker.global_worker.load_code_from_local
+
+    df = spark.range(0, 40, 1, 4)
+    assert spark_to_ray_dataset(df).count() == 40
+    release_spark_dataset(df)
+    assert not any(ray.get([loading_mode.remote() for _ in range(12)]))
+
+
+def test_num_blocks_repartitions(spark) -> None:
+    df = spark.range(0, 30, 1, 1)
+    ds = spark_to_ray_dataset(df, num_blocks=3)
+    assert ds.num_blocks() == 3
+    assert sorted(r["id"] for r in ds.take_all()) == list(range(30))
+    release_spark_dataset(df)
+    with pytest.raises(ConfigError):
+        spark_to_ray_dataset(df, num_blocks=0)
+
+
 def test_arrow_refs_keep_int64_precision_and_nan(spark) -> None:
     # raydp's Dataset.to_spark goes through pandas: 2**60 + 1 next to a null became 2**60
     # and NaN became null. The bridge must not do that.

@@ -1,0 +1,167 @@
+"""DataFrame in, DataFrame out: dpa through the Spark bridge equals Spark's own groupBy."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import ray
+
+import dpa
+from spark_bridge import run, run_with_result
+
+
+def rows_equal(dpa_rows, spark_rows, value_cols):
+    def norm(row):
+        out = []
+        for k, v in row.asDict().items():
+            if isinstance(v, float):
+                v = round(v, 9)
+            out.append((k, v))
+        return tuple(out)
+
+    return sorted(map(norm, dpa_rows), key=repr) == sorted(map(norm, spark_rows), key=repr)
+
+
+@pytest.fixture(scope="module")
+def skewed(spark):
+    from pyspark.sql import functions as F
+
+    # key 0 holds half the rows: a straggler under either initial ring.
+    df = spark.range(0, 4000).select(
+        F.when(F.col("id") % 2 == 0, F.lit(0)).otherwise(F.col("id") % 37).cast("int").alias("k"),
+        (F.col("id") % 101).cast("long").alias("x"),
+        (F.col("id") / 7.0).alias("y"),
+    )
+    return df.cache()
+
+
+@pytest.mark.parametrize("policy", ["halving", "doubling"])
+def test_equals_spark_groupby_with_forced_rebalancing(spark, skewed, policy):
+    from pyspark.sql import functions as F
+
+    cfg = dpa.JobConfig(policy=policy, max_rounds=3, tau=0.2, batch_size=200, chunk_size=20)
+    cost = 0.0005
+    cases = [
+        (dpa.WithCost(dpa.Count(), cost), F.count("*").alias("count")),
+        (dpa.WithCost(dpa.Sum("x"), cost), F.sum("x").alias("sum")),
+        (dpa.WithCost(dpa.Min("y"), cost), F.min("y").alias("min")),
+        (dpa.WithCost(dpa.Max("x"), cost), F.max("x").alias("max")),
+        (dpa.WithCost(dpa.Mean("y"), cost), F.avg("y").alias("mean")),
+    ]
+    rebalanced = forwarded = False
+    for reducer, agg in cases:
+        out, res = run_with_result(skewed, key="k", reducer=reducer, config=cfg)
+        expected = skewed.groupBy("k").agg(agg)
+        assert out.schema == expected.schema, (out.schema, expected.schema)
+        assert rows_equal(out.collect(), expected.collect(), [agg])
+        rebalanced |= bool(res.stats.rebalances)
+        forwarded |= sum(res.stats.forwarded) > 0
+    assert rebalanced and forwarded
+
+
+def test_null_keys_are_one_group_and_key_types(spark):
+    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+    big = "z" * 10_000
+    data = [(1, 2**40, "a", "ü€", big), (None, None, None, None, None), (1, 2**40, "a", "ü€", big),
+            (None, None, None, None, None), (2, -5, "b", "日本", "y")]
+    schema = StructType([StructField("i", IntegerType()), StructField("l", LongType()),
+                         StructField("s", StringType()), StructField("u", StringType()),
+                         StructField("big", StringType())])
+    df = spark.createDataFrame(data, schema)
+    for col in ["i", "l", "s", "u", "big"]:
+        out = run(df, key=col, reducer=dpa.Count())
+        expected = df.groupBy(col).count()
+        assert out.schema == expected.schema
+        assert rows_equal(out.collect(), expected.collect(), ["count"])
+        assert sum(r["count"] for r in out.collect() if r[col] is None) == 2
+
+
+def test_multi_column_keys(spark, skewed):
+    from pyspark.sql import functions as F
+
+    df = skewed.withColumn("b", (F.col("x") % 3).cast("string"))
+    out = run(df, key=["k", "b"], reducer=dpa.Sum("x"), config=dpa.JobConfig(max_rounds=1))
+    expected = df.groupBy("k", "b").agg(F.sum("x").alias("sum"))
+    assert out.schema == expected.schema
+    assert rows_equal(out.collect(), expected.collect(), ["sum"])
+
+
+def test_empty_dataframe_gives_empty_result_with_schema(spark, skewed):
+    from pyspark.sql import functions as F
+
+    empty = skewed.limit(0)
+    out = run(empty, key="k", reducer=dpa.Mean("y"))
+    assert out.count() == 0
+    assert out.schema == empty.groupBy("k").agg(F.avg("y").alias("mean")).schema
+
+
+def _dpa_actors():
+    return [a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("dpa:")]
+
+
+def test_missing_key_column_raises_before_any_actor_starts(spark, skewed):
+    dpa.shutdown()
+    with pytest.raises(ValueError, match="missing.*available columns.*k.*x.*y|k, x, y"):
+        run(skewed, key="nope", reducer=dpa.Count())
+    assert _dpa_actors() == []
+
+
+def test_reducer_that_does_not_fit_the_column_type(spark):
+    df = spark.createDataFrame([("a", "x"), ("b", "y")], ["k", "s"])
+    with pytest.raises(ValueError, match="numeric|Sum"):
+        run(df, key="k", reducer=dpa.Sum("s"))
+
+
+def test_vectorised_map_fn_word_count(spark):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lines = spark.createDataFrame([("a b a",), ("c a",), ("",)], ["value"])
+
+    def split(batch: pa.Table) -> pa.Table:
+        words = pc.list_flatten(pc.split_pattern(batch["value"], " "))
+        return pa.table({"word": pc.filter(words, pc.not_equal(words, ""))})
+
+    out = run(lines, key="word", reducer=dpa.Count(), map_fn=dpa.BatchMap(split))
+    assert {r["word"]: r["count"] for r in out.collect()} == {"a": 3, "b": 1, "c": 1}
+    assert dict((f.name, f.dataType.simpleString()) for f in out.schema.fields) == {"word": "string", "count": "bigint"}
+
+
+def test_dpa_run_accepts_a_spark_dataframe(spark, skewed):
+    out = dpa.run(skewed, key="k", reducer=dpa.Count())
+    assert type(out).__name__ == "DataFrame"
+    assert rows_equal(out.collect(), skewed.groupBy("k").count().collect(), ["count"])
+
+
+LARGER_THAN_STORE = textwrap.dedent(
+    """
+    import ray, dpa
+    from pyspark.sql import functions as F
+    from spark_bridge import SparkConfig, get_or_create_spark, stop_spark, run
+    ray.init(num_cpus=2, object_store_memory=100 * 1024 * 1024, include_dashboard=False, logging_level="ERROR")
+    spark = get_or_create_spark(SparkConfig(app_name="big", num_executors=1, executor_cores=1, executor_memory="1g"))
+    n = 1_500_000  # ~160 MB of rows (an 80-char string each) through a 100 MB object store
+    df = spark.range(0, n).select((F.col("id") % 1000).alias("k"), F.repeat(F.lit("x"), 80).alias("pad"))
+    out = run(df, key="k", reducer=dpa.Count(), config=dpa.JobConfig(batch_size=65536))
+    rows = out.collect()
+    assert len(rows) == 1000 and sum(r["count"] for r in rows) == n, (len(rows), sum(r["count"] for r in rows))
+    stop_spark()
+    print("OK", n)
+    """
+)
+
+
+def test_dataframe_larger_than_the_object_store(tmp_path):
+    script = tmp_path / "big.py"
+    script.write_text(LARGER_THAN_STORE)
+    started = time.time()
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "OK 1500000" in proc.stdout
+    assert math.isfinite(time.time() - started)

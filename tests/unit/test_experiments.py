@@ -1,0 +1,174 @@
+"""Tests for the paper reproduction scripts (workloads.table1, workloads.figure3).
+
+They use the in-process runtime (virtual time, no Ray), so they take a few seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from workloads import experiment, figure3, table1
+from workloads.experiment import ResultMismatchError, Settings, instant_lb, run_cell, run_job
+from workloads.paper import METHODS, PAPER_TABLE1, WORKLOAD_NAMES, no_lb_skew, workload
+
+
+@pytest.fixture(scope="module")
+def local_table1() -> list[dict]:
+    return table1.run_table1("local", runs=1, log=None)
+
+
+def test_table1_local_no_lb_matches_paper(local_table1: list[dict]) -> None:
+    assert [(r["workload"], r["method"]) for r in local_table1] == [
+        (w, m) for w in WORKLOAD_NAMES for m in METHODS
+    ]
+    for row in local_table1:
+        paper_no_lb, paper_lb = PAPER_TABLE1[(row["workload"], row["method"])]
+        assert row["paper_no_lb"] == paper_no_lb and row["paper_with_lb"] == paper_lb
+        ours = row["no_lb"]["skew_mean"]
+        assert abs(ours - paper_no_lb) <= 0.01, row["workload"]
+        assert row["no_lb_ok"]
+        # No LB: every letter is processed by its initial owner, whatever the timing.
+        assert ours == pytest.approx(no_lb_skew(workload(row["workload"]), row["method"]))
+        assert row["no_lb"]["runs"][0]["rebalances"] == []
+        assert row["no_lb"]["runs"][0]["ring_version"] == 0
+
+
+def test_table1_local_results_exact_and_complete(local_table1: list[dict]) -> None:
+    # run_job raises on any difference from Counter(letters); check the bookkeeping too.
+    for row in local_table1:
+        for cell in (row["no_lb"], row["with_lb"]):
+            assert len(cell["runs"]) == 1
+            stats = cell["runs"][0]
+            assert sum(stats["processed"]) == 100
+            assert sum(stats["emitted"]) == 100
+            assert stats["num_keys"] == len(Counter(workload(row["workload"])))
+            assert stats["runtime"] == "local"
+            assert 0.0 <= stats["skew"] <= 1.0
+
+
+def test_table1_checks_and_rendering(local_table1: list[dict], tmp_path) -> None:
+    checked = {(r["workload"], r["method"]) for r in local_table1 if r["lb_check"] != "-"}
+    assert checked == {k for k, (no, lb) in PAPER_TABLE1.items() if no - lb > 0}
+    for row in local_table1:
+        assert row["lb_check"] in ("PASS", "FAIL", "-")
+        if row["lb_check"] == "FAIL":
+            assert row["note"]
+    text = table1.render(local_table1)
+    assert "WL5" in text and "Doubling" in text
+    meta = experiment.metadata("local", 1, Settings(), 0.1)
+    md = table1.markdown(local_table1, meta)
+    assert sum(md.count(f"| {w} |") for w in WORKLOAD_NAMES) == 10
+    path = experiment.write_json(tmp_path / "t1.json", {"meta": meta, "rows": local_table1})
+    assert json.loads(path.read_text())["rows"][0]["no_lb"]["runs"][0]["processed"]
+
+
+def test_check_row_logic() -> None:
+    def row(ours_no: float, ours_lb: float, paper: tuple[float, float], t0: float) -> dict:
+        return table1.check_row({
+            "paper_no_lb": paper[0], "paper_with_lb": paper[1], "t0_skew": t0,
+            "no_lb": {"skew_mean": ours_no}, "with_lb": {"skew_mean": ours_lb},
+        })
+
+    assert row(0.49, 0.11, (0.49, 0.11), 0.49)["lb_check"] == "PASS"
+    assert row(0.49, 0.114, (0.49, 0.11), 0.49)["lb_check"] == "PASS"  # paper rounds to 2 decimals
+    failing = row(0.49, 0.49, (0.49, 0.11), 0.49)
+    assert failing["lb_check"] == "FAIL" and "cannot" in failing["note"]
+    assert row(0.0, 0.1, (0.0, 0.08), 0.0)["lb_check"] == "-"  # paper shows no improvement
+    assert not row(0.2, 0.2, (0.0, 0.08), 0.0)["no_lb_ok"]
+
+
+def test_instant_lb_uses_the_planner() -> None:
+    # No LB: the initial ring; WL3 is a single letter, it can never be split.
+    assert instant_lb("WL4", "halving", 0)["loads"] == [85, 5, 5, 5]
+    assert instant_lb("WL3", "doubling", 4)["skew"] == 1.0
+    one = instant_lb("WL1", "doubling", 1)
+    assert one["actions"][0] == (1, "double")
+    assert sum(one["loads"]) == 100
+
+
+def test_run_job_rejects_wrong_results(monkeypatch) -> None:
+    import dpa
+
+    stats = run_job("WL2", "doubling", 1, "local")
+    assert sum(stats["processed"]) == 100
+
+    # A result with one extra key must be rejected.
+
+    class Wrong:
+        def __init__(self, res):
+            self._res = res
+            self.stats = res.stats
+
+        def to_dict(self):
+            d = self._res.to_dict()
+            d["zz"] = 1
+            return d
+
+        def __len__(self):
+            return len(self._res)
+
+    real_run = dpa.run
+    monkeypatch.setattr(dpa, "run", lambda *a, **k: Wrong(real_run(*a, **k)))
+    with pytest.raises(ResultMismatchError):
+        run_job("WL2", "doubling", 1, "local")
+
+
+def test_run_cell_retries_inexact_jobs(monkeypatch) -> None:
+    calls = []
+    real = experiment.run_job
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise ResultMismatchError("lost a block")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(experiment, "run_job", flaky)
+    cell = run_cell("WL2", "halving", 0, 2, "local", retries=1)
+    assert len(cell["runs"]) == 2 and cell["inexact"] == ["lost a block"]
+    calls.clear()
+    with pytest.raises(ResultMismatchError):
+        run_cell("WL2", "halving", 0, 2, "local", retries=0)
+
+
+def test_local_runs_are_deterministic() -> None:
+    cell = run_cell("WL5", "doubling", 1, 2, "local")
+    assert cell["skews"][0] == cell["skews"][1]
+    assert cell["skew_std"] == 0.0
+
+
+def test_figure3_small_png(tmp_path) -> None:
+    result = figure3.run_figure3("local", runs=1, workloads=["WL1", "WL4"], max_rounds=2, log=None)
+    assert result["rounds"] == [0, 1, 2]
+    assert set(result["series"]) == {"WL1", "WL4"}
+    for name, by_method in result["series"].items():
+        assert set(by_method) == set(METHODS)
+        for method, values in by_method.items():
+            assert len(values) == 3
+            assert values[0] == pytest.approx(PAPER_TABLE1[(name, method)][0], abs=0.01)
+    assert len(result["cells"]) == 2 * 2 * 3
+    png = figure3.plot(result, tmp_path / "fig" / "figure3.png", title="test")
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 10_000
+    meta = experiment.metadata("local", 1, Settings(), 0.1)
+    assert "| WL4 | halving |" in figure3.markdown(result, meta)
+
+
+def test_cli_local_writes_outputs(tmp_path, capsys) -> None:
+    out = tmp_path / "t1.json"
+    rc = table1.main(["--runtime", "local", "--runs", "1", "--workloads", "WL2", "WL4", "--out", str(out)])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    assert data["summary"]["no_lb_all_match"] is True
+    assert len(data["rows"]) == 4
+    assert out.with_suffix(".md").exists()
+    rc = figure3.main(["--runtime", "local", "--runs", "1", "--workloads", "WL2", "--max-rounds", "1",
+                       "--out-dir", str(tmp_path / "f3")])
+    assert rc == 0
+    assert (tmp_path / "f3" / "figure3.png").stat().st_size > 10_000
+    assert json.loads((tmp_path / "f3" / "figure3.json").read_text())["series"]["WL2"]["halving"][0] == 0.0
+    assert "PASS" in capsys.readouterr().out
