@@ -112,7 +112,7 @@ def test_reducer_error_fails_job_names_actor_and_key():
 
 
 def test_actor_death_mid_job_fails_fast_and_tears_down():
-    words = ["k%d" % (i % 7) for i in range(400)]
+    words = [f"k{i % 7}" for i in range(400)]
     cfg = dpa.JobConfig(policy="hash", max_rounds=0, batch_size=10, chunk_size=5)
     dpa.run(words[:10], config=cfg)  # warm the pool so we can find a reducer's pid
 
