@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,8 +147,26 @@ class Result:
         return f"Result({len(self)} keys, S={self.stats.skew:.3f}, {len(self.stats.rebalances)} rebalances)"
 
 
+def _progress_reporter(progress: Callable[[int, int | None], None], total: int | None) -> Callable[[int], None]:
+    """``done -> progress(done, total)``; a callback that raises is logged once and dropped."""
+    broken = False
+
+    def report(done: int) -> None:
+        nonlocal broken
+        if broken:
+            return
+        try:
+            progress(int(done), total)
+        except Exception as exc:  # a broken progress bar must not fail the job
+            broken = True
+            logger.warning("progress callback raised %s: %s; not calling it again", type(exc).__name__, exc)
+
+    return report
+
+
 def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: Any = None,
-        config: JobConfig | None = None, **overrides: Any) -> Any:
+        config: JobConfig | None = None, *, progress: Callable[[int, int | None], None] | None = None,
+        **overrides: Any) -> Any:
     """Runs a keyed aggregation with DPA load balancing.
 
     Args:
@@ -160,6 +179,11 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
         map_fn: Optional ``record -> iterable of records``, or ``dpa.BatchMap(fn)`` to map
             whole Arrow/pandas batches.
         config: A :class:`JobConfig`; keyword ``overrides`` replace its fields.
+        progress: Optional ``progress(records_processed, total)``, called on the driver
+            about every 0.5 s while the job runs and once at the end. ``total`` is the
+            number of input records when known (sized source, no ``map_fn``), else None.
+            If it raises, the error is logged and it is not called again. Not used for
+            Spark input.
 
     Returns:
         A :class:`Result` (a Spark DataFrame for Spark input).
@@ -191,14 +215,17 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
     inner, _, _ = unwrap(plan.reducer)
     empty = make_state(inner, plan.key_cols, plan.record_kind).empty_result(empty_input_table(plan).schema)
 
+    report = None if progress is None else _progress_reporter(progress, src.num_rows if map_fn is None else None)
     if config.runtime == "local":
-        out: RunOutput = run_local(plan, blocks if blocks is not None else iter(()))
+        out: RunOutput = run_local(plan, blocks if blocks is not None else iter(()), progress=report)
         tables = out.tables
     else:
         from dpa.runtime_ray import run_ray
 
-        out = run_ray(plan, blocks, src.ray_dataset, config)
+        out = run_ray(plan, blocks, src.ray_dataset, config, progress=report)
         tables = None
+    if report is not None:
+        report(sum(out.processed))
     snap = out.final_snapshot
     stats = Stats(
         processed=out.processed, forwarded=out.forwarded, emitted=out.emitted,

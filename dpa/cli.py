@@ -532,9 +532,9 @@ def _reducer(args: argparse.Namespace, cols: Sequence[str] | None) -> Any:
 
 
 def _register_policies() -> None:
-    """Registers the optional policies of :mod:`dpa.policies`, if they import."""
+    """Registers the optional policies of :mod:`dpa.partitioners`, if they import."""
     try:
-        importlib.import_module("dpa.policies")
+        importlib.import_module("dpa.partitioners")
     except Exception as exc:  # a policy module being written may be missing
         logger.info("optional policies not available: %s", exc)
 
@@ -1001,8 +1001,6 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_policies(args: argparse.Namespace) -> int:
-    # dpa.policy.policies, not dpa.policies: importing the dpa.policies package replaces
-    # the dpa.policies() function attribute with the subpackage.
     from dpa.policy import policies
 
     _register_policies()

@@ -26,7 +26,7 @@ class JobConfig:
     Args:
         num_mappers: Mapper actors (each pulls input blocks from the coordinator).
         num_reducers: Reducer actors, each with its own bounded input queue.
-        policy: Partitioning policy name (see :func:`dpa.policies`), e.g. ``"doubling"``,
+        policy: Partitioning policy name (see :func:`dpa.partitioners`), e.g. ``"doubling"``,
             ``"halving"`` or ``"hash"``.
         tau: Straggler threshold of the DPA balancer: rebalance when
             ``Q_max > Q_second * (1 + tau)``. Must be ``>= 0``.

@@ -331,4 +331,4 @@ register_policy("halving", _dpa_factory("halving"), "DPA ring, token halving on 
 register_policy("doubling", _dpa_factory("doubling"), "DPA ring, token doubling on all but the straggler")
 register_policy("hash", lambda cfg: HashPolicy(**cfg.policy_options), "key grouping: murmur3 % R, static")
 
-import dpa.policies  # noqa: E402,F401  (registers the literature's policies)
+import dpa.partitioners  # noqa: E402,F401  (registers the literature's policies)

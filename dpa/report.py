@@ -452,6 +452,9 @@ def plot_queues(stats: Any, path: str | Path, *, title: str | None = None) -> Pa
     _mark_events(ax, event_markers(stats), colors)
     if not event_markers(stats) and times:
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(_time_label(stats))
     ax.set_ylabel("records waiting in the queue")
     ax.set_title(f"{title + ': ' if title else ''}queue length per reducer "

@@ -15,7 +15,7 @@ import heapq
 import itertools
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,10 @@ from dpa.logic import BalancerLogic, Chunk, CoordinatorLogic, MapperLogic, Reduc
 from dpa.plan import JobPlan
 
 logger = logging.getLogger(__name__)
+
+
+#: Seconds between two calls of a job's ``progress`` callback on the driver (wall clock).
+DRIVER_PROGRESS_INTERVAL_S = 0.5
 
 
 @dataclass
@@ -46,9 +50,14 @@ class RunOutput:
     timeline: list[tuple[float, tuple[int, ...], int]] = field(default_factory=list)
 
 
-def run_local(plan: JobPlan, blocks: Iterator[pa.Table]) -> RunOutput:
-    """Runs ``plan`` over ``blocks`` in-process and returns the per-reducer outputs."""
+def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
+              progress: Callable[[int], None] | None = None) -> RunOutput:
+    """Runs ``plan`` over ``blocks`` in-process and returns the per-reducer outputs.
+
+    ``progress(records_processed)`` is called about every ``DRIVER_PROGRESS_INTERVAL_S``.
+    """
     started = time.perf_counter()
+    last_progress = started
     policy, R, M = plan.policy, plan.num_reducers, plan.num_mappers
     snapshot = policy.initial_snapshot(R)
     mappers = [MapperLogic(i, plan, snapshot) for i in range(M)]
@@ -144,6 +153,9 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table]) -> RunOutput:
             report(r)
             start(r)
             feed()
+            if progress is not None and time.perf_counter() - last_progress >= DRIVER_PROGRESS_INTERVAL_S:
+                last_progress = time.perf_counter()
+                progress(sum(coord.processed))
         elif kind == "tick":
             new = balancer.tick(now)
             if new is not None:

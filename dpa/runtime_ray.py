@@ -34,7 +34,7 @@ from dpa.errors import JobFailedError
 from dpa.logic import BalancerLogic, CoordinatorLogic, MapperLogic, ReducerLogic
 from dpa.plan import JobPlan, empty_input_table
 from dpa.records import compact
-from dpa.runtime_local import RunOutput
+from dpa.runtime_local import DRIVER_PROGRESS_INTERVAL_S, RunOutput
 from dpa.telemetry import ReducerTelemetry, metric
 
 logger = logging.getLogger(__name__)
@@ -385,6 +385,10 @@ class CoordinatorActor:
         self.logic.on_mapper_done(mapper, emitted)
         self._check()
 
+    async def processed_total(self) -> int:
+        """Records processed by all reducers so far (the driver's progress callback)."""
+        return sum(self.logic.processed) if self.logic is not None else 0
+
     async def progress(self, reducer: int, processed: int) -> None:
         if self.logic is not None:
             self.logic.on_progress(reducer, processed)
@@ -493,8 +497,11 @@ _POOL: _Pool | None = None
 METRICS_REPORT_INTERVAL_MS = 1000
 
 
-def ensure_ray(**init_kwargs: Any) -> None:
-    """Starts a local Ray if none is running in this process (reuses one that is)."""
+def ensure_ray(**init_kwargs: Any) -> Any:
+    """Starts a local Ray if none is running in this process (reuses one that is).
+
+    Returns ``ray.init``'s ``RayContext`` (``.dashboard_url``) when it started Ray, else None.
+    """
     if not ray.is_initialized():
         options: dict[str, Any] = {
             "include_dashboard": False,
@@ -502,7 +509,8 @@ def ensure_ray(**init_kwargs: Any) -> None:
             "_system_config": {"metrics_report_interval_ms": METRICS_REPORT_INTERVAL_MS},
         }
         options.update(init_kwargs)
-        ray.init(**options)
+        return ray.init(**options)
+    return None
 
 
 def _get_pool(num_mappers: int, num_reducers: int, reuse: bool) -> _Pool:
@@ -533,9 +541,32 @@ def shutdown_pool() -> None:
             pass
 
 
-def _feed(pool: _Pool, blocks: Any, dataset: Any, job: Any) -> None:
+def _report_progress(coord: Any, progress: Any) -> None:
+    try:
+        done = ray.get(coord.processed_total.remote(), timeout=10)
+    except ray.exceptions.RayError:  # the job's own error is raised by run_ray
+        return
+    progress(done)
+
+
+def _wait_with_progress(job: Any, coord: Any, progress: Any, started: float, timeout_s: float | None) -> None:
+    """Waits until the job ends (or its timeout), reporting progress in between."""
+    while True:
+        wait = DRIVER_PROGRESS_INTERVAL_S
+        if timeout_s is not None:
+            wait = min(wait, timeout_s - (time.perf_counter() - started))
+            if wait <= 0:
+                return
+        ready, _ = ray.wait([job], timeout=wait, fetch_local=False)
+        if ready:
+            return
+        _report_progress(coord, progress)
+
+
+def _feed(pool: _Pool, blocks: Any, dataset: Any, job: Any, progress: Any = None) -> None:
     """Hands input blocks to the coordinator (bounded by its pending limit)."""
     coord = pool.coordinator
+    last = time.monotonic()
     if dataset is not None:
         # A bundle's blocks may come with row slices that must be honoured.
         items = (
@@ -548,11 +579,17 @@ def _feed(pool: _Pool, blocks: Any, dataset: Any, job: Any) -> None:
     for ref, row_slice in items:
         if not ray.get(coord.offer.remote([(ref, row_slice)])):
             return
+        if progress is not None and time.monotonic() - last >= DRIVER_PROGRESS_INTERVAL_S:
+            last = time.monotonic()
+            _report_progress(coord, progress)
     ray.get(coord.input_done.remote())
 
 
-def run_ray(plan: JobPlan, blocks: Any, dataset: Any, config: Any) -> RunOutput:
-    """Runs ``plan`` on Ray actors; returns per-reducer result refs (owned by the driver)."""
+def run_ray(plan: JobPlan, blocks: Any, dataset: Any, config: Any, progress: Any = None) -> RunOutput:
+    """Runs ``plan`` on Ray actors; returns per-reducer result refs (owned by the driver).
+
+    ``progress(records_processed)`` is called about every ``DRIVER_PROGRESS_INTERVAL_S``.
+    """
     started = time.perf_counter()
     ensure_ray()
     pool = _get_pool(plan.num_mappers, plan.num_reducers, config.reuse_actors)
@@ -561,11 +598,13 @@ def run_ray(plan: JobPlan, blocks: Any, dataset: Any, config: Any) -> RunOutput:
     ok = False
     try:
         try:
-            _feed(pool, blocks if blocks is not None else (), dataset, job)
+            _feed(pool, blocks if blocks is not None else (), dataset, job, progress)
         except ray.exceptions.RayError:
             pass  # the job's own error (below) says what went wrong
         except Exception as exc:  # the source itself raised
             raise JobFailedError(f"reading the input failed: {type(exc).__name__}: {exc}") from exc
+        if progress is not None:
+            _wait_with_progress(job, pool.coordinator, progress, started, config.timeout_s)
         remaining = None if config.timeout_s is None else max(0.0, config.timeout_s - (time.perf_counter() - started))
         try:
             summary = ray.get(job, timeout=remaining)

@@ -67,7 +67,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-import dpa.policies  # noqa: F401  (registers the literature's policies)
+import dpa.partitioners  # noqa: F401  (registers the literature's policies)
 from dpa.config import JobConfig
 from dpa.errors import ConfigError
 from dpa.keys import hash_key_columns
@@ -392,7 +392,7 @@ def simulate(keys: Any, policy: str | PolicySpec, num_sources: int = 1, num_work
     Args:
         keys: The key stream in arrival order: integer key ids, strings, or 32-bit hashes
             with ``keys_are_hashes=True`` (array-like).
-        policy: A registered policy name (``dpa.policies()``) or a :class:`PolicySpec`.
+        policy: A registered policy name (``dpa.partitioners()``) or a :class:`PolicySpec`.
         num_sources: Sources ``S`` (mappers); message ``i`` goes to source ``i % S``.
         num_workers: Workers ``W`` (reducers).
         seed: ``JobConfig.seed`` for the policy (e.g. shuffle's start offsets).

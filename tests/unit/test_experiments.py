@@ -11,7 +11,14 @@ from collections import Counter
 import pytest
 
 from workloads import experiment, figure3, table1
-from workloads.experiment import ResultMismatchError, Settings, instant_lb, run_cell, run_job
+from workloads.experiment import (
+    ResultMismatchError,
+    Settings,
+    hot_relief,
+    instant_lb,
+    run_cell,
+    run_job,
+)
 from workloads.paper import METHODS, PAPER_TABLE1, WORKLOAD_NAMES, no_lb_skew, workload
 
 
@@ -75,9 +82,24 @@ def test_check_row_logic() -> None:
     assert row(0.49, 0.11, (0.49, 0.11), 0.49)["lb_check"] == "PASS"
     assert row(0.49, 0.114, (0.49, 0.11), 0.49)["lb_check"] == "PASS"  # paper rounds to 2 decimals
     failing = row(0.49, 0.49, (0.49, 0.11), 0.49)
-    assert failing["lb_check"] == "FAIL" and "cannot" in failing["note"]
+    assert failing["lb_check"] == "FAIL" and failing["note"]
+    stuck = table1.check_row({
+        "method": "halving", "paper_no_lb": 0.8, "paper_with_lb": 0.52, "t0_skew": 0.8,
+        "no_lb": {"skew_mean": 0.8}, "with_lb": {"skew_mean": 0.8},
+        "hot_relief": hot_relief("WL4", "halving"),
+    })
+    assert "moves none of its 85 records" in stuck["note"]
     assert row(0.0, 0.1, (0.0, 0.08), 0.0)["lb_check"] == "-"  # paper shows no improvement
     assert not row(0.2, 0.2, (0.0, 0.08), 0.0)["no_lb_ok"]
+
+
+def test_hot_relief() -> None:
+    # WL1 doubling: all 100 letters on reducer 1; doubling the others takes them all.
+    wl1 = hot_relief("WL1", "doubling")
+    assert (wl1["hot"], wl1["records"], wl1["moved"]) == (1, 100, 100)
+    assert wl1["loads_after"][1] == 0 and sum(wl1["loads_after"]) == 100
+    # WL3 doubling: "a" stays on reducer 0.
+    assert hot_relief("WL3", "doubling")["moved"] == 0
 
 
 def test_instant_lb_uses_the_planner() -> None:

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import dpa
-import dpa.policies  # noqa: F401  (registers the literature's policies)
+import dpa.partitioners  # noqa: F401  (registers the literature's policies)
 from dpa.errors import ConfigError
-from dpa.policies import (
+from dpa.partitioners import (
     OffGreedyPolicy,
     OnGreedyPolicy,
     PoTCPolicy,

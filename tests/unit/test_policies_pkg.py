@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpa
-import dpa.policies  # noqa: F401  (registers the literature's policies)
+import dpa.partitioners  # noqa: F401  (registers the literature's policies)
 from dpa.errors import ConfigError
 from dpa.keys import hash_key, murmur3_32_batch
-from dpa.policies import PKGPolicy, candidates, seeded_hash32
+from dpa.partitioners import PKGPolicy, candidates, seeded_hash32
 from dpa.policy import make_policy
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import dpa.policies  # noqa: F401  (registers the literature's policies)
+import dpa.partitioners  # noqa: F401  (registers the literature's policies)
 from dpa.errors import ConfigError
 from dpa.keys import hash_key
-from dpa.policies import PKGPolicy
+from dpa.partitioners import PKGPolicy
 from dpa.simulate import _replication, simulate
 from workloads.generators import zipf
 

@@ -3,17 +3,17 @@
 Importing this package registers (see each module for the algorithms and the choices
 this implementation makes where the papers leave room):
 
-* :mod:`dpa.policies.grouping` — ``shuffle``, ``potc``, ``on-greedy``, ``off-greedy`` and
+* :mod:`dpa.partitioners.grouping` — ``shuffle``, ``potc``, ``on-greedy``, ``off-greedy`` and
   ``pkg`` (Partial Key Grouping, Nasir et al.);
-* :mod:`dpa.policies.dkg` — ``dkg`` (Dynamic Key Grouping, Dalabasmaz & Can).
+* :mod:`dpa.partitioners.dkg` — ``dkg`` (Dynamic Key Grouping, Dalabasmaz & Can).
 
 Use them by name: ``dpa.JobConfig(policy="pkg", policy_options={"d": 3})``. They can be
 replayed without Ray, on a key stream, with :func:`dpa.simulate.simulate`.
 """
 
-from dpa.policies.common import candidates, seeded_hash32
-from dpa.policies.dkg import DKGPolicy, dkg_max_machines, dkg_threshold
-from dpa.policies.grouping import (
+from dpa.partitioners.common import candidates, seeded_hash32
+from dpa.partitioners.dkg import DKGPolicy, dkg_max_machines, dkg_threshold
+from dpa.partitioners.grouping import (
     OffGreedyPolicy,
     OnGreedyPolicy,
     PKGPolicy,

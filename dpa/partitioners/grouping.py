@@ -20,7 +20,7 @@ Common conventions:
 
 * **Load** is always *local load estimation* (PKG paper, section 3.2): each mapper's router
   counts the records it has itself sent to each reducer. Routers never talk to each other.
-* **Hash choices** ``H_1 .. H_d`` come from :func:`dpa.policies.common.candidates` (murmur3
+* **Hash choices** ``H_1 .. H_d`` come from :func:`dpa.partitioners.common.candidates` (murmur3
   with seeds ``0 .. d-1`` over the 4-byte little-endian key hash), computed per batch.
 * **Ties** go to the earlier choice (``H_1`` before ``H_2`` ...) resp. the lowest reducer id.
 * **Key identity** inside a router is the 32-bit key hash; two keys with the same hash share
@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpa.errors import ConfigError
-from dpa.policies.common import candidates, check_int_option
+from dpa.partitioners.common import candidates, check_int_option
 from dpa.policy import ModSnapshot, PolicySpec, Router, register_policy
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Shared building blocks of the literature's policies: seeded hash choices, snapshots.
 
-Every policy in :mod:`dpa.policies` routes on the 32-bit key hash ``h`` that dpa already
+Every policy in :mod:`dpa.partitioners` routes on the 32-bit key hash ``h`` that dpa already
 computes for each record (:func:`dpa.keys.hash_key_columns`). Policies that need ``d``
 independent hash functions ``H_1 .. H_d`` (PoTC, PKG) derive them from ``h`` without
 touching the key again:

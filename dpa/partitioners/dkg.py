@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpa.errors import ConfigError
-from dpa.policies.common import check_int_option
+from dpa.partitioners.common import check_int_option
 from dpa.policy import ModSnapshot, PolicySpec, Router, register_policy
 
 if TYPE_CHECKING:
