@@ -92,8 +92,9 @@ class MapperActor:
     async def ping(self) -> bool:
         return True
 
-    async def update_ring(self, snapshot: Any) -> None:
-        self.logic.on_snapshot(snapshot)
+    async def update_ring(self, job_id: str, snapshot: Any) -> None:
+        if self.logic is not None and job_id == self.logic.plan.job_id:  # drop a finished job's late news
+            self.logic.on_snapshot(snapshot)
 
     async def run(self) -> int:
         logic = self.logic
@@ -162,8 +163,9 @@ class ReducerActor:
     async def ping(self) -> bool:
         return True
 
-    async def update_ring(self, snapshot: Any) -> None:
-        self._adopt(snapshot)
+    async def update_ring(self, job_id: str, snapshot: Any) -> None:
+        if self.logic is not None and job_id == self.plan.job_id:  # drop a finished job's late news
+            self._adopt(snapshot)
 
     def _adopt(self, snapshot: Any) -> None:
         self._send(self.logic.on_snapshot(snapshot))
@@ -188,11 +190,11 @@ class ReducerActor:
         if sent == self.last_sent:
             return
         self.last_sent, self.last_report = sent, now
-        self.balancer.report.remote(self.reducer_id, logic.queued, logic.snapshot.version)
+        self.balancer.report.remote(self.plan.job_id, self.reducer_id, logic.queued, logic.snapshot.version)
         if logic.queued == 0 or now - self.last_progress >= PROGRESS_INTERVAL_S:
             if logic.processed != self.last_progress_value:
                 self.last_progress, self.last_progress_value = now, logic.processed
-                self.coordinator.progress.remote(self.reducer_id, logic.processed)
+                self.coordinator.progress.remote(self.plan.job_id, self.reducer_id, logic.processed)
         counts = getattr(logic.snapshot, "token_counts", None)
         self.telemetry.update(logic.queued, logic.processed, logic.forwarded,
                               None if counts is None else counts[self.reducer_id])
@@ -297,8 +299,9 @@ class BalancerActor:
     async def ping(self) -> bool:
         return True
 
-    async def report(self, reducer: int, queue_length: int, version: int) -> None:
-        self.logic.report(reducer, queue_length, version)
+    async def report(self, job_id: str, reducer: int, queue_length: int, version: int) -> None:
+        if self.logic is not None and job_id == self.plan.job_id:
+            self.logic.report(reducer, queue_length, version)
 
     async def snapshot(self) -> Any:
         return self.logic.snapshot
@@ -319,7 +322,7 @@ class BalancerActor:
             self._export_events()
             if new is not None:
                 for target in self.targets:
-                    target.update_ring.remote(new)
+                    target.update_ring.remote(self.plan.job_id, new)
 
     async def stop(self) -> tuple[list[Any], Any, list[Any]]:
         self.running = False
@@ -345,6 +348,7 @@ class CoordinatorActor:
             for i in range(num_mappers)
         ]
         self.logic: CoordinatorLogic | None = None
+        self.job_id = ""
 
     async def handles(self) -> tuple[Any, list[Any], list[Any]]:
         # Round-trip every actor so callers know the pool is up.
@@ -359,6 +363,7 @@ class CoordinatorActor:
             if self.failed is not None:
                 return False
             self.blocks.extend(refs)
+            self.logic.blocks_offered += len(refs)
             self.cond.notify_all()
         return True
 
@@ -389,8 +394,8 @@ class CoordinatorActor:
         """Records processed by all reducers so far (the driver's progress callback)."""
         return sum(self.logic.processed) if self.logic is not None else 0
 
-    async def progress(self, reducer: int, processed: int) -> None:
-        if self.logic is not None:
+    async def progress(self, job_id: str, reducer: int, processed: int) -> None:
+        if self.logic is not None and job_id == self.job_id:
             self.logic.on_progress(reducer, processed)
             metric("dpa_job_records_processed").set(sum(self.logic.processed), tags=self.job_tags)
             self._check()
@@ -400,7 +405,13 @@ class CoordinatorActor:
             self.done.set()
 
     # -- the job --------------------------------------------------------------------
-    async def run_job(self, plan: JobPlan, snapshot: Any, max_pending: int) -> dict[str, Any]:
+    async def prepare_job(self, plan: JobPlan, max_pending: int) -> None:
+        """Resets the per-job state; the driver waits for it before offering blocks.
+
+        Async actor methods do not run in submission order, so an ``offer`` sent right
+        after ``run_job`` could otherwise run first and land in the previous job's deque.
+        """
+        self.job_id = plan.job_id
         self.logic = CoordinatorLogic(plan.num_mappers, plan.num_reducers)
         self.job_tags = {"job_id": plan.job_id}
         metric("dpa_job_progress").set(0.0, tags=self.job_tags)
@@ -409,6 +420,8 @@ class CoordinatorActor:
         self.done = asyncio.Event()
         self.failed: str | None = None
         self.max_pending = max_pending
+
+    async def run_job(self, plan: JobPlan, snapshot: Any) -> dict[str, Any]:
         me = ray.get_runtime_context().current_actor
         await asyncio.gather(
             self.balancer.start_job.remote(plan, snapshot, self.mappers, self.reducers),
@@ -432,6 +445,9 @@ class CoordinatorActor:
                         raise self._fail(tasks[fut], fut.exception())
             await asyncio.gather(*[r.stop.remote() for r in self.reducers])
             counters = await asyncio.gather(*[t for t, name in tasks.items() if "reducer" in name])
+            taken = sum(self.logic.blocks_per_mapper)
+            if taken != self.logic.blocks_offered:  # conservation of input blocks: never lose one silently
+                raise RuntimeError(f"{self.logic.blocks_offered} input blocks offered but {taken} taken by mappers")
             metric("dpa_job_progress").set(1.0, tags=self.job_tags)
             events, final, timeline = await self.balancer.stop.remote()
             merged = plan.policy.splits_keys or final.version != snapshot.version
@@ -594,7 +610,8 @@ def run_ray(plan: JobPlan, blocks: Any, dataset: Any, config: Any, progress: Any
     ensure_ray()
     pool = _get_pool(plan.num_mappers, plan.num_reducers, config.reuse_actors)
     snapshot = plan.policy.initial_snapshot(plan.num_reducers)
-    job = pool.coordinator.run_job.remote(plan, snapshot, 2 * plan.num_mappers)
+    ray.get(pool.coordinator.prepare_job.remote(plan, 2 * plan.num_mappers))
+    job = pool.coordinator.run_job.remote(plan, snapshot)
     ok = False
     try:
         try:

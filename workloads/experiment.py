@@ -1,0 +1,361 @@
+"""Shared helpers of the paper reproduction scripts (:mod:`workloads.table1`, :mod:`workloads.figure3`).
+
+One *job* is one :func:`dpa.run` of a paper workload (WL1..WL5, 100 letters, counted per
+letter) with 4 mappers, 4 reducers and ``tau = 0.2`` as in all of the paper's
+experiments, a per-record reducer cost (the paper's reducers are compute heavy) and a
+method (``"halving"`` / ``"doubling"``) and ``max_rounds`` (0 = the paper's "No LB").
+Every job's result is checked against ``collections.Counter(letters)`` exactly.
+
+The knobs that decide *when* the balancer sees a queue imbalance (the paper leaves them
+open) are grouped in :class:`Settings`; see the module docstring of
+:mod:`workloads.table1` for why the defaults are what they are.
+
+:func:`instant_lb` predicts the outcome of the balancer if it acted at time 0 with all
+100 records still queued (queue length = records owned under the current ring), by
+driving the real :class:`dpa.policy.DPAPlanner` on those lengths until it stops. It is
+what the balancer converges to when it is much faster than the reducers, and it shows
+which rows of Table 1 cannot improve with the given letters whatever the timing (e.g.
+when one round does not move any key of the overloaded reducer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import dpa
+from dpa.metrics import skew
+from dpa.policy import DPAPlanner
+from dpa.ring import HashRing
+from workloads.paper import (
+    METHODS,
+    NUM_REDUCERS,
+    PAPER_NUM_MAPPERS,
+    PAPER_TAU,
+    WORKLOAD_NAMES,
+    workload,
+)
+
+__all__ = [
+    "DEFAULT_SETTINGS",
+    "METHODS",
+    "RUNTIMES",
+    "ResultMismatchError",
+    "Settings",
+    "add_common_args",
+    "hot_relief",
+    "instant_lb",
+    "job_config",
+    "mean",
+    "metadata",
+    "run_cell",
+    "run_job",
+    "runtime_session",
+    "settings_from_args",
+    "write_json",
+]
+
+RUNTIMES = ("ray", "local")
+
+logger = logging.getLogger(__name__)
+
+
+class ResultMismatchError(AssertionError):
+    """A job's counts differ from ``collections.Counter(letters)``."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The timing knobs of the reproduction jobs (see :mod:`workloads.table1`).
+
+    Attributes:
+        seconds_per_record: Reducer cost per processed record (``dpa.WithCost``, sleep
+            mode: it does not use a CPU, so 4 reducers fit on a 2-core machine).
+        batch_size: Records per input block (100 records -> ``ceil(100 / batch_size)``
+            blocks shared by the 4 mappers).
+        chunk_size: Records a reducer takes off its queue per step (1 = the reducer
+            adopts a new ring between any two records).
+        lb_interval_s: Period of the balancer's check of eq. 1.
+        report_interval_s: Period of a busy reducer's queue-length report.
+        queue_capacity: Bound of each reducer queue (records); mappers wait while full.
+        num_mappers: Mappers (4 in the paper).
+        num_reducers: Reducers (4 in the paper).
+        tau: Threshold of eq. 1 (0.2 in the paper).
+    """
+
+    seconds_per_record: float = 0.01
+    batch_size: int = 5
+    chunk_size: int = 1
+    lb_interval_s: float = 0.005
+    report_interval_s: float = 0.005
+    queue_capacity: int = 1_000_000
+    num_mappers: int = PAPER_NUM_MAPPERS
+    num_reducers: int = NUM_REDUCERS
+    tau: float = PAPER_TAU
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+DEFAULT_SETTINGS = Settings()
+
+
+def job_config(method: str, max_rounds: int, runtime: str, settings: Settings) -> dpa.JobConfig:
+    """The :class:`dpa.JobConfig` of one reproduction job."""
+    return dpa.JobConfig(
+        num_mappers=settings.num_mappers,
+        num_reducers=settings.num_reducers,
+        policy=method,
+        tau=settings.tau,
+        max_rounds=max_rounds,
+        batch_size=settings.batch_size,
+        chunk_size=settings.chunk_size,
+        lb_interval_s=settings.lb_interval_s,
+        report_interval_s=settings.report_interval_s,
+        queue_capacity=settings.queue_capacity,
+        runtime=runtime,
+        timeout_s=120.0 if runtime == "ray" else None,
+    )
+
+
+def run_job(name: str, method: str, max_rounds: int, runtime: str,
+            settings: Settings = DEFAULT_SETTINGS) -> dict[str, Any]:
+    """Runs one job and returns its ``stats.to_dict()``.
+
+    Raises:
+        ResultMismatchError: The counts are not exactly ``Counter(letters)``.
+    """
+    letters = workload(name)
+    reducer = dpa.WithCost(dpa.Count(), settings.seconds_per_record, mode="sleep")
+    res = dpa.run(letters, reducer=reducer, config=job_config(method, max_rounds, runtime, settings))
+    got = res.to_dict()
+    want = dict(Counter(letters))
+    stats = res.stats.to_dict()
+    if got != want or len(res) != len(want) or sum(stats["processed"]) != len(letters):
+        missing = {k: want.get(k, 0) - got.get(k, 0) for k in set(want) | set(got) if want.get(k, 0) != got.get(k, 0)}
+        raise ResultMismatchError(
+            f"{name} {method} max_rounds={max_rounds} ({runtime}) is not exact: expected - got = "
+            f"{missing}; result rows {len(res)} for {len(want)} keys; processed {stats['processed']}, "
+            f"forwarded {stats['forwarded']}, emitted {stats['emitted']}, blocks per mapper "
+            f"{stats['blocks_per_mapper']}, merged {stats['merged']}, "
+            f"ring version {stats['ring_version']}, rebalances {stats['rebalances']}; {settings}"
+        )
+    return stats
+
+
+def mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else math.nan
+
+
+def run_cell(name: str, method: str, max_rounds: int, runs: int, runtime: str,
+             settings: Settings = DEFAULT_SETTINGS, retries: int = 0) -> dict[str, Any]:
+    """Runs one (workload, method, max_rounds) cell ``runs`` times.
+
+    Args:
+        retries: How many inexact jobs (:class:`ResultMismatchError`) to tolerate in this
+            cell: each one is logged, recorded under ``"inexact"`` and run again. With 0
+            the first inexact job raises.
+
+    Returns:
+        ``{"workload", "method", "max_rounds", "skew_mean", "skew_std", "skews",
+        "rebalances_mean", "wall_time_s", "runs": [stats dicts], "inexact": [messages]}``.
+
+    Raises:
+        ResultMismatchError: More than ``retries`` inexact jobs.
+    """
+    all_stats: list[dict[str, Any]] = []
+    inexact: list[str] = []
+    while len(all_stats) < runs:
+        try:
+            all_stats.append(run_job(name, method, max_rounds, runtime, settings))
+        except ResultMismatchError as exc:
+            inexact.append(str(exc))
+            give_up = len(inexact) > retries
+            print(f"  !! INEXACT RESULT ({'giving up' if give_up else 'job rerun'}): {exc}",
+                  file=sys.stderr, flush=True)
+            if give_up:
+                raise
+    skews = [s["skew"] for s in all_stats]
+    return {
+        "workload": name,
+        "method": method,
+        "max_rounds": max_rounds,
+        "skew_mean": mean(skews),
+        "skew_std": statistics.pstdev(skews) if skews else math.nan,
+        "skews": skews,
+        "rebalances_mean": mean([len(s["rebalances"]) for s in all_stats]),
+        "wall_time_s": sum(s["wall_time_s"] for s in all_stats),
+        "runs": all_stats,
+        "inexact": inexact,
+    }
+
+
+def instant_lb(name: str, method: str, max_rounds: int,
+               settings: Settings = DEFAULT_SETTINGS) -> dict[str, Any]:
+    """The balancer's outcome if it acted at time 0 with every record still queued.
+
+    Feeds the owned-record counts under the current ring to a real
+    :class:`~dpa.policy.DPAPlanner` as queue lengths, applies its decisions and repeats
+    until it stops (all reducers have reported after each change, as the planner needs).
+
+    Returns:
+        ``{"loads": per-reducer records under the final ring, "skew": S of those loads,
+        "actions": [(reducer, action), ...]}``.
+    """
+    letters = workload(name)
+    ring = HashRing.for_method(method, settings.num_reducers)
+    planner = DPAPlanner(method, settings.tau, max_rounds, ring)
+    actions: list[tuple[int, str]] = []
+
+    def loads() -> list[int]:
+        snap = planner.snapshot
+        counts = [0] * settings.num_reducers
+        for letter in letters:
+            counts[snap.key_lookup(letter)] += 1
+        return counts
+
+    for _ in range(4 * settings.num_reducers * max(1, max_rounds) + 1):
+        current = loads()
+        for r, q in enumerate(current):
+            planner.observe(r, q, planner.snapshot.version)
+        decisions = planner.check(0.0)
+        if not decisions:
+            break
+        actions.extend((d.event.reducer, d.event.action) for d in decisions)
+    final = loads()
+    return {"loads": final, "skew": skew(final), "actions": actions}
+
+
+def hot_relief(name: str, method: str, settings: Settings = DEFAULT_SETTINGS) -> dict[str, Any]:
+    """What one round on the initially most loaded reducer does to its letters.
+
+    Returns:
+        ``{"hot": reducer id, "records": its records under the initial ring, "moved":
+        how many of them another reducer owns after ``redistribute(hot, method)``,
+        "loads_after": per-reducer records under that ring}``.
+    """
+    letters = workload(name)
+    ring = HashRing.for_method(method, settings.num_reducers)
+    before = ring.snapshot()
+    counts = [0] * settings.num_reducers
+    for letter in letters:
+        counts[before.key_lookup(letter)] += 1
+    hot = max(range(len(counts)), key=lambda i: (counts[i], -i))
+    ring.redistribute(hot, method)
+    after = ring.snapshot()
+    loads_after = [0] * settings.num_reducers
+    moved = 0
+    for letter in letters:
+        owner = after.key_lookup(letter)
+        loads_after[owner] += 1
+        moved += before.key_lookup(letter) == hot and owner != hot
+    return {"hot": hot, "records": counts[hot], "moved": moved, "loads_after": loads_after}
+
+
+# ------------------------------------------------------------------------- sessions
+@contextlib.contextmanager
+def runtime_session(runtime: str) -> Iterator[None]:
+    """Starts Ray for ``runtime="ray"`` (if not running) and stops what it started.
+
+    The dpa actors are pooled across the jobs of the session (``reuse_actors``) and
+    released at the end with :func:`dpa.shutdown`.
+    """
+    if runtime != "ray":
+        yield
+        return
+    import ray
+
+    started = False
+    if not ray.is_initialized():
+        ray.init(include_dashboard=False, logging_level=logging.WARNING, configure_logging=True,
+                 log_to_driver=False)
+        started = True
+    try:
+        yield
+    finally:
+        dpa.shutdown()
+        if started:
+            ray.shutdown()
+
+
+# ---------------------------------------------------------------------------- CLI
+def add_common_args(parser: argparse.ArgumentParser, runs: int = 3) -> None:
+    """Adds ``--runtime``, ``--runs``, ``--workloads``, ``--methods`` and the timing knobs."""
+    d = DEFAULT_SETTINGS
+    parser.add_argument("--runtime", choices=RUNTIMES, default="ray",
+                        help="ray: the real actors (default); local: the in-process simulator (virtual time)")
+    parser.add_argument("--runs", type=int, default=runs, help=f"runs per cell, averaged (default {runs})")
+    parser.add_argument("--workloads", nargs="+", choices=WORKLOAD_NAMES, default=list(WORKLOAD_NAMES))
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument("--retries", type=int, default=2,
+                        help="inexact jobs tolerated per cell: each is reported, stored in the JSON and "
+                             "rerun; the exit code is 1 if there was any (default 2; 0 = stop at the first)")
+    g = parser.add_argument_group("timing knobs (defaults explained in workloads/table1.py)")
+    g.add_argument("--cost", type=float, default=d.seconds_per_record, help="reducer seconds per record")
+    g.add_argument("--batch-size", type=int, default=d.batch_size)
+    g.add_argument("--chunk-size", type=int, default=d.chunk_size)
+    g.add_argument("--lb-interval", type=float, default=d.lb_interval_s)
+    g.add_argument("--report-interval", type=float, default=d.report_interval_s)
+    g.add_argument("--queue-capacity", type=int, default=d.queue_capacity)
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    return Settings(
+        seconds_per_record=args.cost,
+        batch_size=args.batch_size,
+        chunk_size=args.chunk_size,
+        lb_interval_s=args.lb_interval,
+        report_interval_s=args.report_interval,
+        queue_capacity=args.queue_capacity,
+    )
+
+
+def metadata(runtime: str, runs: int, settings: Settings, elapsed_s: float) -> dict[str, Any]:
+    """Run metadata stored next to the results."""
+    meta: dict[str, Any] = {
+        "runtime": runtime,
+        "runs": runs,
+        "settings": settings.to_dict(),
+        "elapsed_s": elapsed_s,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "argv": sys.argv,
+    }
+    if runtime == "ray":
+        import ray
+
+        meta["ray"] = ray.__version__
+    return meta
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    """Writes ``obj`` as indented JSON, creating parent directories."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(obj, indent=1, default=_json_default) + "\n")
+    return p
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
