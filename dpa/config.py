@@ -48,6 +48,11 @@ class JobConfig:
         timeout_s: Fail the job if it has not finished after this many seconds.
         seed: Seed for any randomised policy.
         policy_options: Extra keyword arguments for the policy spec.
+        map_side_combine: Let mappers pre-aggregate each block per key and ship partial
+            states weighted by their record counts (queue lengths and all counters stay in
+            records). Applies to built-in reducers without a :class:`~dpa.reducers.WithCost`
+            cost under policies that route by key alone (``doubling``, ``halving``, ``hash``);
+            load-aware routers (PKG, shuffle, DKG, ...) always see every record.
     """
 
     num_mappers: int = 4
@@ -59,13 +64,14 @@ class JobConfig:
     lb_interval_s: float = 0.005
     report_interval_s: float = 0.005
     queue_capacity: int = 1_000_000
-    batch_size: int = 262_144
+    batch_size: int = 1_048_576
     chunk_size: int = 65_536
     runtime: str = "ray"
     reuse_actors: bool = True
     timeout_s: float | None = None
     seed: int = 0
     policy_options: dict[str, Any] = field(default_factory=dict)
+    map_side_combine: bool = True
 
     def __post_init__(self) -> None:
         for name in ("num_mappers", "num_reducers", "batch_size", "chunk_size", "queue_capacity"):

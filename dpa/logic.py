@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dpa.keys import KeyHashCache, hash_key_columns
 from dpa.plan import JobPlan
 from dpa.policy import Decision, RebalanceEvent
-from dpa.reducers import HASH_COL, unwrap
+from dpa.reducers import HASH_COL, WEIGHT_COL, unwrap
 from dpa.state import make_state, split_by
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ class MapperLogic:
         self.cache = KeyHashCache()
         self.emitted = 0
         self.blocks = 0
+        self.combiner = unwrap(plan.reducer)[0] if plan.combine else None
 
     def on_snapshot(self, snapshot: Any) -> None:
         """Adopts a newer routing snapshot (older or equal versions are ignored)."""
@@ -49,10 +51,14 @@ class MapperLogic:
         self.blocks += 1
         if table.num_rows == 0:
             return []
+        self.emitted += table.num_rows
+        if self.combiner is not None:
+            # One partial-state row per key (plus its record count): hashing, routing and
+            # shipping then cost per distinct key instead of per record.
+            table = self.combiner.partial_from_batch(table, self.plan.key_cols, WEIGHT_COL)
         hashes = hash_key_columns(table, self.plan.key_cols, cache=self.cache)
         table = table.append_column(HASH_COL, pa.array(hashes, pa.uint32()))
         dest = np.asarray(self.router.route(hashes, self.snapshot), dtype=np.int64)
-        self.emitted += table.num_rows
         parts = split_by(table, dest, self.plan.num_reducers)
         return [(r, p) for r, p in enumerate(parts) if p.num_rows]
 
@@ -67,7 +73,15 @@ class Chunk:
 
     @property
     def num_owned(self) -> int:
-        return 0 if self.owned is None else self.owned.num_rows
+        """Records owned (a map-side combined row counts as the records it stands for)."""
+        return 0 if self.owned is None else weight(self.owned)
+
+
+def weight(table: pa.Table) -> int:
+    """Records a batch stands for: its rows, or the sum of WEIGHT_COL for combined batches."""
+    if WEIGHT_COL in table.column_names:
+        return int(pc.sum(table[WEIGHT_COL]).as_py() or 0)
+    return table.num_rows
 
 
 class ReducerLogic:
@@ -100,11 +114,12 @@ class ReducerLogic:
     def enqueue(self, batch: pa.Table, forwarded: bool = False) -> None:
         """Appends a batch to the queue."""
         if batch.num_rows:
+            n = weight(batch)
             self.queue.append(batch)
-            self.queued += batch.num_rows
+            self.queued += n
             self.peak_queue = max(self.peak_queue, self.queued)
             if forwarded:
-                self.received_forwards += batch.num_rows
+                self.received_forwards += n
 
     def _owners(self, batch: pa.Table) -> np.ndarray | None:
         return self.plan.policy.owners(self.snapshot, batch[HASH_COL].to_numpy())
@@ -140,7 +155,7 @@ class ReducerLogic:
             if owned is not None:
                 kept.append(owned)
             forwards.extend(fwd)
-        moved = sum(t.num_rows for _, t in forwards)
+        moved = sum(weight(t) for _, t in forwards)
         self.queue = kept
         self.queued -= moved
         self.forwarded += moved
@@ -152,7 +167,7 @@ class ReducerLogic:
             return None
         limit = self.plan.chunk_size
         taken: list[pa.Table] = []
-        n = 0
+        n = 0  # rows
         while self.queue and n < limit:
             head = self.queue[0]
             room = limit - n
@@ -163,10 +178,10 @@ class ReducerLogic:
                 taken.append(head.slice(0, room))
                 self.queue[0] = head.slice(room)
                 n += room
-        self.queued -= n
         batch = taken[0] if len(taken) == 1 else pa.concat_tables(taken)
+        self.queued -= weight(batch)
         owned, forwards = self._split(batch)
-        self.forwarded += sum(t.num_rows for _, t in forwards)
+        self.forwarded += sum(weight(t) for _, t in forwards)
         chunk = Chunk(owned, forwards, 0.0)
         chunk.cost_s = chunk.num_owned * self.cost_per_record
         return chunk
@@ -174,8 +189,13 @@ class ReducerLogic:
     def apply(self, chunk: Chunk) -> None:
         """Folds a chunk's owned records into the state (after its cost was paid)."""
         if chunk.owned is not None:
-            self.state.add(chunk.owned)
-            self.processed += chunk.owned.num_rows
+            owned = chunk.owned
+            if WEIGHT_COL in owned.column_names:
+                self.processed += weight(owned)
+                self.state.add_combined(owned)
+            else:
+                self.state.add(owned)
+                self.processed += owned.num_rows
 
     # -- final merge ----------------------------------------------------------------
     def partition_state(self) -> list[Any]:

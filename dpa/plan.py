@@ -28,7 +28,7 @@ from dpa.records import (
     table_to_records,
     tuple_columns,
 )
-from dpa.reducers import HASH_COL, Reducer, bind_reducer, unwrap
+from dpa.reducers import HASH_COL, ColumnarReducer, Reducer, bind_reducer, unwrap
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +120,38 @@ def _record_blocks(first: list[Any], rest: Iterator[Any], kind: str, batch_size:
         yield records_to_table(chunk, kind, schema)
 
 
+def _arrow_stream(head: pa.Table, rest: Iterator[Any], batch_size: int) -> Iterator[pa.Table]:
+    """Blocks of ``batch_size`` rows (the last may be shorter) from a stream of Arrow
+    tables/record batches (or pandas DataFrames), all cast to the first one's schema.
+    Small tables are coalesced, large ones cut."""
+    schema = head.schema
+    pending: list[pa.Table] = []
+    rows = 0
+    for i, item in enumerate(itertools.chain([head], rest)):
+        if isinstance(item, pa.RecordBatch):
+            item = pa.Table.from_batches([item])
+        elif not isinstance(item, pa.Table):
+            try:
+                item = _as_arrow(item)
+            except Exception as exc:
+                raise SchemaError(f"a stream of Arrow tables yielded a {type(item).__name__} at position {i}") from exc
+        if item.schema != schema:
+            try:
+                item = item.select(schema.names).cast(schema)
+            except (KeyError, pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as exc:
+                raise SchemaError(f"table {i} of the stream has schema {item.schema}, the first one {schema}") from exc
+        pending.append(item)
+        rows += item.num_rows
+        if rows >= batch_size:
+            table = pa.concat_tables(pending)
+            full = (rows // batch_size) * batch_size
+            yield from _table_blocks(table.slice(0, full), batch_size)
+            pending = [table.slice(full)] if rows > full else []
+            rows -= full
+    if rows:
+        yield pa.concat_tables(pending)
+
+
 def _as_arrow(batch: Any) -> pa.Table:
     if isinstance(batch, pa.Table):
         return batch
@@ -143,11 +175,19 @@ def _dataset_schema(dataset: Any) -> pa.Schema | None:
     return base if isinstance(base, pa.Schema) else None
 
 
+def _is_arrow_block(obj: Any) -> bool:
+    if isinstance(obj, (pa.Table, pa.RecordBatch)):
+        return True
+    return type(obj).__module__.startswith("pandas") and type(obj).__name__ == "DataFrame"
+
+
 def normalize_source(source: Any, batch_size: int) -> Source:
     """Wraps any supported input as a :class:`Source`.
 
     Supported: ``pyarrow.Table``, ``pyarrow.RecordBatch``, ``pandas.DataFrame``,
-    ``ray.data.Dataset`` and any iterable of records (dicts, tuples or scalars).
+    ``ray.data.Dataset``, an iterable (e.g. a generator) of Arrow tables, record batches or
+    DataFrames (streamed, re-cut into ``batch_size`` blocks), and any iterable of records
+    (dicts, tuples or scalars).
     """
     if isinstance(source, pa.RecordBatch):
         source = pa.Table.from_batches([source])
@@ -171,7 +211,14 @@ def normalize_source(source: Any, batch_size: int) -> Source:
             f"iterable of records; got {type(source).__name__}"
         )
     it = iter(source)
-    first = list(itertools.islice(it, batch_size))
+    first = list(itertools.islice(it, 1))
+    if first and _is_arrow_block(first[0]):
+        # A stream of Arrow tables / record batches / DataFrames: consumed lazily, block by
+        # block, so the input never has to fit in memory.
+        head = first[0]
+        head = pa.Table.from_batches([head]) if isinstance(head, pa.RecordBatch) else _as_arrow(head)
+        return Source("dict", head.schema, _arrow_stream(head, it, batch_size), None)
+    first += list(itertools.islice(it, batch_size - 1))
     if not first:
         return Source("scalar", None, iter(()), 0)
     kind = record_kind_of(first[0])
@@ -208,6 +255,7 @@ class JobPlan:
     output_schema: pa.Schema | None = None  # of mapped records, when known
     input_schema: pa.Schema | None = None  # of the records reducers see, when known
     job_id: str = ""  # short id tagging metrics and logs
+    combine: bool = False  # mappers ship per-key partial states with a WEIGHT_COL
 
     def apply_map(self, block: pa.Table) -> pa.Table:
         """Runs ``map_fn`` over a block of source records."""
@@ -399,6 +447,8 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
         num_reducers=config.num_reducers, queue_capacity=config.queue_capacity, chunk_size=config.chunk_size,
         lb_interval_s=config.lb_interval_s, report_interval_s=config.report_interval_s,
         output_schema=output_schema, input_schema=schema, job_id=uuid.uuid4().hex[:8],
+        combine=(bool(config.map_side_combine) and policy.routes_by_key and isinstance(inner, ColumnarReducer)
+                 and unwrap(bound)[1] == 0),
     )
     return plan, blocks
 

@@ -110,6 +110,9 @@ class PolicySpec:
     moves_keys: bool = False
     #: One key may be routed to several reducers at once (final merge, no forwarding).
     splits_keys: bool = False
+    #: Routing depends only on the key's hash and the snapshot, never on how many records
+    #: were routed, so mappers may pre-aggregate a block per key (``map_side_combine``).
+    routes_by_key: bool = False
 
     def initial_snapshot(self, num_reducers: int) -> Any:
         raise NotImplementedError
@@ -219,6 +222,8 @@ class DPAPolicy(PolicySpec):
         initial_tokens: Tokens per reducer for halving (power of two).
     """
 
+    routes_by_key = True
+
     method: str = "doubling"
     tau: float = 0.2
     max_rounds: int = 1
@@ -272,6 +277,8 @@ class ModRouter(Router):
 @dataclass(frozen=True)
 class HashPolicy(PolicySpec):
     """Key grouping: ``murmur3(key) % R``, never rebalanced."""
+
+    routes_by_key = True
 
     name: str = "hash"
 

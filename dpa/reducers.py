@@ -39,6 +39,9 @@ logger = logging.getLogger(__name__)
 
 #: Name of the internal column carrying each record's 32-bit key hash.
 HASH_COL = "__dpa_h"
+#: Name of the internal column of map-side combined batches: how many input records each
+#: partial-state row stands for (queue lengths, forwarded and processed counts stay in records).
+WEIGHT_COL = "__dpa_w"
 
 
 class Reducer:
@@ -133,12 +136,21 @@ class ColumnarReducer(Reducer):
         """Hook to cast input columns before aggregation (identity by default)."""
         return table
 
-    def partial_from_batch(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
-        """Pre-aggregates a raw batch into one partial-state row per key."""
+    def state_columns(self) -> list[str]:
+        """Names of the state columns of a partial-state table."""
+        return [state for _, _, state in self.state_aggregations()]
+
+    def partial_from_batch(self, table: pa.Table, group_cols: list[str], weight_col: str | None = None) -> pa.Table:
+        """Pre-aggregates a raw batch into one partial-state row per key.
+
+        With ``weight_col``, also adds that column: the number of records per key.
+        """
         table = self.prepare(table)
         aggs = [([] if col is None else col, fn) for col, fn, _ in self.state_aggregations()]
+        if weight_col is not None:
+            aggs.append(([], "count_all"))
         out = table.group_by(group_cols, use_threads=False).aggregate(aggs)
-        names = list(group_cols) + [state for _, _, state in self.state_aggregations()]
+        names = list(group_cols) + self.state_columns() + ([weight_col] if weight_col is not None else [])
         return out.rename_columns(names)
 
     def merge_partials(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
@@ -384,8 +396,8 @@ class TopK(_ColumnReducer):
         top = [heapq.nlargest(self.k, [v for v in row if v is not None]) for row in items.to_pylist()]
         return table.set_column(table.schema.get_field_index("items"), "items", pa.array(top, pa.list_(dtype)))
 
-    def partial_from_batch(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
-        return self._truncate(super().partial_from_batch(table, group_cols))
+    def partial_from_batch(self, table: pa.Table, group_cols: list[str], weight_col: str | None = None) -> pa.Table:
+        return self._truncate(super().partial_from_batch(table, group_cols, weight_col))
 
     def merge_partials(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
         # Arrow has no hash_list over list columns, and exploding would drop keys whose

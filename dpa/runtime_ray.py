@@ -295,6 +295,7 @@ class BalancerActor:
         self.running = True
         self.exported = 0
         self.t0 = time.monotonic()
+        self.fresh = asyncio.Event()
 
     async def ping(self) -> bool:
         return True
@@ -302,6 +303,7 @@ class BalancerActor:
     async def report(self, job_id: str, reducer: int, queue_length: int, version: int) -> None:
         if self.logic is not None and job_id == self.plan.job_id:
             self.logic.report(reducer, queue_length, version)
+            self.fresh.set()
 
     async def snapshot(self) -> Any:
         return self.logic.snapshot
@@ -318,6 +320,8 @@ class BalancerActor:
         self._export_events()
         while self.running:
             await asyncio.sleep(self.plan.lb_interval_s)
+            await self.fresh.wait()  # no new report: nothing to sample or decide on
+            self.fresh.clear()
             new = self.logic.tick(time.monotonic() - self.t0)
             self._export_events()
             if new is not None:
@@ -326,6 +330,7 @@ class BalancerActor:
 
     async def stop(self) -> tuple[list[Any], Any, list[Any]]:
         self.running = False
+        self.fresh.set()
         self._export_events()
         self.logic.sample(time.monotonic() - self.t0)
         return self.logic.events, self.logic.snapshot, self.logic.timeline

@@ -65,6 +65,11 @@ class ColumnarState:
         if table.num_rows:
             self._append(self.reducer.partial_from_batch(table.select(self.input_cols), self.group_cols))
 
+    def add_combined(self, table: pa.Table) -> None:
+        """Folds map-side combined partial states (group columns, state columns, weight) in."""
+        if table.num_rows:
+            self._append(table.select(self.group_cols + self.reducer.state_columns()))
+
     def add_partial(self, partial: pa.Table) -> None:
         """Merges partial states produced by another reducer's :meth:`partition`."""
         if partial is not None and partial.num_rows:

@@ -1,0 +1,46 @@
+"""Latency of a small job: 1,000 records, 4 mappers x 4 reducers, once Ray is up.
+
+Prints the cold time (the first job of a driver starts the actor pool) and the warm times
+(later jobs reuse the pooled actors). Run: ``python -m benchmarks.small_job [--records N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import statistics
+import time
+
+import dpa
+from dpa.runtime_ray import ensure_ray
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1000)
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--policy", default="doubling")
+    args = parser.parse_args(argv)
+    words = [f"w{i % 37}" for i in range(args.records)]
+    t = time.perf_counter()
+    ensure_ray(logging_level="ERROR")
+    print(f"ray.init: {time.perf_counter() - t:.2f}s  (load average {os.getloadavg()[0]:.1f})")
+    cfg = dpa.JobConfig(policy=args.policy)
+    t = time.perf_counter()
+    res = dpa.run(words, config=cfg)
+    print(f"cold job (starts 10 actors): {time.perf_counter() - t:.2f}s")
+    times = []
+    for _ in range(args.reps):
+        t = time.perf_counter()
+        res = dpa.run(words, config=cfg)
+        times.append(time.perf_counter() - t)
+        assert res.to_dict() == dict(collections.Counter(words))
+    print(f"warm job, {args.records:,} records: median {statistics.median(times):.3f}s, "
+          f"min {min(times):.3f}s, max {max(times):.3f}s over {args.reps} runs")
+    dpa.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
