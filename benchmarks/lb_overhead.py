@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--reps", type=int, default=5, help="on/off pairs")
     p.add_argument("--tau", type=float, default=0.2)
     p.add_argument("--policy", choices=["doubling", "halving"], default="doubling")
+    p.add_argument("--patience", type=int, default=1,
+                   help="checks the straggler must persist before the balancer acts (1 = the paper's rule)")
     args = p.parse_args(argv)
 
     import dpa
@@ -54,7 +56,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     table = uniform(args.keys, args.rows, seed=args.seed)
     distinct = pc.count_distinct(table["key"]).as_py()
     base = {"num_mappers": args.mappers, "num_reducers": args.reducers, "policy": args.policy,
-            "tau": args.tau, **config_overrides(args)}
+            "tau": args.tau, "policy_options": {"patience": args.patience}, **config_overrides(args)}
     configs = {mode: dpa.JobConfig(**base, **extra) for mode, extra in MODES.items()}
     startup = {"ray_init_s": init_ray()}
     runs: list[dict[str, Any]] = []

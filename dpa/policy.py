@@ -157,9 +157,14 @@ class DPAPlanner(Planner):
     * Reducers that have not reported yet count as queue length 0.
     * Halving a reducer that has one token left changes nothing: the event log records
       ``"exhausted"`` once and the reducer's rounds are used up.
+    * ``patience`` (default 1, the paper's rule) asks the predicate to name the same
+      reducer on that many consecutive checks before acting. Queue lengths are
+      instantaneous and arrive in whole batches, so with large batches and cheap records a
+      reducer that just received a batch looks like a straggler for a moment even when keys
+      are uniform; a patience of a few checks filters out such bursts.
     """
 
-    def __init__(self, method: str, tau: float, max_rounds: int, ring: HashRing) -> None:
+    def __init__(self, method: str, tau: float, max_rounds: int, ring: HashRing, patience: int = 1) -> None:
         self.method = method
         self.tau = float(tau)
         self.max_rounds = int(max_rounds)
@@ -168,6 +173,9 @@ class DPAPlanner(Planner):
         self.queue_lengths = [0] * ring.num_reducers
         self.report_versions = [0] * ring.num_reducers
         self._snapshot = ring.snapshot()
+        self.patience = int(patience)
+        self._candidate: int | None = None
+        self._streak = 0
 
     @property
     def snapshot(self) -> RingSnapshot:
@@ -192,8 +200,11 @@ class DPAPlanner(Planner):
         if min(self.report_versions) < self._snapshot.version:
             return []
         x = self.straggler(self.queue_lengths, self.tau)
-        if x is None or self.rounds[x] >= self.max_rounds:
+        self._streak = self._streak + 1 if x is not None and x == self._candidate else int(x is not None)
+        self._candidate = x
+        if x is None or self.rounds[x] >= self.max_rounds or self._streak < self.patience:
             return []
+        self._streak = 0
         seen = tuple(self.queue_lengths)
         self.rounds[x] += 1
         changed = self.ring.redistribute(x, self.method)
@@ -228,6 +239,11 @@ class DPAPolicy(PolicySpec):
     tau: float = 0.2
     max_rounds: int = 1
     initial_tokens: int = 16
+    patience: int = 1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.patience, bool) or not isinstance(self.patience, int) or self.patience < 1:
+            raise ConfigError(f"policy option patience must be an integer >= 1, got {self.patience!r}")
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -254,7 +270,7 @@ class DPAPolicy(PolicySpec):
     def make_planner(self, num_reducers: int) -> Planner | None:
         if self.max_rounds == 0:
             return None
-        return DPAPlanner(self.method, self.tau, self.max_rounds, self._ring(num_reducers))
+        return DPAPlanner(self.method, self.tau, self.max_rounds, self._ring(num_reducers), self.patience)
 
 
 # ---------------------------------------------------------------------------- hash

@@ -112,3 +112,22 @@ def test_hash_policy_routes_mod_r():
 def test_config_errors(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         dpa.JobConfig(**kwargs)
+
+
+def test_patience_needs_the_same_straggler_on_consecutive_checks():
+    p = DPAPlanner("doubling", 0.2, 1, HashRing.for_doubling(4), patience=3)
+    for r, q in enumerate([100, 10, 10, 10]):
+        p.observe(r, q, 0)
+    assert p.check(0.0) == [] and p.check(0.1) == []
+    p.observe(0, 5, 0)  # the burst is gone: the streak restarts
+    assert p.check(0.2) == []
+    p.observe(0, 100, 0)
+    assert p.check(0.3) == [] and p.check(0.4) == []
+    (d,) = p.check(0.5)
+    assert d.event.reducer == 0
+
+
+def test_patience_option_is_validated():
+    with pytest.raises(ConfigError, match="patience"):
+        dpa.JobConfig(policy="halving", policy_options={"patience": 0})
+    assert make_policy(dpa.JobConfig(policy="halving", policy_options={"patience": 4})).patience == 4
