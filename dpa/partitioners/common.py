@@ -21,20 +21,19 @@ from __future__ import annotations
 import numpy as np
 
 from dpa.errors import ConfigError
+from dpa.keys import (  # the one murmur3 implementation's constants
+    _C1,
+    _C2,
+    _F1,
+    _F2,
+    _M5,
+    _N1,
+    _rotl,
+)
 
 __all__ = ["candidates", "check_int_option", "seeded_hash32"]
 
-_C1 = np.uint32(0xCC9E2D51)
-_C2 = np.uint32(0x1B873593)
-_M5 = np.uint32(5)
-_N1 = np.uint32(0xE6546B64)
-_F1 = np.uint32(0x85EBCA6B)
-_F2 = np.uint32(0xC2B2AE35)
 _LEN4 = np.uint32(4)
-
-
-def _rotl(x: np.ndarray, r: int) -> np.ndarray:
-    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
 
 
 def _mixed_block(hashes: np.ndarray) -> np.ndarray:
