@@ -68,6 +68,7 @@ def test_metrics_match_stats_and_show_the_straggler(ray_session):
     assert sum(rebalances) == len(res.stats.rebalances) >= 1
     assert values(final, "ray_dpa_ring_version", job, "job_id")[job] == res.stats.ring_version
     assert values(final, "ray_dpa_job_progress", job, "job_id")[job] == 1.0
+    assert values(final, "ray_dpa_job_records_processed", job, "job_id")[job] == len(words)
     tokens = values(final, "ray_dpa_tokens_owned", job, "reducer")
     assert {int(k): int(v) for k, v in tokens.items()} == dict(enumerate(res.stats.final_tokens))
     # While the job ran, the straggler's queue-length gauge rose above every other queue.
