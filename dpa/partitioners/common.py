@@ -31,7 +31,7 @@ from dpa.keys import (  # the one murmur3 implementation's constants
     _rotl,
 )
 
-__all__ = ["candidates", "check_int_option", "seeded_hash32"]
+__all__ = ["candidates", "check_int_option", "least_loaded_of_two", "seeded_hash32"]
 
 _LEN4 = np.uint32(4)
 
@@ -91,6 +91,26 @@ def candidates(hashes: np.ndarray, d: int, num_reducers: int) -> np.ndarray:
     for i in range(d):
         out[i] = _finish(k, i) % r
     return out
+
+
+def least_loaded_of_two(first: np.ndarray, second: np.ndarray, load: list[int]) -> np.ndarray:
+    """Sends each record to the less loaded of its two choices, updating ``load`` in place.
+
+    Decisions are sequential (each one sees the loads left by the previous), so this is a
+    tight Python loop over the batch. Ties go to the first choice.
+    """
+    out: list[int] = []
+    append = out.append
+    for a, b in zip(first.tolist(), second.tolist(), strict=True):
+        x = load[a]
+        y = load[b]
+        if y < x:
+            load[b] = y + 1
+            append(b)
+        else:
+            load[a] = x + 1
+            append(a)
+    return np.array(out, dtype=np.int64)
 
 
 def check_int_option(name: str, value: object, minimum: int, policy: str) -> int:

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpa.errors import ConfigError
-from dpa.partitioners.common import check_int_option
+from dpa.partitioners.common import check_int_option, least_loaded_of_two
 from dpa.policy import ModSnapshot, PolicySpec, Router, register_policy
 
 if TYPE_CHECKING:
@@ -271,16 +271,7 @@ class DKGRouter(Router):
         if special_keys:
             special = np.isin(hs, np.fromiter(special_keys, dtype=np.uint32, count=len(special_keys)))
         if not special_keys or not special.any():
-            for a, b in zip(first.tolist(), second.tolist(), strict=True):
-                x = load[a]
-                y = load[b]
-                if y < x:
-                    load[b] = y + 1
-                    append(b)
-                else:
-                    load[a] = x + 1
-                    append(a)
-            return np.array(out, dtype=np.int64)
+            return least_loaded_of_two(first, second, load)
         choose = self.choose
         total = self.seen
         for h, a, b, sp in zip(hs.tolist(), first.tolist(), second.tolist(), special.tolist(), strict=True):

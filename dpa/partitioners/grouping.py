@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpa.errors import ConfigError
-from dpa.partitioners.common import candidates, check_int_option
+from dpa.partitioners.common import candidates, check_int_option, least_loaded_of_two
 from dpa.policy import ModSnapshot, PolicySpec, Router, register_policy
 
 if TYPE_CHECKING:
@@ -131,24 +131,15 @@ class PKGRouter(Router):
             for r, x in enumerate(counts.tolist()):
                 load[r] += x
             return c[0]
+        if self.d == 2:
+            return least_loaded_of_two(c[0], c[1], load)
         out: list[int] = []
         append = out.append
-        if self.d == 2:
-            for a, b in zip(c[0].tolist(), c[1].tolist(), strict=True):
-                x = load[a]
-                y = load[b]
-                if y < x:
-                    load[b] = y + 1
-                    append(b)
-                else:
-                    load[a] = x + 1
-                    append(a)
-        else:
-            get = load.__getitem__
-            for choice in zip(*c.tolist(), strict=True):
-                w = min(choice, key=get)  # first minimum = earliest choice on ties
-                load[w] += 1
-                append(w)
+        get = load.__getitem__
+        for choice in zip(*c.tolist(), strict=True):
+            w = min(choice, key=get)  # first minimum = earliest choice on ties
+            load[w] += 1
+            append(w)
         return np.array(out, dtype=np.int64)
 
 
