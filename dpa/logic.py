@@ -105,6 +105,9 @@ class ReducerLogic:
         self.forwarded = 0
         self.received_forwards = 0
         self.peak_queue = 0
+        # Per-key arrival counts for planners that want them (PolicySpec.wants_key_stats).
+        self.collect_keys = bool(getattr(plan.policy, "wants_key_stats", False))
+        self._arrivals: list[tuple[np.ndarray, np.ndarray | None]] = []
 
     # -- queue ----------------------------------------------------------------------
     def has_room(self) -> bool:
@@ -120,12 +123,38 @@ class ReducerLogic:
             self.peak_queue = max(self.peak_queue, self.queued)
             if forwarded:
                 self.received_forwards += n
+            elif self.collect_keys:
+                w = batch[WEIGHT_COL].to_numpy() if WEIGHT_COL in batch.column_names else None
+                self._arrivals.append((batch[HASH_COL].to_numpy(), w))
 
-    def _owners(self, batch: pa.Table) -> np.ndarray | None:
-        return self.plan.policy.owners(self.snapshot, batch[HASH_COL].to_numpy())
+    @property
+    def has_key_stats(self) -> bool:
+        """Whether key arrivals are waiting to be reported."""
+        return bool(self._arrivals)
 
-    def _split(self, batch: pa.Table) -> tuple[pa.Table | None, list[tuple[int, pa.Table]]]:
-        owners = self._owners(batch)
+    def take_key_stats(self) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """The interval's key arrivals: top hashes, their record counts, and all records.
+
+        Returns ``(hashes, counts, total)`` with at most ``policy.key_stats_top`` hashes,
+        the most frequent first, or None when nothing arrived since the last call.
+        """
+        if not self._arrivals:
+            return None
+        hs = np.concatenate([h for h, _ in self._arrivals])
+        ws = np.concatenate([np.ones(len(h), np.int64) if w is None else w.astype(np.int64) for h, w in self._arrivals])
+        self._arrivals = []
+        keys, inverse = np.unique(hs, return_inverse=True)
+        counts = np.bincount(inverse, weights=ws, minlength=len(keys)).astype(np.int64)
+        total = int(counts.sum())
+        top = int(getattr(self.plan.policy, "key_stats_top", 1024))
+        if len(keys) > top:
+            pick = np.argpartition(-counts, top - 1)[:top]
+            keys, counts = keys[pick], counts[pick]
+        order = np.argsort(-counts, kind="stable")
+        return keys[order].astype(np.uint32), counts[order], total
+
+    def _split(self, batch: pa.Table, adopting: bool = False) -> tuple[pa.Table | None, list[tuple[int, pa.Table]]]:
+        owners = self.plan.policy.destinations(self.snapshot, batch[HASH_COL].to_numpy(), self.reducer_id, adopting)
         if owners is None:
             return batch, []
         mine = owners == self.reducer_id
@@ -146,12 +175,12 @@ class ReducerLogic:
         if snapshot.version <= self.snapshot.version:
             return []
         self.snapshot = snapshot
-        if self.plan.policy.owners(snapshot, np.zeros(0, np.uint32)) is None or not self.queue:
+        if not self.queue or self.plan.policy.destinations(snapshot, np.zeros(0, np.uint32), self.reducer_id, True) is None:
             return []
         kept: deque[pa.Table] = deque()
         forwards: list[tuple[int, pa.Table]] = []
         for batch in self.queue:
-            owned, fwd = self._split(batch)
+            owned, fwd = self._split(batch, adopting=True)
             if owned is not None:
                 kept.append(owned)
             forwards.extend(fwd)
@@ -248,9 +277,13 @@ class BalancerLogic:
         """Whether there is anything to balance."""
         return self.planner is not None
 
-    def report(self, reducer: int, queue_length: int, version: int) -> None:
+    def report(self, reducer: int, queue_length: int, version: int,
+               keys: tuple[np.ndarray, np.ndarray, int] | None = None) -> None:
+        """A reducer's queue length under ``version``, with its key arrivals if collected."""
         self.queue_lengths[reducer] = int(queue_length)
         if self.planner is not None:
+            if keys is not None:
+                self.planner.observe_keys(reducer, *keys)
             self.planner.observe(reducer, queue_length, version)
 
     def sample(self, now: float) -> None:

@@ -91,6 +91,25 @@ class Planner:
         """Records a reducer's latest queue length, reported under routing ``version``."""
         raise NotImplementedError
 
+    def observe_keys(self, reducer: int, hashes: np.ndarray, counts: np.ndarray, total: int) -> None:
+        """Records the keys that arrived at ``reducer`` from mappers since its last report.
+
+        Only called when the policy's :attr:`PolicySpec.wants_key_stats` is true. Reducers
+        count the records pushed to them by mappers (forwarded records are not counted
+        again) and report, with each queue length, the ``key_stats_top`` most frequent key
+        hashes of the interval and their record counts, plus ``total``: every record that
+        arrived in the interval (so ``total - counts.sum()`` records belong to keys not
+        listed). Every record is counted at exactly one reducer, so summing the reports
+        of all reducers gives the global key frequencies of the stream.
+
+        Args:
+            reducer: The reporting reducer.
+            hashes: ``uint32`` key hashes, distinct.
+            counts: ``int64`` record counts, aligned with ``hashes``.
+            total: Records that arrived at the reducer in the interval.
+        """
+        return None
+
     def check(self, now: float) -> list[Decision]:
         """Evaluates the balancing rule at time ``now``; returns the actions taken."""
         raise NotImplementedError
@@ -113,6 +132,11 @@ class PolicySpec:
     #: Routing depends only on the key's hash and the snapshot, never on how many records
     #: were routed, so mappers may pre-aggregate a block per key (``map_side_combine``).
     routes_by_key: bool = False
+    #: The planner wants per-key arrival counts (:meth:`Planner.observe_keys`); reducers
+    #: then count the keys they receive and send them with their queue reports.
+    wants_key_stats: bool = False
+    #: Most key hashes a reducer sends per report when ``wants_key_stats``.
+    key_stats_top: int = 1024
 
     def initial_snapshot(self, num_reducers: int) -> Any:
         raise NotImplementedError
@@ -125,6 +149,18 @@ class PolicySpec:
 
     def make_planner(self, num_reducers: int) -> Planner | None:
         return None
+
+    def destinations(self, snapshot: Any, hashes: np.ndarray, reducer: int, adopting: bool) -> np.ndarray | None:
+        """Where ``reducer`` should send each of its queued records (itself = keep it).
+
+        Reducers call this on every chunk they take (``adopting=False``) and on the queued
+        records when they adopt a new snapshot (``adopting=True``). The default is the
+        key's owner (:meth:`owners`); a policy that lets several reducers hold one key
+        (e.g. a hot key split under a snapshot) overrides it so that a reducer keeps the
+        records it may hold, and may spread queued records over the key's reducers when
+        a new snapshot is adopted. None = keep everything.
+        """
+        return self.owners(snapshot, hashes)
 
     @property
     def needs_merge(self) -> bool:

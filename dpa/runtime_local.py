@@ -74,7 +74,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
     next_mapper = itertools.cycle(range(M))
 
     def report(r: int) -> None:
-        balancer.report(r, reducers[r].queued, reducers[r].snapshot.version)
+        balancer.report(r, reducers[r].queued, reducers[r].snapshot.version, reducers[r].take_key_stats())
         coord.on_progress(r, reducers[r].processed)
 
     def deliver(forwards: list[tuple[int, pa.Table]]) -> None:

@@ -187,10 +187,11 @@ class ReducerActor:
         if not force and now - self.last_report < self.plan.report_interval_s:
             return
         sent = (logic.queued, logic.processed, logic.snapshot.version)
-        if sent == self.last_sent:
+        if sent == self.last_sent and not logic.has_key_stats:
             return
         self.last_sent, self.last_report = sent, now
-        self.balancer.report.remote(self.plan.job_id, self.reducer_id, logic.queued, logic.snapshot.version)
+        self.balancer.report.remote(self.plan.job_id, self.reducer_id, logic.queued, logic.snapshot.version,
+                                    logic.take_key_stats())
         if logic.queued == 0 or now - self.last_progress >= PROGRESS_INTERVAL_S:
             if logic.processed != self.last_progress_value:
                 self.last_progress, self.last_progress_value = now, logic.processed
@@ -300,9 +301,9 @@ class BalancerActor:
     async def ping(self) -> bool:
         return True
 
-    async def report(self, job_id: str, reducer: int, queue_length: int, version: int) -> None:
+    async def report(self, job_id: str, reducer: int, queue_length: int, version: int, keys: Any = None) -> None:
         if self.logic is not None and job_id == self.plan.job_id:
-            self.logic.report(reducer, queue_length, version)
+            self.logic.report(reducer, queue_length, version, keys)
             self.fresh.set()
 
     async def snapshot(self) -> Any:

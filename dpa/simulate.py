@@ -111,6 +111,13 @@ class SimResult:
         makespan: Time at which the last message is processed (with ``service_rate``).
         router_stats: Policy-specific counters summed over the routers (e.g. DKG's
             ``scale_outs`` and ``scale_downs``).
+        migrated_keys: Keys already seen whose owner changed, summed over snapshot changes
+            (the state a key-moving policy migrates; with ``service_rate``).
+        migrated_load: The same weighted by each key's messages so far (state size when
+            state grows with the messages of a key, e.g. Gedik's and Fang's migration cost).
+        table_size: Entries of the final snapshot's explicit routing table, for policies
+            whose snapshot has a ``table_size`` (Gedik's explicit hash, Fang's table,
+            hybrid's hot keys).
         wall_time_s: Wall-clock time of the simulation.
     """
 
@@ -139,6 +146,9 @@ class SimResult:
     peak_queue: list[int] | None = None
     makespan: float | None = None
     router_stats: dict[str, int] = field(default_factory=dict)
+    migrated_keys: int = 0
+    migrated_load: int = 0
+    table_size: int = 0
     wall_time_s: float = 0.0
 
     @property
@@ -164,6 +174,9 @@ class SimResult:
             "replication_max": self.replication_max,
             "forwarded": self.forwarded,
             "rebalances": len(self.events),
+            "migrated_keys": self.migrated_keys,
+            "migrated_load": self.migrated_load,
+            "table_size": self.table_size,
             "messages_per_s": self.messages_per_s,
         }
         if self.makespan is not None:
@@ -299,9 +312,42 @@ class _Queues:
         return items
 
 
+def _key_report(hs: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """A reducer's key-arrival report (as :meth:`dpa.logic.ReducerLogic.take_key_stats`)."""
+    keys, counts = np.unique(hs, return_counts=True)
+    total = int(counts.sum())
+    if len(keys) > top:
+        pick = np.argpartition(-counts, top - 1)[:top]
+        keys, counts = keys[pick], counts[pick]
+    order = np.argsort(-counts, kind="stable")
+    return keys[order].astype(np.uint32), counts[order].astype(np.int64), total
+
+
+@dataclass
+class _Migration:
+    """State moved by snapshot changes: keys seen so far whose owner changed."""
+
+    moved_keys: int = 0
+    moved_load: int = 0
+    changes: int = 0
+
+    def account(self, spec: PolicySpec, old: Any, new: Any, seen: np.ndarray, W: int) -> None:
+        """Counts the keys among the first messages ``seen`` whose owner differs between snapshots."""
+        if not len(seen):
+            return
+        keys, counts = np.unique(seen, return_counts=True)
+        before, after = spec.owners(old, keys), spec.owners(new, keys)
+        if before is None or after is None:
+            return
+        moved = np.asarray(before) != np.asarray(after)
+        self.changes += 1
+        self.moved_keys += int(moved.sum())
+        self.moved_load += int(counts[moved].sum())
+
+
 def _replay_queued(spec: PolicySpec, routers: list[Any], hashes: np.ndarray, S: int,
                    batch_size: int, W: int, service_rate: float,
-                   rebalance_interval: int) -> tuple[np.ndarray, int, list[RebalanceEvent], list[int], float]:
+                   rebalance_interval: int) -> tuple[np.ndarray, int, list[RebalanceEvent], list[int], float, Any, _Migration]:
     """Round-by-round replay with queues, planner and forwarding (see the module docstring)."""
     n = len(hashes)
     snapshot = spec.initial_snapshot(W)
@@ -309,9 +355,11 @@ def _replay_queued(spec: PolicySpec, routers: list[Any], hashes: np.ndarray, S: 
     if planner is not None:
         snapshot = planner.snapshot
     has_owners = spec.owners(snapshot, np.zeros(0, dtype=np.uint32)) is not None
+    key_stats = planner is not None and spec.wants_key_stats
     dest = np.empty(n, dtype=np.int64)
     queues = _Queues(W)
     events: list[RebalanceEvent] = []
+    migration = _Migration()
     forwarded = 0
     round_size = S * batch_size
     last_check = 0
@@ -327,7 +375,10 @@ def _replay_queued(spec: PolicySpec, routers: list[Any], hashes: np.ndarray, S: 
         order = np.argsort(step_dest, kind="stable")
         bounds = np.searchsorted(step_dest[order], np.arange(W + 1))
         for w in range(W):
-            queues.push(w, positions[order[bounds[w] : bounds[w + 1]]])
+            items = positions[order[bounds[w] : bounds[w + 1]]]
+            queues.push(w, items)
+            if key_stats and len(items):
+                planner.observe_keys(w, *_key_report(hashes[items], spec.key_stats_top))
         queues.note_peaks()
         queues.serve(service_rate * (end - t))
         t = end
@@ -342,13 +393,16 @@ def _replay_queued(spec: PolicySpec, routers: list[Any], hashes: np.ndarray, S: 
             events.append(decision.event)
             if decision.snapshot is None:
                 continue
+            if has_owners:
+                migration.account(spec, snapshot, decision.snapshot, hashes[:t], W)
             snapshot = decision.snapshot
             if has_owners:
                 for w in range(W):
                     items = queues.drain(w)
                     if not len(items):
                         continue
-                    owner = np.asarray(spec.owners(snapshot, hashes[items]), dtype=np.int64)
+                    target = spec.destinations(snapshot, hashes[items], w, True)
+                    owner = np.full(len(items), w, np.int64) if target is None else np.asarray(target, np.int64)
                     moved = owner != w
                     forwarded += int(moved.sum())
                     dest[items[moved]] = owner[moved]
@@ -359,7 +413,7 @@ def _replay_queued(spec: PolicySpec, routers: list[Any], hashes: np.ndarray, S: 
             for w in range(W):
                 planner.observe(w, int(queues.lengths[w]), snapshot.version)
     makespan = float(n) + float(queues.lengths.max()) / service_rate if W else float(n)
-    return dest, forwarded, events, queues.peak.tolist(), makespan
+    return dest, forwarded, events, queues.peak.tolist(), makespan, snapshot, migration
 
 
 # ---------------------------------------------------------------------------- metrics
@@ -442,10 +496,11 @@ def simulate(keys: Any, policy: str | PolicySpec, num_sources: int = 1, num_work
 
     events: list[RebalanceEvent] = []
     forwarded, peak, makespan = 0, None, None
+    final_snapshot, migration = spec.initial_snapshot(W), _Migration()
     if service_rate is None:
         dest = _replay_static(spec, routers, hashes, S_route, batch_route, W)
     else:
-        dest, forwarded, events, peak, makespan = _replay_queued(
+        dest, forwarded, events, peak, makespan, final_snapshot, migration = _replay_queued(
             spec, routers, hashes, S_route, batch_route, W, float(service_rate), interval)
 
     if len(dest) and (dest.min() < 0 or dest.max() >= W):
@@ -477,7 +532,9 @@ def simulate(keys: Any, policy: str | PolicySpec, num_sources: int = 1, num_work
         stddev=float(loads.std()), stddev_pct=float(pct.std()),
         dist_cost=rep_mean, replication_mean=rep_mean, replication_max=rep_max,
         num_keys=num_keys, forwarded=forwarded, events=events, peak_queue=peak,
-        makespan=makespan, router_stats=stats, wall_time_s=time.perf_counter() - started,
+        makespan=makespan, router_stats=stats, migrated_keys=migration.moved_keys,
+        migrated_load=migration.moved_load, table_size=int(getattr(final_snapshot, "table_size", 0)),
+        wall_time_s=time.perf_counter() - started,
     )
 
 
