@@ -114,32 +114,52 @@ class ReducerLogic:
         """Whether a mapper may push now (the queue is below capacity)."""
         return self.queued < self.plan.queue_capacity
 
-    def enqueue(self, batch: pa.Table, forwarded: bool = False) -> None:
-        """Appends a batch to the queue."""
-        if batch.num_rows:
-            n = weight(batch)
-            self.queue.append(batch)
-            self.queued += n
-            self.peak_queue = max(self.peak_queue, self.queued)
-            if forwarded:
-                self.received_forwards += n
-            elif self.collect_keys:
-                w = batch[WEIGHT_COL].to_numpy() if WEIGHT_COL in batch.column_names else None
-                self._arrivals.append((batch[HASH_COL].to_numpy(), w))
+    def enqueue(self, batch: pa.Table, forwarded: bool = False,
+                version: int | None = None) -> list[tuple[int, pa.Table]]:
+        """Appends a batch to the queue; returns the records to forward at once.
+
+        A mapper's batch routed under an older snapshot ``version`` than this reducer's is
+        judged as the queue was when the newer snapshot was adopted (a policy may spread
+        it over several reducers); the records this reducer should not hold are returned.
+        """
+        if not batch.num_rows:
+            return []
+        forwards: list[tuple[int, pa.Table]] = []
+        if not forwarded and self.collect_keys:
+            w = batch[WEIGHT_COL].to_numpy() if WEIGHT_COL in batch.column_names else None
+            self._arrivals.append((batch[HASH_COL].to_numpy(), w))
+        if not forwarded and version is not None and version < self.snapshot.version:
+            dest = self.plan.policy.destinations(self.snapshot, batch[HASH_COL].to_numpy(), self.reducer_id, True)
+            kept, forwards = self._split(batch, None if dest is None else np.asarray(dest, dtype=np.int64))
+            moved = sum(weight(t) for _, t in forwards)
+            self.forwarded += moved
+            if kept is None:
+                return forwards
+            batch = kept
+        n = weight(batch)
+        self.queue.append(batch)
+        self.queued += n
+        self.peak_queue = max(self.peak_queue, self.queued)
+        if forwarded:
+            self.received_forwards += n
+        return forwards
 
     @property
     def has_key_stats(self) -> bool:
         """Whether key arrivals are waiting to be reported."""
         return bool(self._arrivals)
 
-    def take_key_stats(self) -> tuple[np.ndarray, np.ndarray, int] | None:
-        """The interval's key arrivals: top hashes, their record counts, and all records.
+    def take_key_stats(self) -> tuple[np.ndarray, np.ndarray, int, int] | None:
+        """The interval's key arrivals: top hashes, their record counts, all records, holdings.
 
-        Returns ``(hashes, counts, total)`` with at most ``policy.key_stats_top`` hashes,
-        the most frequent first, or None when nothing arrived since the last call.
+        Returns ``(hashes, counts, total, held)`` with at most ``policy.key_stats_top``
+        hashes, the most frequent first, and ``held`` = records processed or queued here
+        now (empty arrays when nothing arrived); None when the policy wants no key stats.
         """
-        if not self._arrivals:
+        if not self.collect_keys:
             return None
+        if not self._arrivals:
+            return np.zeros(0, np.uint32), np.zeros(0, np.int64), 0, self.processed + self.queued
         hs = np.concatenate([h for h, _ in self._arrivals])
         ws = np.concatenate([np.ones(len(h), np.int64) if w is None else w.astype(np.int64) for h, w in self._arrivals])
         self._arrivals = []
@@ -151,10 +171,12 @@ class ReducerLogic:
             pick = np.argpartition(-counts, top - 1)[:top]
             keys, counts = keys[pick], counts[pick]
         order = np.argsort(-counts, kind="stable")
-        return keys[order].astype(np.uint32), counts[order], total
+        return keys[order].astype(np.uint32), counts[order], total, self.processed + self.queued
 
-    def _split(self, batch: pa.Table, adopting: bool = False) -> tuple[pa.Table | None, list[tuple[int, pa.Table]]]:
-        owners = self.plan.policy.destinations(self.snapshot, batch[HASH_COL].to_numpy(), self.reducer_id, adopting)
+    def _split(self, batch: pa.Table, owners: np.ndarray | None = None) -> tuple[pa.Table | None, list[tuple[int, pa.Table]]]:
+        """Splits a batch into the part this reducer keeps and the parts to forward."""
+        if owners is None:
+            owners = self.plan.policy.destinations(self.snapshot, batch[HASH_COL].to_numpy(), self.reducer_id, False)
         if owners is None:
             return batch, []
         mine = owners == self.reducer_id
@@ -174,13 +196,20 @@ class ReducerLogic:
         """
         if snapshot.version <= self.snapshot.version:
             return []
-        self.snapshot = snapshot
+        previous, self.snapshot = self.snapshot, snapshot
         if not self.queue or self.plan.policy.destinations(snapshot, np.zeros(0, np.uint32), self.reducer_id, True) is None:
             return []
+        # One decision over the whole queue (a policy may spread a key's queued records
+        # over several reducers; per batch, rounding would favour the same reducer).
+        hashes = np.concatenate([b[HASH_COL].to_numpy() for b in self.queue])
+        dest = self.plan.policy.destinations(snapshot, hashes, self.reducer_id, True, previous)
         kept: deque[pa.Table] = deque()
         forwards: list[tuple[int, pa.Table]] = []
+        offset = 0
         for batch in self.queue:
-            owned, fwd = self._split(batch, adopting=True)
+            part = np.asarray(dest[offset : offset + batch.num_rows], dtype=np.int64)
+            offset += batch.num_rows
+            owned, fwd = self._split(batch, part)
             if owned is not None:
                 kept.append(owned)
             forwards.extend(fwd)
@@ -278,12 +307,14 @@ class BalancerLogic:
         return self.planner is not None
 
     def report(self, reducer: int, queue_length: int, version: int,
-               keys: tuple[np.ndarray, np.ndarray, int] | None = None) -> None:
+               keys: tuple[np.ndarray, np.ndarray, int, int] | None = None) -> None:
         """A reducer's queue length under ``version``, with its key arrivals if collected."""
         self.queue_lengths[reducer] = int(queue_length)
         if self.planner is not None:
             if keys is not None:
-                self.planner.observe_keys(reducer, *keys)
+                hashes, counts, total, held = keys
+                self.planner.observe_keys(reducer, hashes, counts, total)
+                self.planner.observe_held(reducer, held)
             self.planner.observe(reducer, queue_length, version)
 
     def sample(self, now: float) -> None:

@@ -110,6 +110,10 @@ class Planner:
         """
         return None
 
+    def observe_held(self, reducer: int, held: int) -> None:
+        """Records processed or queued at ``reducer`` now (after forwarding), sent with key stats."""
+        return None
+
     def check(self, now: float) -> list[Decision]:
         """Evaluates the balancing rule at time ``now``; returns the actions taken."""
         raise NotImplementedError
@@ -150,11 +154,14 @@ class PolicySpec:
     def make_planner(self, num_reducers: int) -> Planner | None:
         return None
 
-    def destinations(self, snapshot: Any, hashes: np.ndarray, reducer: int, adopting: bool) -> np.ndarray | None:
+    def destinations(self, snapshot: Any, hashes: np.ndarray, reducer: int, adopting: bool,
+                     previous: Any = None) -> np.ndarray | None:
         """Where ``reducer`` should send each of its queued records (itself = keep it).
 
-        Reducers call this on every chunk they take (``adopting=False``) and on the queued
-        records when they adopt a new snapshot (``adopting=True``). The default is the
+        Reducers call this on every chunk they take (``adopting=False``), on the queued
+        records when they adopt a new snapshot (``adopting=True``, ``previous`` = the
+        snapshot they had), and on a mapper's batch routed under an older snapshot
+        (``adopting=True``, ``previous=None``: unknown). The default is the
         key's owner (:meth:`owners`); a policy that lets several reducers hold one key
         (e.g. a hot key split under a snapshot) overrides it so that a reducer keeps the
         records it may hold, and may spread queued records over the key's reducers when
@@ -232,6 +239,10 @@ class DPAPlanner(Planner):
         q_s = max(q for i, q in enumerate(queue_lengths) if i != x)
         return x if q_max > q_s * (1.0 + tau) else None
 
+    def _ring_changed(self) -> Any:
+        """The snapshot to publish after the ring changed (subclasses wrap the ring)."""
+        return self.ring.snapshot()
+
     def check(self, now: float) -> list[Decision]:
         if min(self.report_versions) < self._snapshot.version:
             return []
@@ -249,7 +260,7 @@ class DPAPlanner(Planner):
             event = RebalanceEvent(now, x, "exhausted", seen, self.ring.token_counts, self._snapshot.version)
             logger.info("halving exhausted for reducer %d (1 token left)", x)
             return [Decision(None, event)]
-        self._snapshot = self.ring.snapshot()
+        self._snapshot = self._ring_changed()
         action = "halve" if self.method == "halving" else "double"
         event = RebalanceEvent(now, x, action, seen, self.ring.token_counts, self._snapshot.version)
         logger.info("rebalance: %s reducer %d, queues %s -> tokens %s (v%d)", action, x, seen,

@@ -70,6 +70,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
     busy: list[Chunk | None] = [None] * R
     now = 0.0
     pending: list[list[tuple[int, pa.Table]]] = [[] for _ in range(M)]  # blocked pushes per mapper
+    versions = [snapshot.version] * M  # snapshot version each mapper's pending batches were routed under
     block_iter = iter(blocks)
     next_mapper = itertools.cycle(range(M))
 
@@ -97,8 +98,12 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
     def publish(new_snapshot: Any) -> None:
         for m in mappers:
             m.on_snapshot(new_snapshot)
+        # Every reducer adopts before any forward is delivered (on Ray a push carrying a
+        # newer version makes the receiver adopt first), so no record is judged by a
+        # reducer still on the old snapshot.
+        forwards = [reducers[r].on_snapshot(new_snapshot) for r in range(R)]
         for r in range(R):
-            deliver(reducers[r].on_snapshot(new_snapshot))
+            deliver(forwards[r])
             report(r)
 
     def push_pending(m: int) -> bool:
@@ -108,7 +113,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
             if not reducers[dest].has_room():
                 return False
             pending[m].pop(0)
-            reducers[dest].enqueue(batch)
+            deliver(reducers[dest].enqueue(batch, version=versions[m]))
             start(dest)
             report(dest)
         return True
@@ -130,6 +135,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
                     continue
                 coord.on_block_taken(m)
                 pending[m] = mappers[m].map_block(block)
+                versions[m] = mappers[m].snapshot.version
                 push_pending(m)
                 progress = True
 

@@ -156,7 +156,7 @@ class ReducerActor:
             while not logic.has_room():
                 self.room.clear()
                 await self.room.wait()
-        logic.enqueue(batch, forwarded)
+        self._send(logic.enqueue(batch, forwarded, version))
         self.wake.set()
         self._report()
 

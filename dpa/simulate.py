@@ -356,6 +356,7 @@ def _replay_queued(spec: PolicySpec, routers: list[Any], hashes: np.ndarray, S: 
         snapshot = planner.snapshot
     has_owners = spec.owners(snapshot, np.zeros(0, dtype=np.uint32)) is not None
     key_stats = planner is not None and spec.wants_key_stats
+    held = np.zeros(W, dtype=np.int64)  # messages routed to each worker, after forwarding
     dest = np.empty(n, dtype=np.int64)
     queues = _Queues(W)
     events: list[RebalanceEvent] = []
@@ -379,6 +380,8 @@ def _replay_queued(spec: PolicySpec, routers: list[Any], hashes: np.ndarray, S: 
             queues.push(w, items)
             if key_stats and len(items):
                 planner.observe_keys(w, *_key_report(hashes[items], spec.key_stats_top))
+                held[w] += len(items)
+                planner.observe_held(w, int(held[w]))
         queues.note_peaks()
         queues.serve(service_rate * (end - t))
         t = end
@@ -406,6 +409,8 @@ def _replay_queued(spec: PolicySpec, routers: list[Any], hashes: np.ndarray, S: 
                     moved = owner != w
                     forwarded += int(moved.sum())
                     dest[items[moved]] = owner[moved]
+                    held[w] -= int(moved.sum())
+                    held += np.bincount(owner[moved], minlength=W)
                     queues.push(w, items[~moved])
                     for r in np.unique(owner[moved]).tolist():
                         queues.push(r, items[moved & (owner == r)])

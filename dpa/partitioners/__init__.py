@@ -21,6 +21,7 @@ from dpa.partitioners.grouping import (
     ShufflePolicy,
     lpt_assignment,
 )
+from dpa.partitioners.hybrid import HybridPolicy  # noqa: F401  (registers "hybrid")
 
 __all__ = [
     "DKGPolicy",

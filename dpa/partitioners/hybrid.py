@@ -1,0 +1,488 @@
+"""dpa's own policy, registered as ``hybrid``: the DPA ring for the long tail, hot keys split.
+
+The DPA load balancer can only *move* a key, so one key that holds more than a reducer's
+fair share (the paper's WL3: a single letter) keeps its reducer a straggler whatever the
+ring does. ``hybrid`` keeps the DPA ring (token halving or doubling on the straggler, with
+forwarding) for the many keys of the tail and splits each *hot* key over several
+reducers, like Dynamic Key Grouping, with the final merge making the result exact.
+
+How it works:
+
+* **Detection on the balancer, from what reducers see.** Reducers count the keys that
+  arrive from mappers and send the most frequent ones with their queue reports
+  (:meth:`dpa.policy.Planner.observe_keys`). Every record arrives at exactly one reducer,
+  so the balancer's sums are global frequencies. They go into a bounded SpaceSaving sketch
+  (:class:`SpaceSaving`, ``capacity`` counters), so the planner's memory does not grow with
+  the number of distinct keys.
+* **Hot keys.** After ``N`` records, a key whose estimated count is at least
+  ``theta * N`` (and at least ``min_count``) is hot; it stays hot until it falls below
+  ``theta * N / 2`` (hysteresis, so a key on the boundary does not flap). A new hot key
+  starts with its ring owner (its *home*, where its records went so far) as first
+  candidate.
+* **Widths grown from load** (:meth:`HybridPlanner.plan`). The expected load of a
+  reducer is its tail records plus an even share of every hot key it is a candidate of;
+  every hot key gets at least ``min_width`` candidates, then, while the most loaded
+  reducer is above ``(1 + slack)`` times the mean, the hot key contributing most to it
+  gains the least loaded reducer it does not have yet (at most ``R``).
+* **Shares.** Candidates need not get equal parts: the planner levels the reducers' loads
+  by water filling (:func:`fill`) what is still to come, starting from what each reducer
+  holds (records processed or queued, reported by the reducers) plus the tail's future,
+  and gives each candidate of a key the share of the key that levels them. A newly hot
+  key's home contributes what it has not processed yet of the key.
+* **Publishing.** A change of the hot set, of a candidate list or of a share by more than
+  ``share_step`` is a new snapshot (:class:`HybridSnapshot`: ring, hot keys, candidates,
+  cumulative shares, version); so is a ring change made by the DPA rule, which this
+  planner inherits from :class:`dpa.policy.DPAPlanner` (``method``, ``tau``,
+  ``max_rounds``, ``patience``). Hot-set changes are checked first; like ring changes
+  they wait for every reducer to have reported under the newest version.
+* **Mappers** route tail keys by the ring and a hot key's records by its shares, along a
+  golden-ratio sequence per key that continues from batch to batch
+  (:meth:`HybridSnapshot.assign`): deterministic, vectorised, and within a few records of
+  the planned shares over any run of records.
+* **Reducers** keep any record of a hot key they are a candidate for, and forward tail
+  records whose ring owner changed. When a snapshot makes a key hot, its home (first
+  candidate: its ring owner, where a backlog builds up before detection) spreads the
+  key's queued records over the candidates by the planned shares, so a backlog that built
+  up before detection is split too; so does a home receiving a batch a mapper routed
+  under an older snapshot. Records of a key that stopped being hot
+  go back to its ring owner.
+
+Options (``JobConfig.policy_options``): ``theta`` (default ``1 / (4 R)``, given as a
+fraction), ``spread`` (2.0), ``min_count`` (2), ``capacity`` (sketch counters, 4096),
+``method`` (``"halving"``), ``patience`` (1). ``tau``, ``max_rounds`` and
+``initial_tokens`` come from the :class:`~dpa.config.JobConfig`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from dpa.errors import ConfigError
+from dpa.partitioners.common import check_int_option
+from dpa.policy import Decision, DPAPlanner, PolicySpec, RebalanceEvent, Router, register_policy
+from dpa.ring import HashRing, RingSnapshot
+
+if TYPE_CHECKING:
+    from dpa.config import JobConfig
+
+__all__ = ["HybridPlanner", "HybridPolicy", "HybridRouter", "HybridSnapshot", "SpaceSaving", "fill"]
+
+logger = logging.getLogger(__name__)
+
+_EMPTY_U32 = np.zeros(0, dtype=np.uint32)
+_PHI = (np.sqrt(5.0) - 1.0) / 2.0  # the golden ratio's fractional part
+
+
+@dataclass(frozen=True, eq=False)
+class HybridSnapshot:
+    """One version of the hybrid routing state: the ring plus the hot keys and their widths.
+
+    Attributes:
+        ring: The DPA ring (owner of every key; first candidate of a hot key).
+        hot: Sorted ``uint32`` hashes of the hot keys.
+        cands: ``int64`` array of shape ``(len(hot), R)``: row ``i`` lists the reducers hot
+            key ``i`` is split over, its home (where its backlog was) first, padded with -1.
+        cumw: Cumulative share of the key's records each candidate gets (same shape,
+            padded with 1.0): candidate ``j`` of key ``i`` gets ``cumw[i, j] - cumw[i, j-1]``.
+        version: Version of the whole state (ring and hot keys).
+    """
+
+    ring: RingSnapshot
+    hot: np.ndarray
+    cands: np.ndarray
+    cumw: np.ndarray
+    version: int
+
+    @property
+    def num_reducers(self) -> int:
+        """``R``."""
+        return len(self.ring.token_counts)
+
+    @property
+    def token_counts(self) -> tuple[int, ...]:
+        """Tokens per reducer of the ring (shown by metrics and reports)."""
+        return self.ring.token_counts
+
+    @property
+    def table_size(self) -> int:
+        """Number of hot keys (the explicit part of the routing state)."""
+        return len(self.hot)
+
+    def lookup_batch(self, hashes: np.ndarray) -> np.ndarray:
+        """Ring owners of the keys (``int32``)."""
+        return self.ring.lookup_batch(hashes)
+
+    def hot_index(self, hashes: np.ndarray) -> np.ndarray:
+        """Index of each hash in :attr:`hot`, or -1 for tail keys."""
+        hashes = np.asarray(hashes, dtype=np.uint32)
+        if not len(self.hot) or not len(hashes):
+            return np.full(len(hashes), -1, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self.hot, hashes), len(self.hot) - 1)
+        return np.where(self.hot[pos] == hashes, pos, -1).astype(np.int64)
+
+    def candidates(self, i: int) -> np.ndarray:
+        """The reducers hot key number ``i`` is split over (home first)."""
+        row = self.cands[i]
+        return row[row >= 0]
+
+    def assign(self, i: int, positions: np.ndarray, phase: float) -> np.ndarray:
+        """Candidates for the records at ``positions`` of hot key ``i``'s sequence.
+
+        A golden-ratio (low-discrepancy) sequence ``frac(p * phi + phase)`` mapped through
+        the cumulative shares: any run of consecutive positions gives each candidate its
+        share to within a few records, deterministically and without per-record state.
+        """
+        cands = self.candidates(i)
+        u = np.modf(positions * _PHI + phase)[0]
+        j = np.searchsorted(self.cumw[i, : len(cands)], u, side="right")
+        return cands[np.minimum(j, len(cands) - 1)]
+
+
+class SpaceSaving:
+    """Metwally et al.'s SpaceSaving top-k counter over (hash, count) batches.
+
+    Holds at most ``capacity`` counters. A new key when the table is full replaces the
+    key with the smallest count and inherits that count as its error, so estimates
+    over-count by at most the smallest counter and every key with a true count above
+    ``N / capacity`` is present.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = int(capacity)
+        self.counts: dict[int, int] = {}
+        self.total = 0
+
+    def update(self, hashes: np.ndarray, counts: np.ndarray) -> None:
+        """Adds ``counts[i]`` occurrences of ``hashes[i]``."""
+        table = self.counts
+        for h, c in zip(np.asarray(hashes).tolist(), np.asarray(counts).tolist(), strict=True):
+            self.total += c
+            if h in table:
+                table[h] += c
+            elif len(table) < self.capacity:
+                table[h] = c
+            else:
+                victim = min(table, key=table.__getitem__)
+                table[h] = table.pop(victim) + c
+
+    def estimate(self, h: int) -> int:
+        """Estimated count of ``h`` (0 if not tracked)."""
+        return self.counts.get(int(h), 0)
+
+
+class HybridRouter(Router):
+    """Per-mapper routing: the ring for tail keys, planned shares for hot keys.
+
+    Each hot key's records follow the key's sequence (:meth:`HybridSnapshot.assign`),
+    continuing where the mapper's previous batch left off, from a phase that differs per
+    mapper; every candidate thus receives the share the balancer planned for it.
+    """
+
+    def __init__(self, mapper_id: int) -> None:
+        self.phase = float(np.modf(mapper_id * _PHI * _PHI)[0])
+        self.turn: dict[int, int] = {}  # hot key -> records routed so far by this mapper
+        self.split_records = 0
+
+    def route(self, hashes: np.ndarray, snapshot: HybridSnapshot) -> np.ndarray:
+        hashes = np.asarray(hashes, dtype=np.uint32)
+        dest = snapshot.ring.lookup_batch(hashes).astype(np.int64)
+        idx = snapshot.hot_index(hashes)
+        rows = np.flatnonzero(idx >= 0)
+        if not len(rows):
+            return dest
+        grouped = rows[np.argsort(idx[rows], kind="stable")]
+        keys, sizes = np.unique(idx[rows], return_counts=True)
+        bounds = np.concatenate(([0], np.cumsum(sizes)))
+        for j, k in enumerate(keys.tolist()):
+            seg = grouped[bounds[j] : bounds[j + 1]]
+            h = int(snapshot.hot[k])
+            start = self.turn.get(h, 0)
+            dest[seg] = snapshot.assign(k, start + np.arange(len(seg)), self.phase)
+            self.turn[h] = start + len(seg)
+        self.split_records += len(rows)
+        return dest
+
+
+def fill(loads: np.ndarray, amount: float) -> np.ndarray:
+    """Continuous water filling: how much of ``amount`` each bin gets to level the lowest.
+
+    Args:
+        loads: Current load of each bin.
+        amount: Load to add (>= 0).
+
+    Returns:
+        Non-negative additions summing to ``amount`` that raise the least loaded bins to
+        one common level (bins above it get nothing).
+    """
+    loads = np.asarray(loads, dtype=np.float64)
+    if amount <= 0 or not len(loads):
+        return np.zeros(len(loads))
+    s = np.sort(loads)
+    prefix = np.cumsum(s)
+    k = np.arange(1, len(s) + 1)
+    levels = (prefix + amount) / k
+    # the number of bins filled is the largest k whose level reaches the k-th lowest bin
+    ok = levels >= s
+    level = levels[np.flatnonzero(ok)[-1]]
+    return np.maximum(level - loads, 0.0)
+
+
+class HybridPlanner(DPAPlanner):
+    """Hot-key detection and splitting on top of the DPA ring rule (see the module docstring)."""
+
+    def __init__(self, policy: HybridPolicy, num_reducers: int) -> None:
+        super().__init__(policy.method, policy.tau, policy.max_rounds, policy.ring(num_reducers), policy.patience)
+        self.policy = policy
+        self.theta = policy.threshold(num_reducers)
+        self.sketch = SpaceSaving(policy.capacity)
+        self.tail = np.zeros(num_reducers)  # records of tail keys that arrived at each reducer
+        self.hot: dict[int, list[int]] = {}  # hot key -> candidates (home first)
+        self.shares: dict[int, np.ndarray] = {}  # hot key -> share of each candidate
+        self.held = np.zeros(num_reducers)  # records processed or queued at each reducer
+        self._shares: dict[int, np.ndarray] = {}  # the last plan's shares
+        self._version = 0
+        self._snapshot = policy.initial_snapshot(num_reducers)
+
+    def observe_keys(self, reducer: int, hashes: np.ndarray, counts: np.ndarray, total: int) -> None:
+        self.sketch.update(hashes, counts)
+        self.sketch.total += int(total) - int(np.sum(counts))
+        hot = np.fromiter((h in self.hot for h in hashes.tolist()), dtype=bool, count=len(hashes))
+        self.tail[reducer] += int(total) - int(np.asarray(counts)[hot].sum())
+
+    def observe_held(self, reducer: int, held: int) -> None:
+        self.held[reducer] = held
+
+    def _hot_set(self) -> dict[int, list[int]]:
+        """Hot keys (threshold with hysteresis); a new one starts at its ring owner."""
+        N = self.sketch.total
+        out: dict[int, list[int]] = {}
+        for h, c in self.sketch.counts.items():
+            was = self.hot.get(h)
+            limit = self.theta * N / 2 if was is not None else self.theta * N
+            if c >= limit and c >= self.policy.min_count:
+                out[h] = list(was) if was is not None else [int(self.ring.lookup_batch(np.array([h], np.uint32))[0])]
+        return out
+
+    def plan(self, hot: dict[int, list[int]]) -> dict[int, list[int]]:
+        """Grows hot keys' candidate lists until the expected loads are balanced.
+
+        The expected load of a reducer is its tail records plus, for each hot key it is a
+        candidate of, the key's count divided by the number of candidates. While the most
+        loaded reducer is above ``(1 + slack)`` times the mean, the hot key contributing
+        most to it gains the least loaded reducer it does not have yet; a key has at least
+        ``min_width`` candidates and at most ``R``.
+        """
+        R = self.ring.num_reducers
+        counts = {h: self.sketch.estimate(h) for h in hot}
+        tail = self._tail_after(hot)
+        load = tail.copy()
+        for h, cands in hot.items():
+            load[cands] += counts[h] / len(cands)
+
+        def grow(h: int) -> None:
+            cands = hot[h]
+            load[cands] -= counts[h] / len(cands)
+            free = [r for r in range(R) if r not in cands]
+            cands.append(min(free, key=lambda r: (load[r], r)))
+            load[cands] += counts[h] / len(cands)
+
+        for h in sorted(hot, key=lambda k: -counts[k]):
+            while len(hot[h]) < min(R, self.policy.min_width):
+                grow(h)
+        mean = load.sum() / R
+        for _ in range(len(hot) * R):
+            x = int(np.argmax(load))
+            if load[x] <= mean * (1.0 + self.policy.slack):
+                break
+            growable = [h for h, c in hot.items() if x in c and len(c) < R]
+            if not growable:
+                break
+            grow(max(growable, key=lambda h: (counts[h] / len(hot[h]), h)))
+        # Shares, for the records still to come. Reducers start from what they hold (have
+        # processed or queued) plus as much tail again (the tail keeps its rate). A newly
+        # hot key's home can still spread the unprocessed part of what it has of the key
+        # (its FIFO queue's fraction of what it holds); that part is placed again, with as
+        # many future records of each hot key as it has had so far. A few rounds of water
+        # filling, each key in turn refilling its candidates given the others, level it.
+        level = self.held + tail
+        amount: dict[int, float] = {}
+        for h, cands in hot.items():
+            c = float(counts[h])
+            amount[h] = c
+            home = cands[0]
+            if h not in self.hot and self.held[home] > 0:
+                movable = c * min(1.0, self.queue_lengths[home] / self.held[home])
+                level[home] -= movable
+                amount[h] += movable
+        level = np.maximum(level, 0.0)
+        parts: dict[int, np.ndarray] = {}
+        order = sorted(hot, key=lambda k: (-amount[k], k))
+        for _ in range(8):
+            for h in order:
+                cands = hot[h]
+                if h in parts:
+                    level[cands] -= parts[h]
+                parts[h] = fill(level[cands], amount[h])
+                level[cands] += parts[h]
+        shares: dict[int, np.ndarray] = {}
+        for h in order:
+            total = parts[h].sum()
+            shares[h] = np.round(parts[h] / total, 3) if total > 0 else np.full(len(hot[h]), 1.0 / len(hot[h]))
+        self._shares = shares
+        logger.debug("hybrid plan: N=%d tail=%s expected=%s", self.sketch.total, tail.tolist(), level.round(1).tolist())
+        return hot
+
+    def _shares_moved(self) -> bool:
+        """Whether the last plan moved some key's share by more than ``share_step``."""
+        step = self.policy.share_step
+        return any(h not in self.shares or len(w) != len(self.shares[h])
+                   or float(np.abs(w - self.shares[h]).max()) > step for h, w in self._shares.items())
+
+    def _tail_after(self, hot: dict[int, list[int]]) -> np.ndarray:
+        """Tail loads if ``hot`` replaced the current hot set.
+
+        A key that becomes hot was counted as tail at its home so far; one that stops
+        being hot goes back to the tail of its ring owner (its count so far, estimated).
+        """
+        tail = self.tail.copy()
+        for h, cands in hot.items():
+            if h not in self.hot:
+                tail[cands[0]] -= self.sketch.estimate(h)
+        for h in self.hot:
+            if h not in hot:
+                tail[int(self.ring.lookup_batch(np.array([h], np.uint32))[0])] += self.sketch.estimate(h)
+        return np.maximum(tail, 0.0)
+
+    def _ring_changed(self) -> HybridSnapshot:
+        self._version += 1
+        R = self.ring.num_reducers
+        hot = np.array(sorted(self.hot), dtype=np.uint32)
+        cands = np.full((len(hot), R), -1, dtype=np.int64)
+        cumw = np.ones((len(hot), R))
+        for i, h in enumerate(hot.tolist()):
+            cands[i, : len(self.hot[h])] = self.hot[h]
+            cumw[i, : len(self.hot[h])] = np.cumsum(self.shares[h])
+        return HybridSnapshot(self.ring.snapshot(), hot, cands, cumw, self._version)
+
+    def check(self, now: float) -> list[Decision]:
+        if min(self.report_versions) < self._snapshot.version:
+            return []
+        wanted = self.plan(self._hot_set()) if self.sketch.total else {}
+        if wanted != self.hot or self._shares_moved():
+            self.tail = self._tail_after(wanted)
+            self.hot = wanted
+            self.shares = self._shares
+            self._snapshot = self._ring_changed()
+            seen = tuple(self.queue_lengths)
+            event = RebalanceEvent(now, int(np.argmax(seen)), "split", seen, self.ring.token_counts,
+                                   self._snapshot.version)
+            logger.info("hybrid: %d hot keys, widths %s (v%d)", len(self.hot),
+                        sorted(len(c) for c in self.hot.values()), self._snapshot.version)
+            return [Decision(self._snapshot, event)]
+        return super().check(now)
+
+
+@dataclass(frozen=True)
+class HybridPolicy(PolicySpec):
+    """DPA ring for the tail plus hot-key splitting (see the module docstring).
+
+    Args:
+        method: Ring method for the tail: ``"halving"`` or ``"doubling"``.
+        tau: Straggler threshold of the ring rule.
+        max_rounds: Ring rebalances per reducer (0 = hot-key splitting only).
+        initial_tokens: Tokens per reducer for halving.
+        patience: Consecutive checks the straggler must persist (see ``DPAPlanner``).
+        theta: A key is hot at ``theta`` of all records (default ``1 / (4 R)``).
+        min_width: Fewest reducers a hot key is split over.
+        slack: Expected loads within ``(1 + slack)`` of the mean count as balanced.
+        share_step: A new snapshot is published when a hot key's planned share of some
+            candidate moved by more than this (besides hot-set and candidate changes).
+        min_count: Fewest records before a key can be hot.
+        capacity: Counters of the balancer's SpaceSaving sketch.
+    """
+
+    method: str = "halving"
+    tau: float = 0.2
+    max_rounds: int = 1
+    initial_tokens: int = 16
+    patience: int = 1
+    theta: float | None = None
+    min_width: int = 2
+    slack: float = 0.02
+    share_step: float = 0.05
+    min_count: int = 2
+    capacity: int = 4096
+    name: str = "hybrid"
+
+    moves_keys = True
+    splits_keys = True
+    wants_key_stats = True
+
+    def __post_init__(self) -> None:
+        if self.method not in ("halving", "doubling"):
+            raise ConfigError(f"policy 'hybrid': method must be 'halving' or 'doubling', got {self.method!r}")
+        check_int_option("patience", self.patience, 1, "hybrid")
+        check_int_option("min_count", self.min_count, 1, "hybrid")
+        check_int_option("capacity", self.capacity, 1, "hybrid")
+        check_int_option("max_rounds", self.max_rounds, 0, "hybrid")
+        if self.theta is not None and not (isinstance(self.theta, (int, float)) and 0 < self.theta <= 1):
+            raise ConfigError(f"policy 'hybrid': theta must be a fraction in (0, 1], got {self.theta!r}")
+        check_int_option("min_width", self.min_width, 1, "hybrid")
+        if not (isinstance(self.slack, (int, float)) and self.slack >= 0):
+            raise ConfigError(f"policy 'hybrid': slack must be a number >= 0, got {self.slack!r}")
+
+    def threshold(self, num_reducers: int) -> float:
+        """``theta`` for ``R`` reducers (default ``1 / (4 R)``)."""
+        return float(self.theta) if self.theta is not None else 1.0 / (4 * num_reducers)
+
+    def ring(self, num_reducers: int) -> HashRing:
+        """The initial ring for the tail."""
+        if self.method == "halving":
+            return HashRing.for_halving(num_reducers, self.initial_tokens)
+        return HashRing.for_doubling(num_reducers)
+
+    def initial_snapshot(self, num_reducers: int) -> HybridSnapshot:
+        return HybridSnapshot(self.ring(num_reducers).snapshot(), _EMPTY_U32,
+                              np.zeros((0, num_reducers), dtype=np.int64), np.ones((0, num_reducers)), 0)
+
+    def make_router(self, mapper_id: int, num_reducers: int) -> Router:
+        return HybridRouter(mapper_id)
+
+    def make_planner(self, num_reducers: int) -> HybridPlanner:
+        return HybridPlanner(self, num_reducers)
+
+    def owners(self, snapshot: HybridSnapshot, hashes: np.ndarray) -> np.ndarray:
+        """Ring owners (a hot key's first candidate; its records may be on others too)."""
+        return snapshot.lookup_batch(hashes)
+
+    def destinations(self, snapshot: HybridSnapshot, hashes: np.ndarray, reducer: int,
+                     adopting: bool, previous: HybridSnapshot | None = None) -> np.ndarray:
+        hashes = np.asarray(hashes, dtype=np.uint32)
+        dest = snapshot.lookup_batch(hashes).astype(np.int64)
+        idx = snapshot.hot_index(hashes)
+        was_hot = None if previous is None else previous.hot_index(hashes) >= 0
+        for k in np.unique(idx[idx >= 0]).tolist():
+            rows = np.flatnonzero(idx == k)
+            cands = snapshot.candidates(k)
+            mine = bool((cands == reducer).any())
+            # The home spreads what it holds of a key that has just become hot (or a batch
+            # routed before it knew); records of a key that was hot already are its share.
+            spread = adopting and cands[0] == reducer and (was_hot is None or not was_hot[rows[0]])
+            if mine and not spread:
+                dest[rows] = reducer
+            else:  # spread by the key's planned shares, from a phase of this batch
+                phase = float(np.modf((int(hashes[rows[0]]) + len(hashes)) * _PHI)[0])
+                dest[rows] = snapshot.assign(k, np.arange(len(rows)), phase)
+        return dest
+
+
+def _hybrid(cfg: JobConfig) -> PolicySpec:
+    return HybridPolicy(tau=cfg.tau, max_rounds=cfg.max_rounds, initial_tokens=cfg.initial_tokens,
+                        **cfg.policy_options)
+
+
+register_policy("hybrid", _hybrid, "dpa's own: DPA ring for the tail, hot keys split over several reducers")
