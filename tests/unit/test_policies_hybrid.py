@@ -1,0 +1,137 @@
+"""The ``hybrid`` policy: shares, spreading, hot-key detection and WL1-WL5 in the local runtime."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dpa
+from dpa.errors import ConfigError
+from dpa.partitioners.hybrid import HybridPolicy, HybridSnapshot, SpaceSaving, fill
+from workloads import paper
+
+
+def _snapshot(policy: HybridPolicy, R: int, hot: dict[int, tuple[list[int], list[float]]], version: int = 1) -> HybridSnapshot:
+    hs = np.array(sorted(hot), dtype=np.uint32)
+    cands = np.full((len(hs), R), -1, dtype=np.int64)
+    cumw = np.ones((len(hs), R))
+    for i, h in enumerate(hs.tolist()):
+        c, w = hot[h]
+        cands[i, : len(c)] = c
+        cumw[i, : len(c)] = np.cumsum(w)
+    return HybridSnapshot(policy.initial_snapshot(R).ring, hs, cands, cumw, version)
+
+
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=8), st.integers(0, 200))
+def test_fill_levels_the_lowest_bins(loads, amount):
+    add = fill(np.array(loads, float), float(amount))
+    assert add.sum() == pytest.approx(amount)
+    assert (add >= -1e-9).all()
+    after = np.array(loads) + add
+    if amount:
+        level = after[add > 1e-9].max()
+        # every bin that got something ends at the same level, and no bin is below it
+        assert np.allclose(after[add > 1e-9], level)
+        assert (after >= level - 1e-9).all()
+
+
+def test_assign_follows_the_shares_over_any_run():
+    policy = HybridPolicy()
+    snap = _snapshot(policy, 4, {7: ([2, 0, 3], [0.5, 0.3, 0.2])})
+    out = snap.assign(0, np.arange(1000, 1400), 0.37)
+    counts = collections.Counter(out.tolist())
+    assert set(counts) == {0, 2, 3}
+    assert abs(counts[2] - 200) <= 3 and abs(counts[0] - 120) <= 3 and abs(counts[3] - 80) <= 3
+
+
+def test_router_spreads_hot_and_rings_tail():
+    policy = HybridPolicy()
+    snap = _snapshot(policy, 4, {7: ([1, 2], [0.5, 0.5])})
+    router = policy.make_router(0, 4)
+    hashes = np.array([7] * 100 + [9] * 10, dtype=np.uint32)
+    dest = router.route(hashes, snap)
+    counts = collections.Counter(dest[:100].tolist())
+    assert set(counts) == {1, 2} and abs(counts[1] - 50) <= 1
+    assert (dest[100:] == snap.ring.lookup_batch(np.array([9], np.uint32))[0]).all()
+
+
+def test_destinations_keep_spread_and_return():
+    policy = HybridPolicy()
+    R = 4
+    snap = _snapshot(policy, R, {7: ([1, 2, 3], [1 / 3, 1 / 3, 1 / 3])})
+    hashes = np.array([7] * 30, dtype=np.uint32)
+    # a candidate keeps its records of the hot key
+    assert (policy.destinations(snap, hashes, 2, False) == 2).all()
+    # the home spreads what it holds when the key has just become hot ...
+    before = _snapshot(policy, R, {}, version=0)
+    spread = collections.Counter(policy.destinations(snap, hashes, 1, True, before).tolist())
+    assert set(spread) == {1, 2, 3} and all(abs(n - 10) <= 1 for n in spread.values())
+    # ... but not on a later version where the key was hot already
+    assert (policy.destinations(snap, hashes, 1, True, snap) == 1).all()
+    # a reducer that is no candidate sends the records to the candidates
+    assert set(policy.destinations(snap, hashes, 0, False).tolist()) <= {1, 2, 3}
+    # a key that is not hot goes to its ring owner
+    owner = int(snap.ring.lookup_batch(np.array([7], np.uint32))[0])
+    assert (policy.destinations(_snapshot(policy, R, {}), hashes, 0, False) == owner).all()
+
+
+def test_planner_splits_a_hot_key_and_levels_loads():
+    policy = HybridPolicy(max_rounds=0)
+    planner = policy.make_planner(4)
+    hot_key = 12345
+    home = int(policy.initial_snapshot(4).lookup_batch(np.array([hot_key], np.uint32))[0])
+    # the key's home saw 900 records of it and 100 of others; the others saw 100 each
+    planner.observe_keys(home, np.array([hot_key], np.uint32), np.array([900]), 1000)
+    for r in range(4):
+        if r != home:
+            planner.observe_keys(r, np.zeros(0, np.uint32), np.zeros(0, np.int64), 100)
+        held = 1000 if r == home else 100
+        planner.observe_held(r, held)
+        planner.observe(r, 100, 0)  # the home has processed 900 of its 1000 already
+    decisions = planner.check(1.0)
+    assert len(decisions) == 1 and decisions[0].event.action == "split"
+    snap = decisions[0].snapshot
+    assert snap.version == 1 and snap.table_size == 1 and int(snap.hot[0]) == hot_key
+    cands = snap.candidates(0)
+    assert cands[0] == home and len(cands) == 4  # one key of 69% of the load needs every reducer
+    shares = np.diff(np.concatenate(([0.0], snap.cumw[0])))
+    assert shares[0] < shares[1:].min()  # what the home processed stays: it gets the least
+    # no new information: no new snapshot (reports under the new version first)
+    for r in range(4):
+        planner.observe(r, 10, 1)
+    assert planner.check(2.0) == []
+
+
+def test_space_saving_keeps_frequent_keys():
+    sketch = SpaceSaving(8)
+    rng = np.random.default_rng(0)
+    stream = np.concatenate([np.full(500, 1), np.full(300, 2), rng.integers(10, 10_000, 1000)])
+    rng.shuffle(stream)
+    for chunk in np.array_split(stream, 50):
+        keys, counts = np.unique(chunk, return_counts=True)
+        sketch.update(keys, counts)
+    assert sketch.estimate(1) >= 500 and sketch.estimate(2) >= 300
+    assert sketch.total == len(stream)
+
+
+def test_bad_options_are_config_errors():
+    with pytest.raises(ConfigError, match="theta"):
+        HybridPolicy(theta=2.0)
+    with pytest.raises(ConfigError, match="method"):
+        HybridPolicy(method="tripling")
+
+
+@settings(deadline=None, max_examples=5)
+@given(st.sampled_from(paper.WORKLOAD_NAMES))
+def test_wl1_to_wl5_balanced_and_exact_in_the_local_runtime(name):
+    letters = paper.workload(name)
+    res = dpa.run([{"k": x} for x in letters], key="k",
+                  reducer=dpa.WithCost(dpa.Count(), 0.01, mode="sleep"),
+                  config=dpa.JobConfig(policy="hybrid", runtime="local", batch_size=5, chunk_size=1,
+                                       queue_capacity=10**9, max_rounds=0))
+    assert res.to_dict() == dict(collections.Counter(letters))
+    assert res.stats.skew <= 0.05, (name, res.stats.processed)
