@@ -47,6 +47,26 @@ def test_word_count_equals_counter(policy, rounds):
     assert sum(res.stats.processed) == len(words) == sum(res.stats.emitted)
 
 
+@pytest.mark.parametrize("policy", sorted(dpa.policies()))
+def test_every_policy_word_count_equals_counter_on_ray(policy):
+    words = skewed_words(3000, seed=5)
+    res = dpa.run(words, reducer=dpa.WithCost(dpa.Count(), 0.0002),
+                  config=dpa.JobConfig(policy=policy, max_rounds=2, batch_size=200, chunk_size=50))
+    assert res.to_dict() == dict(collections.Counter(words))
+    assert sum(res.stats.processed) == len(words)
+
+
+def test_hybrid_splits_the_single_hot_letter_of_wl3():
+    letters = workload("WL3")
+    res = dpa.run([{"k": x} for x in letters], key="k", reducer=dpa.WithCost(dpa.Count(), 0.01, mode="sleep"),
+                  config=dpa.JobConfig(policy="hybrid", batch_size=5, chunk_size=1, queue_capacity=10**9,
+                                       max_rounds=0))
+    assert res.to_dict() == {letters[0]: 100}
+    assert any(e.action == "split" for e in res.stats.rebalances)
+    # the DPA ring alone cannot go below 0.75 here (the paper's doubling); splitting does
+    assert res.stats.skew <= 0.25, res.stats.processed
+
+
 @pytest.mark.parametrize("policy", ["halving", "doubling"])
 def test_forced_rebalance_forwards_and_stays_exact(policy):
     words = workload("WL4") * 3  # a straggler under both initial rings
