@@ -1,0 +1,148 @@
+"""The DPA paper's Table 1 for every registered policy: ``S`` on WL1-WL5.
+
+Each registered policy (``dpa.policies()``) runs the five workloads of
+:mod:`workloads.paper` (100 letters, count per letter, 4 mappers, 4 reducers) with the
+timing settings of :mod:`workloads.table1` (10 ms per record, blocks of 5 records,
+chunks of 1) and ``--max-rounds`` rounds for the policies that rebalance. The table shows
+the mean skew ``S`` (eq. 2) of ``--runs`` runs per cell next to the paper's best With-LB
+result (the lower of halving and doubling). Every result is checked to equal
+``collections.Counter(letters)`` exactly.
+
+Usage::
+
+    python -m workloads.table1_policies --runtime local          # deterministic, ~1 min
+    python -m workloads.table1_policies --runtime ray --runs 3   # the real actors
+
+Writes ``--out`` (default ``results/table1_policies``): ``table1_policies.json`` (every
+run's stats), ``table1_policies.md`` (the table) and ``table1_policies.png`` (S per
+policy and workload).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import dpa
+from workloads.experiment import (
+    RUNTIMES,
+    Settings,
+    metadata,
+    run_cell,
+    runtime_session,
+    write_json,
+)
+from workloads.paper import PAPER_TABLE1, WORKLOAD_NAMES
+
+__all__ = ["main", "markdown", "paper_best", "run_all"]
+
+#: The target of the ``hybrid`` policy (issue: S <= 0.05 on every workload).
+HYBRID_TARGET = 0.05
+
+
+def paper_best(name: str) -> float:
+    """The paper's lowest With-LB ``S`` for a workload (halving or doubling)."""
+    return min(PAPER_TABLE1[(name, m)][1] for m in ("halving", "doubling"))
+
+
+def run_all(policies: list[str], runtime: str, runs: int, max_rounds: int,
+            settings: Settings) -> dict[str, dict[str, Any]]:
+    """Runs every (policy, workload) cell; a cell that fails records its error."""
+    cells: dict[str, dict[str, Any]] = {}
+    for policy in policies:
+        for name in WORKLOAD_NAMES:
+            try:
+                cell = run_cell(name, policy, max_rounds, runs, runtime, settings)
+            except Exception as exc:  # noqa: BLE001 - one policy's failure must not hide the rest
+                cell = {"workload": name, "method": policy, "error": f"{type(exc).__name__}: {exc}"}
+            cells[f"{policy}/{name}"] = cell
+            shown = f"{cell['skew_mean']:.3f}" if "skew_mean" in cell else cell["error"][:80]
+            print(f"  {policy:<13} {name}: S = {shown}", flush=True)
+    return cells
+
+
+def markdown(cells: dict[str, dict[str, Any]], policies: list[str], runtime: str, runs: int) -> str:
+    """The table: one row per policy, one column per workload, plus the worst ``S``."""
+    head = "| policy | " + " | ".join(WORKLOAD_NAMES) + " | worst |"
+    lines = [f"S per workload ({runtime} runtime, mean of {runs} run(s); lower is better)", "",
+             head, "|" + "---|" * (len(WORKLOAD_NAMES) + 2)]
+    for policy in policies:
+        row, worst = [], 0.0
+        for name in WORKLOAD_NAMES:
+            cell = cells[f"{policy}/{name}"]
+            if "skew_mean" in cell:
+                row.append(f"{cell['skew_mean']:.2f}")
+                worst = max(worst, cell["skew_mean"])
+            else:
+                row.append("error")
+                worst = float("nan")
+        lines.append(f"| {policy} | " + " | ".join(row) + f" | {worst:.2f} |")
+    lines.append("| *paper, best With-LB* | " + " | ".join(f"{paper_best(n):.2f}" for n in WORKLOAD_NAMES)
+                 + f" | {max(paper_best(n) for n in WORKLOAD_NAMES):.2f} |")
+    if "hybrid" in policies:
+        worst = max(cells[f"hybrid/{n}"].get("skew_mean", float("inf")) for n in WORKLOAD_NAMES)
+        verdict = "met" if worst <= HYBRID_TARGET else "NOT met"
+        lines += ["", f"hybrid target S <= {HYBRID_TARGET} on every workload: **{verdict}** (worst {worst:.3f})."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(cells: dict[str, dict[str, Any]], policies: list[str], path: Path) -> Path:
+    """Grouped bars: S per policy for each workload."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(11, 5))
+    width = 0.8 / len(WORKLOAD_NAMES)
+    x = np.arange(len(policies))
+    for i, name in enumerate(WORKLOAD_NAMES):
+        ys = [cells[f"{p}/{name}"].get("skew_mean", np.nan) for p in policies]
+        ax.bar(x + i * width, ys, width, label=name)
+    ax.set_xticks(x + width * (len(WORKLOAD_NAMES) - 1) / 2, policies, rotation=30, ha="right")
+    ax.set_ylabel("skew S (eq. 2)")
+    ax.set_ylim(0, 1.05)
+    ax.axhline(HYBRID_TARGET, color="k", lw=0.8, ls="--", label=f"S = {HYBRID_TARGET}")
+    ax.set_title("DPA Table 1 workloads: skew S per policy")
+    ax.legend(ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workloads.table1_policies", description=__doc__.split("\n")[0])
+    parser.add_argument("--runtime", choices=RUNTIMES, default="local")
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--max-rounds", type=int, default=1, help="rounds for the rebalancing policies")
+    parser.add_argument("--policies", nargs="+", default=None, help="default: every registered policy")
+    parser.add_argument("--out", default="results/table1_policies")
+    args = parser.parse_args(argv)
+    policies = args.policies or sorted(dpa.policies())
+    unknown = sorted(set(policies) - set(dpa.policies()))
+    if unknown:
+        parser.error(f"unknown policies {unknown}; registered: {', '.join(sorted(dpa.policies()))}")
+    settings = Settings()
+    started = time.perf_counter()
+    with runtime_session(args.runtime):
+        cells = run_all(policies, args.runtime, args.runs, args.max_rounds, settings)
+    out = Path(args.out)
+    table = markdown(cells, policies, args.runtime, args.runs)
+    write_json(out / "table1_policies.json", {"meta": metadata(args.runtime, args.runs, settings,
+                                                                time.perf_counter() - started),
+                                               "max_rounds": args.max_rounds, "cells": cells})
+    (out / "table1_policies.md").write_text(table)
+    plot(cells, policies, out / "table1_policies.png")
+    print()
+    print(table)
+    print(f"wrote {out}/table1_policies.{{json,md,png}}")
+    return 1 if any("error" in c for c in cells.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
