@@ -5,7 +5,11 @@ this implementation makes where the papers leave room):
 
 * :mod:`dpa.partitioners.grouping` — ``shuffle``, ``potc``, ``on-greedy``, ``off-greedy`` and
   ``pkg`` (Partial Key Grouping, Nasir et al.);
-* :mod:`dpa.partitioners.dkg` — ``dkg`` (Dynamic Key Grouping, Dalabasmaz & Can).
+* :mod:`dpa.partitioners.dkg` — ``dkg`` (Dynamic Key Grouping, Dalabasmaz & Can);
+* :mod:`dpa.partitioners.fang` — ``mintable``, ``minmig``, ``mixed`` (Fang et al.'s routing
+  table over a hash);
+* :mod:`dpa.partitioners.hybrid` — ``hybrid``, dpa's own: the DPA ring for the tail and
+  hot keys split over several reducers.
 
 Use them by name: ``dpa.JobConfig(policy="pkg", policy_options={"d": 3})``. They can be
 replayed without Ray, on a key stream, with :func:`dpa.simulate.simulate`.
@@ -13,6 +17,7 @@ replayed without Ray, on a key stream, with :func:`dpa.simulate.simulate`.
 
 from dpa.partitioners.common import candidates, seeded_hash32
 from dpa.partitioners.dkg import DKGPolicy, dkg_max_machines, dkg_threshold
+from dpa.partitioners.fang import FangPolicy, plan_table
 from dpa.partitioners.grouping import (
     OffGreedyPolicy,
     OnGreedyPolicy,
@@ -21,10 +26,12 @@ from dpa.partitioners.grouping import (
     ShufflePolicy,
     lpt_assignment,
 )
-from dpa.partitioners.hybrid import HybridPolicy  # noqa: F401  (registers "hybrid")
+from dpa.partitioners.hybrid import HybridPolicy
 
 __all__ = [
     "DKGPolicy",
+    "FangPolicy",
+    "HybridPolicy",
     "OffGreedyPolicy",
     "OnGreedyPolicy",
     "PKGPolicy",
@@ -34,5 +41,6 @@ __all__ = [
     "dkg_max_machines",
     "dkg_threshold",
     "lpt_assignment",
+    "plan_table",
     "seeded_hash32",
 ]

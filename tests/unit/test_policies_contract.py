@@ -19,6 +19,10 @@ VARIANTS: dict[str, list[dict]] = {
     "pkg": [{"d": 1}, {"d": 3}],
     "potc": [{"d": 3}],
     "dkg": [{"expected_keys": 10, "promote_every": 8, "old_every": 16, "warmup": 8}],
+    "mixed": [{"interval": 20, "table_limit": 5}],
+    "mintable": [{"interval": 20}],
+    "minmig": [{"interval": 20}],
+    "hybrid": [{"theta": 0.05, "min_count": 1}],
 }
 CASES = [(name, {}) for name in sorted(policies())] + [
     (name, opts) for name, variants in sorted(VARIANTS.items()) for opts in variants
