@@ -100,6 +100,10 @@ class ReducerLogic:
         inner, self.cost_per_record, self.cost_mode = unwrap(plan.reducer)
         self.state = make_state(inner, plan.key_cols, plan.record_kind)
         self.queue: deque[pa.Table] = deque()
+        # Per queued batch: the snapshot version its routing is known to agree with (-1 =
+        # unknown). A batch routed under the reducer's current version needs no
+        # ownership check when it is taken.
+        self.routed: deque[int] = deque()
         self.queued = 0
         self.processed = 0
         self.forwarded = 0
@@ -129,6 +133,7 @@ class ReducerLogic:
             w = batch[WEIGHT_COL].to_numpy() if WEIGHT_COL in batch.column_names else None
             self._arrivals.append((batch[HASH_COL].to_numpy(), w))
         if not forwarded and version is not None and version < self.snapshot.version:
+            version = self.snapshot.version  # what is kept below agrees with it
             dest = self.plan.policy.destinations(self.snapshot, batch[HASH_COL].to_numpy(), self.reducer_id, True)
             kept, forwards = self._split(batch, None if dest is None else np.asarray(dest, dtype=np.int64))
             moved = sum(weight(t) for _, t in forwards)
@@ -138,6 +143,7 @@ class ReducerLogic:
             batch = kept
         n = weight(batch)
         self.queue.append(batch)
+        self.routed.append(-1 if version is None else version)
         self.queued += n
         self.peak_queue = max(self.peak_queue, self.queued)
         if forwarded:
@@ -206,12 +212,14 @@ class ReducerLogic:
         kept: deque[pa.Table] = deque()
         forwards: list[tuple[int, pa.Table]] = []
         offset = 0
+        self.routed = deque()
         for batch in self.queue:
             part = np.asarray(dest[offset : offset + batch.num_rows], dtype=np.int64)
             offset += batch.num_rows
             owned, fwd = self._split(batch, part)
             if owned is not None:
                 kept.append(owned)
+                self.routed.append(snapshot.version)
             forwards.extend(fwd)
         moved = sum(weight(t) for _, t in forwards)
         self.queue = kept
@@ -225,12 +233,15 @@ class ReducerLogic:
             return None
         limit = self.plan.chunk_size
         taken: list[pa.Table] = []
+        current = True  # every taken batch was routed under the current snapshot
         n = 0  # rows
         while self.queue and n < limit:
             head = self.queue[0]
             room = limit - n
+            current = current and self.routed[0] == self.snapshot.version
             if head.num_rows <= room:
                 taken.append(self.queue.popleft())
+                self.routed.popleft()
                 n += head.num_rows
             else:
                 taken.append(head.slice(0, room))
@@ -238,7 +249,7 @@ class ReducerLogic:
                 n += room
         batch = taken[0] if len(taken) == 1 else pa.concat_tables(taken)
         self.queued -= weight(batch)
-        owned, forwards = self._split(batch)
+        owned, forwards = (batch, []) if current else self._split(batch)
         self.forwarded += sum(weight(t) for _, t in forwards)
         chunk = Chunk(owned, forwards, 0.0)
         chunk.cost_s = chunk.num_owned * self.cost_per_record
