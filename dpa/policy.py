@@ -205,9 +205,16 @@ class DPAPlanner(Planner):
       instantaneous and arrive in whole batches, so with large batches and cheap records a
       reducer that just received a batch looks like a straggler for a moment even when keys
       are uniform; a patience of a few checks filters out such bursts.
+    * ``min_gap`` (records): the longest queue must also exceed the second by more than
+      this. Mappers push whole input blocks, so queue lengths move in steps of about a
+      block's share per reducer (``batch_size / R`` records); a difference smaller than
+      one such step is the noise of arrivals, not a straggler. :func:`make_policy`
+      defaults it to ``batch_size // R`` for ``halving``/``doubling``/``hybrid`` (1 with
+      the paper's blocks of 5 records); ``min_gap=0`` is the paper's rule exactly.
     """
 
-    def __init__(self, method: str, tau: float, max_rounds: int, ring: HashRing, patience: int = 1) -> None:
+    def __init__(self, method: str, tau: float, max_rounds: int, ring: HashRing, patience: int = 1,
+                 min_gap: int = 0) -> None:
         self.method = method
         self.tau = float(tau)
         self.max_rounds = int(max_rounds)
@@ -217,6 +224,7 @@ class DPAPlanner(Planner):
         self.report_versions = [0] * ring.num_reducers
         self._snapshot = ring.snapshot()
         self.patience = int(patience)
+        self.min_gap = int(min_gap)
         self._candidate: int | None = None
         self._streak = 0
 
@@ -230,14 +238,15 @@ class DPAPlanner(Planner):
             self.queue_lengths[reducer] = int(queue_length)
 
     @staticmethod
-    def straggler(queue_lengths: list[int], tau: float) -> int | None:
-        """The reducer satisfying ``Q_max > Q_s (1 + tau)``, or None (paper eq. 1)."""
+    def straggler(queue_lengths: list[int], tau: float, min_gap: int = 0) -> int | None:
+        """The reducer satisfying ``Q_max > Q_s (1 + tau)`` (paper eq. 1) and
+        ``Q_max - Q_s > min_gap``, or None."""
         if len(queue_lengths) < 2:
             return None
         x = int(np.argmax(queue_lengths))
         q_max = queue_lengths[x]
         q_s = max(q for i, q in enumerate(queue_lengths) if i != x)
-        return x if q_max > q_s * (1.0 + tau) else None
+        return x if q_max > q_s * (1.0 + tau) and q_max - q_s > min_gap else None
 
     def _ring_changed(self) -> Any:
         """The snapshot to publish after the ring changed (subclasses wrap the ring)."""
@@ -246,7 +255,7 @@ class DPAPlanner(Planner):
     def check(self, now: float) -> list[Decision]:
         if min(self.report_versions) < self._snapshot.version:
             return []
-        x = self.straggler(self.queue_lengths, self.tau)
+        x = self.straggler(self.queue_lengths, self.tau, self.min_gap)
         self._streak = self._streak + 1 if x is not None and x == self._candidate else int(x is not None)
         self._candidate = x
         if x is None or self.rounds[x] >= self.max_rounds or self._streak < self.patience:
@@ -287,10 +296,13 @@ class DPAPolicy(PolicySpec):
     max_rounds: int = 1
     initial_tokens: int = 16
     patience: int = 1
+    min_gap: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.patience, bool) or not isinstance(self.patience, int) or self.patience < 1:
             raise ConfigError(f"policy option patience must be an integer >= 1, got {self.patience!r}")
+        if isinstance(self.min_gap, bool) or not isinstance(self.min_gap, int) or self.min_gap < 0:
+            raise ConfigError(f"policy option min_gap must be an integer >= 0 (records), got {self.min_gap!r}")
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -317,7 +329,8 @@ class DPAPolicy(PolicySpec):
     def make_planner(self, num_reducers: int) -> Planner | None:
         if self.max_rounds == 0:
             return None
-        return DPAPlanner(self.method, self.tau, self.max_rounds, self._ring(num_reducers), self.patience)
+        return DPAPlanner(self.method, self.tau, self.max_rounds, self._ring(num_reducers), self.patience,
+                          self.min_gap)
 
 
 # ---------------------------------------------------------------------------- hash
@@ -390,9 +403,15 @@ def make_policy(config: JobConfig) -> PolicySpec:
         raise ConfigError(f"bad policy_options for {config.policy!r}: {exc}") from exc
 
 
+def default_min_gap(cfg: JobConfig) -> int:
+    """The straggler rule's default ``min_gap``: one block's share per reducer."""
+    return int(cfg.batch_size) // int(cfg.num_reducers)
+
+
 def _dpa_factory(method: str) -> Callable[[JobConfig], PolicySpec]:
     def build(cfg: JobConfig) -> PolicySpec:
-        return DPAPolicy(method, cfg.tau, cfg.max_rounds, cfg.initial_tokens, **cfg.policy_options)
+        opts = {"min_gap": default_min_gap(cfg), **cfg.policy_options}
+        return DPAPolicy(method, cfg.tau, cfg.max_rounds, cfg.initial_tokens, **opts)
 
     return build
 

@@ -225,7 +225,7 @@ def _hash_and_code(keys: np.ndarray, keys_are_hashes: bool) -> tuple[np.ndarray,
 
 
 def _build_policy(policy: str | PolicySpec, num_sources: int, num_workers: int, seed: int,
-                  options: dict[str, Any], hashes: np.ndarray) -> PolicySpec:
+                  options: dict[str, Any], hashes: np.ndarray, batch_size: int) -> PolicySpec:
     if isinstance(policy, PolicySpec):
         if options:
             raise ConfigError("policy options are only accepted with a policy name, not a PolicySpec")
@@ -238,7 +238,7 @@ def _build_policy(policy: str | PolicySpec, num_sources: int, num_workers: int, 
         # The paper's Off-Greedy knows the key distribution of the whole stream.
         opts["frequencies"] = tuple(np.unique(hashes, return_counts=True))
     cfg = JobConfig(num_mappers=num_sources, num_reducers=num_workers, policy=policy,
-                    runtime="local", seed=seed, policy_options=opts, **cfg_kw)
+                    runtime="local", seed=seed, policy_options=opts, batch_size=batch_size, **cfg_kw)
     return make_policy(cfg)
 
 
@@ -491,7 +491,7 @@ def simulate(keys: Any, policy: str | PolicySpec, num_sources: int = 1, num_work
     if keys.ndim != 1:
         raise ConfigError(f"simulate: keys must be one-dimensional, got shape {keys.shape}")
     hashes, codes, num_keys = _hash_and_code(keys, keys_are_hashes)
-    spec = _build_policy(policy, S, W, seed, policy_options, hashes)
+    spec = _build_policy(policy, S, W, seed, policy_options, hashes, batch_size)
     if shared_router:  # global knowledge: one router sees the whole stream in order
         routers, S_route, batch_route = [spec.make_router(0, W)], 1, S * batch_size
     else:

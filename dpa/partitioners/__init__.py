@@ -8,6 +8,8 @@ this implementation makes where the papers leave room):
 * :mod:`dpa.partitioners.dkg` — ``dkg`` (Dynamic Key Grouping, Dalabasmaz & Can);
 * :mod:`dpa.partitioners.fang` — ``mintable``, ``minmig``, ``mixed`` (Fang et al.'s routing
   table over a hash);
+* :mod:`dpa.partitioners.gedik` — ``gedik-scan``, ``gedik-redist``, ``gedik-readj`` (Gedik:
+  consistent hash plus an explicit hash for frequent keys, rebuilt from sliding lossy counters);
 * :mod:`dpa.partitioners.hybrid` — ``hybrid``, dpa's own: the DPA ring for the tail and
   hot keys split over several reducers.
 
@@ -18,6 +20,7 @@ replayed without Ray, on a key stream, with :func:`dpa.simulate.simulate`.
 from dpa.partitioners.common import candidates, seeded_hash32
 from dpa.partitioners.dkg import DKGPolicy, dkg_max_machines, dkg_threshold
 from dpa.partitioners.fang import FangPolicy, plan_table
+from dpa.partitioners.gedik import GedikPolicy, PartitionFunction, build_partition, construct
 from dpa.partitioners.grouping import (
     OffGreedyPolicy,
     OnGreedyPolicy,
@@ -31,13 +34,17 @@ from dpa.partitioners.hybrid import HybridPolicy
 __all__ = [
     "DKGPolicy",
     "FangPolicy",
+    "GedikPolicy",
     "HybridPolicy",
     "OffGreedyPolicy",
     "OnGreedyPolicy",
     "PKGPolicy",
+    "PartitionFunction",
     "PoTCPolicy",
     "ShufflePolicy",
+    "build_partition",
     "candidates",
+    "construct",
     "dkg_max_machines",
     "dkg_threshold",
     "lpt_assignment",

@@ -63,7 +63,15 @@ import numpy as np
 
 from dpa.errors import ConfigError
 from dpa.partitioners.common import check_int_option
-from dpa.policy import Decision, DPAPlanner, PolicySpec, RebalanceEvent, Router, register_policy
+from dpa.policy import (
+    Decision,
+    DPAPlanner,
+    PolicySpec,
+    RebalanceEvent,
+    Router,
+    default_min_gap,
+    register_policy,
+)
 from dpa.ring import HashRing, RingSnapshot
 
 if TYPE_CHECKING:
@@ -235,7 +243,8 @@ class HybridPlanner(DPAPlanner):
     """Hot-key detection and splitting on top of the DPA ring rule (see the module docstring)."""
 
     def __init__(self, policy: HybridPolicy, num_reducers: int) -> None:
-        super().__init__(policy.method, policy.tau, policy.max_rounds, policy.ring(num_reducers), policy.patience)
+        super().__init__(policy.method, policy.tau, policy.max_rounds, policy.ring(num_reducers), policy.patience,
+                         policy.min_gap)
         self.policy = policy
         self.theta = policy.threshold(num_reducers)
         self.sketch = SpaceSaving(policy.capacity)
@@ -396,6 +405,7 @@ class HybridPolicy(PolicySpec):
         max_rounds: Ring rebalances per reducer (0 = hot-key splitting only).
         initial_tokens: Tokens per reducer for halving.
         patience: Consecutive checks the straggler must persist (see ``DPAPlanner``).
+        min_gap: Records the longest queue must exceed the second by (see ``DPAPlanner``).
         theta: A key is hot at ``theta`` of all records (default ``1 / (4 R)``).
         min_width: Fewest reducers a hot key is split over.
         slack: Expected loads within ``(1 + slack)`` of the mean count as balanced.
@@ -410,6 +420,7 @@ class HybridPolicy(PolicySpec):
     max_rounds: int = 1
     initial_tokens: int = 16
     patience: int = 1
+    min_gap: int = 0
     theta: float | None = None
     min_width: int = 2
     slack: float = 0.02
@@ -429,6 +440,7 @@ class HybridPolicy(PolicySpec):
         check_int_option("min_count", self.min_count, 1, "hybrid")
         check_int_option("capacity", self.capacity, 1, "hybrid")
         check_int_option("max_rounds", self.max_rounds, 0, "hybrid")
+        check_int_option("min_gap", self.min_gap, 0, "hybrid")
         if self.theta is not None and not (isinstance(self.theta, (int, float)) and 0 < self.theta <= 1):
             raise ConfigError(f"policy 'hybrid': theta must be a fraction in (0, 1], got {self.theta!r}")
         check_int_option("min_width", self.min_width, 1, "hybrid")
@@ -481,8 +493,8 @@ class HybridPolicy(PolicySpec):
 
 
 def _hybrid(cfg: JobConfig) -> PolicySpec:
-    return HybridPolicy(tau=cfg.tau, max_rounds=cfg.max_rounds, initial_tokens=cfg.initial_tokens,
-                        **cfg.policy_options)
+    opts = {"min_gap": default_min_gap(cfg), **cfg.policy_options}
+    return HybridPolicy(tau=cfg.tau, max_rounds=cfg.max_rounds, initial_tokens=cfg.initial_tokens, **opts)
 
 
 register_policy("hybrid", _hybrid, "dpa's own: DPA ring for the tail, hot keys split over several reducers")
