@@ -72,6 +72,8 @@ __all__ = [
 ]
 
 RUNTIMES = ("ray", "local")
+#: Policies built on the DPA straggler rule (they take the ``min_gap`` option).
+RING_POLICIES = ("halving", "doubling", "hybrid")
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +124,8 @@ def job_config(method: str, max_rounds: int, runtime: str, settings: Settings) -
         num_mappers=settings.num_mappers,
         num_reducers=settings.num_reducers,
         policy=method,
+        # The paper's straggler rule exactly (eq. 1, no minimum gap between queues).
+        policy_options={"min_gap": 0} if method in RING_POLICIES else {},
         tau=settings.tau,
         max_rounds=max_rounds,
         batch_size=settings.batch_size,
