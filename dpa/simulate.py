@@ -31,9 +31,10 @@ Metrics (:class:`SimResult`):
 
 * PKG: imbalance ``I(t) = max_w L_w(t) - mean_w L_w(t)`` sampled at ``num_samples`` evenly
   spaced times; ``imbalance_fraction = mean_t I(t) / mean_t mean_w L_w(t)`` (average imbalance
-  as a fraction of the average load) and ``imbalance_per_message = mean_t I(t) / n`` (the
-  normalisation of the PKG paper's Table II and Figure 4, "with respect to the total number
-  of messages").
+  as a fraction of the average load) and ``imbalance_per_message = mean_t I(t) / n``. The
+  PKG paper's Table II and Figure 4 values are ``final_imbalance / n`` (``I(n) / n``): its
+  unbalanced cells equal ``p1 / d - 1 / W``, twice ``imbalance_per_message`` for a linearly
+  growing imbalance (see ``docs/experiments/pkg.md``).
 * DPA: ``skew`` = the paper's ``S`` (:func:`dpa.metrics.skew`) of the final loads.
 * DKG: ``stddev_pct``, the population standard deviation of the final loads in percent of
   all messages (eq. 7, the unit of its Table 3), and ``dist_cost = N_k / N_dk`` (eq. 8): the
@@ -95,7 +96,8 @@ class SimResult:
         imbalance_series: ``I(t)`` at each sample time.
         avg_imbalance: Mean of ``I(t)`` over the samples.
         imbalance_fraction: ``avg_imbalance`` / mean average load over the samples.
-        imbalance_per_message: ``avg_imbalance / n`` (PKG paper's normalisation).
+        imbalance_per_message: ``avg_imbalance / n`` (the PKG paper's Table II is
+            ``final_imbalance / n``).
         final_imbalance: ``I(n)``.
         skew: DPA's ``S`` of the final loads.
         max_over_avg: Fang et al.'s ``max / mean`` of the final loads.

@@ -1,0 +1,648 @@
+"""Reproduction of the load-distribution measurements of the Dynamic Key Grouping paper (Dalabasmaz & Can).
+
+``python -m workloads.exp_dkg --out results/dkg`` replays key streams through shuffle
+grouping (SG), key grouping (KG), PKG and DKG with :func:`dpa.simulate.simulate` (no Ray)
+and writes ``dkg.json``, ``dkg.md`` and PNG plots into ``--out``. It measures the paper's
+two load metrics, both already in :class:`dpa.simulate.SimResult`:
+
+* **StdDev** (eq. 7): population standard deviation of the workers' loads, in percent of
+  all messages (``stddev_pct``; 0 = perfect balance).
+* **DistCost** (eq. 8): (key, worker) pairs holding state / distinct keys (``dist_cost``;
+  1 for KG, up to ``W`` for SG).
+
+The paper's latency and throughput come from a Storm cluster and are not simulated.
+
+Experiments (the paper's topology: 5 sources (spouts) unless varied, W = 10, 50, 100):
+
+(a) **Hot-key streams at 30% and 80%** for every W, plus the 68% "twitter-election"
+    stand-in, whose W = 10 row is the paper's Table 3.
+(b) **Skew sweep** 0%..100% at W = 10 (the paper's Figures 10-11, synthetic datasets).
+(c) **Sources** S = 5, 10, 15, 20 on the election stand-in at W = 10 (Figure 13).
+
+How the streams are built (the paper describes them only briefly):
+
+* **country-skew-rX** (:func:`country_stream`): "the names of the 204 countries", 10M
+  records, "skewness ratio" X% = the share of the most frequent key (the paper's real
+  datasets' ratios, e.g. 9% for Wikipedia pageviews, match their top key's share). We draw
+  ``n`` records: exactly ``round(X% * n)`` of them, at random positions, carry the hot key;
+  the others are uniform over the other 203 keys. Keys are integer ids (hashed like a dpa
+  key column) instead of country names; only the distribution matters.
+* **twitter-election** (:func:`election_stream`): the real dataset is not available. Its
+  skewness ratio is 68% (Table 2). Its tail is unknown, but Table 3 gives SG a DistCost of
+  2.4491 at W = 10, i.e. the average key reaches only ~2.4 of 10 workers, so most keys are
+  rare. We use a hot key with 68% of the records and a uniform tail whose number of keys is
+  *calibrated* (:func:`calibrate_tail_keys`) so that SG's expected DistCost at W = 10 is
+  2.4491 (keys with Poisson(``lambda``) occurrences spread at random:
+  ``E[workers] = W (1 - e^(-lambda/W)) / (1 - e^(-lambda))``). That single number is fitted;
+  the other seven of Table 3's StdDev/DistCost values are predictions.
+* **DKG's cycles.** The paper promotes Baby -> Teenage every 15 s and Teenage -> Old every
+  60 s, and warms up for 15 s; :mod:`dpa.partitioners.dkg` counts these cycles in records
+  per source (``promote_every``; Old every 4 cycles, warm-up one cycle). A fixed record count
+  would make DKG's behaviour depend on our stream length and on the number of sources (a
+  source of a 20-source run would see a quarter of the records of a 5-source run in the
+  same "time"). So the cycle is set to the same *fraction of the run* as in the paper:
+  DKG processed twitter-election in 1,174,979 ms (Table 3), i.e. :data:`DKG_CYCLES_PER_RUN`
+  = 78 cycles of 15 s, hence ``promote_every = records per source / 78``
+  (:func:`dkg_promote_every`). The Key Space keeps the paper's 100 expected keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpa.errors import ConfigError
+from dpa.partitioners.dkg import dkg_max_machines, dkg_threshold
+from dpa.simulate import simulate
+from workloads.exp_common import (
+    Claim,
+    claims_markdown,
+    hash_keys,
+    markdown_table,
+    new_figure,
+    run_metadata,
+    save_figure,
+    write_json,
+)
+
+__all__ = [
+    "COUNTRY_KEYS",
+    "PAPER_TABLE1",
+    "PAPER_TABLE3",
+    "POLICIES",
+    "Sizes",
+    "calibrate_tail_keys",
+    "country_stream",
+    "dkg_promote_every",
+    "election_stream",
+    "evaluate_claims",
+    "expected_shuffle_dist_cost",
+    "main",
+    "markdown",
+    "measure",
+    "run_all",
+    "run_skew_sweep",
+    "run_sources",
+    "run_workers",
+]
+
+Log = Callable[[str], None] | None
+
+COUNTRY_KEYS = 204
+"""Keys of the paper's synthetic datasets (country names)."""
+
+POLICIES = ("shuffle", "hash", "pkg", "dkg")
+LABELS = {"shuffle": "SG", "hash": "KG", "pkg": "PKG", "dkg": "DKG"}
+
+PAPER_WORKERS = (10, 50, 100)
+PAPER_SOURCES = (5, 10, 15, 20)
+DEFAULT_SOURCES = 5
+SKEWS = (0.3, 0.8)
+ELECTION_HOT = 0.68
+DKG_CYCLES_PER_RUN = 78
+"""15-second cycles in the paper's DKG run on twitter-election (1,174,979 ms, Table 3)."""
+SWEEP = tuple(round(0.1 * i, 1) for i in range(11))
+
+PAPER_TABLE3: dict[str, dict[str, float]] = {
+    "SG": {"latency_ms": 559_329, "stddev": 0.0001, "dist_cost": 2.4491, "throughput": 9_511},
+    "KG": {"latency_ms": 3_955_045, "stddev": 20.3202, "dist_cost": 1.0000, "throughput": 1_344},
+    "PKG": {"latency_ms": 1_941_879, "stddev": 12.3513, "dist_cost": 1.1647, "throughput": 2_739},
+    "DKG": {"latency_ms": 1_174_979, "stddev": 4.0972, "dist_cost": 1.2414, "throughput": 4_529},
+}
+"""Table 3 of the paper: twitter-election (68% skew), 5 spouts, 10 workers."""
+
+PAPER_TABLE1: dict[int, tuple[float, float, int]] = {
+    5: (20.00, 24.47, 5), 10: (10.00, 13.16, 8), 20: (5.00, 7.24, 14), 50: (2.00, 3.41, 30), 100: (1.00, 2.00, 51),
+}
+"""Table 1 of the paper: machines -> (ideal load %, threshold load %, most machines per key)."""
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Messages per stream (the paper's datasets have 10M; defaults keep a run near a minute).
+
+    Attributes:
+        workers: Streams of experiment (a).
+        sweep: Streams of the skew sweep (b).
+        sources: Stream of the sources experiment (c).
+    """
+
+    workers: int = 2_000_000
+    sweep: int = 1_000_000
+    sources: int = 1_000_000
+
+    def scaled(self, factor: float) -> Sizes:
+        """All sizes times ``factor`` (at least 1,000 messages each)."""
+        if not (factor > 0 and math.isfinite(factor)):
+            raise ConfigError(f"--scale must be a finite number > 0, got {factor!r}")
+        return Sizes(**{k: max(1_000, int(v * factor)) for k, v in asdict(self).items()})
+
+
+# ============================================================================ streams
+def _check_fraction(hot_fraction: float) -> float:
+    if not (isinstance(hot_fraction, (int, float)) and 0.0 <= hot_fraction <= 1.0):
+        raise ConfigError(f"hot_fraction must be a number in [0, 1], got {hot_fraction!r}")
+    return float(hot_fraction)
+
+
+def _hot_plus_uniform(hot_fraction: float, n: int, tail_keys: int, seed: int) -> np.ndarray:
+    """Key 0 on exactly ``round(f * n)`` random positions, the rest uniform over ``1..tail_keys``."""
+    if not isinstance(n, (int, np.integer)) or n < 0:
+        raise ConfigError(f"n must be an integer >= 0, got {n!r}")
+    if not isinstance(tail_keys, (int, np.integer)) or tail_keys < 1:
+        raise ConfigError(f"the stream needs at least one key besides the hot one, got {tail_keys!r}")
+    rng = np.random.default_rng(seed)
+    keys = 1 + np.minimum((rng.random(n) * tail_keys).astype(np.int64), tail_keys - 1)
+    hot = round(_check_fraction(hot_fraction) * n)
+    keys[rng.permutation(n)[:hot]] = 0
+    return keys
+
+
+def country_stream(hot_fraction: float, n: int, seed: int = 0, num_keys: int = COUNTRY_KEYS) -> np.ndarray:
+    """The paper's ``country-skew-rX`` stream: the hot key holds exactly ``hot_fraction`` of ``n``.
+
+    Args:
+        hot_fraction: Share of the hot key (the paper's skewness ratio), in ``[0, 1]``.
+        n: Records.
+        seed: Seed.
+        num_keys: Keys including the hot one (204 countries).
+
+    Returns:
+        ``int64`` key ids; the hot key is 0, the others ``1..num_keys-1`` (uniform).
+    """
+    return _hot_plus_uniform(hot_fraction, n, num_keys - 1, seed)
+
+
+def expected_shuffle_dist_cost(mean_occurrences: float, num_workers: int) -> float:
+    """Expected SG DistCost of keys with Poisson(``lambda``) occurrences spread at random over ``W``.
+
+    ``W (1 - e^(-lambda/W)) / (1 - e^(-lambda))``: the mean number of distinct workers of a key,
+    over the keys that occur at least once.
+    """
+    lam, W = float(mean_occurrences), int(num_workers)
+    return W * -math.expm1(-lam / W) / -math.expm1(-lam)
+
+
+def calibrate_tail_keys(n: int, hot_fraction: float = ELECTION_HOT, target: float = PAPER_TABLE3["SG"]["dist_cost"],
+                        num_workers: int = 10) -> int:
+    """Tail keys such that SG's expected DistCost at ``num_workers`` is ``target``.
+
+    Solves :func:`expected_shuffle_dist_cost` ``(lambda, W) = target`` by bisection (it rises
+    from 1 at ``lambda -> 0`` to ``W``) and returns ``round((1 - f) n / lambda)``.
+
+    Raises:
+        ConfigError: ``target`` is not in ``(1, W)``.
+    """
+    if not 1.0 < target < num_workers:
+        raise ConfigError(f"target DistCost must be in (1, {num_workers}), got {target!r}")
+    lo, hi = 1e-9, 1.0
+    while expected_shuffle_dist_cost(hi, num_workers) < target:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if expected_shuffle_dist_cost(mid, num_workers) < target:
+            lo = mid
+        else:
+            hi = mid
+    lam = (lo + hi) / 2
+    return max(1, round((1.0 - _check_fraction(hot_fraction)) * n / lam))
+
+
+def election_stream(n: int, seed: int = 0, hot_fraction: float = ELECTION_HOT,
+                    tail_keys: int | None = None) -> tuple[np.ndarray, int]:
+    """The twitter-election stand-in: a 68% hot key plus a calibrated uniform tail.
+
+    Returns:
+        ``(keys, tail_keys)``.
+    """
+    tail = calibrate_tail_keys(n, hot_fraction) if tail_keys is None else tail_keys
+    return _hot_plus_uniform(hot_fraction, n, tail, seed), tail
+
+
+# ============================================================================ measuring
+def dkg_promote_every(num_messages: int, num_sources: int) -> int:
+    """DKG's promotion cycle in records per source: 1/78 of each source's share of the stream."""
+    return max(1, round(num_messages / num_sources / DKG_CYCLES_PER_RUN))
+
+
+def measure(hashes: np.ndarray, policy: str, num_workers: int, num_sources: int = DEFAULT_SOURCES,
+            seed: int = 0) -> dict[str, Any]:
+    """StdDev, DistCost and a few more load figures of one policy on one stream.
+
+    ``dkg`` runs with ``promote_every = dkg_promote_every(n, S)`` (see the module docstring).
+    """
+    opts = {"promote_every": dkg_promote_every(len(hashes), num_sources)} if policy == "dkg" else {}
+    r = simulate(hashes, policy, num_sources=num_sources, num_workers=num_workers, seed=seed,
+                 keys_are_hashes=True, **opts)
+    loads = np.sort(r.loads)[::-1] * (100.0 / max(1, r.num_messages))
+    return {
+        "stddev": r.stddev_pct,
+        "dist_cost": r.dist_cost,
+        "dist_cost_rest": _dist_cost_without_hottest(hashes, r.destinations, num_workers),
+        "max_load_pct": float(loads[0]),
+        "top2_load_pct": [float(x) for x in loads[:2]],
+        "max_over_avg": r.max_over_avg,
+        "replication_max": r.replication_max,
+        "router_stats": dict(r.router_stats),
+        "options": opts,
+        "wall_s": r.wall_time_s,
+    }
+
+
+def _dist_cost_without_hottest(hashes: np.ndarray, dest: np.ndarray, num_workers: int) -> float:
+    """DistCost over every key but the most frequent one (NaN if there is no other key)."""
+    keys, codes, counts = np.unique(hashes, return_inverse=True, return_counts=True)
+    if len(keys) < 2:
+        return math.nan
+    pairs = np.unique(codes.astype(np.int64) * num_workers + np.asarray(dest, dtype=np.int64))
+    workers_per_key = np.bincount(pairs // num_workers, minlength=len(keys))
+    rest = np.arange(len(keys)) != int(np.argmax(counts))
+    return float(workers_per_key[rest].mean())
+
+
+def _describe(keys: np.ndarray) -> dict[str, Any]:
+    _, counts = np.unique(keys, return_counts=True)
+    return {"messages": len(keys), "distinct_keys": len(counts),
+            "p1_measured": float(counts.max() / len(keys)) if len(keys) else 0.0}
+
+
+def run_workers(n: int, seed: int = 0, skews: Sequence[float] = SKEWS, workers: Sequence[int] = PAPER_WORKERS,
+                num_sources: int = DEFAULT_SOURCES, election: bool = True, log: Log = None) -> dict[str, Any]:
+    """Experiment (a): every policy on the 30% / 80% country streams (and the election stand-in) per W.
+
+    Returns:
+        ``{"workers", "sources", "streams": {name: info}, "cells": {name: {str(W): {label: metrics}}}}``.
+    """
+    streams: list[tuple[str, np.ndarray, dict[str, Any]]] = []
+    for f in skews:
+        keys = country_stream(f, n, seed)
+        streams.append((f"country-r{round(100 * f)}", keys,
+                        {"kind": "country", "hot_fraction": f, "num_keys": COUNTRY_KEYS, **_describe(keys)}))
+    if election:
+        keys, tail = election_stream(n, seed)
+        streams.append(("election-r68", keys, {"kind": "election", "hot_fraction": ELECTION_HOT,
+                                               "tail_keys": tail, **_describe(keys)}))
+    out: dict[str, Any] = {"workers": list(workers), "sources": num_sources, "streams": {}, "cells": {}}
+    for name, keys, info in streams:
+        hashes = hash_keys(keys)
+        out["streams"][name] = info
+        out["cells"][name] = {}
+        for W in workers:
+            cell = {LABELS[p]: measure(hashes, p, W, num_sources, seed) for p in POLICIES}
+            out["cells"][name][str(W)] = cell
+            if log:
+                log(f"  {name:13s} W={W:3d} " + "  ".join(
+                    f"{k} sd={m['stddev']:.3f} dc={m['dist_cost']:.3f}" for k, m in cell.items()))
+    return out
+
+
+def run_skew_sweep(n: int, seed: int = 0, skews: Sequence[float] = SWEEP, num_workers: int = 10,
+                   num_sources: int = DEFAULT_SOURCES, log: Log = None) -> dict[str, Any]:
+    """Experiment (b): country streams at every skew ratio, W = 10 (Figures 10-11).
+
+    Returns:
+        ``{"skews", "workers", "sources", "cells": {str(skew): {label: metrics}}}``.
+    """
+    out: dict[str, Any] = {"skews": list(skews), "workers": num_workers, "sources": num_sources, "cells": {}}
+    for f in skews:
+        hashes = hash_keys(country_stream(f, n, seed))
+        cell = {LABELS[p]: measure(hashes, p, num_workers, num_sources, seed) for p in POLICIES}
+        out["cells"][str(f)] = cell
+        if log:
+            log(f"  skew {f:.0%} W={num_workers} " + "  ".join(
+                f"{k} sd={m['stddev']:.3f} dc={m['dist_cost']:.3f}" for k, m in cell.items()))
+    return out
+
+
+def run_sources(n: int, seed: int = 0, sources: Sequence[int] = PAPER_SOURCES, num_workers: int = 10,
+                log: Log = None) -> dict[str, Any]:
+    """Experiment (c): the election stand-in with S = 5..20 sources at W = 10 (Figure 13).
+
+    Returns:
+        ``{"sources", "workers", "stream": info, "cells": {str(S): {label: metrics}}}``.
+    """
+    keys, tail = election_stream(n, seed)
+    hashes = hash_keys(keys)
+    out: dict[str, Any] = {"sources": list(sources), "workers": num_workers, "cells": {},
+                           "stream": {"kind": "election", "hot_fraction": ELECTION_HOT, "tail_keys": tail,
+                                      **_describe(keys)}}
+    for S in sources:
+        cell = {LABELS[p]: measure(hashes, p, num_workers, S, seed) for p in POLICIES}
+        out["cells"][str(S)] = cell
+        if log:
+            log(f"  election S={S:2d} W={num_workers} " + "  ".join(
+                f"{k} sd={m['stddev']:.3f} dc={m['dist_cost']:.3f}" for k, m in cell.items()))
+    return out
+
+
+def run_all(sizes: Sizes = Sizes(), seed: int = 0, log: Log = None, workers: Sequence[int] = PAPER_WORKERS,
+            skews: Sequence[float] = SKEWS, sweep: Sequence[float] = SWEEP,
+            sources: Sequence[int] = PAPER_SOURCES) -> dict[str, Any]:
+    """Runs experiments (a)-(c) and returns their results (JSON-friendly)."""
+    timings: dict[str, float] = {}
+
+    def timed(name: str, fn: Callable[[], Any]) -> Any:
+        if log:
+            log(f"[{name}]")
+        t0 = time.perf_counter()
+        result = fn()
+        timings[name] = time.perf_counter() - t0
+        return result
+
+    results: dict[str, Any] = {
+        "sizes": asdict(sizes),
+        "seed": seed,
+        "thresholds": {str(m): {"ideal": 100 / m, "threshold": dkg_threshold(m), "max_machines": dkg_max_machines(m)}
+                       for m in PAPER_TABLE1},
+        "workers": timed("workers", lambda: run_workers(sizes.workers, seed, skews, workers, log=log)),
+        "sweep": timed("sweep", lambda: run_skew_sweep(sizes.sweep, seed, sweep, log=log)),
+        "sources": timed("sources", lambda: run_sources(sizes.sources, seed, sources, log=log)),
+    }
+    results["timings_s"] = timings
+    results["claims"] = [c.to_dict() for c in evaluate_claims(results)]
+    return results
+
+
+# ============================================================================ claims
+def _fmt_cells(cells: dict[str, dict[str, Any]], key: str, digits: int = 2) -> str:
+    return ", ".join(f"{k} {m[key]:.{digits}f}" for k, m in cells.items())
+
+
+def evaluate_claims(results: dict[str, Any]) -> list[Claim]:
+    """The DKG paper's claims on StdDev / DistCost with verdicts computed from ``results``."""
+    claims: list[Claim] = []
+    th = results.get("thresholds", {})
+    ok = all(abs(th[str(m)]["threshold"] - p[1]) < 0.006 and th[str(m)]["max_machines"] == p[2]
+             for m, p in PAPER_TABLE1.items() if str(m) in th)
+    claims.append(Claim("thresholds L_s = L_i + sqrt(L_i) and the most machines per key", "Table 1", ok and bool(th),
+                        ", ".join(f"m={m}: {v['threshold']:.2f}% / {v['max_machines']}" for m, v in th.items())))
+
+    wk = results["workers"]
+    # -- Table 3 (election stand-in, W = 10)
+    el = wk["cells"].get("election-r68", {}).get("10")
+    if el is not None:
+        sd = {k: m["stddev"] for k, m in el.items()}
+        dc = {k: m["dist_cost"] for k, m in el.items()}
+        claims.append(Claim("StdDev order SG < DKG < PKG < KG", "Table 3 (twitter-election, W=10)",
+                            sd["SG"] < sd["DKG"] < sd["PKG"] < sd["KG"],
+                            "ours: " + ", ".join(f"{k} {v:.3f}" for k, v in sd.items())
+                            + "; paper: " + ", ".join(f"{k} {v['stddev']}" for k, v in PAPER_TABLE3.items())))
+        claims.append(Claim("DistCost order KG (1) < PKG < DKG < SG", "Table 3 (twitter-election, W=10)",
+                            dc["KG"] == 1.0 and dc["KG"] < dc["PKG"] < dc["DKG"] < dc["SG"],
+                            "ours: " + ", ".join(f"{k} {v:.4f}" for k, v in dc.items())
+                            + "; paper: " + ", ".join(f"{k} {v['dist_cost']}" for k, v in PAPER_TABLE3.items())))
+        close = {k: sd[k] / PAPER_TABLE3[k]["stddev"] for k in ("KG", "PKG", "DKG")}
+        claims.append(Claim("Table 3's StdDev values of KG, PKG, DKG (12.35 for PKG, 4.10 for DKG, ...)",
+                            "Table 3", all(0.67 <= r <= 1.5 for r in close.values()),
+                            "ours / paper: " + ", ".join(f"{k} x{r:.2f}" for k, r in close.items())))
+    # -- section 4 example: 80% hot key, 10 machines
+    c80 = wk["cells"].get("country-r80", {}).get("10")
+    if c80 is not None:
+        kg, pkg = c80["KG"]["top2_load_pct"], c80["PKG"]["top2_load_pct"]
+        claims.append(Claim("with an 80% key on 10 machines, KG puts 80% on one machine and PKG 80% on two "
+                            "machines evenly (40% each)", "section 4",
+                            kg[0] >= 80 and min(pkg) >= 40 and abs(pkg[0] - pkg[1]) < 1,
+                            f"KG top load {kg[0]:.1f}%, PKG top two {pkg[0]:.1f}% / {pkg[1]:.1f}%, "
+                            f"DKG top two {c80['DKG']['top2_load_pct'][0]:.1f}% / {c80['DKG']['top2_load_pct'][1]:.1f}%"))
+    # -- SG lowest StdDev, highest DistCost; KG DistCost 1, highest StdDev (every stream, W)
+    sg_ok, kg_ok, n_cells = 0, 0, 0
+    for per_w in wk["cells"].values():
+        for cell in per_w.values():
+            n_cells += 1
+            sds = {k: m["stddev"] for k, m in cell.items()}
+            dcs = {k: m["dist_cost"] for k, m in cell.items()}
+            sg_ok += sds["SG"] == min(sds.values()) and dcs["SG"] == max(dcs.values())
+            kg_ok += sds["KG"] == max(sds.values()) and dcs["KG"] == 1.0
+    claims.append(Claim("SG has the lowest StdDev and the highest DistCost", "section 4.7, Figs 11-12",
+                        sg_ok == n_cells, f"{sg_ok}/{n_cells} (stream, W) cells"))
+    claims.append(Claim("KG has DistCost 1 and the highest StdDev", "section 4.7, Figs 11-12",
+                        kg_ok == n_cells, f"{kg_ok}/{n_cells} (stream, W) cells"))
+    # -- DKG vs PKG at 30% / 80%, every W
+    for name, factor, text in (
+            ("country-r30", 1.0, "at 30% skew DKG balances at least as well as PKG (the paper reports small gains "
+                                 "there: latency 7%, throughput 8%)"),
+            ("country-r80", 2.0, "at 80% skew DKG's StdDev is much lower (here: >= 2x) than PKG's (the paper: "
+                                 "latency -48%, throughput +93%)")):
+        per_w = wk["cells"].get(name)
+        if not per_w:
+            continue
+        ok = all(c["PKG"]["stddev"] >= factor * c["DKG"]["stddev"] for c in per_w.values())
+        claims.append(Claim(text, "abstract, Figs 10-11", ok, "; ".join(
+            f"W={W}: PKG {c['PKG']['stddev']:.2f} vs DKG {c['DKG']['stddev']:.2f}" for W, c in per_w.items())))
+    # -- sweep: PKG grows with skew; DKG better above 30%; similar below
+    sw = results["sweep"]
+    skews = sw["skews"]
+    pkg_sd = [sw["cells"][str(f)]["PKG"]["stddev"] for f in skews]
+    dkg_sd = [sw["cells"][str(f)]["DKG"]["stddev"] for f in skews]
+    hi_pts = [(f, p) for f, p in zip(skews, pkg_sd) if f >= 0.2]
+    claims.append(Claim("PKG's StdDev increases continuously with the skewness", "Fig 11.b",
+                        all(b[1] >= a[1] - 0.05 for a, b in zip(hi_pts, hi_pts[1:])) and len(hi_pts) > 1,
+                        "PKG StdDev by skew: " + ", ".join(f"{f:.0%} {v:.2f}" for f, v in zip(skews, pkg_sd))))
+    above = [(f, p, d) for f, p, d in zip(skews, pkg_sd, dkg_sd) if 0.3 < f < 1.0]
+    claims.append(Claim("DKG's StdDev is much better (here: >= 2x) than PKG's above 30% skew", "Fig 11.b",
+                        bool(above) and all(p >= 2 * d for _, p, d in above),
+                        "DKG StdDev by skew: " + ", ".join(f"{f:.0%} {v:.2f}" for f, v in zip(skews, dkg_sd))))
+    below = [(f, p, d) for f, p, d in zip(skews, pkg_sd, dkg_sd) if f <= 0.2]
+    claims.append(Claim("below 30% skew PKG is as good (PKG preferable under 30%)", "abstract, conclusions",
+                        bool(below) and all(p <= d + 0.5 for _, p, d in below),
+                        "PKG vs DKG StdDev: " + ", ".join(f"{f:.0%} {p:.2f} vs {d:.2f}" for f, p, d in below)))
+    dist = [(f, sw["cells"][str(f)]["PKG"]["dist_cost"], sw["cells"][str(f)]["DKG"]["dist_cost"],
+             sw["cells"][str(f)]["SG"]["dist_cost"]) for f in skews if f < 1.0]
+    claims.append(Claim("KG, PKG and DKG have DistCosts far below SG's (here: < half of SG's)", "Fig 11.c",
+                        bool(dist) and all(d < 0.5 * s for _, _, d, s in dist),
+                        "PKG / DKG / SG DistCost: " + ", ".join(f"{f:.0%} {p:.2f}/{d:.2f}/{s:.1f}" for f, p, d, s in dist)))
+    claims.append(Claim("KG, PKG and DKG have very similar DistCosts (here: DKG within 1.5x of PKG)", "Fig 11.c",
+                        bool(dist) and all(d <= 1.5 * p for _, p, d, _ in dist),
+                        "DKG / PKG: " + ", ".join(f"{f:.0%} x{d / p:.2f}" for f, p, d, _ in dist)))
+    if 1.0 in skews:
+        dkg_dc = {f: sw["cells"][str(f)]["DKG"]["dist_cost"] for f in skews}
+        claims.append(Claim("DKG's DistCost peaks at 100% skewness (a special case)", "Fig 11.c",
+                            max(dkg_dc, key=lambda f: dkg_dc[f]) == 1.0,
+                            "DKG DistCost: " + ", ".join(f"{f:.0%} {v:.2f}" for f, v in dkg_dc.items())))
+    # -- workers (election): StdDev falls with W; DKG closest to SG
+    el_w = wk["cells"].get("election-r68")
+    if el_w:
+        ws = sorted(int(w) for w in el_w)
+        falls = all(el_w[str(b)][k]["stddev"] <= el_w[str(a)][k]["stddev"]
+                    for k in ("KG", "PKG", "DKG") for a, b in zip(ws, ws[1:]))
+        claims.append(Claim("StdDev decreases with more workers for all methods", "Fig 12.b", falls,
+                            "; ".join(f"W={w}: " + _fmt_cells(el_w[str(w)], "stddev") for w in ws)))
+        claims.append(Claim("DKG is much better than PKG, closest to SG, for every W", "Fig 12.b",
+                            all(el_w[str(w)]["DKG"]["stddev"] < el_w[str(w)]["PKG"]["stddev"] for w in ws),
+                            "; ".join(f"W={w}: PKG {el_w[str(w)]['PKG']['stddev']:.2f} DKG "
+                                      f"{el_w[str(w)]['DKG']['stddev']:.2f}" for w in ws)))
+    # -- sources
+    so = results["sources"]
+    spread = {}
+    for k in LABELS.values():
+        vals = [so["cells"][str(S)][k]["stddev"] for S in so["sources"]]
+        spread[k] = (min(vals), max(vals))
+    claims.append(Claim("the number of sources (5..20) has no effect on StdDev", "Fig 13",
+                        all(hi - lo <= max(0.5, 0.2 * hi) for lo, hi in spread.values()),
+                        "StdDev range over S: " + ", ".join(f"{k} {lo:.2f}..{hi:.2f}" for k, (lo, hi) in spread.items())))
+    return claims
+
+
+# ============================================================================ report
+def markdown(results: dict[str, Any], command: str = "python -m workloads.exp_dkg") -> str:
+    """The report of :func:`run_all`'s results as markdown."""
+    wk, sw, so = results["workers"], results["sweep"], results["sources"]
+    out = ["# DKG paper (Dalabasmaz & Can): StdDev and DistCost reproduced with dpa.simulate", "",
+           f"Command: `{command}` (seed {results['seed']}); run time {sum(results['timings_s'].values()):.0f} s.", "",
+           "StdDev = population standard deviation of the worker loads in % of all messages (eq. 7); "
+           "DistCost = (key, worker) pairs / distinct keys (eq. 8). Sources (spouts) = "
+           f"{wk['sources']} unless varied. Latency and throughput (Storm measurements) are not simulated.", "",
+           "## Streams", ""]
+    rows = []
+    for name, s in {**wk["streams"], "election-r68 (sources run)": so["stream"]}.items():
+        gen = (f"hot key {s['hot_fraction']:.0%} + uniform over {COUNTRY_KEYS - 1} keys" if s["kind"] == "country"
+               else f"hot key {s['hot_fraction']:.0%} + uniform over {s['tail_keys']:,} tail keys (calibrated)")
+        rows.append([name, gen, f"{s['messages']:,}", f"{s['distinct_keys']:,}", f"{s['p1_measured']:.2%}"])
+    out += [markdown_table(["stream", "generator", "messages", "distinct keys", "hot key share"], rows), ""]
+
+    el = wk["cells"].get("election-r68", {}).get("10")
+    if el is not None:
+        out += ["## Table 3: twitter-election (68%), 5 sources, 10 workers: ours (paper)", ""]
+        rows = [[k, f"{m['stddev']:.4f} ({PAPER_TABLE3[k]['stddev']})", f"{m['dist_cost']:.4f} ({PAPER_TABLE3[k]['dist_cost']})",
+                 f"{m['max_load_pct']:.1f}%"] for k, m in el.items()]
+        out += [markdown_table(["method", "StdDev", "DistCost", "max load"], rows),
+                "SG's DistCost was fitted (tail size); the other values are predictions.", ""]
+
+    out += ["## (a) StdDev / DistCost by stream and W", ""]
+    header = ["stream", "W"] + [f"{k} StdDev" for k in LABELS.values()] + [f"{k} DistCost" for k in LABELS.values()]
+    rows = []
+    for name, per_w in wk["cells"].items():
+        for W, cell in per_w.items():
+            rows.append([name, W] + [f"{cell[k]['stddev']:.3f}" for k in LABELS.values()]
+                        + [f"{cell[k]['dist_cost']:.3f}" for k in LABELS.values()])
+    out += [markdown_table(header, rows), ""]
+    rows = []
+    for name, per_w in wk["cells"].items():
+        for W, cell in per_w.items():
+            st = cell["DKG"]["router_stats"]
+            rows.append([name, W, f"{cell['PKG']['top2_load_pct'][0]:.1f}% / {cell['PKG']['top2_load_pct'][1]:.1f}%",
+                         f"{cell['DKG']['top2_load_pct'][0]:.1f}% / {cell['DKG']['top2_load_pct'][1]:.1f}%",
+                         f"{cell['PKG']['dist_cost_rest']:.3f} / {cell['DKG']['dist_cost_rest']:.3f}",
+                         cell["DKG"]["replication_max"], f"{st.get('scale_outs', 0):,}", f"{st.get('scale_downs', 0):,}"])
+    out += ["Top-two worker loads, DistCost without the hot key, and DKG's activity (most workers of one key; "
+            "scale-out and scale-down decisions summed over the sources):", "",
+            markdown_table(["stream", "W", "PKG top two", "DKG top two", "DistCost w/o hot key PKG / DKG",
+                            "DKG max workers/key", "DKG scale-outs", "DKG scale-downs"], rows), ""]
+
+    out += [f"## (b) Skew sweep, W = {sw['workers']} (Figures 10-11)", ""]
+    header = ["skew"] + [f"{k} StdDev" for k in LABELS.values()] + [f"{k} DistCost" for k in LABELS.values()]
+    rows = [[f"{float(f):.0%}"] + [f"{cell[k]['stddev']:.3f}" for k in LABELS.values()]
+            + [f"{cell[k]['dist_cost']:.3f}" for k in LABELS.values()] for f, cell in sw["cells"].items()]
+    out += [markdown_table(header, rows), ""]
+
+    out += [f"## (c) Sources, election stand-in, W = {so['workers']} (Figure 13)", ""]
+    header = ["S"] + [f"{k} StdDev" for k in LABELS.values()] + [f"{k} DistCost" for k in LABELS.values()]
+    rows = [[S] + [f"{cell[k]['stddev']:.3f}" for k in LABELS.values()]
+            + [f"{cell[k]['dist_cost']:.3f}" for k in LABELS.values()] for S, cell in so["cells"].items()]
+    out += [markdown_table(header, rows), ""]
+
+    out += ["## Table 1: DKG thresholds (dpa.partitioners.dkg) vs the paper", ""]
+    rows = [[m, f"{v['ideal']:.2f}", f"{v['threshold']:.2f} ({PAPER_TABLE1[int(m)][1]:.2f})",
+             f"{v['max_machines']} ({PAPER_TABLE1[int(m)][2]})"] for m, v in results["thresholds"].items()]
+    out += [markdown_table(["machines", "ideal load %", "threshold % (paper)", "max machines (paper)"], rows), ""]
+    out += ["## Claims of the paper, checked", "", claims_markdown([Claim(**c) for c in results["claims"]]), "",
+            "Plots: `dkg_workers.png`, `dkg_skew.png`, `dkg_sources.png`.", ""]
+    return "\n".join(out)
+
+
+# ============================================================================ plots
+def plot_workers(results: dict[str, Any], path: str | Path) -> Path:
+    """StdDev and DistCost vs W, one column per stream."""
+    wk = results["workers"]
+    names = list(wk["cells"])
+    fig, axes = new_figure(2, len(names), width=4.2, height=3.4)
+    for c, name in enumerate(names):
+        ws = [int(w) for w in wk["cells"][name]]
+        for k, label in enumerate(LABELS.values()):
+            for r, key in enumerate(("stddev", "dist_cost")):
+                axes[r][c].plot(ws, [wk["cells"][name][str(w)][label][key] for w in ws], marker="o",
+                                color=f"C{k}", label=label)
+        if name == "election-r68" and "10" in wk["cells"][name]:
+            for k, label in enumerate(LABELS.values()):
+                axes[0][c].plot([10], [PAPER_TABLE3[label]["stddev"]], marker="s", markerfacecolor="none",
+                                color=f"C{k}", linestyle="none")
+                axes[1][c].plot([10], [PAPER_TABLE3[label]["dist_cost"]], marker="s", markerfacecolor="none",
+                                color=f"C{k}", linestyle="none")
+        axes[0][c].set_title(f"{name} (hollow: paper's Table 3)" if name == "election-r68" else name)
+        axes[1][c].set_yscale("log")
+        for r, lab in enumerate(("StdDev (% of messages)", "DistCost")):
+            axes[r][c].set_xlabel("workers W")
+            axes[r][c].set_ylabel(lab)
+            axes[r][c].set_xscale("log")
+            axes[r][c].set_xticks(ws, [str(w) for w in ws])
+            axes[r][c].grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+def plot_sweep(results: dict[str, Any], path: str | Path) -> Path:
+    """StdDev and DistCost vs the hot key's share (Figure 11 b, c)."""
+    sw = results["sweep"]
+    fig, axes = new_figure(1, 2, width=5.5, height=4.0)
+    xs = [100 * f for f in sw["skews"]]
+    for k, label in enumerate(LABELS.values()):
+        for c, key in enumerate(("stddev", "dist_cost")):
+            axes[0][c].plot(xs, [sw["cells"][str(f)][label][key] for f in sw["skews"]], marker="o",
+                            color=f"C{k}", label=label)
+    for c, lab in enumerate(("StdDev (% of messages)", "DistCost")):
+        axes[0][c].set_xlabel("skewness ratio (hot key share, %)")
+        axes[0][c].set_ylabel(lab)
+        axes[0][c].grid(True, alpha=0.3)
+    axes[0][1].set_yscale("log")
+    axes[0][0].set_title(f"country-skew streams, W={sw['workers']}, S={sw['sources']}")
+    axes[0][0].legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+def plot_sources(results: dict[str, Any], path: str | Path) -> Path:
+    """StdDev vs the number of sources (Figure 13)."""
+    so = results["sources"]
+    fig, axes = new_figure(1, 1, width=6.0, height=4.0)
+    ax = axes[0][0]
+    for k, label in enumerate(LABELS.values()):
+        ax.plot(so["sources"], [so["cells"][str(S)][label]["stddev"] for S in so["sources"]], marker="o",
+                color=f"C{k}", label=label)
+    ax.set_xlabel("sources S")
+    ax.set_ylabel("StdDev (% of messages)")
+    ax.set_title(f"election stand-in (68%), W={so['workers']}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+# ============================================================================ CLI
+def main(argv: list[str] | None = None) -> None:
+    """Command line: run experiments (a)-(c) and write ``dkg.json``, ``dkg.md`` and the plots."""
+    parser = argparse.ArgumentParser(prog="python -m workloads.exp_dkg", description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="results/dkg", help="output directory (default results/dkg)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply every stream's message count")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    results = run_all(Sizes().scaled(args.scale), args.seed, log=print)
+    results["meta"] = run_metadata("workloads.exp_dkg", time.perf_counter() - started)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "dkg.json", results)
+    for fn, name in ((plot_workers, "dkg_workers.png"), (plot_sweep, "dkg_skew.png"), (plot_sources, "dkg_sources.png")):
+        fn(results, out / name)
+    (out / "dkg.md").write_text(markdown(results, results["meta"]["command"]), encoding="utf-8")
+    print(f"wrote {out / 'dkg.json'}, {out / 'dkg.md'} and 3 PNGs in {time.perf_counter() - started:.0f} s")
+    for c in results["claims"]:
+        print(f"  [{'yes' if c['holds'] else 'NO '}] {c['where']}: {c['claim']}")
+
+
+if __name__ == "__main__":
+    main()
