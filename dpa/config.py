@@ -53,6 +53,13 @@ class JobConfig:
             records). Applies to built-in reducers without a :class:`~dpa.reducers.WithCost`
             cost under policies that route by key alone (``doubling``, ``halving``, ``hash``);
             load-aware routers (PKG, shuffle, DKG, ...) always see every record.
+        input_combined: The source already holds map-side partial states: the key
+            columns, the reducer's state columns and a record-count column
+            ``dpa.reducers.WEIGHT_COL``, as made by ``reducer.partial_from_batch(table,
+            key_columns, WEIGHT_COL)`` (e.g. inside Spark tasks by :mod:`spark_bridge`).
+            Mappers then only hash and route; counters stay in records. Needs a built-in
+            reducer without cost, a column key, no ``map_fn`` and a policy that routes by
+            key alone.
     """
 
     num_mappers: int = 4
@@ -72,6 +79,7 @@ class JobConfig:
     seed: int = 0
     policy_options: dict[str, Any] = field(default_factory=dict)
     map_side_combine: bool = True
+    input_combined: bool = False
 
     def __post_init__(self) -> None:
         for name in ("num_mappers", "num_reducers", "batch_size", "chunk_size", "queue_capacity"):

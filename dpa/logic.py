@@ -47,8 +47,17 @@ class MapperLogic:
 
     def map_block(self, block: pa.Table) -> list[tuple[int, pa.Table]]:
         """Applies ``map_fn`` and the key, hashes and routes; returns ``(reducer, batch)`` pairs."""
-        table = self.plan.prepare(block)
         self.blocks += 1
+        if self.plan.input_combined:  # partial states already: hash and route only
+            table = block
+            if table.num_rows == 0:
+                return []
+            self.emitted += weight(table)
+            hashes = hash_key_columns(table, self.plan.key_cols, cache=self.cache)
+            table = table.append_column(HASH_COL, pa.array(hashes, pa.uint32()))
+            dest = np.asarray(self.router.route(hashes, self.snapshot), dtype=np.int64)
+            return [(r, p) for r, p in enumerate(split_by(table, dest, self.plan.num_reducers)) if p.num_rows]
+        table = self.plan.prepare(block)
         if table.num_rows == 0:
             return []
         self.emitted += table.num_rows

@@ -28,7 +28,7 @@ from dpa.records import (
     table_to_records,
     tuple_columns,
 )
-from dpa.reducers import HASH_COL, ColumnarReducer, Reducer, bind_reducer, unwrap
+from dpa.reducers import HASH_COL, WEIGHT_COL, ColumnarReducer, Reducer, bind_reducer, unwrap
 
 logger = logging.getLogger(__name__)
 
@@ -256,6 +256,7 @@ class JobPlan:
     input_schema: pa.Schema | None = None  # of the records reducers see, when known
     job_id: str = ""  # short id tagging metrics and logs
     combine: bool = False  # mappers ship per-key partial states with a WEIGHT_COL
+    input_combined: bool = False  # source blocks are partial states already (JobConfig.input_combined)
 
     def apply_map(self, block: pa.Table) -> pa.Table:
         """Runs ``map_fn`` over a block of source records."""
@@ -436,10 +437,12 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
             f"the reducer's output column {bound.name!r} has the same name as a key column; "
             f"give the reducer another name, e.g. {type(unwrap(bound)[0]).__name__}(..., name='{bound.name}_out')"
         )
-    if schema is not None:
+    if config.input_combined:
+        _check_combined_input(config, policy, bound, map_fn, key_fn, key_cols, schema)
+    elif schema is not None:
         bound.validate(schema)
 
-    needed = bound.input_columns()
+    needed = None if config.input_combined else bound.input_columns()
     keep = None if needed is None else [c for c in needed if c not in key_cols]
     plan = JobPlan(
         key_cols=key_cols, key_fn=key_fn, map_fn=map_fn, record_kind=record_kind, input_kind=source.kind,
@@ -448,9 +451,33 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
         lb_interval_s=config.lb_interval_s, report_interval_s=config.report_interval_s,
         output_schema=output_schema, input_schema=schema, job_id=uuid.uuid4().hex[:8],
         combine=(bool(config.map_side_combine) and policy.routes_by_key and isinstance(inner, ColumnarReducer)
-                 and unwrap(bound)[1] == 0),
+                 and unwrap(bound)[1] == 0 and not config.input_combined),
+        input_combined=bool(config.input_combined),
     )
     return plan, blocks
+
+
+def _check_combined_input(config: JobConfig, policy: Any, bound: Reducer, map_fn: Any, key_fn: Any,
+                          key_cols: list[str], schema: pa.Schema | None) -> None:
+    """Validates a job whose source holds partial states (``JobConfig.input_combined``)."""
+    inner, cost, _ = unwrap(bound)
+    problems = []
+    if not isinstance(inner, ColumnarReducer) or cost:
+        problems.append(f"a built-in reducer without cost (got {bound!r})")
+    if map_fn is not None or key_fn is not None:
+        problems.append("no map_fn and a column key")
+    if not policy.routes_by_key:
+        problems.append(f"a policy that routes by key alone (got {config.policy!r})")
+    if problems:
+        raise ConfigError("input_combined=True needs " + "; ".join(problems))
+    if schema is not None:
+        want = [*key_cols, *inner.state_columns(), WEIGHT_COL]
+        missing = [c for c in want if c not in schema.names]
+        if missing:
+            raise SchemaError(
+                f"input_combined=True but the source lacks column(s) {missing}; partial states have "
+                f"columns {want} (make them with reducer.partial_from_batch(table, keys, WEIGHT_COL))"
+            )
 
 
 def records_sample(block: pa.Table, map_fn: Any, input_kind: str, record_kind: str) -> list[Any]:
@@ -469,6 +496,9 @@ def records_sample(block: pa.Table, map_fn: Any, input_kind: str, record_kind: s
 def empty_input_table(plan: JobPlan) -> pa.Table:
     """An empty table shaped like the records reducers receive (for empty-result schemas)."""
     schema = plan.input_schema
+    if plan.input_combined and schema is not None:  # partial states: their own columns
+        base = schema if HASH_COL in schema.names else schema.append(pa.field(HASH_COL, pa.uint32()))
+        return base.empty_table()
     fields = []
     for c in plan.key_cols:
         fields.append(schema.field(c) if schema is not None and c in schema.names else pa.field(c, pa.null()))

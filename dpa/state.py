@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from dpa.records import table_to_records, unify
-from dpa.reducers import HASH_COL, ColumnarReducer, Reducer
+from dpa.reducers import HASH_COL, WEIGHT_COL, ColumnarReducer, Reducer
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +118,11 @@ class ColumnarState:
         empty = input_schema.empty_table()
         if HASH_COL not in empty.column_names:
             empty = empty.append_column(HASH_COL, pa.array([], pa.uint32()))
-        partial = self.reducer.partial_from_batch(empty.select(self.input_cols), self.group_cols)
+        states = self.reducer.state_columns()
+        if WEIGHT_COL in empty.column_names:  # partial states (JobConfig.input_combined)
+            partial = empty.select([*self.group_cols, *states])
+        else:
+            partial = self.reducer.partial_from_batch(empty.select(self.input_cols), self.group_cols)
         return self.reducer.finalize_table(partial, self.key_cols)
 
 
