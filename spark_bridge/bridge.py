@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover - imported for type hints only
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["run"]
+__all__ = ["can_precombine", "precombined", "run", "run_with_result"]
 
 
 def _key_columns(key: str | Sequence[str]) -> list[str]:
@@ -75,13 +75,56 @@ def run(
     reducer: Any,
     map_fn: Callable[..., Any] | None = None,
     config: Any = None,
+    precombine: bool | None = None,
 ) -> DataFrame:
     """Aggregates ``df`` by ``key`` with dpa; returns a Spark DataFrame.
 
     See :func:`run_with_result` (which also returns the :class:`dpa.Result` with its
     stats) for the arguments.
     """
-    return run_with_result(df, key, reducer, map_fn, config)[0]
+    return run_with_result(df, key, reducer, map_fn, config, precombine)[0]
+
+
+def can_precombine(reducer: Any, map_fn: Any, config: Any) -> bool:
+    """Whether Spark's tasks may do dpa's map-side combine (see :func:`run_with_result`)."""
+    from dpa.policy import make_policy
+    from dpa.reducers import ColumnarReducer, unwrap
+
+    inner, cost, _ = unwrap(reducer)
+    return (map_fn is None and isinstance(inner, ColumnarReducer) and not cost
+            and bool(config.map_side_combine) and make_policy(config).routes_by_key)
+
+
+def precombined(df: DataFrame, key_columns: list[str], reducer: Any) -> DataFrame:
+    """``df`` pre-aggregated per Spark partition into dpa partial states, inside Spark.
+
+    Each Spark task runs the reducer's own map-side combine
+    (``reducer.partial_from_batch(partition, key_columns, WEIGHT_COL)``) on its partition
+    as Arrow (``mapInArrow``): the same step a dpa mapper would do on a block, done where
+    the data already is, so only one partial row per key and partition leaves Spark.
+    Key columns keep their Spark types; state columns and the record count are typed from
+    the partial table's Arrow schema.
+    """
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
+    from pyspark.sql.types import StructField, StructType
+
+    from dpa.reducers import WEIGHT_COL, unwrap
+
+    inner = unwrap(reducer)[0]
+    needed = [*key_columns, *[c for c in (inner.input_columns() or []) if c not in key_columns]]
+    narrow = df.select(*needed)
+    proto = inner.partial_from_batch(to_arrow_schema(narrow.schema).empty_table(), key_columns, WEIGHT_COL)
+    spark_fields = {f.name: f for f in narrow.schema.fields}
+    fields = [spark_fields[c] for c in key_columns]
+    fields += [StructField(f.name, from_arrow_type(f.type), True) for f in proto.schema if f.name not in key_columns]
+
+    def combine(batches: Any) -> Any:
+        tables = [pa.Table.from_batches([b]) for b in batches]
+        if tables:
+            yield from inner.partial_from_batch(pa.concat_tables(tables), key_columns, WEIGHT_COL).to_batches()
+
+    return narrow.mapInArrow(combine, StructType(fields))
 
 
 def run_with_result(
@@ -90,6 +133,7 @@ def run_with_result(
     reducer: Any,
     map_fn: Callable[..., Any] | None = None,
     config: Any = None,
+    precombine: bool | None = None,
 ) -> tuple[DataFrame, Any]:
     """Aggregate ``df`` by ``key`` with a dpa reducer running on Ray actors.
 
@@ -105,7 +149,14 @@ def run_with_result(
         map_fn: Optional per-row/batch function dpa applies before reducing. When given, the
             reducer's input column may be produced by it; such outputs are typed from the
             result's Arrow schema.
-        config: dpa run configuration, passed to ``dpa.run`` unchanged.
+        config: dpa run configuration, passed to ``dpa.run`` (default ``dpa.JobConfig()``).
+        precombine: Let Spark's tasks do dpa's map-side combine (:func:`precombined`) so
+            that one partial row per key and partition, not every row, moves from Spark
+            to Ray; dpa's mappers then only hash and route
+            (``JobConfig.input_combined``). ``None`` (default) = whenever dpa itself would
+            combine on the map side (built-in reducer without cost, no ``map_fn``,
+            ``map_side_combine``, a policy that routes by key alone); ``False`` = ship
+            every row. Queue lengths, loads and ``processed`` stay in records either way.
 
     Returns:
         ``(DataFrame, dpa.Result)``: the DataFrame has the key columns (input types) followed
@@ -127,17 +178,30 @@ def run_with_result(
     # With a map_fn the key and input columns may be ones it creates: dpa.run checks them
     # on a dry run over the first rows, still before any actor starts.
 
-    spark = df.sparkSession
-    dataset = spark_to_ray_dataset(df)
-    try:
-        import dpa
+    import dpa
 
+    spark = df.sparkSession
+    config = dpa.JobConfig() if config is None else config
+    use_pre = can_precombine(reducer, map_fn, config) if precombine is None else bool(precombine)
+    if use_pre:
+        if not can_precombine(reducer, map_fn, config):
+            raise ConfigError(
+                "precombine=True needs a built-in reducer without cost, no map_fn, "
+                "map_side_combine=True and a policy that routes by key alone (e.g. doubling, halving, hash)"
+            )
+        from dataclasses import replace
+
+        source, config = precombined(df, key_columns, reducer), replace(config, input_combined=True)
+    else:
+        source = df
+    dataset = spark_to_ray_dataset(source)
+    try:
         # ---- dpa core runtime call (contract: dpa.run -> result with .arrow_refs,
         # ---- .schema (pyarrow.Schema) and .stats) ------------------------------------
         result = dpa.run(dataset, key=key_columns, reducer=reducer, map_fn=map_fn, config=config)
         # -------------------------------------------------------------------------------
     finally:
-        release_spark_dataset(df)
+        release_spark_dataset(source)
     logger.info("dpa.run finished: %s", getattr(result, "stats", None))
 
     if map_fn is None:

@@ -165,3 +165,24 @@ def test_dataframe_larger_than_the_object_store(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "OK 1500000" in proc.stdout
     assert math.isfinite(time.time() - started)
+
+
+@pytest.mark.parametrize("reducer,agg", [(dpa.Count(), "count"), (dpa.Sum("x"), "sum"), (dpa.Mean("y"), "mean")])
+def test_spark_tasks_precombine_and_results_stay_exact(spark, skewed, reducer, agg):
+    from pyspark.sql import functions as F
+
+    spark_agg = {"count": F.count("*"), "sum": F.sum("x"), "mean": F.avg("y")}[agg].alias(agg)
+    expected = skewed.groupBy("k").agg(spark_agg)
+    cfg = dpa.JobConfig(policy="doubling", max_rounds=1)
+    pre, res_pre = run_with_result(skewed, key="k", reducer=reducer, config=cfg)
+    raw, res_raw = run_with_result(skewed, key="k", reducer=reducer, config=cfg, precombine=False)
+    for out in (pre, raw):
+        assert out.schema == expected.schema
+        assert rows_equal(out.collect(), expected.collect(), [agg])
+    # loads stay in records whether Spark or dpa's mappers combined
+    assert sum(res_pre.stats.processed) == sum(res_raw.stats.processed) == skewed.count()
+
+
+def test_precombine_refused_where_it_cannot_apply(spark, skewed):
+    with pytest.raises(dpa.ConfigError, match="precombine"):
+        run(skewed, key="k", reducer=dpa.WithCost(dpa.Count(), 0.001), precombine=True)
