@@ -26,6 +26,9 @@ from dpa.state import make_state, split_by
 
 logger = logging.getLogger(__name__)
 
+#: Earlier snapshots a reducer keeps, to judge batches routed under them.
+_HISTORY = 16
+
 
 class MapperLogic:
     """Maps input blocks and routes the output, batch by batch, with a local ring snapshot."""
@@ -113,6 +116,7 @@ class ReducerLogic:
         # unknown). A batch routed under the reducer's current version needs no
         # ownership check when it is taken.
         self.routed: deque[int] = deque()
+        self._history: dict[int, Any] = {}  # recent earlier snapshots by version
         self.queued = 0
         self.processed = 0
         self.forwarded = 0
@@ -132,8 +136,10 @@ class ReducerLogic:
         """Appends a batch to the queue; returns the records to forward at once.
 
         A mapper's batch routed under an older snapshot ``version`` than this reducer's is
-        judged as the queue was when the newer snapshot was adopted (a policy may spread
-        it over several reducers); the records this reducer should not hold are returned.
+        judged as the queue was when the newer snapshot was adopted, against the snapshot
+        it was routed under (a policy may spread a key that became hot since over several
+        reducers); the records this reducer should not hold are returned. ``version`` also
+        spares the ownership check when the batch is taken, if it is the current one.
         """
         if not batch.num_rows:
             return []
@@ -141,9 +147,11 @@ class ReducerLogic:
         if not forwarded and self.collect_keys:
             w = batch[WEIGHT_COL].to_numpy() if WEIGHT_COL in batch.column_names else None
             self._arrivals.append((batch[HASH_COL].to_numpy(), w))
-        if not forwarded and version is not None and version < self.snapshot.version:
+        routed_under = None if version is None else self._history.get(version)
+        if not forwarded and routed_under is not None and version < self.snapshot.version:
             version = self.snapshot.version  # what is kept below agrees with it
-            dest = self.plan.policy.destinations(self.snapshot, batch[HASH_COL].to_numpy(), self.reducer_id, True)
+            dest = self.plan.policy.destinations(self.snapshot, batch[HASH_COL].to_numpy(), self.reducer_id,
+                                                 True, routed_under)
             kept, forwards = self._split(batch, None if dest is None else np.asarray(dest, dtype=np.int64))
             moved = sum(weight(t) for _, t in forwards)
             self.forwarded += moved
@@ -212,6 +220,9 @@ class ReducerLogic:
         if snapshot.version <= self.snapshot.version:
             return []
         previous, self.snapshot = self.snapshot, snapshot
+        self._history[previous.version] = previous
+        while len(self._history) > _HISTORY:
+            self._history.pop(min(self._history))
         if not self.queue or self.plan.policy.destinations(snapshot, np.zeros(0, np.uint32), self.reducer_id, True) is None:
             return []
         # One decision over the whole queue (a policy may spread a key's queued records

@@ -25,10 +25,11 @@ How it works:
   reducer is above ``(1 + slack)`` times the mean, the hot key contributing most to it
   gains the least loaded reducer it does not have yet (at most ``R``).
 * **Shares.** Candidates need not get equal parts: the planner levels the reducers' loads
-  by water filling (:func:`fill`) what is still to come, starting from what each reducer
-  holds (records processed or queued, reported by the reducers) plus the tail's future,
-  and gives each candidate of a key the share of the key that levels them. A newly hot
-  key's home contributes what it has not processed yet of the key.
+  by water filling (:func:`fill`) what is still to come - taken to look like what came
+  since the last publication - starting from what each reducer holds (records processed
+  or queued, reported by the reducers), and gives each candidate of a key the share of
+  the key that levels them. A newly hot key's home contributes what it has not
+  processed yet of the key.
 * **Publishing.** A change of the hot set, of a candidate list or of a share by more than
   ``share_step`` is a new snapshot (:class:`HybridSnapshot`: ring, hot keys, candidates,
   cumulative shares, version); so is a ring change made by the DPA rule, which this
@@ -36,15 +37,15 @@ How it works:
   ``max_rounds``, ``patience``). Hot-set changes are checked first; like ring changes
   they wait for every reducer to have reported under the newest version.
 * **Mappers** route tail keys by the ring and a hot key's records by its shares, along a
-  golden-ratio sequence per key that continues from batch to batch
-  (:meth:`HybridSnapshot.assign`): deterministic, vectorised, and within a few records of
-  the planned shares over any run of records.
+  golden-ratio sequence per key that continues from batch to batch and that the mappers
+  share by interleaving (:meth:`HybridSnapshot.assign`, :class:`HybridRouter`):
+  deterministic, vectorised, and within a few records of the planned shares.
 * **Reducers** keep any record of a hot key they are a candidate for, and forward tail
   records whose ring owner changed. When a snapshot makes a key hot, its home (first
   candidate: its ring owner, where a backlog builds up before detection) spreads the
   key's queued records over the candidates by the planned shares, so a backlog that built
-  up before detection is split too; so does a home receiving a batch a mapper routed
-  under an older snapshot. Records of a key that stopped being hot
+  up before detection is split too. Records still in flight to the home stay there; the
+  planner sees them in the home's holdings and gives it less of what follows. Records of a key that stopped being hot
   go back to its ring owner.
 
 Options (``JobConfig.policy_options``): ``theta`` (default ``1 / (4 R)``, given as a
@@ -185,13 +186,16 @@ class SpaceSaving:
 class HybridRouter(Router):
     """Per-mapper routing: the ring for tail keys, planned shares for hot keys.
 
-    Each hot key's records follow the key's sequence (:meth:`HybridSnapshot.assign`),
-    continuing where the mapper's previous batch left off, from a phase that differs per
-    mapper; every candidate thus receives the share the balancer planned for it.
+    The ``M`` mappers share each hot key's sequence (:meth:`HybridSnapshot.assign`) by
+    interleaving: mapper ``m`` takes positions ``m, m + M, m + 2M, ...``. As long as the
+    mappers see a key at similar rates, the positions used so far form an almost
+    contiguous prefix of one low-discrepancy sequence, so the candidates' shares are met
+    to within a few records over the whole job, not per mapper.
     """
 
-    def __init__(self, mapper_id: int) -> None:
-        self.phase = float(np.modf(mapper_id * _PHI * _PHI)[0])
+    def __init__(self, mapper_id: int, num_mappers: int) -> None:
+        self.mapper_id = mapper_id
+        self.num_mappers = max(1, num_mappers)
         self.turn: dict[int, int] = {}  # hot key -> records routed so far by this mapper
         self.split_records = 0
 
@@ -209,7 +213,8 @@ class HybridRouter(Router):
             seg = grouped[bounds[j] : bounds[j + 1]]
             h = int(snapshot.hot[k])
             start = self.turn.get(h, 0)
-            dest[seg] = snapshot.assign(k, start + np.arange(len(seg)), self.phase)
+            positions = (start + np.arange(len(seg))) * self.num_mappers + self.mapper_id
+            dest[seg] = snapshot.assign(k, positions, 0.0)
             self.turn[h] = start + len(seg)
         self.split_records += len(rows)
         return dest
@@ -253,6 +258,10 @@ class HybridPlanner(DPAPlanner):
         self.shares: dict[int, np.ndarray] = {}  # hot key -> share of each candidate
         self.held = np.zeros(num_reducers)  # records processed or queued at each reducer
         self._shares: dict[int, np.ndarray] = {}  # the last plan's shares
+        # Counts at the last publication: what arrives until the next one is expected to
+        # look like what arrived since (the "future" the shares are planned for).
+        self._base_counts: dict[int, int] = {}
+        self._base_tail = np.zeros(num_reducers)
         self._version = 0
         self._snapshot = policy.initial_snapshot(num_reducers)
 
@@ -311,17 +320,18 @@ class HybridPlanner(DPAPlanner):
             if not growable:
                 break
             grow(max(growable, key=lambda h: (counts[h] / len(hot[h]), h)))
-        # Shares, for the records still to come. Reducers start from what they hold (have
-        # processed or queued) plus as much tail again (the tail keeps its rate). A newly
-        # hot key's home can still spread the unprocessed part of what it has of the key
-        # (its FIFO queue's fraction of what it holds); that part is placed again, with as
-        # many future records of each hot key as it has had so far. A few rounds of water
-        # filling, each key in turn refilling its candidates given the others, level it.
-        level = self.held + tail
+        # Shares, for the records still to come, expected to look like those that came
+        # since the last publication ("the next interval looks like the last"): reducers
+        # start from what they hold (processed or queued) plus that much tail again. A
+        # newly hot key's home can still spread the unprocessed part of what it has of the
+        # key (its FIFO queue's fraction of what it holds); that part is placed again too.
+        # A few rounds of water filling, each key in turn refilling its candidates given
+        # the others, level it.
+        level = self.held + np.maximum(tail - self._base_tail, 0.0)
         amount: dict[int, float] = {}
         for h, cands in hot.items():
             c = float(counts[h])
-            amount[h] = c
+            amount[h] = max(1.0, c - self._base_counts.get(h, 0))
             home = cands[0]
             if h not in self.hot and self.held[home] > 0:
                 movable = c * min(1.0, self.queue_lengths[home] / self.held[home])
@@ -385,6 +395,8 @@ class HybridPlanner(DPAPlanner):
             self.tail = self._tail_after(wanted)
             self.hot = wanted
             self.shares = self._shares
+            self._base_counts = {h: self.sketch.estimate(h) for h in wanted}
+            self._base_tail = self.tail.copy()
             self._snapshot = self._ring_changed()
             seen = tuple(self.queue_lengths)
             event = RebalanceEvent(now, int(np.argmax(seen)), "split", seen, self.ring.token_counts,
@@ -413,6 +425,8 @@ class HybridPolicy(PolicySpec):
             candidate moved by more than this (besides hot-set and candidate changes).
         min_count: Fewest records before a key can be hot.
         capacity: Counters of the balancer's SpaceSaving sketch.
+        num_mappers: Mappers of the job (set from the ``JobConfig``): they interleave
+            on each hot key's sequence.
     """
 
     method: str = "halving"
@@ -427,6 +441,7 @@ class HybridPolicy(PolicySpec):
     share_step: float = 0.05
     min_count: int = 2
     capacity: int = 4096
+    num_mappers: int = 1
     name: str = "hybrid"
 
     moves_keys = True
@@ -439,6 +454,7 @@ class HybridPolicy(PolicySpec):
         check_int_option("patience", self.patience, 1, "hybrid")
         check_int_option("min_count", self.min_count, 1, "hybrid")
         check_int_option("capacity", self.capacity, 1, "hybrid")
+        check_int_option("num_mappers", self.num_mappers, 1, "hybrid")
         check_int_option("max_rounds", self.max_rounds, 0, "hybrid")
         check_int_option("min_gap", self.min_gap, 0, "hybrid")
         if self.theta is not None and not (isinstance(self.theta, (int, float)) and 0 < self.theta <= 1):
@@ -462,7 +478,7 @@ class HybridPolicy(PolicySpec):
                               np.zeros((0, num_reducers), dtype=np.int64), np.ones((0, num_reducers)), 0)
 
     def make_router(self, mapper_id: int, num_reducers: int) -> Router:
-        return HybridRouter(mapper_id)
+        return HybridRouter(mapper_id, self.num_mappers)
 
     def make_planner(self, num_reducers: int) -> HybridPlanner:
         return HybridPlanner(self, num_reducers)
@@ -493,7 +509,7 @@ class HybridPolicy(PolicySpec):
 
 
 def _hybrid(cfg: JobConfig) -> PolicySpec:
-    opts = {"min_gap": default_min_gap(cfg), **cfg.policy_options}
+    opts = {"min_gap": default_min_gap(cfg), "num_mappers": cfg.num_mappers, **cfg.policy_options}
     return HybridPolicy(tau=cfg.tau, max_rounds=cfg.max_rounds, initial_tokens=cfg.initial_tokens, **opts)
 
 

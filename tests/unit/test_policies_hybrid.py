@@ -135,3 +135,34 @@ def test_wl1_to_wl5_balanced_and_exact_in_the_local_runtime(name):
                                        queue_capacity=10**9, max_rounds=0))
     assert res.to_dict() == dict(collections.Counter(letters))
     assert res.stats.skew <= 0.05, (name, res.stats.processed)
+
+
+def test_home_spreads_in_flight_batches_of_a_key_that_became_hot_since_they_were_routed():
+    import pyarrow as pa
+
+    from dpa.logic import ReducerLogic
+    from dpa.plan import build_plan, normalize_source
+    from dpa.reducers import HASH_COL
+
+    table = pa.table({"k": ["x"] * 40})
+    cfg = dpa.JobConfig(policy="hybrid", runtime="local", max_rounds=0, map_side_combine=False)
+    plan, _ = build_plan(normalize_source(table, 40), "k", dpa.Count(), None, cfg)
+    policy = plan.policy
+    from dpa.keys import hash_key_columns
+
+    h = int(hash_key_columns(table, ["k"])[0])
+    v0 = policy.initial_snapshot(4)
+    home = int(v0.lookup_batch(np.array([h], np.uint32))[0])
+    others = [r for r in range(4) if r != home]
+    v1 = _snapshot(policy, 4, {h: ([home, *others], [0.25] * 4)}, version=1)
+    v2 = _snapshot(policy, 4, {h: ([home, *others], [0.25] * 4)}, version=2)
+    red = ReducerLogic(home, plan, v0)
+    assert red.on_snapshot(v1) == [] and red.on_snapshot(v2) == []  # nothing queued yet
+    batch = table.append_column(HASH_COL, pa.array([h] * 40, pa.uint32()))
+    # routed before the key was hot (v0): spread over the candidates by the shares
+    moved = red.enqueue(batch, version=0)
+    assert sum(t.num_rows for _, t in moved) == pytest.approx(30, abs=2) and red.queued == 40 - sum(
+        t.num_rows for _, t in moved)
+    # routed while it was hot already (v1): these are the home's share, kept
+    before = red.queued
+    assert red.enqueue(batch, version=1) == [] and red.queued == before + 40
