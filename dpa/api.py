@@ -210,7 +210,7 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
 
     src = normalize_source(source, config.batch_size)
     if src.ray_dataset is not None and config.runtime == "local":
-        raise ConfigError("a ray.data.Dataset source needs runtime='ray'")
+        raise ConfigError("a ray.data.Dataset or ArrowRefs source needs runtime='ray'")
     plan, blocks = build_plan(src, key, reducer, map_fn, config)
     inner, _, _ = unwrap(plan.reducer)
     empty = make_state(inner, plan.key_cols, plan.record_kind).empty_result(empty_input_table(plan).schema)

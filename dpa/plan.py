@@ -98,6 +98,28 @@ class Source:
     probe: pa.Table | None = None  # a few rows to validate against when blocks stream later
 
 
+@dataclass(frozen=True)
+class ArrowRefs:
+    """A source of Arrow tables already in Ray's object store, one block per ref.
+
+    Cheaper than a ``ray.data.Dataset`` when the refs exist anyway (no Ray Data metadata
+    pass): mappers fetch each block straight from the object store. The Spark bridge uses
+    it for the partitions Spark put there.
+
+    Attributes:
+        refs: ``ray.ObjectRef`` s, each resolving to a ``pyarrow.Table``.
+        schema: The tables' schema (the job is validated against it before it starts).
+    """
+
+    refs: tuple[Any, ...]
+    schema: pa.Schema
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.schema, pa.Schema):
+            raise ConfigError(f"ArrowRefs.schema must be a pyarrow.Schema, got {type(self.schema).__name__}")
+        object.__setattr__(self, "refs", tuple(self.refs))
+
+
 def _is_ray_dataset(obj: Any) -> bool:
     return type(obj).__module__.startswith("ray.data") and type(obj).__name__ in ("Dataset", "MaterializedDataset")
 
@@ -185,7 +207,7 @@ def normalize_source(source: Any, batch_size: int) -> Source:
     """Wraps any supported input as a :class:`Source`.
 
     Supported: ``pyarrow.Table``, ``pyarrow.RecordBatch``, ``pandas.DataFrame``,
-    ``ray.data.Dataset``, an iterable (e.g. a generator) of Arrow tables, record batches or
+    ``ray.data.Dataset``, :class:`ArrowRefs`, an iterable (e.g. a generator) of Arrow tables, record batches or
     DataFrames (streamed, re-cut into ``batch_size`` blocks), and any iterable of records
     (dicts, tuples or scalars).
     """
@@ -201,6 +223,8 @@ def normalize_source(source: Any, batch_size: int) -> Source:
             return Source("dict", table.schema, _table_blocks(table, batch_size), table.num_rows)
     except ImportError:  # pragma: no cover
         pass
+    if isinstance(source, ArrowRefs):
+        return Source("dict", source.schema, None, None, ray_dataset=source)
     if _is_ray_dataset(source):
         probe = _as_arrow(source.take_batch(64, batch_format="pyarrow")) if _nonempty(source) else None
         schema = probe.schema if probe is not None else _dataset_schema(source)

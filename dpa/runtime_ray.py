@@ -32,7 +32,7 @@ import ray
 
 from dpa.errors import JobFailedError
 from dpa.logic import BalancerLogic, CoordinatorLogic, MapperLogic, ReducerLogic
-from dpa.plan import JobPlan, empty_input_table
+from dpa.plan import ArrowRefs, JobPlan, empty_input_table
 from dpa.records import compact
 from dpa.runtime_local import DRIVER_PROGRESS_INTERVAL_S, RunOutput
 from dpa.telemetry import ReducerTelemetry, metric
@@ -589,7 +589,9 @@ def _feed(pool: _Pool, blocks: Any, dataset: Any, job: Any, progress: Any = None
     """Hands input blocks to the coordinator (bounded by its pending limit)."""
     coord = pool.coordinator
     last = time.monotonic()
-    if dataset is not None:
+    if isinstance(dataset, ArrowRefs):
+        items = ((ref, None) for ref in dataset.refs)
+    elif dataset is not None:
         # A bundle's blocks may come with row slices that must be honoured.
         items = (
             (ref, None if sl is None else (sl.start_offset, sl.end_offset))

@@ -12,7 +12,7 @@ from .convert import (
     arrow_refs_to_spark,
     release_spark_dataset,
     result_spark_schema,
-    spark_to_ray_dataset,
+    spark_to_arrow_refs,
     validate_columns,
 )
 
@@ -194,7 +194,11 @@ def run_with_result(
         source, config = precombined(df, key_columns, reducer), replace(config, input_combined=True)
     else:
         source = df
-    dataset = spark_to_ray_dataset(source)
+    dataset: Any = spark_to_arrow_refs(source)
+    if map_fn is not None:  # a Ray Dataset gives dpa a sample to dry-run map_fn on
+        import ray.data
+
+        dataset = ray.data.from_arrow_refs(list(dataset.refs))
     try:
         # ---- dpa core runtime call (contract: dpa.run -> result with .arrow_refs,
         # ---- .schema (pyarrow.Schema) and .stats) ------------------------------------

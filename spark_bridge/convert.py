@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # pragma: no cover - imported for type hints only
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
+    from dpa.plan import ArrowRefs
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "arrow_refs_to_spark",
     "release_spark_dataset",
     "result_spark_schema",
+    "spark_to_arrow_refs",
     "spark_to_ray_dataset",
     "validate_columns",
 ]
@@ -126,8 +129,8 @@ def _remote_fetch():
     return ray.remote(max_retries=_FETCH_RETRIES)(_fetch_partition)
 
 
-def spark_to_ray_dataset(df: DataFrame, num_blocks: int | None = None) -> ray.data.Dataset:
-    """Convert a Spark-on-Ray DataFrame into a Ray Dataset of Arrow blocks.
+def spark_to_arrow_refs(df: DataFrame, num_blocks: int | None = None) -> ArrowRefs:
+    """Puts a Spark-on-Ray DataFrame's partitions into Ray's object store as Arrow tables.
 
     Same mechanism as :func:`ray.data.from_spark` in raydp 1.6.5 (the "recoverable" path):
     Spark computes the DataFrame once and caches every partition as Arrow IPC bytes on its
@@ -136,13 +139,14 @@ def spark_to_ray_dataset(df: DataFrame, num_blocks: int | None = None) -> ray.da
     Unlike ``from_spark`` the fetch tasks do not leave Ray workers in "load code from local"
     mode (see :func:`_fetch_partition`).
 
-    Returns once every partition is in the object store (the dataset is materialised).
+    Returns at once with a :class:`dpa.ArrowRefs` (one ref per partition, fetched by Ray
+    tasks in the background; the DataFrame's Arrow schema).
     Call :func:`release_spark_dataset` when the blocks are no longer needed, to drop
     Spark's cached copy (otherwise it lives until Spark stops).
 
     A DataFrame with zero partitions (e.g. ``df.limit(0)``) makes ``from_spark`` return a
     dataset with no blocks and *no schema*; here it yields one empty Arrow table with the
-    DataFrame's schema instead.
+    DataFrame's schema instead. :func:`spark_to_ray_dataset` wraps the refs as a Ray Dataset.
 
     Args:
         df: DataFrame of a RayDP SparkSession.
@@ -150,11 +154,13 @@ def spark_to_ray_dataset(df: DataFrame, num_blocks: int | None = None) -> ray.da
             partitioning, one block per partition).
 
     Returns:
-        The Ray Dataset.
+        A :class:`dpa.ArrowRefs`.
     """
     import ray
-    import ray.data
+    from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.storagelevel import StorageLevel
+
+    from dpa.plan import ArrowRefs
 
     if num_blocks is not None and (
         isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1
@@ -165,7 +171,8 @@ def spark_to_ray_dataset(df: DataFrame, num_blocks: int | None = None) -> ray.da
         df = df.repartition(num_blocks)
     if df.rdd.getNumPartitions() == 0:
         logger.debug("DataFrame has no partitions; building an empty dataset from its schema")
-        return ray.data.from_arrow(_empty_table(df.schema))
+        empty = _empty_table(df.schema)
+        return ArrowRefs([ray.put(empty)], empty.schema)
 
     sc = df.sparkSession.sparkContext
     writer = sc._jvm.org.apache.spark.sql.raydp.ObjectStoreWriter
@@ -189,7 +196,19 @@ def spark_to_ray_dataset(df: DataFrame, num_blocks: int | None = None) -> ray.da
         for i, executor_id in enumerate(info.locations())
     ]
     logger.debug("Spark -> Ray: %d partitions of cached RDD %d", len(refs), rdd_id)
-    return ray.data.from_arrow_refs(refs)
+    return ArrowRefs(refs, to_arrow_schema(df.schema))
+
+
+def spark_to_ray_dataset(df: DataFrame, num_blocks: int | None = None) -> ray.data.Dataset:
+    """Converts a Spark-on-Ray DataFrame into a Ray Dataset of Arrow blocks.
+
+    The same transfer as :func:`spark_to_arrow_refs`, wrapped by
+    ``ray.data.from_arrow_refs`` (which waits for the blocks' metadata). Call
+    :func:`release_spark_dataset` when the blocks are no longer needed.
+    """
+    import ray.data
+
+    return ray.data.from_arrow_refs(list(spark_to_arrow_refs(df, num_blocks).refs))
 
 
 def release_spark_dataset(df: DataFrame) -> None:

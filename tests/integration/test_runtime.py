@@ -179,3 +179,17 @@ def test_actors_are_named_in_the_dpa_namespace():
     assert sum(":reducer-" in n for n in names) == 4 and sum(":mapper-" in n for n in names) == 4
     dpa.shutdown()
     assert wait_no_dpa_actors()
+
+
+def test_arrow_refs_source_reads_blocks_straight_from_the_object_store():
+    tables = [pa.table({"k": ["a", "b", "a"][: i + 1], "v": list(range(i + 1))}) for i in range(3)]
+    refs = dpa.ArrowRefs([ray.put(t) for t in tables], tables[0].schema)
+    res = dpa.run(refs, key="k", reducer=dpa.Sum("v"))
+    assert res.to_dict() == {"a": 0 + 0 + 2, "b": 1 + 1}
+    assert sum(res.stats.processed) == 6
+    with pytest.raises(dpa.ConfigError, match="runtime='ray'"):
+        dpa.run(refs, key="k", config=dpa.JobConfig(runtime="local"))
+    with pytest.raises(dpa.ConfigError, match="pyarrow.Schema"):
+        dpa.ArrowRefs([], "not a schema")
+    with pytest.raises(dpa.SchemaError, match="nope"):
+        dpa.run(refs, key="nope")
