@@ -118,14 +118,15 @@ class Settings:
 DEFAULT_SETTINGS = Settings()
 
 
-def job_config(method: str, max_rounds: int, runtime: str, settings: Settings) -> dpa.JobConfig:
-    """The :class:`dpa.JobConfig` of one reproduction job."""
+def job_config(method: str, max_rounds: int, runtime: str, settings: Settings,
+               policy_options: dict[str, Any] | None = None) -> dpa.JobConfig:
+    """The :class:`dpa.JobConfig` of one reproduction job (``policy_options`` added to the policy's)."""
     return dpa.JobConfig(
         num_mappers=settings.num_mappers,
         num_reducers=settings.num_reducers,
         policy=method,
         # The paper's straggler rule exactly (eq. 1, no minimum gap between queues).
-        policy_options={"min_gap": 0} if method in RING_POLICIES else {},
+        policy_options={**({"min_gap": 0} if method in RING_POLICIES else {}), **(policy_options or {})},
         tau=settings.tau,
         max_rounds=max_rounds,
         batch_size=settings.batch_size,
@@ -139,7 +140,7 @@ def job_config(method: str, max_rounds: int, runtime: str, settings: Settings) -
 
 
 def run_job(name: str, method: str, max_rounds: int, runtime: str,
-            settings: Settings = DEFAULT_SETTINGS) -> dict[str, Any]:
+            settings: Settings = DEFAULT_SETTINGS, policy_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Runs one job and returns its ``stats.to_dict()``.
 
     Raises:
@@ -147,7 +148,7 @@ def run_job(name: str, method: str, max_rounds: int, runtime: str,
     """
     letters = workload(name)
     reducer = dpa.WithCost(dpa.Count(), settings.seconds_per_record, mode="sleep")
-    res = dpa.run(letters, reducer=reducer, config=job_config(method, max_rounds, runtime, settings))
+    res = dpa.run(letters, reducer=reducer, config=job_config(method, max_rounds, runtime, settings, policy_options))
     got = res.to_dict()
     want = dict(Counter(letters))
     stats = res.stats.to_dict()
@@ -168,7 +169,8 @@ def mean(values: list[float]) -> float:
 
 
 def run_cell(name: str, method: str, max_rounds: int, runs: int, runtime: str,
-             settings: Settings = DEFAULT_SETTINGS, retries: int = 0) -> dict[str, Any]:
+             settings: Settings = DEFAULT_SETTINGS, retries: int = 0,
+             policy_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Runs one (workload, method, max_rounds) cell ``runs`` times.
 
     Args:
@@ -187,7 +189,7 @@ def run_cell(name: str, method: str, max_rounds: int, runs: int, runtime: str,
     inexact: list[str] = []
     while len(all_stats) < runs:
         try:
-            all_stats.append(run_job(name, method, max_rounds, runtime, settings))
+            all_stats.append(run_job(name, method, max_rounds, runtime, settings, policy_options))
         except ResultMismatchError as exc:
             inexact.append(str(exc))
             give_up = len(inexact) > retries
