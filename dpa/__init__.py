@@ -8,7 +8,10 @@ returns a :class:`dpa.Result`. Then read, in this order:
 * :mod:`dpa.logic` — mapper / reducer / balancer / coordinator state machines (no Ray);
 * :mod:`dpa.runtime_ray` — the thin Ray actor shells; :mod:`dpa.runtime_local` — the
   same logic in-process (the correctness oracle and simulator);
-* :mod:`dpa.reducers` and :mod:`dpa.state` — the combine contract and keyed state.
+* :mod:`dpa.reducers` and :mod:`dpa.state` — the combine contract and keyed state;
+* :mod:`dpa.partitioners` — the literature's policies and dpa's own ``hybrid``;
+  :mod:`dpa.sketches` — lossy counting and SpaceSaving; :mod:`dpa.simulate` — replay a key
+  stream through any policy without Ray.
 """
 
 from dpa.api import Result, Stats, run
