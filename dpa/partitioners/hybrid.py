@@ -74,11 +74,12 @@ from dpa.policy import (
     register_policy,
 )
 from dpa.ring import HashRing, RingSnapshot
+from dpa.sketches import SpaceSaving
 
 if TYPE_CHECKING:
     from dpa.config import JobConfig
 
-__all__ = ["HybridPlanner", "HybridPolicy", "HybridRouter", "HybridSnapshot", "SpaceSaving", "fill"]
+__all__ = ["HybridPlanner", "HybridPolicy", "HybridRouter", "HybridSnapshot", "fill"]
 
 logger = logging.getLogger(__name__)
 
@@ -149,38 +150,6 @@ class HybridSnapshot:
         u = np.modf(positions * _PHI + phase)[0]
         j = np.searchsorted(self.cumw[i, : len(cands)], u, side="right")
         return cands[np.minimum(j, len(cands) - 1)]
-
-
-class SpaceSaving:
-    """Metwally et al.'s SpaceSaving top-k counter over (hash, count) batches.
-
-    Holds at most ``capacity`` counters. A new key when the table is full replaces the
-    key with the smallest count and inherits that count as its error, so estimates
-    over-count by at most the smallest counter and every key with a true count above
-    ``N / capacity`` is present.
-    """
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = int(capacity)
-        self.counts: dict[int, int] = {}
-        self.total = 0
-
-    def update(self, hashes: np.ndarray, counts: np.ndarray) -> None:
-        """Adds ``counts[i]`` occurrences of ``hashes[i]``."""
-        table = self.counts
-        for h, c in zip(np.asarray(hashes).tolist(), np.asarray(counts).tolist(), strict=True):
-            self.total += c
-            if h in table:
-                table[h] += c
-            elif len(table) < self.capacity:
-                table[h] = c
-            else:
-                victim = min(table, key=table.__getitem__)
-                table[h] = table.pop(victim) + c
-
-    def estimate(self, h: int) -> int:
-        """Estimated count of ``h`` (0 if not tracked)."""
-        return self.counts.get(int(h), 0)
 
 
 class HybridRouter(Router):
@@ -266,8 +235,7 @@ class HybridPlanner(DPAPlanner):
         self._snapshot = policy.initial_snapshot(num_reducers)
 
     def observe_keys(self, reducer: int, hashes: np.ndarray, counts: np.ndarray, total: int) -> None:
-        self.sketch.update(hashes, counts)
-        self.sketch.total += int(total) - int(np.sum(counts))
+        self.sketch.update(hashes, counts, total=int(total))
         hot = np.fromiter((h in self.hot for h in hashes.tolist()), dtype=bool, count=len(hashes))
         self.tail[reducer] += int(total) - int(np.asarray(counts)[hot].sum())
 
@@ -276,9 +244,11 @@ class HybridPlanner(DPAPlanner):
 
     def _hot_set(self) -> dict[int, list[int]]:
         """Hot keys (threshold with hysteresis); a new one starts at its ring owner."""
-        N = self.sketch.total
+        N = self.sketch.n
         out: dict[int, list[int]] = {}
-        for h, c in self.sketch.counts.items():
+        for h, c in zip(*(a.tolist() for a in self.sketch.top())):  # most frequent first
+            if c < self.theta * N / 2:
+                break  # below every key's threshold, and so are all that follow
             was = self.hot.get(h)
             limit = self.theta * N / 2 if was is not None else self.theta * N
             if c >= limit and c >= self.policy.min_count:
@@ -352,7 +322,7 @@ class HybridPlanner(DPAPlanner):
             total = parts[h].sum()
             shares[h] = np.round(parts[h] / total, 3) if total > 0 else np.full(len(hot[h]), 1.0 / len(hot[h]))
         self._shares = shares
-        logger.debug("hybrid plan: N=%d tail=%s expected=%s", self.sketch.total, tail.tolist(), level.round(1).tolist())
+        logger.debug("hybrid plan: N=%d tail=%s expected=%s", self.sketch.n, tail.tolist(), level.round(1).tolist())
         return hot
 
     def _shares_moved(self) -> bool:
@@ -390,7 +360,7 @@ class HybridPlanner(DPAPlanner):
     def check(self, now: float) -> list[Decision]:
         if min(self.report_versions) < self._snapshot.version:
             return []
-        wanted = self.plan(self._hot_set()) if self.sketch.total else {}
+        wanted = self.plan(self._hot_set()) if self.sketch.n else {}
         if wanted != self.hot or self._shares_moved():
             self.tail = self._tail_after(wanted)
             self.hot = wanted

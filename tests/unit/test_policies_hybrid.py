@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import dpa
 from dpa.errors import ConfigError
-from dpa.partitioners.hybrid import HybridPolicy, HybridSnapshot, SpaceSaving, fill
+from dpa.partitioners.hybrid import HybridPolicy, HybridSnapshot, fill
 from workloads import paper
 
 
@@ -104,18 +104,6 @@ def test_planner_splits_a_hot_key_and_levels_loads():
     for r in range(4):
         planner.observe(r, 10, 1)
     assert planner.check(2.0) == []
-
-
-def test_space_saving_keeps_frequent_keys():
-    sketch = SpaceSaving(8)
-    rng = np.random.default_rng(0)
-    stream = np.concatenate([np.full(500, 1), np.full(300, 2), rng.integers(10, 10_000, 1000)])
-    rng.shuffle(stream)
-    for chunk in np.array_split(stream, 50):
-        keys, counts = np.unique(chunk, return_counts=True)
-        sketch.update(keys, counts)
-    assert sketch.estimate(1) >= 500 and sketch.estimate(2) >= 300
-    assert sketch.total == len(stream)
 
 
 def test_bad_options_are_config_errors():
