@@ -227,6 +227,26 @@ def save_figure(fig: Any, path: str | Path) -> Path:
     return p
 
 
+class StageTimer:
+    """Runs an experiment's named stages, logging each name and recording its wall time.
+
+    ``timed = StageTimer(log); out = timed("table2", fn)``; ``timed.timings`` maps each
+    stage name to its seconds.
+    """
+
+    def __init__(self, log: Any = None) -> None:
+        self.log = log
+        self.timings: dict[str, float] = {}
+
+    def __call__(self, name: str, fn: Any) -> Any:
+        if self.log:
+            self.log(f"[{name}]")
+        t0 = time.perf_counter()
+        result = fn()
+        self.timings[name] = time.perf_counter() - t0
+        return result
+
+
 def run_metadata(module: str, elapsed_s: float, **extra: Any) -> dict[str, Any]:
     """Run metadata stored next to the results (command, time, machine).
 

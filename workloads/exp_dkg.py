@@ -63,6 +63,7 @@ from dpa.partitioners.dkg import dkg_max_machines, dkg_threshold
 from dpa.simulate import simulate
 from workloads.exp_common import (
     Claim,
+    StageTimer,
     claims_markdown,
     hash_keys,
     markdown_table,
@@ -346,15 +347,7 @@ def run_all(sizes: Sizes = Sizes(), seed: int = 0, log: Log = None, workers: Seq
             skews: Sequence[float] = SKEWS, sweep: Sequence[float] = SWEEP,
             sources: Sequence[int] = PAPER_SOURCES) -> dict[str, Any]:
     """Runs experiments (a)-(c) and returns their results (JSON-friendly)."""
-    timings: dict[str, float] = {}
-
-    def timed(name: str, fn: Callable[[], Any]) -> Any:
-        if log:
-            log(f"[{name}]")
-        t0 = time.perf_counter()
-        result = fn()
-        timings[name] = time.perf_counter() - t0
-        return result
+    timed = StageTimer(log)
 
     results: dict[str, Any] = {
         "sizes": asdict(sizes),
@@ -365,7 +358,7 @@ def run_all(sizes: Sizes = Sizes(), seed: int = 0, log: Log = None, workers: Seq
         "sweep": timed("sweep", lambda: run_skew_sweep(sizes.sweep, seed, sweep, log=log)),
         "sources": timed("sources", lambda: run_sources(sizes.sources, seed, sources, log=log)),
     }
-    results["timings_s"] = timings
+    results["timings_s"] = timed.timings
     results["claims"] = [c.to_dict() for c in evaluate_claims(results)]
     return results
 

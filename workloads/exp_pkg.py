@@ -71,6 +71,7 @@ from dpa.simulate import simulate
 from workloads.exp_common import (
     IMBALANCE_DOC,
     Claim,
+    StageTimer,
     claims_markdown,
     hash_keys,
     imbalance_of,
@@ -595,15 +596,7 @@ def run_all(sizes: Sizes = Sizes(), seed: int = 0, log: Log = None,
             choices_workers: Sequence[int] = CHOICES_WORKERS, choices_keys: int = CHOICES_KEYS,
             drift_workers: Sequence[int] = DRIFT_WORKERS) -> dict[str, Any]:
     """Runs experiments (a)-(e) and returns their results (JSON-friendly)."""
-    timings: dict[str, float] = {}
-
-    def timed(name: str, fn: Callable[[], Any]) -> Any:
-        if log:
-            log(f"[{name}]")
-        t0 = time.perf_counter()
-        result = fn()
-        timings[name] = time.perf_counter() - t0
-        return result
+    timed = StageTimer(log)
 
     def table2() -> dict[str, Any]:
         return run_grid([zipf_stream(name, sizes.table2, seed) for name in ZIPF_DATASETS], table2_workers,
@@ -630,7 +623,7 @@ def run_all(sizes: Sizes = Sizes(), seed: int = 0, log: Log = None,
                                                         log=log)),
         "drift": timed("drift", lambda: run_drift(sizes.drift, seed, drift_workers, log=log)),
     }
-    results["timings_s"] = timings
+    results["timings_s"] = timed.timings
     results["claims"] = [c.to_dict() for c in evaluate_claims(results)]
     return results
 
