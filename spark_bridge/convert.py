@@ -304,7 +304,8 @@ def arrow_refs_to_spark(
             the columns of ``schema`` (extra columns are dropped, order does not matter).
         schema: Spark schema of the result.
         num_partitions: Spark partitions to spread the tables over (default: one per table,
-            at most 4x Spark's default parallelism).
+            at most Spark's default parallelism: a second wave of tasks costs more than
+            reading two small tables in one).
 
     Returns:
         A DataFrame with exactly ``schema``; empty (with that schema) if there are no refs.
@@ -338,7 +339,7 @@ def arrow_refs_to_spark(
     ray.get(holder.add_objects.remote(key, refs))
 
     if num_partitions is None:
-        num_partitions = min(len(refs), max(1, 4 * spark.sparkContext.defaultParallelism))
+        num_partitions = min(len(refs), max(1, spark.sparkContext.defaultParallelism))
     num_partitions = max(1, min(int(num_partitions), len(refs)))
     ray_address = ray.get_runtime_context().gcs_address
     reader = _make_block_reader(holder_name, namespace, ray_address, key, target)
