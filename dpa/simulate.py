@@ -252,16 +252,31 @@ def _check_positive_int(name: str, value: Any) -> int:
 
 # ---------------------------------------------------------------------------- replay
 def _replay_static(spec: PolicySpec, routers: list[Any], hashes: np.ndarray, S: int,
-                   batch_size: int, W: int) -> np.ndarray:
-    """Routes every source's sub-stream under the initial snapshot."""
+                   batch_size: int, W: int, probe_every: int | None = None) -> np.ndarray:
+    """Routes every source's sub-stream under the initial snapshot (with optional probes)."""
     snapshot = spec.initial_snapshot(W)
     dest = np.empty(len(hashes), dtype=np.int64)
-    for s, router in enumerate(routers):
-        sub = hashes[s::S]
-        out = np.empty(len(sub), dtype=np.int64)
-        for i in range(0, len(sub), batch_size):
-            out[i : i + batch_size] = router.route(sub[i : i + batch_size], snapshot)
-        dest[s::S] = out
+    if probe_every is None:
+        for s, router in enumerate(routers):
+            sub = hashes[s::S]
+            out = np.empty(len(sub), dtype=np.int64)
+            for i in range(0, len(sub), batch_size):
+                out[i : i + batch_size] = router.route(sub[i : i + batch_size], snapshot)
+            dest[s::S] = out
+        return dest
+    n = len(hashes)
+    totals = np.zeros(W, dtype=np.int64)
+    for a in range(0, n, probe_every):
+        b = min(n, a + probe_every)
+        for s, router in enumerate(routers):
+            idx = np.arange(a + (s - a) % S, b, S)
+            for i in range(0, len(idx), batch_size):
+                sel = idx[i : i + batch_size]
+                dest[sel] = router.route(hashes[sel], snapshot)
+        totals += np.bincount(dest[a:b], minlength=W)
+        for router in routers:  # the probe: every source's estimate := the true loads
+            if hasattr(router, "loads"):
+                router.loads = totals.copy() if isinstance(router.loads, np.ndarray) else totals.tolist()
     return dest
 
 
@@ -447,7 +462,7 @@ def _replication(codes: np.ndarray, dest: np.ndarray, num_keys: int, W: int) -> 
 def simulate(keys: Any, policy: str | PolicySpec, num_sources: int = 1, num_workers: int = 10,
              seed: int = 0, service_rate: float | None = None, rebalance_interval: int | None = None,
              *, batch_size: int = 4096, num_samples: int = 1000, keys_are_hashes: bool = False,
-             shared_router: bool = False, **policy_options: Any) -> SimResult:
+             shared_router: bool = False, probe_every: int | None = None, **policy_options: Any) -> SimResult:
     """Replays ``keys`` through ``num_sources`` routers of ``policy`` to ``num_workers`` workers.
 
     Args:
@@ -487,6 +502,10 @@ def simulate(keys: Any, policy: str | PolicySpec, num_sources: int = 1, num_work
     num_samples = _check_positive_int("num_samples", num_samples)
     if service_rate is not None and not (isinstance(service_rate, (int, float)) and service_rate > 0):
         raise ConfigError(f"simulate: service_rate must be a number > 0 or None, got {service_rate!r}")
+    if probe_every is not None:
+        probe_every = _check_positive_int("probe_every", probe_every)
+        if service_rate is not None:
+            raise ConfigError("simulate: probe_every applies without service_rate (no queue model) only")
     interval = S * batch_size if rebalance_interval is None else _check_positive_int(
         "rebalance_interval", rebalance_interval)
     keys = np.asarray(keys)
@@ -505,7 +524,7 @@ def simulate(keys: Any, policy: str | PolicySpec, num_sources: int = 1, num_work
     forwarded, peak, makespan = 0, None, None
     final_snapshot, migration = spec.initial_snapshot(W), _Migration()
     if service_rate is None:
-        dest = _replay_static(spec, routers, hashes, S_route, batch_route, W)
+        dest = _replay_static(spec, routers, hashes, S_route, batch_route, W, probe_every)
     else:
         dest, forwarded, events, peak, makespan, final_snapshot, migration = _replay_queued(
             spec, routers, hashes, S_route, batch_route, W, float(service_rate), interval)

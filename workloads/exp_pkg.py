@@ -336,12 +336,10 @@ def replay_pkg(hashes: np.ndarray, num_sources: int, num_workers: int, probe_eve
                d: int = 2) -> np.ndarray:
     """PKG with local load estimation and optional periodic probing (the paper's L and LP).
 
-    Message ``i`` belongs to source ``i % S`` (as in :func:`dpa.simulate.simulate`). Each
-    source routes its messages with its own :class:`~dpa.partitioners.grouping.PKGRouter`.
-    The stream is processed in segments of ``probe_every`` messages; within a segment the
-    sources do not interact (local estimation), so routing them one after the other is
-    exact. After each segment every router's load estimate (``PKGRouter.loads``) is set to
-    the true load of every worker, i.e. the messages all sources sent so far.
+    A thin wrapper over :func:`dpa.simulate.simulate` (``probe_every``): message ``i``
+    belongs to source ``i % S``; each source routes with its own
+    :class:`~dpa.partitioners.grouping.PKGRouter`, and after every ``probe_every`` messages
+    every router's load estimate is set to the true load of every worker.
 
     Args:
         hashes: ``uint32`` key hashes in arrival order.
@@ -362,25 +360,10 @@ def replay_pkg(hashes: np.ndarray, num_sources: int, num_workers: int, probe_eve
     if probe_every is not None and (not isinstance(probe_every, (int, np.integer)) or probe_every < 1):
         raise ConfigError(f"replay_pkg: probe_every must be an integer >= 1 or None, got {probe_every!r}")
     hashes = np.asarray(hashes).astype(np.uint32, copy=False)
-    n, S, W = len(hashes), int(num_sources), int(num_workers)
-    policy = PKGPolicy(d=d)
-    snapshot = policy.initial_snapshot(W)
-    routers = [policy.make_router(s, W) for s in range(S)]
-    dest = np.empty(n, dtype=np.int64)
-    step = n if probe_every is None else int(probe_every)
-    totals = np.zeros(W, dtype=np.int64)
-    for a in range(0, n, max(1, step)):
-        b = min(n, a + step)
-        for s, router in enumerate(routers):
-            first = a + (s - a) % S
-            if first < b:
-                dest[first:b:S] = router.route(hashes[first:b:S], snapshot)
-        if probe_every is not None and b < n:
-            totals += np.bincount(dest[a:b], minlength=W)
-            probed = totals.tolist()
-            for router in routers:
-                router.loads = list(probed)  # the probe: estimate := actual load
-    return dest
+    res = simulate(hashes, PKGPolicy(d=d), num_sources=int(num_sources), num_workers=int(num_workers),
+                   keys_are_hashes=True, probe_every=None if probe_every is None else int(probe_every),
+                   num_samples=1)
+    return res.destinations.astype(np.int64)
 
 
 def probe_interval(n: int) -> int:

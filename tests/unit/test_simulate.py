@@ -164,3 +164,17 @@ def test_shared_router_gives_global_key_tables_and_loads():
     one = simulate(keys, "pkg", num_sources=1, num_workers=4, batch_size=400)
     glob = simulate(keys, "pkg", num_sources=4, num_workers=4, shared_router=True)
     np.testing.assert_array_equal(one.destinations, glob.destinations)
+
+
+def test_probing_every_message_is_the_global_oracle():
+    import numpy as np
+
+    from dpa.simulate import simulate
+
+    rng = np.random.default_rng(1)
+    keys = rng.zipf(1.3, 3000) % 500
+    probed = simulate(keys, "pkg", num_sources=4, num_workers=7, probe_every=1, batch_size=1)
+    oracle = simulate(keys, "pkg", num_sources=4, num_workers=7, shared_router=True, batch_size=1)
+    local = simulate(keys, "pkg", num_sources=4, num_workers=7)
+    assert (probed.destinations == oracle.destinations).all()
+    assert not (local.destinations == oracle.destinations).all()
