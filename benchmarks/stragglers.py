@@ -82,6 +82,7 @@ POLICIES: dict[str, dict[str, Any]] = {
     "pkg-d8": {"policy": "pkg", "policy_options": {"d": 8}},
     "potc-d2": {"policy": "potc", "policy_options": {"d": 2}},
     "dkg": {"policy": "dkg"},
+    "hybrid": {"policy": "hybrid"},
 }
 DEFAULT_POLICIES = [p for p in POLICIES if p != "dkg"]
 
