@@ -3,7 +3,8 @@
 An in-memory Zipf table (default 10M records, z=1.1, K=100k keys) is counted per key by
 
 * ``dpa.run(..., reducer=dpa.Count())`` with 4 mappers x 4 reducers, for the policies
-  "no-lb" (doubling ring, ``max_rounds=0``), "halving" and "doubling" (``max_rounds=1``);
+  "no-lb" (doubling ring, ``max_rounds=0``), "halving" and "doubling" (``max_rounds=1``),
+  and "no-lb,no-combine" / "doubling,no-combine" (``map_side_combine=False``);
 * ``table.group_by("key").aggregate([([], "count_all")])`` in this process (pyarrow);
 * Spark: ``df.groupBy("key").count().collect()`` on a cached DataFrame read from a
   parquet copy of the same table (plain pyspark ``local[N]``, not RayDP).
@@ -49,6 +50,9 @@ POLICIES = {
     "no-lb": {"policy": "doubling", "max_rounds": 0},
     "halving": {"policy": "halving", "max_rounds": 1},
     "doubling": {"policy": "doubling", "max_rounds": 1},
+    # the same without map-side combining: every record is hashed, shipped and reduced
+    "no-lb,no-combine": {"policy": "doubling", "max_rounds": 0, "map_side_combine": False},
+    "doubling,no-combine": {"policy": "doubling", "max_rounds": 1, "map_side_combine": False},
 }
 
 
