@@ -30,6 +30,28 @@ logger = logging.getLogger(__name__)
 _HISTORY = 16
 
 
+def top_key_counts(hashes: np.ndarray, weights: np.ndarray | None, top: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """The ``top`` most frequent key hashes of a batch of arrivals (a reducer's key report).
+
+    Args:
+        hashes: Key hashes of the arrivals (repeats allowed).
+        weights: Records each arrival stands for (None = 1 each).
+        top: Most hashes to return.
+
+    Returns:
+        ``(hashes, counts, total)``: distinct ``uint32`` hashes, most frequent first, their
+        ``int64`` record counts, and the records of all arrivals.
+    """
+    keys, inverse = np.unique(hashes, return_inverse=True)
+    counts = np.bincount(inverse, weights=weights, minlength=len(keys)).astype(np.int64)
+    total = int(counts.sum())
+    if len(keys) > top:
+        pick = np.argpartition(-counts, top - 1)[:top]
+        keys, counts = keys[pick], counts[pick]
+    order = np.argsort(-counts, kind="stable")
+    return keys[order].astype(np.uint32), counts[order], total
+
+
 class MapperLogic:
     """Maps input blocks and routes the output, batch by batch, with a local ring snapshot."""
 
@@ -52,22 +74,20 @@ class MapperLogic:
         """Applies ``map_fn`` and the key, hashes and routes; returns ``(reducer, batch)`` pairs."""
         self.blocks += 1
         if self.plan.input_combined:  # partial states already: hash and route only
-            table = block
-            if table.num_rows == 0:
-                return []
-            self.emitted += weight(table)
-            hashes = hash_key_columns(table, self.plan.key_cols, cache=self.cache)
-            table = table.append_column(HASH_COL, pa.array(hashes, pa.uint32()))
-            dest = np.asarray(self.router.route(hashes, self.snapshot), dtype=np.int64)
-            return [(r, p) for r, p in enumerate(split_by(table, dest, self.plan.num_reducers)) if p.num_rows]
+            self.emitted += weight(block)
+            return self._route(block)
         table = self.plan.prepare(block)
-        if table.num_rows == 0:
-            return []
         self.emitted += table.num_rows
-        if self.combiner is not None:
+        if self.combiner is not None and table.num_rows:
             # One partial-state row per key (plus its record count): hashing, routing and
             # shipping then cost per distinct key instead of per record.
             table = self.combiner.partial_from_batch(table, self.plan.key_cols, WEIGHT_COL)
+        return self._route(table)
+
+    def _route(self, table: pa.Table) -> list[tuple[int, pa.Table]]:
+        """Hashes the key columns and splits the table by destination reducer."""
+        if table.num_rows == 0:
+            return []
         hashes = hash_key_columns(table, self.plan.key_cols, cache=self.cache)
         table = table.append_column(HASH_COL, pa.array(hashes, pa.uint32()))
         dest = np.asarray(self.router.route(hashes, self.snapshot), dtype=np.int64)
@@ -186,15 +206,8 @@ class ReducerLogic:
         hs = np.concatenate([h for h, _ in self._arrivals])
         ws = np.concatenate([np.ones(len(h), np.int64) if w is None else w.astype(np.int64) for h, w in self._arrivals])
         self._arrivals = []
-        keys, inverse = np.unique(hs, return_inverse=True)
-        counts = np.bincount(inverse, weights=ws, minlength=len(keys)).astype(np.int64)
-        total = int(counts.sum())
-        top = int(getattr(self.plan.policy, "key_stats_top", 1024))
-        if len(keys) > top:
-            pick = np.argpartition(-counts, top - 1)[:top]
-            keys, counts = keys[pick], counts[pick]
-        order = np.argsort(-counts, kind="stable")
-        return keys[order].astype(np.uint32), counts[order], total, self.processed + self.queued
+        keys, counts, total = top_key_counts(hs, ws, int(getattr(self.plan.policy, "key_stats_top", 1024)))
+        return keys, counts, total, self.processed + self.queued
 
     def _split(self, batch: pa.Table, owners: np.ndarray | None = None) -> tuple[pa.Table | None, list[tuple[int, pa.Table]]]:
         """Splits a batch into the part this reducer keeps and the parts to forward."""
@@ -223,12 +236,14 @@ class ReducerLogic:
         self._history[previous.version] = previous
         while len(self._history) > _HISTORY:
             self._history.pop(min(self._history))
-        if not self.queue or self.plan.policy.destinations(snapshot, np.zeros(0, np.uint32), self.reducer_id, True) is None:
+        if not self.queue:
             return []
         # One decision over the whole queue (a policy may spread a key's queued records
         # over several reducers; per batch, rounding would favour the same reducer).
         hashes = np.concatenate([b[HASH_COL].to_numpy() for b in self.queue])
         dest = self.plan.policy.destinations(snapshot, hashes, self.reducer_id, True, previous)
+        if dest is None:
+            return []
         kept: deque[pa.Table] = deque()
         forwards: list[tuple[int, pa.Table]] = []
         offset = 0

@@ -161,7 +161,7 @@ class PolicySpec:
         Reducers call this on every chunk they take (``adopting=False``), on the queued
         records when they adopt a new snapshot (``adopting=True``, ``previous`` = the
         snapshot they had), and on a mapper's batch routed under an older snapshot
-        (``adopting=True``, ``previous=None``: unknown). The default is the
+        (``adopting=True``, ``previous`` = the snapshot it was routed under). The default is the
         key's owner (:meth:`owners`); a policy that lets several reducers hold one key
         (e.g. a hot key split under a snapshot) overrides it so that a reducer keeps the
         records it may hold, and may spread queued records over the key's reducers when

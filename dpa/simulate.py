@@ -72,6 +72,7 @@ import dpa.partitioners  # noqa: F401  (registers the literature's policies)
 from dpa.config import JobConfig
 from dpa.errors import ConfigError
 from dpa.keys import hash_key_columns
+from dpa.logic import top_key_counts
 from dpa.metrics import max_over_avg, skew
 from dpa.policy import PolicySpec, RebalanceEvent, make_policy
 
@@ -329,17 +330,6 @@ class _Queues:
         return items
 
 
-def _key_report(hs: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """A reducer's key-arrival report (as :meth:`dpa.logic.ReducerLogic.take_key_stats`)."""
-    keys, counts = np.unique(hs, return_counts=True)
-    total = int(counts.sum())
-    if len(keys) > top:
-        pick = np.argpartition(-counts, top - 1)[:top]
-        keys, counts = keys[pick], counts[pick]
-    order = np.argsort(-counts, kind="stable")
-    return keys[order].astype(np.uint32), counts[order].astype(np.int64), total
-
-
 @dataclass
 class _Migration:
     """State moved by snapshot changes: keys seen so far whose owner changed."""
@@ -396,7 +386,7 @@ def _replay_queued(spec: PolicySpec, routers: list[Any], hashes: np.ndarray, S: 
             items = positions[order[bounds[w] : bounds[w + 1]]]
             queues.push(w, items)
             if key_stats and len(items):
-                planner.observe_keys(w, *_key_report(hashes[items], spec.key_stats_top))
+                planner.observe_keys(w, *top_key_counts(hashes[items], None, spec.key_stats_top))
                 held[w] += len(items)
                 planner.observe_held(w, int(held[w]))
         queues.note_peaks()
@@ -415,13 +405,13 @@ def _replay_queued(spec: PolicySpec, routers: list[Any], hashes: np.ndarray, S: 
                 continue
             if has_owners:
                 migration.account(spec, snapshot, decision.snapshot, hashes[:t], W)
-            snapshot = decision.snapshot
+            previous, snapshot = snapshot, decision.snapshot
             if has_owners:
                 for w in range(W):
                     items = queues.drain(w)
                     if not len(items):
                         continue
-                    target = spec.destinations(snapshot, hashes[items], w, True)
+                    target = spec.destinations(snapshot, hashes[items], w, True, previous)
                     owner = np.full(len(items), w, np.int64) if target is None else np.asarray(target, np.int64)
                     moved = owner != w
                     forwarded += int(moved.sum())

@@ -182,9 +182,10 @@ def run_with_result(
 
     spark = df.sparkSession
     config = dpa.JobConfig() if config is None else config
-    use_pre = can_precombine(reducer, map_fn, config) if precombine is None else bool(precombine)
+    possible = can_precombine(reducer, map_fn, config)
+    use_pre = possible if precombine is None else bool(precombine)
     if use_pre:
-        if not can_precombine(reducer, map_fn, config):
+        if not possible:
             raise ConfigError(
                 "precombine=True needs a built-in reducer without cost, no map_fn, "
                 "map_side_combine=True and a policy that routes by key alone (e.g. doubling, halving, hash)"
