@@ -139,6 +139,7 @@ class ReducerLogic:
         self._history: dict[int, Any] = {}  # recent earlier snapshots by version
         self.queued = 0
         self.processed = 0
+        self.in_process = 0  # records of the chunk taken off the queue and not yet applied
         self.forwarded = 0
         self.received_forwards = 0
         self.peak_queue = 0
@@ -196,18 +197,24 @@ class ReducerLogic:
         """The interval's key arrivals: top hashes, their record counts, all records, holdings.
 
         Returns ``(hashes, counts, total, held)`` with at most ``policy.key_stats_top``
-        hashes, the most frequent first, and ``held`` = records processed or queued here
-        now (empty arrays when nothing arrived); None when the policy wants no key stats.
+        hashes, the most frequent first, and ``held`` = records processed, being processed
+        or queued here now (empty arrays when nothing arrived); None when the policy wants
+        no key stats.
         """
         if not self.collect_keys:
             return None
         if not self._arrivals:
-            return np.zeros(0, np.uint32), np.zeros(0, np.int64), 0, self.processed + self.queued
+            return np.zeros(0, np.uint32), np.zeros(0, np.int64), 0, self.held
         hs = np.concatenate([h for h, _ in self._arrivals])
         ws = np.concatenate([np.ones(len(h), np.int64) if w is None else w.astype(np.int64) for h, w in self._arrivals])
         self._arrivals = []
         keys, counts, total = top_key_counts(hs, ws, int(getattr(self.plan.policy, "key_stats_top", 1024)))
-        return keys, counts, total, self.processed + self.queued
+        return keys, counts, total, self.held
+
+    @property
+    def held(self) -> int:
+        """Records this reducer holds: processed, being processed or queued."""
+        return self.processed + self.in_process + self.queued
 
     def _split(self, batch: pa.Table, owners: np.ndarray | None = None) -> tuple[pa.Table | None, list[tuple[int, pa.Table]]]:
         """Splits a batch into the part this reducer keeps and the parts to forward."""
@@ -241,9 +248,11 @@ class ReducerLogic:
         # One decision over the whole queue (a policy may spread a key's queued records
         # over several reducers; per batch, rounding would favour the same reducer).
         hashes = np.concatenate([b[HASH_COL].to_numpy() for b in self.queue])
-        dest = self.plan.policy.destinations(snapshot, hashes, self.reducer_id, True, previous)
+        policy = self.plan.policy
+        dest = policy.destinations(snapshot, hashes, self.reducer_id, True, previous)
         if dest is None:
             return []
+        dest = policy.handover(snapshot, hashes, np.asarray(dest, dtype=np.int64), self.reducer_id)
         kept: deque[pa.Table] = deque()
         forwards: list[tuple[int, pa.Table]] = []
         offset = 0
@@ -288,10 +297,12 @@ class ReducerLogic:
         self.forwarded += sum(weight(t) for _, t in forwards)
         chunk = Chunk(owned, forwards, 0.0)
         chunk.cost_s = chunk.num_owned * self.cost_per_record
+        self.in_process = 0 if owned is None else weight(owned)
         return chunk
 
     def apply(self, chunk: Chunk) -> None:
         """Folds a chunk's owned records into the state (after its cost was paid)."""
+        self.in_process = 0
         if chunk.owned is not None:
             owned = chunk.owned
             if WEIGHT_COL in owned.column_names:

@@ -169,6 +169,16 @@ class PolicySpec:
         """
         return self.owners(snapshot, hashes)
 
+    def handover(self, snapshot: Any, hashes: np.ndarray, dest: np.ndarray, reducer: int) -> np.ndarray:
+        """Adjusts where a reducer sends its queued records, once per snapshot it adopts.
+
+        Called after :meth:`destinations` over the whole queue (front first) when
+        ``reducer`` adopts ``snapshot`` (never for single batches), so a snapshot can ask
+        a reducer to hand some of its queued records to others exactly once. The default
+        returns ``dest`` unchanged.
+        """
+        return dest
+
     @property
     def needs_merge(self) -> bool:
         """Whether the reducer must implement ``merge`` for this policy."""

@@ -413,6 +413,8 @@ def _replay_queued(spec: PolicySpec, routers: list[Any], hashes: np.ndarray, S: 
                         continue
                     target = spec.destinations(snapshot, hashes[items], w, True, previous)
                     owner = np.full(len(items), w, np.int64) if target is None else np.asarray(target, np.int64)
+                    if target is not None:
+                        owner = spec.handover(snapshot, hashes[items], owner, w)
                     moved = owner != w
                     forwarded += int(moved.sum())
                     dest[items[moved]] = owner[moved]

@@ -99,6 +99,9 @@ class HybridSnapshot:
         cumw: Cumulative share of the key's records each candidate gets (same shape,
             padded with 1.0): candidate ``j`` of key ``i`` gets ``cumw[i, j] - cumw[i, j-1]``.
         version: Version of the whole state (ring and hot keys).
+        moves: ``int64`` array of shape ``(R, R)`` or None: ``moves[s, d]`` queued records
+            of hot keys that reducer ``s`` hands to reducer ``d`` when it adopts this
+            snapshot (:meth:`HybridPolicy.handover`), to level what the reducers hold.
     """
 
     ring: RingSnapshot
@@ -106,6 +109,7 @@ class HybridSnapshot:
     cands: np.ndarray
     cumw: np.ndarray
     version: int
+    moves: np.ndarray | None = None
 
     @property
     def num_reducers(self) -> int:
@@ -232,6 +236,7 @@ class HybridPlanner(DPAPlanner):
         self._base_counts: dict[int, int] = {}
         self._base_tail = np.zeros(num_reducers)
         self._version = 0
+        self._moved_at: np.ndarray | None = None  # holdings when the last hand-over was planned
         self._snapshot = policy.initial_snapshot(num_reducers)
 
     def observe_keys(self, reducer: int, hashes: np.ndarray, counts: np.ndarray, total: int) -> None:
@@ -346,7 +351,54 @@ class HybridPlanner(DPAPlanner):
                 tail[int(self.ring.lookup_batch(np.array([h], np.uint32))[0])] += self.sketch.estimate(h)
         return np.maximum(tail, 0.0)
 
-    def _ring_changed(self) -> HybridSnapshot:
+    def _transfers(self) -> np.ndarray | None:
+        """Hand-overs of queued hot-key records that level what the reducers hold.
+
+        Once the reducers' reports account for every record (their holdings sum to the
+        records that arrived, so no forwarded record is in flight), a reducer holding more
+        than its integer share of the total (the mean, rounded so that the ``total % R``
+        most loaded keep one more) hands the excess, up to its queue length, to the least
+        loaded reducers it shares a hot key with. Records a reducer holds never change by
+        processing them, so these figures are exact however stale the report. Differences
+        within ``slack`` of the mean (and of a record) are left alone.
+
+        Returns:
+            ``moves`` (see :class:`HybridSnapshot`) or None when nothing should move.
+        """
+        held = np.rint(self.held).astype(np.int64)
+        total = int(held.sum())
+        R = len(held)
+        if not self.hot or total != self.sketch.n or total < R:
+            return None
+        if self._moved_at is not None and np.array_equal(held, self._moved_at):
+            return None  # the last hand-over moved nothing: nothing movable is left
+        order = np.argsort(-held, kind="stable")
+        target = np.full(R, total // R, dtype=np.int64)
+        target[order[: total % R]] += 1
+        excess = np.minimum(held - target, np.asarray(self.queue_lengths, dtype=np.int64))
+        if excess.max() <= max(0.0, self.policy.slack * total / R):
+            return None
+        deficit = np.maximum(target - held, 0)
+        shared = np.zeros((R, R), dtype=bool)
+        for cands in self.hot.values():
+            shared[np.ix_(cands, cands)] = True
+        moves = np.zeros((R, R), dtype=np.int64)
+        for s in order.tolist():
+            for d in np.argsort(-deficit, kind="stable").tolist():
+                if excess[s] <= 0:
+                    break
+                if d == s or deficit[d] <= 0 or not shared[s, d]:
+                    continue
+                n = int(min(excess[s], deficit[d]))
+                moves[s, d] += n
+                excess[s] -= n
+                deficit[d] -= n
+        if not moves.any():
+            return None
+        self._moved_at = held
+        return moves
+
+    def _ring_changed(self, moves: np.ndarray | None = None) -> HybridSnapshot:
         self._version += 1
         R = self.ring.num_reducers
         hot = np.array(sorted(self.hot), dtype=np.uint32)
@@ -355,24 +407,30 @@ class HybridPlanner(DPAPlanner):
         for i, h in enumerate(hot.tolist()):
             cands[i, : len(self.hot[h])] = self.hot[h]
             cumw[i, : len(self.hot[h])] = np.cumsum(self.shares[h])
-        return HybridSnapshot(self.ring.snapshot(), hot, cands, cumw, self._version)
+        return HybridSnapshot(self.ring.snapshot(), hot, cands, cumw, self._version, moves)
 
     def check(self, now: float) -> list[Decision]:
         if min(self.report_versions) < self._snapshot.version:
             return []
         wanted = self.plan(self._hot_set()) if self.sketch.n else {}
-        if wanted != self.hot or self._shares_moved():
+        # A new hot set or candidate list is published alone (the homes of newly hot keys
+        # spread their queues on adoption); otherwise new shares and hand-overs of queued
+        # records go out together.
+        moves = self._transfers() if wanted == self.hot else None
+        if wanted != self.hot or self._shares_moved() or moves is not None:
             self.tail = self._tail_after(wanted)
             self.hot = wanted
             self.shares = self._shares
             self._base_counts = {h: self.sketch.estimate(h) for h in wanted}
             self._base_tail = self.tail.copy()
-            self._snapshot = self._ring_changed()
+            self._snapshot = self._ring_changed(moves)
             seen = tuple(self.queue_lengths)
-            event = RebalanceEvent(now, int(np.argmax(seen)), "split", seen, self.ring.token_counts,
+            action = "split" if moves is None else "handover"
+            event = RebalanceEvent(now, int(np.argmax(seen)), action, seen, self.ring.token_counts,
                                    self._snapshot.version)
-            logger.info("hybrid: %d hot keys, widths %s (v%d)", len(self.hot),
-                        sorted(len(c) for c in self.hot.values()), self._snapshot.version)
+            logger.info("hybrid: %d hot keys, widths %s, %d queued records handed over (v%d)", len(self.hot),
+                        sorted(len(c) for c in self.hot.values()), 0 if moves is None else int(moves.sum()),
+                        self._snapshot.version)
             return [Decision(self._snapshot, event)]
         return super().check(now)
 
@@ -475,6 +533,27 @@ class HybridPolicy(PolicySpec):
             else:  # spread by the key's planned shares, from a phase of this batch
                 phase = float(np.modf((int(hashes[rows[0]]) + len(hashes)) * _PHI)[0])
                 dest[rows] = snapshot.assign(k, np.arange(len(rows)), phase)
+        return dest
+
+
+    def handover(self, snapshot: HybridSnapshot, hashes: np.ndarray, dest: np.ndarray, reducer: int) -> np.ndarray:
+        """Hands ``snapshot.moves[reducer, d]`` kept records of hot keys to each reducer ``d``.
+
+        The records are taken from the back of the queue (those this reducer would
+        process last), and only of hot keys that ``d`` is a candidate of, so ``d`` keeps
+        them; when fewer are queued, fewer move.
+        """
+        moves = snapshot.moves
+        if moves is None or not moves[reducer].any():
+            return dest
+        idx = snapshot.hot_index(hashes)
+        free = (dest == reducer) & (idx >= 0)
+        dest = dest.copy()
+        for d in np.flatnonzero(moves[reducer]).tolist():
+            ok = free & (snapshot.cands[np.maximum(idx, 0)] == d).any(axis=1)
+            rows = np.flatnonzero(ok)[::-1][: int(moves[reducer, d])]
+            dest[rows] = d
+            free[rows] = False
         return dest
 
 

@@ -100,10 +100,79 @@ def test_planner_splits_a_hot_key_and_levels_loads():
     assert cands[0] == home and len(cands) == 4  # one key of 69% of the load needs every reducer
     shares = np.diff(np.concatenate(([0.0], snap.cumw[0])))
     assert shares[0] < shares[1:].min()  # what the home processed stays: it gets the least
-    # no new information: no new snapshot (reports under the new version first)
+    # no new snapshot before every reducer reported under the new version
+    assert planner.check(1.5) == []
+    # no new information (and nothing queued to hand over): no new snapshot
     for r in range(4):
-        planner.observe(r, 10, 1)
+        planner.observe(r, 0, 1)
     assert planner.check(2.0) == []
+
+
+def _hot_planner(R: int, cands: list[int], held: list[int], queues: list[int], arrived: int | None = None):
+    """A planner with one hot key split over ``cands`` (published), then the given reports."""
+    policy = HybridPolicy(max_rounds=0, min_width=len(cands))
+    planner = policy.make_planner(R)
+    key = 4242
+    total = sum(held) if arrived is None else arrived
+    planner.observe_keys(cands[0], np.array([key], np.uint32), np.array([total]), total)
+    for r in range(R):
+        planner.observe_held(r, total if r == cands[0] else 0)
+        planner.observe(r, 0, 0)
+    planner.hot = {key: list(cands)}  # published with exactly these candidates
+    planner.shares = {key: np.full(len(cands), 1.0 / len(cands))}
+    planner._snapshot = planner._ring_changed()
+    for r in range(R):
+        planner.observe_held(r, held[r])
+        planner.observe(r, queues[r], planner._snapshot.version)
+    return planner
+
+
+def test_planner_hands_queued_hot_records_over_to_level_holdings():
+    planner = _hot_planner(4, [0, 1, 2, 3], held=[40, 30, 20, 10], queues=[30, 20, 10, 0])
+    moves = planner._transfers()
+    assert moves is not None and moves.sum() == 20
+    after = np.array([40, 30, 20, 10]) - moves.sum(axis=1) + moves.sum(axis=0)
+    assert after.tolist() == [25, 25, 25, 25]
+    planner = _hot_planner(4, [0, 1, 2, 3], held=[40, 30, 20, 10], queues=[30, 20, 10, 0])
+    decisions = planner.check(1.0)
+    assert decisions[0].event.action == "handover"
+    assert np.array_equal(decisions[0].snapshot.moves, moves)
+
+
+def test_planner_hand_over_waits_for_records_in_flight_and_is_not_repeated():
+    # 100 records arrived but the reports hold 90: 10 are being forwarded; wait
+    assert _hot_planner(4, [0, 1, 2, 3], [40, 30, 20, 0], [30, 20, 10, 0], arrived=100)._transfers() is None
+    planner = _hot_planner(4, [0, 1, 2, 3], held=[40, 30, 20, 10], queues=[30, 20, 10, 0])
+    assert planner._transfers() is not None
+    # the same holdings again (nothing was movable): no second hand-over
+    assert planner._transfers() is None
+
+
+def test_planner_hand_over_respects_queues_and_shared_keys():
+    # reducer 0 holds 60 but only 5 are queued: at most 5 move
+    moves = _hot_planner(4, [0, 1, 2, 3], held=[60, 20, 10, 10], queues=[5, 0, 0, 0])._transfers()
+    assert moves is not None and moves[0].sum() == 5 and moves[1:].sum() == 0
+    # only to reducers that share a hot key with the sender (3 is no candidate)
+    moves = _hot_planner(4, [0, 1, 2], held=[40, 30, 20, 10], queues=[30, 20, 10, 0])._transfers()
+    assert moves is not None and moves[:, 3].sum() == 0 and moves[3].sum() == 0
+    # level within a record: nothing to do
+    assert _hot_planner(4, [0, 1, 2, 3], held=[26, 25, 25, 24], queues=[9, 9, 9, 9])._transfers() is not None
+    assert _hot_planner(4, [0, 1, 2, 3], held=[26, 25, 25, 25], queues=[9, 9, 9, 9])._transfers() is None
+
+
+def test_handover_takes_hot_records_from_the_back_for_candidates_only():
+    policy = HybridPolicy()
+    R = 4
+    snap = _snapshot(policy, R, {7: ([1, 2], [0.5, 0.5]), 8: ([1, 3], [0.5, 0.5])})
+    moves = np.zeros((R, R), dtype=np.int64)
+    moves[1, 2] = 3
+    moves[1, 3] = 10  # only two records of key 8 are queued
+    snap = HybridSnapshot(snap.ring, snap.hot, snap.cands, snap.cumw, snap.version, moves)
+    hashes = np.array([7, 8, 7, 9, 7, 7, 8, 7], dtype=np.uint32)
+    dest = np.array([1, 1, 1, 1, 1, 1, 1, 0])  # the last 7 goes elsewhere already
+    out = policy.handover(snap, hashes, dest, 1)
+    assert out.tolist() == [1, 3, 2, 1, 2, 2, 3, 0]  # tail key 9 stays; from the back
+    assert policy.handover(snap, hashes, dest, 0) is dest  # no moves for reducer 0
 
 
 def test_bad_options_are_config_errors():

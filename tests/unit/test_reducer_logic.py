@@ -67,3 +67,30 @@ def test_unknown_or_stale_routing_is_checked_and_forwarded():
     moved = red.on_snapshot(planner.ring.snapshot())
     assert policy.calls and policy.calls[0][1] is True
     assert red.queued + sum(t.num_rows for _, t in moved) == before
+
+
+@dataclasses.dataclass(frozen=True)
+class HandingPolicy(DPAPolicy):
+    """Hands the last two queued records to reducer 1 on every adoption."""
+
+    def handover(self, snapshot, hashes, dest, reducer):
+        dest = dest.copy()
+        dest[-2:] = 1
+        return dest
+
+
+def test_held_counts_the_chunk_being_processed_and_adoption_applies_the_handover():
+    policy = HandingPolicy("doubling", 0.2, 1)
+    plan, table = _plan(policy)
+    snap = policy.initial_snapshot(plan.num_reducers)
+    red = ReducerLogic(0, plan, snap)
+    mine = next(b for r, b in MapperLogic(0, plan, snap).map_block(table) if r == 0)
+    red.enqueue(mine, version=snap.version)
+    chunk = red.take_chunk()
+    assert red.held == mine.num_rows  # the chunk taken off the queue still counts
+    red.apply(chunk)
+    assert red.held == mine.num_rows and red.processed == chunk.num_owned
+    queued = red.queued
+    moved = red.on_snapshot(dataclasses.replace(snap, version=snap.version + 1))  # same owners
+    assert [(r, t.num_rows) for r, t in moved] == [(1, 2)]
+    assert red.queued == queued - 2 and red.held == mine.num_rows - 2
