@@ -351,24 +351,35 @@ class HybridPlanner(DPAPlanner):
                 tail[int(self.ring.lookup_batch(np.array([h], np.uint32))[0])] += self.sketch.estimate(h)
         return np.maximum(tail, 0.0)
 
-    def _transfers(self) -> np.ndarray | None:
+    def _transfers(self, wanted: dict[int, list[int]]) -> np.ndarray | None:
         """Hand-overs of queued hot-key records that level what the reducers hold.
 
-        Once the reducers' reports account for every record (their holdings sum to the
-        records that arrived, so no forwarded record is in flight), a reducer holding more
-        than its integer share of the total (the mean, rounded so that the ``total % R``
-        most loaded keep one more) hands the excess, up to its queue length, to the least
-        loaded reducers it shares a hot key with. Records a reducer holds never change by
-        processing them, so these figures are exact however stale the report. Differences
-        within ``slack`` of the mean (and of a record) are left alone.
+        The ``N`` records that arrived so far should end up evenly spread: a reducer's
+        target is ``N // R``, plus one for the ``N % R`` that hold most. A reducer holding
+        more than its target hands the excess, up to its queue length, to reducers below
+        theirs that it shares a hot key with. Records a reducer holds (processed, being
+        processed or queued) do not change by processing them, so these figures are exact
+        however stale the report, except for forwarded records still in flight: they are
+        counted by no one yet (``N`` minus the holdings), and since any reducer may be
+        about to receive them, each receiver's deficit is reduced by that many. A sender's
+        holdings already exclude what it sent. Excesses within ``slack`` of the mean (and
+        below one record) are left alone.
+
+        Published together with a change of the hot set (``wanted``), records move only
+        between candidates of keys that stay hot, and never from or to a reducer whose
+        holdings that change alters on its own: the home of a newly hot key (it spreads
+        its queue) and that key's candidates, or the candidates of a key that stops being
+        hot and its ring owner (its records go back there).
 
         Returns:
             ``moves`` (see :class:`HybridSnapshot`) or None when nothing should move.
         """
         held = np.rint(self.held).astype(np.int64)
-        total = int(held.sum())
+        total = int(self.sketch.n)
+        in_flight = total - int(held.sum())
         R = len(held)
-        if not self.hot or total != self.sketch.n or total < R:
+        kept = [h for h in wanted if h in self.hot]
+        if not kept or in_flight < 0 or total < R:
             return None
         if self._moved_at is not None and np.array_equal(held, self._moved_at):
             return None  # the last hand-over moved nothing: nothing movable is left
@@ -378,10 +389,16 @@ class HybridPlanner(DPAPlanner):
         excess = np.minimum(held - target, np.asarray(self.queue_lengths, dtype=np.int64))
         if excess.max() <= max(0.0, self.policy.slack * total / R):
             return None
-        deficit = np.maximum(target - held, 0)
+        deficit = np.maximum(target - held - in_flight, 0)
         shared = np.zeros((R, R), dtype=bool)
-        for cands in self.hot.values():
-            shared[np.ix_(cands, cands)] = True
+        for h in kept:
+            shared[np.ix_(wanted[h], wanted[h])] = True
+        for h in wanted.keys() - self.hot.keys():
+            shared[wanted[h][0], :] = False
+            shared[:, wanted[h]] = False
+        for h in self.hot.keys() - wanted.keys():
+            shared[self.hot[h], :] = False
+            shared[:, int(self.ring.lookup_batch(np.array([h], np.uint32))[0])] = False
         moves = np.zeros((R, R), dtype=np.int64)
         for s in order.tolist():
             for d in np.argsort(-deficit, kind="stable").tolist():
@@ -413,11 +430,10 @@ class HybridPlanner(DPAPlanner):
         if min(self.report_versions) < self._snapshot.version:
             return []
         wanted = self.plan(self._hot_set()) if self.sketch.n else {}
-        # A new hot set or candidate list is published alone (the homes of newly hot keys
-        # spread their queues on adoption); otherwise new shares and hand-overs of queued
-        # records go out together.
-        moves = self._transfers() if wanted == self.hot else None
-        if wanted != self.hot or self._shares_moved() or moves is not None:
+        # New shares, a new hot set and hand-overs of queued records go out together.
+        moves = self._transfers(wanted)
+        changed = wanted != self.hot
+        if changed or self._shares_moved() or moves is not None:
             self.tail = self._tail_after(wanted)
             self.hot = wanted
             self.shares = self._shares
@@ -425,7 +441,7 @@ class HybridPlanner(DPAPlanner):
             self._base_tail = self.tail.copy()
             self._snapshot = self._ring_changed(moves)
             seen = tuple(self.queue_lengths)
-            action = "split" if moves is None else "handover"
+            action = "split" if changed or moves is None else "handover"
             event = RebalanceEvent(now, int(np.argmax(seen)), action, seen, self.ring.token_counts,
                                    self._snapshot.version)
             logger.info("hybrid: %d hot keys, widths %s, %d queued records handed over (v%d)", len(self.hot),

@@ -129,7 +129,7 @@ def _hot_planner(R: int, cands: list[int], held: list[int], queues: list[int], a
 
 def test_planner_hands_queued_hot_records_over_to_level_holdings():
     planner = _hot_planner(4, [0, 1, 2, 3], held=[40, 30, 20, 10], queues=[30, 20, 10, 0])
-    moves = planner._transfers()
+    moves = _moves(planner)
     assert moves is not None and moves.sum() == 20
     after = np.array([40, 30, 20, 10]) - moves.sum(axis=1) + moves.sum(axis=0)
     assert after.tolist() == [25, 25, 25, 25]
@@ -139,25 +139,31 @@ def test_planner_hands_queued_hot_records_over_to_level_holdings():
     assert np.array_equal(decisions[0].snapshot.moves, moves)
 
 
-def test_planner_hand_over_waits_for_records_in_flight_and_is_not_repeated():
-    # 100 records arrived but the reports hold 90: 10 are being forwarded; wait
-    assert _hot_planner(4, [0, 1, 2, 3], [40, 30, 20, 0], [30, 20, 10, 0], arrived=100)._transfers() is None
+def _moves(planner):
+    return planner._transfers(planner.hot)
+
+
+def test_planner_hand_over_counts_records_in_flight_against_receivers_and_is_not_repeated():
+    # 100 records arrived but the reports hold 90: 10 are being forwarded to someone, so
+    # each receiver may get them: 2 (target 25, holds 20) gets nothing, 3 at most 15
+    moves = _moves(_hot_planner(4, [0, 1, 2, 3], [40, 30, 20, 0], [30, 20, 10, 0], arrived=100))
+    assert moves is not None and moves.sum() == 15 and moves[:, 3].sum() == 15
     planner = _hot_planner(4, [0, 1, 2, 3], held=[40, 30, 20, 10], queues=[30, 20, 10, 0])
-    assert planner._transfers() is not None
+    assert _moves(planner) is not None
     # the same holdings again (nothing was movable): no second hand-over
-    assert planner._transfers() is None
+    assert _moves(planner) is None
 
 
 def test_planner_hand_over_respects_queues_and_shared_keys():
     # reducer 0 holds 60 but only 5 are queued: at most 5 move
-    moves = _hot_planner(4, [0, 1, 2, 3], held=[60, 20, 10, 10], queues=[5, 0, 0, 0])._transfers()
+    moves = _moves(_hot_planner(4, [0, 1, 2, 3], held=[60, 20, 10, 10], queues=[5, 0, 0, 0]))
     assert moves is not None and moves[0].sum() == 5 and moves[1:].sum() == 0
     # only to reducers that share a hot key with the sender (3 is no candidate)
-    moves = _hot_planner(4, [0, 1, 2], held=[40, 30, 20, 10], queues=[30, 20, 10, 0])._transfers()
+    moves = _moves(_hot_planner(4, [0, 1, 2], held=[40, 30, 20, 10], queues=[30, 20, 10, 0]))
     assert moves is not None and moves[:, 3].sum() == 0 and moves[3].sum() == 0
     # level within a record: nothing to do
-    assert _hot_planner(4, [0, 1, 2, 3], held=[26, 25, 25, 24], queues=[9, 9, 9, 9])._transfers() is not None
-    assert _hot_planner(4, [0, 1, 2, 3], held=[26, 25, 25, 25], queues=[9, 9, 9, 9])._transfers() is None
+    assert _moves(_hot_planner(4, [0, 1, 2, 3], held=[26, 25, 25, 24], queues=[9, 9, 9, 9])) is not None
+    assert _moves(_hot_planner(4, [0, 1, 2, 3], held=[26, 25, 25, 25], queues=[9, 9, 9, 9])) is None
 
 
 def test_handover_takes_hot_records_from_the_back_for_candidates_only():
@@ -223,3 +229,16 @@ def test_home_spreads_in_flight_batches_of_a_key_that_became_hot_since_they_were
     # routed while it was hot already (v1): these are the home's share, kept
     before = red.queued
     assert red.enqueue(batch, version=1) == [] and red.queued == before + 40
+
+
+def test_hand_over_with_a_hot_set_change_avoids_reducers_the_change_moves_records_of():
+    # key 99 becomes hot at home 1 with candidate 2: 1 spreads its queue, 2 receives, so
+    # neither takes part; the key that stays hot (candidates 0, 1, 3) lets 0 give to 3
+    planner = _hot_planner(4, [0, 1, 3], held=[40, 30, 20, 10], queues=[30, 20, 10, 0])
+    moves = planner._transfers({**planner.hot, 99: [1, 2]})
+    assert moves is not None and moves[0, 3] == 15 and moves.sum() == 15
+    # a key that stops being hot: its candidates (here every reducer) send nothing
+    planner = _hot_planner(4, [0, 1, 2, 3], held=[40, 30, 20, 10], queues=[30, 20, 10, 0])
+    assert planner._transfers({}) is None
+    planner.hot[5] = [0, 1, 2, 3]
+    assert planner._transfers({5: [0, 1, 2, 3]}) is None
