@@ -57,9 +57,11 @@ import pyarrow.parquet as pq
 
 from benchmarks.common import fmt, median, parse_int, print_table, temp_dir, write_json
 
-#: Preset dpa configurations (JobConfig fields); "default" is ``JobConfig()`` unchanged.
+#: Preset dpa configurations (JobConfig fields, plus the bridge's ``pushdown`` and
+#: ``precombine``); "default" is ``JobConfig()`` and the bridge's defaults unchanged.
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {},
+    "through-spark": {"pushdown": False},
     "no-lb": {"max_rounds": 0},
     "m2r2-no-lb": {"num_mappers": 2, "num_reducers": 2, "max_rounds": 0},
     "m2r2-doubling": {"num_mappers": 2, "num_reducers": 2},
@@ -162,13 +164,18 @@ def run_spark_once(spark: Any, path: str, mode: str, out_path: str) -> tuple[flo
     return time.perf_counter() - t0, df
 
 
-def run_dpa_once(spark: Any, path: str, cfg: Any, mode: str, out_path: str) -> tuple[dict[str, float], Any, Any]:
+#: Configuration fields that are arguments of ``spark_bridge.run_with_result``, not JobConfig fields.
+BRIDGE_OPTIONS = ("pushdown", "precombine")
+
+
+def run_dpa_once(spark: Any, path: str, cfg: Any, mode: str, out_path: str,
+                 bridge: dict[str, Any] | None = None) -> tuple[dict[str, float], Any, Any]:
     import dpa
     from spark_bridge import run_with_result
 
     t0 = time.perf_counter()
     df = spark.read.parquet(path)
-    out, result = run_with_result(df, key="key", reducer=dpa.Count(), config=cfg)
+    out, result = run_with_result(df, key="key", reducer=dpa.Count(), config=cfg, **(bridge or {}))
     t1 = time.perf_counter()
     materialize(out, mode, out_path)
     t2 = time.perf_counter()
@@ -278,17 +285,19 @@ def run_all(spark: Any, args: Any, configs: list[tuple[str, dict[str, Any]]], da
     for i in range(2):
         t, _ = run_spark_once(spark, warm, mode, out_path)
         startup[f"spark warm-up run {i + 1} (small file)"] = t
-    cfgs = {name: dpa.JobConfig(**fields) for name, fields in configs}
+    cfgs = {name: dpa.JobConfig(**{k: v for k, v in fields.items() if k not in BRIDGE_OPTIONS})
+            for name, fields in configs}
+    bridge = {name: {k: bool(v) for k, v in fields.items() if k in BRIDGE_OPTIONS} for name, fields in configs}
     for name, cfg in cfgs.items():
         for i in range(2):
-            times, _, _ = run_dpa_once(spark, warm, cfg, mode, out_path)
+            times, _, _ = run_dpa_once(spark, warm, cfg, mode, out_path, bridge[name])
             startup[f"dpa {name} warm-up run {i + 1} (small file)"] = times["total_s"]
     # The first full-size run of the session is slower (JVM JIT, memory pools, Python workers
     # reading larger blocks) for both engines; one untimed full-size run of each absorbs it.
     t, _ = run_spark_once(spark, data, mode, out_path)
     startup["spark full-size warm-up run"] = t
     first = next(iter(cfgs))
-    times, _, _ = run_dpa_once(spark, data, cfgs[first], mode, out_path)
+    times, _, _ = run_dpa_once(spark, data, cfgs[first], mode, out_path, bridge[first])
     startup[f"dpa {first} full-size warm-up run"] = times["total_s"]
     print("warm-up done: " + ", ".join(f"{k} {v:.1f}s" for k, v in startup.items()))
 
@@ -311,9 +320,9 @@ def run_all(spark: Any, args: Any, configs: list[tuple[str, dict[str, Any]]], da
                 if shape != current_shape:
                     # dpa keeps one warm actor pool per shape; a new shape restarts the actors,
                     # which an untimed run on the small file absorbs.
-                    run_dpa_once(spark, warm, cfg, mode, out_path)
+                    run_dpa_once(spark, warm, cfg, mode, out_path, bridge[name])
                     current_shape = shape
-                times, df, result = run_dpa_once(spark, data, cfg, mode, out_path)
+                times, df, result = run_dpa_once(spark, data, cfg, mode, out_path, bridge[name])
                 st = result.stats
                 extra[name] = {"rebalances": len(st.rebalances), "forwarded": sum(st.forwarded),
                                "processed": st.processed, "blocks_per_mapper": st.blocks_per_mapper,

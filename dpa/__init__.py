@@ -19,13 +19,13 @@ from dpa.config import JobConfig
 from dpa.errors import ConfigError, DPAError, JobFailedError, KeyEncodingError, SchemaError
 from dpa.keys import encode_key, hash_key
 from dpa.metrics import skew
-from dpa.plan import ArrowRefs, BatchMap, UserCodeError
+from dpa.plan import ArrowRefs, BatchMap, ParquetFiles, UserCodeError
 from dpa.policy import PolicySpec, RebalanceEvent, policies, register_policy
 from dpa.reducers import Collect, Count, Max, Mean, Min, Reducer, Sum, TopK, WithCost
 from dpa.ring import HashRing, RingSnapshot
 
 __all__ = [
-    "run", "Result", "Stats", "JobConfig", "BatchMap", "ArrowRefs",
+    "run", "Result", "Stats", "JobConfig", "BatchMap", "ArrowRefs", "ParquetFiles",
     "Reducer", "Count", "Sum", "Min", "Max", "Mean", "Collect", "TopK", "WithCost",
     "HashRing", "RingSnapshot", "PolicySpec", "RebalanceEvent", "policies", "register_policy",
     "encode_key", "hash_key", "skew", "shutdown",

@@ -222,7 +222,9 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
     else:
         from dpa.runtime_ray import run_ray
 
-        out = run_ray(plan, blocks, src.ray_dataset, config, progress=report)
+        # Parquet pieces go to the mappers as descriptions: each mapper reads its own.
+        dataset = src.ray_dataset if src.pieces is None else src.pieces
+        out = run_ray(plan, None if src.pieces is not None else blocks, dataset, config, progress=report)
         tables = None
     if report is not None:
         report(sum(out.processed))

@@ -96,6 +96,7 @@ class Source:
     num_rows: int | None = None
     ray_dataset: Any = None
     probe: pa.Table | None = None  # a few rows to validate against when blocks stream later
+    pieces: tuple[ParquetPiece, ...] | None = None  # blocks the Ray runtime's mappers read themselves
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,108 @@ class ArrowRefs:
         if not isinstance(self.schema, pa.Schema):
             raise ConfigError(f"ArrowRefs.schema must be a pyarrow.Schema, got {type(self.schema).__name__}")
         object.__setattr__(self, "refs", tuple(self.refs))
+
+
+@dataclass(frozen=True)
+class ParquetPiece:
+    """Row groups of one parquet file: one input block, read by the mapper that takes it."""
+
+    path: str
+    row_groups: tuple[int, ...]
+    columns: tuple[str, ...] | None
+    num_rows: int
+
+    def read(self) -> pa.Table:
+        """Reads the piece (only :attr:`columns`)."""
+        import pyarrow.parquet as pq
+
+        cols = None if self.columns is None else list(self.columns)
+        return pq.ParquetFile(self.path).read_row_groups(list(self.row_groups), columns=cols, use_threads=False)
+
+
+@dataclass(frozen=True)
+class ParquetFiles:
+    """A source of local parquet files that dpa's mappers read themselves.
+
+    The driver reads only the files' footers (schema, row groups); each input block is a
+    run of row groups (:class:`ParquetPiece`) of about ``JobConfig.batch_size`` rows that
+    the mapper taking it reads from disk, so the data never passes through the driver or
+    the object store. On a Ray cluster every node needs the paths (a shared file system).
+    The Spark bridge uses it for a DataFrame that is a plain parquet scan.
+
+    Args:
+        paths: Parquet file paths (not directories).
+        columns: Columns to read (default: all). Reading only the key and value columns
+            saves most of the I/O.
+
+    Raises:
+        ConfigError: No paths, a path that is not a file, or a file that is not parquet.
+        SchemaError: A column is missing, or the files' schemas differ.
+    """
+
+    paths: tuple[str, ...]
+    columns: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        import os
+
+        import pyarrow.parquet as pq
+
+        paths = (self.paths,) if isinstance(self.paths, str) else tuple(self.paths)
+        if not paths:
+            raise ConfigError("ParquetFiles needs at least one file path")
+        missing = [p for p in paths if not isinstance(p, str) or not os.path.isfile(p)]
+        if missing:
+            raise ConfigError(f"ParquetFiles: not a file: {missing[:5]}; pass the paths of existing .parquet files")
+        object.__setattr__(self, "paths", paths)
+        if self.columns is not None:
+            object.__setattr__(self, "columns", tuple(self.columns))
+        metas = []
+        for path in paths:
+            try:
+                metas.append(pq.ParquetFile(path).metadata)
+            except (pa.ArrowInvalid, OSError) as exc:
+                raise ConfigError(f"ParquetFiles: {path} is not a readable parquet file: {exc}") from exc
+        schema = metas[0].schema.to_arrow_schema()
+        if self.columns is not None:
+            absent = [c for c in self.columns if c not in schema.names]
+            if absent:
+                raise SchemaError(f"ParquetFiles: column(s) {absent} not in {paths[0]}; it has {schema.names}")
+            schema = pa.schema([schema.field(c) for c in self.columns])
+        for path, meta in zip(paths[1:], metas[1:]):
+            other = meta.schema.to_arrow_schema()
+            if any(f.name not in other.names or other.field(f.name).type != f.type for f in schema):
+                raise SchemaError(f"ParquetFiles: {path} has schema {other}, but {paths[0]} has {schema}")
+        object.__setattr__(self, "_schema", schema)
+        object.__setattr__(self, "_metas", tuple(metas))
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The schema of the columns read."""
+        return self._schema  # type: ignore[attr-defined]
+
+    @property
+    def num_rows(self) -> int:
+        """Rows in all files (from their footers)."""
+        return sum(m.num_rows for m in self._metas)  # type: ignore[attr-defined]
+
+    def pieces(self, batch_size: int) -> list[ParquetPiece]:
+        """The input blocks: consecutive row groups of a file, about ``batch_size`` rows each
+        (one row group may be larger); files without rows give none."""
+        out: list[ParquetPiece] = []
+        for path, meta in zip(self.paths, self._metas):  # type: ignore[attr-defined]
+            group: list[int] = []
+            rows = 0
+            for i in range(meta.num_row_groups):
+                n = meta.row_group(i).num_rows
+                if group and rows + n > batch_size:
+                    out.append(ParquetPiece(path, tuple(group), self.columns, rows))
+                    group, rows = [], 0
+                group.append(i)
+                rows += n
+            if rows:
+                out.append(ParquetPiece(path, tuple(group), self.columns, rows))
+        return out
 
 
 def _is_ray_dataset(obj: Any) -> bool:
@@ -207,7 +310,7 @@ def normalize_source(source: Any, batch_size: int) -> Source:
     """Wraps any supported input as a :class:`Source`.
 
     Supported: ``pyarrow.Table``, ``pyarrow.RecordBatch``, ``pandas.DataFrame``,
-    ``ray.data.Dataset``, :class:`ArrowRefs`, an iterable (e.g. a generator) of Arrow tables, record batches or
+    ``ray.data.Dataset``, :class:`ArrowRefs`, :class:`ParquetFiles`, an iterable (e.g. a generator) of Arrow tables, record batches or
     DataFrames (streamed, re-cut into ``batch_size`` blocks), and any iterable of records
     (dicts, tuples or scalars).
     """
@@ -225,6 +328,9 @@ def normalize_source(source: Any, batch_size: int) -> Source:
         pass
     if isinstance(source, ArrowRefs):
         return Source("dict", source.schema, None, None, ray_dataset=source)
+    if isinstance(source, ParquetFiles):
+        pieces = tuple(source.pieces(batch_size))
+        return Source("dict", source.schema, (p.read() for p in pieces), source.num_rows, pieces=pieces)
     if _is_ray_dataset(source):
         probe = _as_arrow(source.take_batch(64, batch_format="pyarrow")) if _nonempty(source) else None
         schema = probe.schema if probe is not None else _dataset_schema(source)

@@ -32,7 +32,7 @@ import ray
 
 from dpa.errors import JobFailedError
 from dpa.logic import BalancerLogic, CoordinatorLogic, MapperLogic, ReducerLogic
-from dpa.plan import ArrowRefs, JobPlan, empty_input_table
+from dpa.plan import ArrowRefs, JobPlan, ParquetPiece, empty_input_table
 from dpa.records import compact
 from dpa.runtime_local import DRIVER_PROGRESS_INTERVAL_S, RunOutput
 from dpa.telemetry import ReducerTelemetry, metric
@@ -48,6 +48,8 @@ PROGRESS_INTERVAL_S = 0.1
 def _as_table(block: Any) -> pa.Table:
     if isinstance(block, pa.Table):
         return block
+    if isinstance(block, ParquetPiece):
+        return block.read()
     import pandas as pd
 
     if isinstance(block, pd.DataFrame):
@@ -591,6 +593,8 @@ def _feed(pool: _Pool, blocks: Any, dataset: Any, job: Any, progress: Any = None
     last = time.monotonic()
     if isinstance(dataset, ArrowRefs):
         items = ((ref, None) for ref in dataset.refs)
+    elif isinstance(dataset, tuple):  # ParquetPiece descriptions: each mapper reads its own
+        items = ((ray.put(piece), None) for piece in dataset)
     elif dataset is not None:
         # A bundle's blocks may come with row slices that must be honoured.
         items = (

@@ -15,6 +15,7 @@ from .convert import (
     spark_to_arrow_refs,
     validate_columns,
 )
+from .pushdown import parquet_scan
 
 if TYPE_CHECKING:  # pragma: no cover - imported for type hints only
     from pyspark.sql import DataFrame
@@ -76,13 +77,14 @@ def run(
     map_fn: Callable[..., Any] | None = None,
     config: Any = None,
     precombine: bool | None = None,
+    pushdown: bool | None = None,
 ) -> DataFrame:
     """Aggregates ``df`` by ``key`` with dpa; returns a Spark DataFrame.
 
     See :func:`run_with_result` (which also returns the :class:`dpa.Result` with its
     stats) for the arguments.
     """
-    return run_with_result(df, key, reducer, map_fn, config, precombine)[0]
+    return run_with_result(df, key, reducer, map_fn, config, precombine, pushdown)[0]
 
 
 def can_precombine(reducer: Any, map_fn: Any, config: Any) -> bool:
@@ -134,6 +136,7 @@ def run_with_result(
     map_fn: Callable[..., Any] | None = None,
     config: Any = None,
     precombine: bool | None = None,
+    pushdown: bool | None = None,
 ) -> tuple[DataFrame, Any]:
     """Aggregate ``df`` by ``key`` with a dpa reducer running on Ray actors.
 
@@ -157,6 +160,12 @@ def run_with_result(
             combine on the map side (built-in reducer without cost, no ``map_fn``,
             ``map_side_combine``, a policy that routes by key alone); ``False`` = ship
             every row. Queue lengths, loads and ``processed`` stay in records either way.
+        pushdown: Let dpa's mappers read the parquet files of a DataFrame that is a plain
+            parquet scan (``spark.read.parquet(...)``, possibly with a ``select`` of
+            columns) themselves (:func:`spark_bridge.pushdown.parquet_scan`): the rows skip
+            Spark's executors and the object store. ``None`` (default) = whenever possible
+            (no ``map_fn``; local, non-partitioned files that pyarrow reads with Spark's
+            types); ``False`` = always through Spark; ``True`` = require it.
 
     Returns:
         ``(DataFrame, dpa.Result)``: the DataFrame has the key columns (input types) followed
@@ -164,7 +173,8 @@ def run_with_result(
 
     Raises:
         dpa.errors.SchemaError: A key or input column is missing (lists available columns).
-        dpa.errors.ConfigError: Bad ``key`` or reducer description.
+        dpa.errors.ConfigError: Bad ``key`` or reducer description; ``pushdown=True`` for
+            a DataFrame that is not a plain parquet scan.
     """
     key_columns = _key_columns(key)
     outputs = _reducer_outputs(reducer)
@@ -182,9 +192,24 @@ def run_with_result(
 
     spark = df.sparkSession
     config = dpa.JobConfig() if config is None else config
+    scan = None
+    if map_fn is None and pushdown is not False:
+        from dpa.reducers import unwrap
+
+        wanted = unwrap(reducer)[0].input_columns()
+        needed = columns if wanted is None else [*key_columns, *(c for c in wanted if c not in key_columns)]
+        scan = parquet_scan(df, needed)
+    if pushdown and scan is None:
+        raise ConfigError(
+            "pushdown=True needs a DataFrame that is a plain parquet scan of local, non-partitioned "
+            "files (spark.read.parquet(path), optionally .select(columns)) and no map_fn; "
+            "use pushdown=None to fall back to reading through Spark"
+        )
     possible = can_precombine(reducer, map_fn, config)
-    use_pre = possible if precombine is None else bool(precombine)
-    if use_pre:
+    use_pre = scan is None and (possible if precombine is None else bool(precombine))
+    if scan is not None:
+        source = None
+    elif use_pre:
         if not possible:
             raise ConfigError(
                 "precombine=True needs a built-in reducer without cost, no map_fn, "
@@ -195,7 +220,7 @@ def run_with_result(
         source, config = precombined(df, key_columns, reducer), replace(config, input_combined=True)
     else:
         source = df
-    dataset: Any = spark_to_arrow_refs(source)
+    dataset: Any = scan if source is None else spark_to_arrow_refs(source)
     if map_fn is not None:  # a Ray Dataset gives dpa a sample to dry-run map_fn on
         import ray.data
 
@@ -206,7 +231,8 @@ def run_with_result(
         result = dpa.run(dataset, key=key_columns, reducer=reducer, map_fn=map_fn, config=config)
         # -------------------------------------------------------------------------------
     finally:
-        release_spark_dataset(source)
+        if source is not None:
+            release_spark_dataset(source)
     logger.info("dpa.run finished: %s", getattr(result, "stats", None))
 
     if map_fn is None:

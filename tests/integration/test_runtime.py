@@ -193,3 +193,19 @@ def test_arrow_refs_source_reads_blocks_straight_from_the_object_store():
         dpa.ArrowRefs([], "not a schema")
     with pytest.raises(dpa.SchemaError, match="nope"):
         dpa.run(refs, key="nope")
+
+
+def test_parquet_files_are_read_by_the_mappers(tmp_path):
+    import collections
+
+    import pyarrow.parquet as pq
+
+    keys = [f"k{i % 7}" if i % 3 else "hot" for i in range(5000)]
+    for i in range(3):
+        part = pa.table({"k": keys[i::3], "v": list(range(len(keys[i::3])))})
+        pq.write_table(part, tmp_path / f"p{i}.parquet", row_group_size=400)
+    files = dpa.ParquetFiles(sorted(str(p) for p in tmp_path.glob("*.parquet")), ["k"])
+    res = dpa.run(files, key="k", config=dpa.JobConfig(batch_size=1000, policy="doubling"))
+    assert res.to_dict() == dict(collections.Counter(keys))
+    assert sum(res.stats.processed) == 5000
+    assert sum(res.stats.blocks_per_mapper) == len(files.pieces(1000)) > 3  # blocks are row-group runs
