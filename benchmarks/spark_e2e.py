@@ -5,7 +5,10 @@ written as ``--files`` files) is counted per key, in ONE process and ONE Spark-o
 session (``spark_bridge.spark_session``), by
 
 * **dpa**: ``spark.read.parquet(path)`` -> ``spark_bridge.run_with_result(df, key="key",
-  reducer=dpa.Count(), config=...)`` -> Spark DataFrame -> materialised;
+  reducer=dpa.Count(), config=...)`` -> Spark DataFrame -> materialised. The DataFrame is a
+  plain parquet scan, so by default dpa's mappers read the files themselves (the bridge's
+  ``pushdown``); the ``through-spark`` preset (``pushdown=False``) measures the general
+  path through Spark's tasks;
 * **Spark**: ``spark.read.parquet(path).groupBy("key").count()`` -> materialised the same way.
 
 Materialising (``--materialize``) is ``parquet`` (``df.write.parquet``, default) or
@@ -36,7 +39,8 @@ Default (10M rows, 3 repetitions, the preset dpa configurations)::
     python -m benchmarks.spark_e2e --out spark_e2e.json
 
 A configuration is ``name:field=value,...`` with JobConfig fields (``m``/``r`` are short
-for num_mappers/num_reducers), e.g. ``--config m2r2-hash:m=2,r=2,policy=hash``.
+for num_mappers/num_reducers) and the bridge's ``pushdown``/``precombine``, e.g.
+``--config m2r2-hash:m=2,r=2,policy=hash`` or ``--config spark-2x2:m=2,r=2,pushdown=false``.
 """
 
 from __future__ import annotations
