@@ -40,6 +40,14 @@ How it works:
   golden-ratio sequence per key that continues from batch to batch and that the mappers
   share by interleaving (:meth:`HybridSnapshot.assign`, :class:`HybridRouter`):
   deterministic, vectorised, and within a few records of the planned shares.
+* **Hand-overs** (:meth:`HybridPlanner._transfers`, :meth:`HybridPolicy.handover`).
+  Shares only steer records still to come; when the mappers have queued most of the
+  input before the first report (fast mappers, slow reducers), they come too late. So
+  the planner also levels what the reducers *hold* (processed, being processed or
+  queued), a figure that processing does not change: a reducer above its share of the
+  records that arrived hands queued records of hot keys, from the back of its queue, to
+  candidates of those keys below theirs. The moves travel in the snapshot
+  (``HybridSnapshot.moves``) and are carried out once, when the snapshot is adopted.
 * **Reducers** keep any record of a hot key they are a candidate for, and forward tail
   records whose ring owner changed. When a snapshot makes a key hot, its home (first
   candidate: its ring owner, where a backlog builds up before detection) spreads the
