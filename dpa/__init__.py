@@ -6,8 +6,11 @@ returns a :class:`dpa.Result`. Then read, in this order:
 * :mod:`dpa.ring` — the MurmurHash3 consistent-hash ring with token halving/doubling;
 * :mod:`dpa.policy` — the partitioning-policy plug-in point and the DPA balancer rule;
 * :mod:`dpa.logic` — mapper / reducer / balancer / coordinator state machines (no Ray);
-* :mod:`dpa.runtime_ray` — the thin Ray actor shells; :mod:`dpa.runtime_local` — the
-  same logic in-process (the correctness oracle and simulator);
+* :mod:`dpa.runtime_ray` — the driver side of a Ray job (deadlines, feeding, result);
+  :mod:`dpa.ray_actors` and :mod:`dpa.ray_coordinator` — the thin actor shells;
+  :mod:`dpa.ray_pool` — warm actor pools, one per running job; :mod:`dpa.ray_session` —
+  starting Ray from any thread; :mod:`dpa.runtime_local` — the same logic in-process (the
+  correctness oracle and simulator);
 * :mod:`dpa.reducers` and :mod:`dpa.state` — the combine contract and keyed state;
 * :mod:`dpa.partitioners` — the literature's policies and dpa's own ``hybrid``;
   :mod:`dpa.sketches` — lossy counting and SpaceSaving; :mod:`dpa.simulate` — replay a key

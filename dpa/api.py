@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 
 from dpa.config import JobConfig
-from dpa.errors import ConfigError
+from dpa.errors import ConfigError, JobFailedError, KeyEncodingError, SchemaError
 from dpa.metrics import skew
 from dpa.plan import _is_spark_dataframe, build_plan, empty_input_table, normalize_source
 from dpa.reducers import Reducer, unwrap
@@ -164,6 +164,17 @@ def _progress_reporter(progress: Callable[[int, int | None], None], total: int |
     return report
 
 
+def _config_from_dict(fields: dict[str, Any]) -> JobConfig:
+    """``JobConfig(**fields)``, with unknown field names reported as :class:`ConfigError`."""
+    from dataclasses import fields as dataclass_fields
+
+    known = {f.name for f in dataclass_fields(JobConfig)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ConfigError(f"unknown JobConfig field(s) {unknown}; valid fields: {', '.join(sorted(known))}")
+    return JobConfig(**fields)
+
+
 def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: Any = None,
         config: JobConfig | None = None, *, progress: Callable[[int, int | None], None] | None = None,
         **overrides: Any) -> Any:
@@ -178,7 +189,8 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
         reducer: A :class:`dpa.Reducer`, e.g. ``dpa.Count()`` (the default).
         map_fn: Optional ``record -> iterable of records``, or ``dpa.BatchMap(fn)`` to map
             whole Arrow/pandas batches.
-        config: A :class:`JobConfig`; keyword ``overrides`` replace its fields.
+        config: A :class:`JobConfig` (or a dict of its fields); keyword ``overrides``
+            replace its fields.
         progress: Optional ``progress(records_processed, total)``, called on the driver
             about every 0.5 s while the job runs and once at the end. ``total`` is the
             number of input records when known (sized source, no ``map_fn``), else None.
@@ -195,11 +207,15 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
     from dpa.reducers import Count
 
     if config is None:
-        config = JobConfig(**overrides)
+        config = _config_from_dict(overrides)
+    elif isinstance(config, dict):
+        config = _config_from_dict({**config, **overrides})
+    elif not isinstance(config, JobConfig):
+        raise ConfigError(f"config must be a dpa.JobConfig or a dict of its fields, got {type(config).__name__}")
     elif overrides:
-        from dataclasses import replace
+        from dataclasses import asdict
 
-        config = replace(config, **overrides)
+        config = _config_from_dict({**asdict(config), **overrides})
     reducer = Count() if reducer is None else reducer
     if _is_spark_dataframe(source):
         from spark_bridge import run as spark_run
@@ -217,7 +233,13 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
 
     report = None if progress is None else _progress_reporter(progress, src.num_rows if map_fn is None else None)
     if config.runtime == "local":
-        out: RunOutput = run_local(plan, blocks if blocks is not None else iter(()), progress=report)
+        try:
+            out: RunOutput = run_local(plan, blocks if blocks is not None else iter(()), progress=report)
+        except (ConfigError, SchemaError, KeyEncodingError, JobFailedError):
+            raise  # bad input found while reading it, or an already explained failure
+        except Exception as exc:  # user code (map_fn, reducer) or the source raised
+            raise JobFailedError(f"dpa job failed: {type(exc).__name__}: {exc}",
+                                 key=getattr(exc, "key", None)) from exc
         tables = out.tables
     else:
         from dpa.runtime_ray import run_ray

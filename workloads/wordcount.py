@@ -82,6 +82,18 @@ def read_input(spark, path: str, column: str | None):
     return df.select(column)
 
 
+def quiet_ray_data() -> None:
+    """Hides Ray Data's INFO logs and progress bars (``--verbose`` keeps them)."""
+    from ray.data import DataContext  # importing ray.data configures its logger: quiet it after
+
+    logging.getLogger("ray").setLevel(logging.WARNING)
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    ctx = DataContext.get_current()
+    ctx.enable_progress_bars = False
+    if hasattr(ctx, "print_on_execution_start"):
+        ctx.print_on_execution_start = False
+
+
 def describe(label: str, stats: dpa.Stats) -> str:
     total = max(1, sum(stats.processed))
     loads = "  ".join(f"r{i}={n:,} ({100 * n / total:.0f}%)" for i, n in enumerate(stats.processed))
@@ -95,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lines", type=int, default=100_000, help="lines of the generated corpus")
     parser.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent of the generated corpus")
     parser.add_argument("--out", default="out/wordcount", help="output directory")
-    parser.add_argument("--policy", default="doubling", choices=sorted(dpa.partitioners()))
+    parser.add_argument("--policy", default="doubling", choices=sorted(dpa.policies()))
     parser.add_argument("--tau", type=float, default=0.2)
     parser.add_argument("--rounds", type=int, default=1, help="max rebalances per reducer")
     parser.add_argument("--mappers", type=int, default=4)
@@ -103,8 +115,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cost-us", type=float, default=2.0,
                         help="per-word processing cost in microseconds (models a compute-heavy reducer)")
     parser.add_argument("--top", type=int, default=10)
+    parser.add_argument("--verbose", action="store_true", help="show Ray, Ray Data and Spark progress logs")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose:
+        quiet_ray_data()
+    from dpa.ray_session import ensure_ray
+
+    ensure_ray(log_to_driver=args.verbose)  # without --verbose, no worker log lines on the console
 
     from spark_bridge import run_with_result, spark_session
 

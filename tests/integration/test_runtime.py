@@ -33,6 +33,19 @@ def wait_no_dpa_actors(timeout=20.0):
     return False
 
 
+def assert_pool_idle_and_reusable():
+    """After a failed job: every live dpa actor answers and serves no job; the next job is exact."""
+    for a in dpa_actors_alive():
+        handle = ray.get_actor(a["name"], namespace=a["namespace"])
+        try:
+            job = ray.get(handle.__ray_call__.remote(lambda self: self.job_id), timeout=30)
+        except ray.exceptions.RayActorError:
+            continue  # a dead member: the next job replaces it
+        assert job is None, f"{a['name']} still serves job {job}"
+    words = skewed_words(500)
+    assert dpa.run(words).to_dict() == dict(collections.Counter(words))
+
+
 def skewed_words(n=4000, seed=3):
     rng = random.Random(seed)
     vocab = [f"w{i}" for i in range(50)]
@@ -96,7 +109,7 @@ def test_bounded_queues_backpressure_with_forwarding_does_not_deadlock():
     assert res.to_dict() == dict(collections.Counter(words))
 
 
-def test_map_fn_error_fails_job_names_actor_and_record_and_tears_down():
+def test_map_fn_error_fails_job_names_actor_and_record_and_stops_it():
     def bad(x):
         if x == "boom":
             raise ValueError("bad record")
@@ -107,7 +120,7 @@ def test_map_fn_error_fails_job_names_actor_and_record_and_tears_down():
     msg = str(info.value)
     assert "mapper-" in msg and "ValueError" in msg and "'boom'" in msg
     assert "mapper-" in info.value.actor
-    assert wait_no_dpa_actors()
+    assert_pool_idle_and_reusable()
 
 
 def test_reducer_error_fails_job_names_actor_and_key():
@@ -128,10 +141,10 @@ def test_reducer_error_fails_job_names_actor_and_key():
     msg = str(info.value)
     assert "reducer-" in msg and "cannot digest" in msg and "'poison'" in msg
     assert info.value.key == "poison"
-    assert wait_no_dpa_actors()
+    assert_pool_idle_and_reusable()
 
 
-def test_actor_death_mid_job_fails_fast_and_tears_down():
+def test_actor_death_mid_job_fails_fast_and_the_next_job_repairs_the_pool():
     words = [f"k{i % 7}" for i in range(400)]
     cfg = dpa.JobConfig(policy="hash", max_rounds=0, batch_size=10, chunk_size=5)
     dpa.run(words[:10], config=cfg)  # warm the pool so we can find a reducer's pid
@@ -152,14 +165,27 @@ def test_actor_death_mid_job_fails_fast_and_tears_down():
         dpa.run(words, reducer=dpa.WithCost(dpa.Count(), 0.05), config=cfg)
     killer.join()
     assert time.time() - started < 30
+    assert_pool_idle_and_reusable()
+    assert any(":reducer-" in a["name"] and "." in a["name"].rsplit(":", 1)[1] for a in dpa_actors_alive())
+
+
+def test_failure_with_reuse_actors_false_leaves_no_actor():
+    def bad(x):
+        if x == "boom":
+            raise ValueError("no")
+        return [x]
+
+    with pytest.raises(dpa.JobFailedError, match="boom"):
+        dpa.run(["a"] * 100 + ["boom"], map_fn=bad, config=dpa.JobConfig(batch_size=10, reuse_actors=False))
     assert wait_no_dpa_actors()
 
 
-def test_timeout_fails_loudly_and_tears_down():
+def test_timeout_fails_loudly_and_stops_the_job():
+    dpa.shutdown()
     with pytest.raises(dpa.JobFailedError, match="timeout_s"):
         dpa.run(["a"] * 50, reducer=dpa.WithCost(dpa.Count(), 0.2),
                 config=dpa.JobConfig(timeout_s=1.0, batch_size=5, chunk_size=1))
-    assert wait_no_dpa_actors()
+    assert_pool_idle_and_reusable()
 
 
 def test_bad_input_raises_before_any_actor_starts():

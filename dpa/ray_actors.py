@@ -1,0 +1,420 @@
+"""Ray actor shells over the state machines of :mod:`dpa.logic`.
+
+Actors (all async, ``num_cpus=0`` so a laptop can host many):
+
+* ``CoordinatorActor`` (in :mod:`dpa.ray_coordinator`) creates and owns the others and
+  runs the job.
+* ``MapperActor`` pulls blocks, maps and routes them with its local ring snapshot, and
+  pushes per-reducer batches (waiting while the target queue is full: backpressure).
+* ``ReducerActor`` owns its bounded queue, consumes it chunk by chunk, forwards records
+  it no longer owns, pays the configured per-record cost, and reports its queue length.
+* ``BalancerActor`` evaluates the policy every ``lb_interval_s`` and publishes new ring
+  snapshots to every mapper and reducer.
+
+Every message carries the job id, and every actor drops messages of a job it is not
+serving: an aborted job's late pushes, reports and ring updates cannot leak into the next
+job of the same (warm) actors. ``abort(job_id)`` cancels an actor's loop for that job, so a
+failed or timed-out job leaves the actors idle and reusable.
+
+The small, frequent calls (pushes, reports, block hand-out) are declared with
+``enable_task_events=False``: Ray's GCS otherwise keeps an event record for each of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import pyarrow as pa
+import ray
+
+from dpa.logic import BalancerLogic, MapperLogic, ReducerLogic
+from dpa.plan import JobPlan, ParquetPiece, empty_input_table
+from dpa.telemetry import ReducerTelemetry, metric
+
+logger = logging.getLogger(__name__)
+
+NAMESPACE = "dpa"
+#: A busy reducer tells the coordinator its processed count at most this often (an idle
+#: one at once: that is what termination waits for).
+PROGRESS_INTERVAL_S = 0.1
+
+#: Decorator for frequent small actor methods: Ray's GCS keeps no task event for their calls.
+quiet_method = ray.method(enable_task_events=False)
+
+
+def _as_table(block: Any) -> pa.Table:
+    if isinstance(block, pa.Table):
+        return block
+    if isinstance(block, ParquetPiece):
+        return block.read()
+    import pandas as pd
+
+    if isinstance(block, pd.DataFrame):
+        return pa.Table.from_pandas(block, preserve_index=False)
+    raise TypeError(f"unsupported block type {type(block).__name__}")
+
+
+def describe(exc: BaseException) -> str:
+    """The innermost useful message of a (possibly Ray-wrapped) exception."""
+    cause = getattr(exc, "cause", None)
+    if cause is not None and cause is not exc:
+        return describe(cause)
+    return f"{type(exc).__name__}: {exc}"
+
+
+class ActorFailure(Exception):
+    """A user-code or runtime error inside an actor, with the actor's name and the key."""
+
+    def __init__(self, actor: str, exc: BaseException, key: Any = None):
+        super().__init__(f"{actor}: {describe(exc)}")
+        self.actor = actor
+        self.key = key
+        self.exc = exc
+
+    def __reduce__(self):
+        return (ActorFailure, (self.actor, self.exc, self.key))
+
+
+class _JobMember:
+    """What every member actor shares: the job it serves and the task running it."""
+
+    job_id: str | None = None
+    task: asyncio.Task | None = None
+
+    def _serving(self, job_id: str) -> bool:
+        return job_id is not None and job_id == self.job_id
+
+    async def ping(self) -> bool:
+        return True
+
+    async def abort(self, job_id: str) -> None:
+        """Stops serving ``job_id``: its loop is cancelled and its late messages dropped."""
+        if not self._serving(job_id):
+            return
+        self.job_id = None
+        self._on_abort()
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+        self.task = None
+
+    def _on_abort(self) -> None:
+        """Releases anything a pending call of the aborted job waits on."""
+
+
+@ray.remote(num_cpus=0)
+class MapperActor(_JobMember):
+    """Thin shell over :class:`~dpa.logic.MapperLogic`."""
+
+    def __init__(self, mapper_id: int, name: str) -> None:
+        self.mapper_id = mapper_id
+        self.name = name
+        self.logic: MapperLogic | None = None
+
+    async def start_job(self, plan: JobPlan, snapshot: Any, coordinator: Any, reducers: list[Any]) -> None:
+        self.job_id = plan.job_id
+        self.logic = MapperLogic(self.mapper_id, plan, snapshot)
+        self.tags = {"job_id": plan.job_id, "mapper": str(self.mapper_id)}
+        self.coordinator = coordinator
+        self.reducers = reducers
+
+    @quiet_method
+    async def update_ring(self, job_id: str, snapshot: Any) -> None:
+        if self._serving(job_id):  # drop a finished job's late news
+            self.logic.on_snapshot(snapshot)
+
+    async def run(self, job_id: str) -> int:
+        if not self._serving(job_id):
+            return 0
+        self.task = asyncio.current_task()
+        logic = self.logic
+        pending = self.coordinator.next_block.remote(job_id, self.mapper_id)
+        while True:
+            item = await pending
+            if item is None:
+                break
+            pending = self.coordinator.next_block.remote(job_id, self.mapper_id)  # prefetch
+            ref, row_slice = item[0]
+            try:
+                block = _as_table(await ref)
+                if row_slice is not None:
+                    block = block.slice(row_slice[0], row_slice[1] - row_slice[0])
+                routed = logic.map_block(block)
+            except Exception as exc:
+                raise ActorFailure(self.name, exc, getattr(exc, "key", None)) from exc
+            version = logic.snapshot.version
+            await asyncio.gather(*[self.reducers[r].push.remote(job_id, b, version) for r, b in routed])
+            emitted = sum(b.num_rows for _, b in routed)
+            if emitted:
+                metric("dpa_records_emitted").inc(emitted, tags=self.tags)
+        await self.coordinator.mapper_done.remote(job_id, self.mapper_id, logic.emitted)
+        return logic.emitted
+
+
+@ray.remote(num_cpus=0)
+class ReducerActor(_JobMember):
+    """Thin shell over :class:`~dpa.logic.ReducerLogic` (queue, forwarding, state)."""
+
+    def __init__(self, reducer_id: int, name: str) -> None:
+        self.reducer_id = reducer_id
+        self.name = name
+        self.logic: ReducerLogic | None = None
+        self.result: pa.Table | None = None
+
+    async def start_job(self, plan: JobPlan, snapshot: Any, peers: list[Any], balancer: Any, coordinator: Any) -> None:
+        self.job_id = plan.job_id
+        self.logic = ReducerLogic(self.reducer_id, plan, snapshot)
+        self.plan = plan
+        self.peers = peers
+        self.balancer = balancer
+        self.coordinator = coordinator
+        self.wake = asyncio.Event()
+        self.room = asyncio.Event()
+        self.room.set()
+        self.stopping = False
+        self.inflight: list[Any] = []
+        self.last_sent: tuple[int, int, int] | None = None
+        self.last_report = 0.0
+        self.telemetry = ReducerTelemetry(plan.job_id, self.reducer_id)
+        self.last_progress = 0.0
+        self.last_progress_value = -1
+        self.result = None
+
+    def _on_abort(self) -> None:
+        self.stopping = True
+        self.room.set()
+        self.wake.set()
+        self.inflight = []
+        self.result = None
+
+    # -- inputs ---------------------------------------------------------------------
+    @quiet_method
+    async def push(self, job_id: str, batch: pa.Table, version: int, forwarded: bool = False) -> None:
+        if not self._serving(job_id):
+            return
+        logic = self.logic
+        if version > logic.snapshot.version:
+            snapshot = await self.balancer.snapshot.remote(job_id)
+            if not self._serving(job_id):
+                return
+            if snapshot is not None:
+                self._adopt(snapshot)
+        if not forwarded:
+            while not logic.has_room():
+                self.room.clear()
+                await self.room.wait()
+                if not self._serving(job_id):
+                    return
+        self._send(logic.enqueue(batch, forwarded, version))
+        self.wake.set()
+        self._report()
+
+    @quiet_method
+    async def update_ring(self, job_id: str, snapshot: Any) -> None:
+        if self._serving(job_id):  # drop a finished job's late news
+            self._adopt(snapshot)
+
+    def _adopt(self, snapshot: Any) -> None:
+        self._send(self.logic.on_snapshot(snapshot))
+        self._report(force=True)
+
+    def _send(self, forwards: list[tuple[int, pa.Table]]) -> None:
+        version = self.logic.snapshot.version
+        for dest, batch in forwards:
+            self.inflight.append(self.peers[dest].push.remote(self.job_id, batch, version, True))
+        if len(self.inflight) > 64:
+            self.inflight = [r for r in self.inflight if not _ready(r)]
+
+    def _report(self, force: bool = False) -> None:
+        """Reports the queue length to the balancer (every ``report_interval_s``) and progress
+        to the coordinator (when the queue is empty — what termination needs — or every
+        ``PROGRESS_INTERVAL_S``), skipping reports that would repeat the last one."""
+        logic = self.logic
+        now = time.monotonic()
+        if not force and now - self.last_report < self.plan.report_interval_s:
+            return
+        sent = (logic.queued, logic.processed, logic.snapshot.version)
+        if sent == self.last_sent and not logic.has_key_stats:
+            return
+        self.last_sent, self.last_report = sent, now
+        self.balancer.report.remote(self.job_id, self.reducer_id, logic.queued, logic.snapshot.version,
+                                    logic.take_key_stats())
+        if logic.queued == 0 or now - self.last_progress >= PROGRESS_INTERVAL_S:
+            if logic.processed != self.last_progress_value:
+                self.last_progress, self.last_progress_value = now, logic.processed
+                self.coordinator.progress.remote(self.job_id, self.reducer_id, logic.processed)
+        counts = getattr(logic.snapshot, "token_counts", None)
+        self.telemetry.update(logic.queued, logic.processed, logic.forwarded,
+                              None if counts is None else counts[self.reducer_id])
+
+    async def _reporter(self, job_id: str) -> None:
+        while not self.stopping and self._serving(job_id):
+            await asyncio.sleep(self.plan.report_interval_s)
+            if self._serving(job_id):
+                self._report(force=True)
+
+    # -- processing -----------------------------------------------------------------
+    async def serve(self, job_id: str) -> dict[str, int]:
+        if not self._serving(job_id):
+            return {}
+        self.task = asyncio.current_task()
+        logic = self.logic
+        reporter = asyncio.ensure_future(self._reporter(job_id))
+        try:
+            while True:
+                chunk = logic.take_chunk()
+                if chunk is None:
+                    self.room.set()
+                    self._report(force=True)
+                    if self.stopping:
+                        break
+                    self.wake.clear()
+                    await self.wake.wait()
+                    continue
+                if logic.has_room():
+                    self.room.set()
+                self._send(chunk.forwards)
+                if chunk.cost_s > 0:
+                    if logic.cost_mode == "sleep":
+                        await asyncio.sleep(chunk.cost_s)
+                    else:
+                        end = time.perf_counter() + chunk.cost_s
+                        while time.perf_counter() < end:
+                            pass
+                try:
+                    logic.apply(chunk)
+                except Exception as exc:
+                    key = getattr(logic.state, "current_key", None)
+                    raise ActorFailure(self.name, exc, key) from exc
+                self._report()
+                await asyncio.sleep(0)
+        finally:
+            self.stopping = True
+            reporter.cancel()
+        if self.inflight:
+            await asyncio.gather(*self.inflight)
+        return logic.counters()
+
+    async def stop(self, job_id: str) -> None:
+        if not self._serving(job_id):
+            return
+        self.stopping = True
+        self.wake.set()
+        self.last_sent = None
+        self._report(force=True)
+
+    # -- final merge and result -----------------------------------------------------
+    async def exchange(self, job_id: str) -> None:
+        if not self._serving(job_id):
+            return
+        parts = self.logic.partition_state()
+        refs = []
+        for dest, part in enumerate(parts):
+            if part is None:
+                continue
+            if dest == self.reducer_id:
+                self.logic.merge_partial(part)
+            else:
+                refs.append(self.peers[dest].accept_partial.remote(job_id, part))
+        await asyncio.gather(*refs)
+
+    @quiet_method
+    async def accept_partial(self, job_id: str, part: Any) -> None:
+        if self._serving(job_id):
+            self.logic.merge_partial(part)
+
+    async def finalize(self, job_id: str) -> int:
+        """Finalizes this reducer's share of the result (kept until :meth:`result`); its rows."""
+        if not self._serving(job_id):
+            return 0
+        try:
+            table = self.logic.finalize()
+            if table is None:
+                table = self.logic.state.empty_result(empty_input_table(self.plan).schema)
+        except Exception as exc:
+            raise ActorFailure(self.name, exc, getattr(self.logic.state, "current_key", None)) from exc
+        self.result = table
+        return table.num_rows
+
+    async def result(self, job_id: str) -> pa.Table:
+        """Hands the finalized table over (into the caller's object store ref) and forgets it."""
+        if not self._serving(job_id) or self.result is None:
+            raise RuntimeError(f"reducer {self.name} holds no result for job {job_id}")
+        table, self.result = self.result, None
+        return table
+
+
+def _ready(ref: Any) -> bool:
+    ready, _ = ray.wait([ref], timeout=0, fetch_local=False)
+    return bool(ready)
+
+
+@ray.remote(num_cpus=0)
+class BalancerActor(_JobMember):
+    """Thin shell over :class:`~dpa.logic.BalancerLogic`."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.logic: BalancerLogic | None = None
+
+    async def start_job(self, plan: JobPlan, snapshot: Any, mappers: list[Any], reducers: list[Any]) -> None:
+        self.job_id = plan.job_id
+        self.logic = BalancerLogic(plan, snapshot)
+        self.plan = plan
+        self.targets = list(mappers) + list(reducers)
+        self.running = True
+        self.exported = 0
+        self.t0 = time.monotonic()
+        self.fresh = asyncio.Event()
+
+    def _on_abort(self) -> None:
+        self.running = False
+        self.fresh.set()
+
+    @quiet_method
+    async def report(self, job_id: str, reducer: int, queue_length: int, version: int, keys: Any = None) -> None:
+        if self._serving(job_id):
+            self.logic.report(reducer, queue_length, version, keys)
+            self.fresh.set()
+
+    @quiet_method
+    async def snapshot(self, job_id: str) -> Any:
+        return self.logic.snapshot if self._serving(job_id) else None
+
+    def _export_events(self) -> None:
+        job = {"job_id": self.plan.job_id}
+        for event in self.logic.events[self.exported:]:
+            metric("dpa_rebalances").inc(1, tags={**job, "policy": self.plan.policy.name, "action": event.action})
+        self.exported = len(self.logic.events)
+        metric("dpa_ring_version").set(self.logic.snapshot.version, tags=job)
+
+    async def serve(self, job_id: str) -> None:
+        if not self._serving(job_id):
+            return
+        self.task = asyncio.current_task()
+        self.exported = 0
+        self._export_events()
+        while self.running:
+            await asyncio.sleep(self.plan.lb_interval_s)
+            await self.fresh.wait()  # no new report: nothing to sample or decide on
+            self.fresh.clear()
+            if not self.running:
+                break
+            new = self.logic.tick(time.monotonic() - self.t0)
+            self._export_events()
+            if new is not None:
+                for target in self.targets:
+                    target.update_ring.remote(job_id, new)
+
+    async def stop(self, job_id: str) -> tuple[list[Any], Any, list[Any]]:
+        self.running = False
+        self.fresh.set()
+        self._export_events()
+        self.logic.sample(time.monotonic() - self.t0)
+        return self.logic.events, self.logic.snapshot, self.logic.timeline
+
+
+async def await_ref(ref: Any) -> Any:
+    return await ref
