@@ -12,9 +12,10 @@ import pyarrow as pa
 from dpa.config import JobConfig
 from dpa.errors import ConfigError, JobFailedError, KeyEncodingError, SchemaError
 from dpa.metrics import skew
-from dpa.plan import _is_spark_dataframe, build_plan, empty_input_table, normalize_source
+from dpa.plan import build_plan, empty_input_table, normalize_source
 from dpa.reducers import Reducer, unwrap
 from dpa.runtime_local import RunOutput, run_local
+from dpa.source_adapters import find_source_adapter
 from dpa.state import concat_results, make_state
 
 logger = logging.getLogger(__name__)
@@ -217,10 +218,9 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
 
         config = _config_from_dict({**asdict(config), **overrides})
     reducer = Count() if reducer is None else reducer
-    if _is_spark_dataframe(source):
-        from spark_bridge import run as spark_run
-
-        return spark_run(source, key=key, reducer=reducer, map_fn=map_fn, config=config)
+    adapter = find_source_adapter(source)
+    if adapter is not None:  # e.g. a Spark DataFrame, through spark_bridge
+        return adapter.run(source, key=key, reducer=reducer, map_fn=map_fn, config=config)
     if not isinstance(reducer, Reducer):
         raise ConfigError(f"reducer must be a dpa.Reducer such as dpa.Count(), got {type(reducer).__name__}")
 

@@ -12,6 +12,7 @@ Typical use::
 
 from __future__ import annotations
 
+from .adapter import register as _register_adapter
 from .bridge import run, run_with_result
 from .session import (
     JavaNotFoundError,
@@ -32,3 +33,5 @@ __all__ = [
     "spark_session",
     "stop_spark",
 ]
+
+_register_adapter()  # dpa.run(spark_df) works once spark_bridge is imported (or via the entry point)
