@@ -49,12 +49,16 @@ column, strings as a string column (:func:`dpa.keys.hash_key_columns`), or passe
 ready-made 32-bit hashes with ``keys_are_hashes=True``. The whole simulation is
 deterministic for given inputs and ``seed`` (passed to the policy as ``JobConfig.seed``).
 
-Example::
+Example (any integer or string key array will do; here a Zipf-like stream from numpy)::
 
+    import numpy as np
     from dpa.simulate import simulate
-    from workloads.generators import zipf
-    keys = zipf(1.2, 1_000_000, num_keys=100_000, seed=0)["key"].to_numpy()
+    keys = np.random.default_rng(0).zipf(1.2, 1_000_000) % 100_000
     print(simulate(keys, "pkg", num_sources=5, num_workers=10).summary())
+
+Comparing policies from the command line: ``dpa simulate zipf --records 1M --z 1.2
+--policy hash,pkg,dkg``, or ``python -m workloads.simulate_policies`` (the PKG paper's
+set-up, one row per policy with its speed).
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ from dpa.logic import top_key_counts
 from dpa.metrics import max_over_avg, skew
 from dpa.policy import PolicySpec, RebalanceEvent, make_policy
 
-__all__ = ["SimResult", "main", "simulate"]
+__all__ = ["SimResult", "simulate"]
 
 #: ``simulate`` keyword arguments that are ``JobConfig`` fields rather than policy options.
 _CONFIG_OPTIONS = ("tau", "max_rounds", "initial_tokens")
@@ -554,47 +558,3 @@ def simulate(keys: Any, policy: str | PolicySpec, num_sources: int = 1, num_work
         migrated_load=migration.moved_load, table_size=int(getattr(final_snapshot, "table_size", 0)),
         wall_time_s=time.perf_counter() - started,
     )
-
-
-# ---------------------------------------------------------------------------- command line
-def main(argv: list[str] | None = None) -> None:
-    """Command line: compare policies on a seeded Zipf stream and print one row each.
-
-    Example: ``python -m dpa.simulate --policies hash,pkg,dkg --zipf 1.2 --num-keys 1000000
-    --messages 1000000 --workers 10 --sources 5``. Speed is the best of ``--repeat`` runs.
-    """
-    import argparse
-
-    from workloads.generators import zipf
-
-    parser = argparse.ArgumentParser(prog="python -m dpa.simulate", description=main.__doc__)
-    parser.add_argument("--policies", default="hash,shuffle,potc,on-greedy,off-greedy,pkg,dkg")
-    parser.add_argument("--zipf", type=float, default=1.2, help="Zipf exponent z")
-    parser.add_argument("--num-keys", type=int, default=1_000_000)
-    parser.add_argument("--messages", type=int, default=1_000_000)
-    parser.add_argument("--workers", type=int, default=10)
-    parser.add_argument("--sources", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--shared-router", action="store_true",
-                        help="one router for all sources (global load and key tables)")
-    args = parser.parse_args(argv)
-    keys = zipf(args.zipf, args.num_keys, args.messages, seed=args.seed)["key"].to_numpy()
-    simulate(keys[:1000], "hash")  # warm up (pyarrow kernels)
-    print(f"zipf z={args.zipf} K={args.num_keys} n={args.messages} W={args.workers} "
-          f"S={args.sources} seed={args.seed}{' shared router' if args.shared_router else ''}")
-    print(f"{'policy':<11} {'I/avg':>8} {'I/n':>9} {'S':>7} {'max/avg':>7} {'sd%':>6} "
-          f"{'DistCost':>8} {'repmax':>6} {'Mmsg/s':>7}")
-    for name in args.policies.split(","):
-        runs = [simulate(keys, name, num_sources=args.sources, num_workers=args.workers,
-                         seed=args.seed, shared_router=args.shared_router)
-                for _ in range(max(1, args.repeat))]
-        r = runs[0]
-        speed = max(x.messages_per_s for x in runs) / 1e6
-        print(f"{name:<11} {r.imbalance_fraction:8.4f} {r.imbalance_per_message:9.2e} {r.skew:7.4f} "
-              f"{r.max_over_avg:7.3f} {r.stddev_pct:6.2f} {r.dist_cost:8.3f} "
-              f"{r.replication_max:6d} {speed:7.2f}")
-
-
-if __name__ == "__main__":
-    main()

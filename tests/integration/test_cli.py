@@ -110,7 +110,9 @@ def test_bad_arguments_give_a_one_line_error(args, needles):
     (["run", "WL4", "--dashboard", "--runtime", "local"], ["--dashboard"]),
     (["run", "WL4", "--runtime", "local", "--output", "out.txt"], ["--output"]),
     (["run", "WL4", "--runtime", "local", "--reducer", "sum"], ["--value"]),
-    (["experiment", "no-such-experiment"], ["unknown experiment"]),
+    (["experiment", "no-such-experiment"], ["unknown experiment", "table1"]),
+    (["experiment"], ["name an experiment", "table1"]),
+    (["experiment", "--report", "/tmp/x", "figure3"], ["--report needs reference values", "table1"]),
     (["bench", "no_such_bench"], ["no_such_bench"]),
     (["report", "--out", "/tmp/x", "/no/such/stats.json"], ["/no/such/stats.json"]),
     (["frobnicate"], ["invalid choice"]),
@@ -164,6 +166,17 @@ def test_bench_small():
                    "--mappers", "2", "--reducers", "2", timeout=180)
     assert_ok(proc)
     assert "throughput" in proc.stdout
+
+
+def test_installed_experiments_benchmarks_and_workloads_are_listed():
+    """What workloads and benchmarks register (dpa.experiments, dpa.benchmarks, dpa.inputs)."""
+    for args, needles in ((["experiment", "--list"], ["table1", "figure3", "workloads.table1:main"]),
+                          (["bench", "--list"], ["throughput", "benchmarks.throughput:main"]),
+                          (["run", "--list"], ["WL4", "zipf", "LN1"])):
+        proc = dpa_cli(*args, timeout=30)
+        assert_ok(proc)
+        for needle in needles:
+            assert needle in proc.stdout, (args, proc.stdout)
 
 
 def test_policies_and_help():

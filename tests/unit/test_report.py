@@ -161,22 +161,30 @@ def test_table1_rows_understands_the_common_shapes():
     nested = {"WL4": {"halving": {"no_lb": 0.8, "with_lb": [0.4, 0.6]}}}
     flat = {"WL4/halving": [0.8, 0.5]}
     for data in (script_shape, nested, flat):
-        rows = {(r.workload, r.method): r for r in table1_rows(data)}
+        rows = {(r.workload, r.method): r for r in table1_rows(data, PAPER_TABLE1)}
         assert len(rows) == len(PAPER_TABLE1)  # every paper cell, measured or not
         r = rows[("WL4", "halving")]
         assert (r.no_lb, r.with_lb) == (pytest.approx(0.8), pytest.approx(0.5))
         assert (r.paper_no_lb, r.paper_with_lb) == PAPER_TABLE1[("WL4", "halving")]
         assert rows[("WL1", "doubling")].no_lb is None
+        # Without reference values (the caller passes none): the measured cells only.
+        (alone,) = table1_rows(data)
+        assert (alone.workload, alone.method, alone.paper_no_lb, alone.paper_with_lb) == ("WL4", "halving", None, None)
+        assert (alone.no_lb, alone.with_lb) == (pytest.approx(0.8), pytest.approx(0.5))
 
 
 def test_write_experiment_report(tmp_path):
     data = [{"workload": w, "method": m, "no_lb": a, "with_lb": b} for (w, m), (a, b) in PAPER_TABLE1.items()]
     path = tmp_path / "t1.json"
     path.write_text(json.dumps(data))
-    files = write_experiment_report(str(path), tmp_path / "out")
+    files = write_experiment_report(str(path), tmp_path / "out", paper=PAPER_TABLE1)
     assert {f.name for f in files} == {"table1.json", "table1.png"}
     assert_png(tmp_path / "out" / "table1.png")
     rows = json.loads((tmp_path / "out" / "table1.json").read_text())
     assert len(rows) == 10 and all(r["no_lb"] == r["paper_no_lb"] for r in rows)
+    write_experiment_report(data[:2], tmp_path / "measured_only")  # no reference values: still a plot
+    assert_png(tmp_path / "measured_only" / "table1.png")
+    rows = json.loads((tmp_path / "measured_only" / "table1.json").read_text())
+    assert len(rows) == 2 and all(r["paper_no_lb"] is None for r in rows)
     with pytest.raises(ValueError):
         write_experiment_report({"nothing": 1}, tmp_path / "none")

@@ -178,3 +178,21 @@ def test_probing_every_message_is_the_global_oracle():
     local = simulate(keys, "pkg", num_sources=4, num_workers=7)
     assert (probed.destinations == oracle.destinations).all()
     assert not (local.destinations == oracle.destinations).all()
+
+
+def test_the_policy_comparison_command_line_lives_in_workloads(capsys):
+    import dpa.simulate
+    from workloads.simulate_policies import main
+
+    assert not hasattr(dpa.simulate, "main")  # dpa has no command line that needs workloads' generators
+    assert main(["--policies", "hash,pkg", "--num-keys", "500", "--messages", "4000", "--workers", "4",
+                 "--sources", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("zipf z=1.2 K=500 n=4000 W=4 S=2")
+    rows = {line.split()[0]: line.split() for line in lines[2:]}
+    assert set(rows) == {"hash", "pkg"} and float(rows["pkg"][3]) < float(rows["hash"][3])  # skew S
+
+
+def test_the_docstring_example_stream():
+    keys = np.random.default_rng(0).zipf(1.2, 20_000) % 1_000
+    assert simulate(keys, "pkg", num_sources=5, num_workers=10).summary()["messages"] == 20_000

@@ -1,23 +1,7 @@
-"""Run reports: ``stats.json`` plus PNG plots of what the load balancer did.
+"""Run reports: ``stats.json``, PNG plots of what the load balancer did, and ``report.md``.
 
-:func:`write_report` takes a :class:`dpa.Result`, a :class:`dpa.Stats` or the dict of
-``Stats.to_dict()`` (e.g. a ``stats.json`` read back) and writes into a directory:
-
-* ``stats.json`` — everything in ``stats.to_dict()`` (and ``baseline_stats.json``);
-* ``queues.png`` — queue length per reducer over time (``stats.timeline``), with every
-  rebalance event marked by a vertical line labelled with its action and reducer;
-* ``records.png`` — records processed per reducer with load balancing, beside the same
-  job without it (``baseline_stats``, e.g. a second run with ``max_rounds=0``);
-* ``tokens.png`` — ring tokens per reducer over time, rebuilt from the initial tokens and
-  each event's ``tokens_after`` (ring policies only);
-* ``report.md`` — the key numbers and the event log, linking the images.
-
-:func:`write_experiment_report` plots the skew ``S`` per workload and method of a Table 1
-run beside the paper's values (:data:`workloads.paper.PAPER_TABLE1`).
-
-The data preparation functions (``queue_series``, ``token_steps``, ...) are plain Python on
-the stats dict; the plotting uses matplotlib's object API with the Agg canvas, so it never
-changes the process-wide backend and needs no display. Nothing here imports Ray.
+See :mod:`dpa.report` for the files; the data preparation functions (``queue_series``,
+``token_steps``, ...) are plain Python on the stats dict.
 """
 
 from __future__ import annotations
@@ -25,27 +9,18 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "Table1Row",
-    "event_markers",
-    "initial_token_counts",
-    "load_stats",
-    "plot_queues",
-    "plot_records",
-    "plot_table1",
-    "plot_tokens",
-    "queue_series",
-    "records_comparison",
-    "stats_dict",
-    "table1_rows",
-    "token_steps",
-    "write_experiment_report",
-    "write_report",
-]
+from dpa.report.figures import (
+    dump_json,
+    jsonable,
+    load_if_path,
+    new_figure,
+    palette,
+    save_figure,
+)
+from dpa.report.table1 import PaperTable, plot_table1
 
 #: Initial tokens per reducer of the halving method when nothing better is known
 #: (``JobConfig.initial_tokens``' default, ``dpa.ring.DEFAULT_HALVING_TOKENS``).
@@ -53,8 +28,6 @@ DEFAULT_HALVING_TOKENS = 16
 
 #: Most rebalance events that get a text label in a plot (the rest still get a line).
 MAX_EVENT_LABELS = 16
-
-_DPI = 110
 
 
 # =============================================================================== data prep
@@ -75,26 +48,13 @@ def stats_dict(obj: Any) -> dict[str, Any]:
         raise TypeError(f"expected a dpa.Result, dpa.Stats or a stats dict, got {type(obj).__name__}")
     if "processed" not in obj:
         raise ValueError("not a dpa stats dict: it has no 'processed' entry")
-    return _jsonable(dict(obj))
+    return jsonable(dict(obj))
 
 
 def load_stats(path: str | Path) -> dict[str, Any]:
     """Reads a ``stats.json`` written by :func:`write_report`."""
     with open(path, encoding="utf-8") as f:
         return stats_dict(json.load(f))
-
-
-def _jsonable(value: Any) -> Any:
-    """Tuples -> lists, numpy scalars/arrays -> Python, recursively."""
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "to_dict") and not isinstance(value, (str, bytes)):
-        return _jsonable(value.to_dict())
-    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):  # numpy
-        return _jsonable(value.tolist())
-    return value
 
 
 def _num_reducers(stats: Mapping[str, Any]) -> int:
@@ -239,156 +199,7 @@ def records_comparison(stats: Mapping[str, Any], baseline: Mapping[str, Any] | N
     }
 
 
-# --------------------------------------------------------------------------- table 1
-@dataclass(frozen=True)
-class Table1Row:
-    """One cell pair of Table 1: measured and paper skew without and with LB."""
-
-    workload: str
-    method: str
-    no_lb: float | None
-    with_lb: float | None
-    paper_no_lb: float | None
-    paper_with_lb: float | None
-
-
-_WL_KEYS = ("workload", "wl", "name")
-_METHOD_KEYS = ("method", "policy")
-_NO_LB_KEYS = ("no_lb", "s_no_lb", "nolb", "without_lb", "no_lb_s", "s_without_lb", "baseline", "before")
-_WITH_LB_KEYS = ("with_lb", "s_with_lb", "lb", "withlb", "with_lb_s", "s_lb", "balanced", "after")
-
-
-def _norm(key: Any) -> str:
-    return str(key).strip().lower().replace("-", "_").replace(" ", "_")
-
-
-def _value(v: Any) -> float | None:
-    """A number, a list of per-run numbers (mean), or a dict with ``mean``/``s``/``value``."""
-    if v is None or isinstance(v, bool):
-        return None
-    if isinstance(v, (int, float)):
-        return float(v)
-    if isinstance(v, Mapping):
-        for k in ("mean", "skew_mean", "s_mean", "s", "skew", "value", "avg", "median", "skews", "runs"):
-            for key, inner in v.items():
-                if _norm(key) == k:
-                    return _value(inner)
-        return None
-    if isinstance(v, (list, tuple)):
-        values = [x for x in (_value(x) for x in v) if x is not None]
-        return sum(values) / len(values) if values else None
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def _pick(d: Mapping[str, Any], names: Sequence[str]) -> Any:
-    normalised = {_norm(k): v for k, v in d.items()}
-    for name in names:
-        if name in normalised:
-            return normalised[name]
-    return None
-
-
-def _measured(d: Mapping[str, Any]) -> tuple[float | None, float | None]:
-    """(no LB, with LB) from a dict of measured values; also ``(a, b)`` pairs."""
-    return _value(_pick(d, _NO_LB_KEYS)), _value(_pick(d, _WITH_LB_KEYS))
-
-
-def _split_label(label: str) -> tuple[str, str] | None:
-    for sep in ("/", ":", "|", ",", " "):
-        if sep in label:
-            a, b = (s.strip() for s in label.split(sep, 1))
-            return (a, b) if a.upper().startswith("WL") else (b, a)
-    return None
-
-
-def table1_rows(data: Any, paper: Mapping[tuple[str, str], tuple[float, float]] | None = None) -> list[Table1Row]:
-    """Table 1 results in any of the common JSON shapes, joined with the paper's values.
-
-    Accepted shapes (``S`` values may be numbers, per-run lists (averaged) or
-    ``{"mean": ...}`` dicts; key names are matched loosely, e.g. ``no_lb``/``S_no_lb``/
-    ``without_lb`` and ``with_lb``/``S_with_lb``/``lb``):
-
-    * a list of rows ``{"workload": "WL4", "method": "halving", "no_lb": .., "with_lb": ..}``;
-    * ``{"rows": [...]}`` / ``{"results": [...]}`` / ``{"table1": ...}`` around one of these;
-    * nested ``{"WL4": {"halving": {"no_lb": .., "with_lb": ..} | [no_lb, with_lb]}}``;
-    * flat ``{"WL4/halving": {...} | [no_lb, with_lb]}`` (``/``, ``:`` or ``,`` separated).
-
-    Rows come out in the paper's order (workload, then halving before doubling), then any
-    other rows; the paper's values are ``None`` where it has none.
-    """
-    if paper is None:
-        try:
-            from workloads.paper import PAPER_TABLE1 as paper
-        except ImportError:  # pragma: no cover - workloads ships with dpa
-            paper = {}
-    measured: dict[tuple[str, str], tuple[float | None, float | None]] = {}
-
-    def add(wl: Any, method: Any, value: Any) -> None:
-        if isinstance(value, Mapping):
-            pair = _measured(value)
-        elif isinstance(value, (list, tuple)) and len(value) == 2:
-            pair = (_value(value[0]), _value(value[1]))
-        else:
-            return
-        if pair != (None, None):
-            measured[(str(wl).upper(), str(method).lower())] = pair
-
-    def walk(obj: Any) -> None:
-        if isinstance(obj, (list, tuple)):
-            for row in obj:
-                if isinstance(row, Mapping):
-                    wl, method = _pick(row, _WL_KEYS), _pick(row, _METHOD_KEYS)
-                    if wl is not None and method is not None:
-                        add(wl, method, row)
-            return
-        if not isinstance(obj, Mapping):
-            return
-        for wrapper in ("rows", "results", "table1", "table", "data"):
-            inner = _pick(obj, (wrapper,))
-            if isinstance(inner, (list, tuple, Mapping)):
-                walk(inner)
-        for key, value in obj.items():
-            label = str(key)
-            if label.upper().startswith("WL") and isinstance(value, Mapping) and _measured(value) == (None, None):
-                for method, cell in value.items():
-                    add(label, method, cell)
-                continue
-            split = _split_label(label)
-            if split is not None:
-                add(split[0], split[1], value)
-
-    walk(data)
-    order = {k: i for i, k in enumerate(paper)}
-    keys = sorted(set(measured) | set(paper), key=lambda k: (order.get(k, len(order)), k))
-    rows = []
-    for wl, method in keys:
-        no_lb, with_lb = measured.get((wl, method), (None, None))
-        p = paper.get((wl, method))
-        rows.append(Table1Row(wl, method, no_lb, with_lb, None if p is None else p[0], None if p is None else p[1]))
-    return rows
-
-
 # ================================================================================ plotting
-def _figure(width: float = 9.0, height: float = 5.0, ncols: int = 1):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=_DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(1, ncols, squeeze=False)[0]
-    return fig, list(axes)
-
-
-def _colors(n: int) -> list[Any]:
-    from matplotlib import colormaps
-
-    cmap = colormaps["tab10" if n <= 10 else "tab20"]
-    return [cmap(i % cmap.N) for i in range(n)]
-
-
 def _time_label(stats: Mapping[str, Any]) -> str:
     if stats.get("runtime") == "local":
         return "virtual time since job start (s)"
@@ -430,18 +241,12 @@ def _mark_events(ax: Any, markers: list[dict[str, Any]], colors: list[Any]) -> N
     ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, framealpha=0.9)
 
 
-def _save(fig: Any, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=_DPI)
-    return path
-
-
 def plot_queues(stats: Any, path: str | Path, *, title: str | None = None) -> Path:
     """Queue length per reducer over time, with rebalance events marked."""
     stats = stats_dict(stats)
     times, series = queue_series(stats)
-    colors = _colors(max(1, len(series)))
-    fig, (ax,) = _figure()
+    colors = palette(max(1, len(series)))
+    fig, (ax,) = new_figure()
     if times:
         for i, s in enumerate(series):
             ax.step(times, s, where="post", color=colors[i], linewidth=1.8, label=f"reducer {i}")
@@ -460,7 +265,7 @@ def plot_queues(stats: Any, path: str | Path, *, title: str | None = None) -> Pa
     ax.set_title(f"{title + ': ' if title else ''}queue length per reducer "
                  f"({stats.get('policy', '?')}, {len(event_markers(stats))} rebalances)")
     ax.grid(True, alpha=0.3)
-    return _save(fig, Path(path))
+    return save_figure(fig, Path(path))
 
 
 def plot_records(stats: Any, path: str | Path, *, baseline_stats: Any = None, title: str | None = None) -> Path:
@@ -469,7 +274,7 @@ def plot_records(stats: Any, path: str | Path, *, baseline_stats: Any = None, ti
     base = None if baseline_stats is None else stats_dict(baseline_stats)
     cmp = records_comparison(stats, base)
     r = len(cmp["reducers"])
-    fig, (ax,) = _figure(width=max(7.0, 1.2 * r + 3), height=5.0)
+    fig, (ax,) = new_figure(width=max(7.0, 1.2 * r + 3), height=5.0)
     xs = list(range(r))
     bars = []
     if cmp["without_lb"] is not None:
@@ -494,7 +299,7 @@ def plot_records(stats: Any, path: str | Path, *, baseline_stats: Any = None, ti
                  if base is not None else f"{title + ': ' if title else ''}records per reducer")
     ax.legend(loc="upper right", fontsize=9, framealpha=0.9)
     ax.grid(True, axis="y", alpha=0.3)
-    return _save(fig, Path(path))
+    return save_figure(fig, Path(path))
 
 
 def plot_tokens(stats: Any, path: str | Path, *, initial_tokens: int | Sequence[int] | None = None,
@@ -506,8 +311,8 @@ def plot_tokens(stats: Any, path: str | Path, *, initial_tokens: int | Sequence[
         return None
     times, series = steps
     r = len(series)
-    colors = _colors(max(1, r))
-    fig, (ax,) = _figure()
+    colors = palette(max(1, r))
+    fig, (ax,) = new_figure()
     # Token counts are powers of two (log2 axis). Reducers often hold the same count, so
     # each line is shifted by a small fraction of a doubling to keep every one visible.
     values = sorted({v for s in series for v in s if v > 0}) or [1]
@@ -532,58 +337,10 @@ def plot_tokens(stats: Any, path: str | Path, *, initial_tokens: int | Sequence[
     ax.set_ylabel("tokens on the ring")
     ax.set_title(f"{title + ': ' if title else ''}ring tokens per reducer ({stats.get('policy', '?')})")
     ax.grid(True, alpha=0.3)
-    return _save(fig, Path(path))
-
-
-def plot_table1(data: Any, path: str | Path, *, title: str | None = None) -> Path:
-    """Skew S per workload and method (bars: measured; black ticks: the paper)."""
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
-    rows = table1_rows(data)
-    methods = [m for m in ("halving", "doubling") if any(r.method == m for r in rows)]
-    methods += sorted({r.method for r in rows} - set(methods))
-    fig, axes = _figure(width=6.0 * max(1, len(methods)), height=5.0, ncols=max(1, len(methods)))
-    colors = {"no": "#bbbbbb", "lb": "#1f77b4"}
-    for ax, method in zip(axes, methods):
-        mine = [r for r in rows if r.method == method]
-        xs = list(range(len(mine)))
-        width = 0.38
-        for offset, attr, paper_attr, key in ((-width / 2, "no_lb", "paper_no_lb", "no"),
-                                              (width / 2, "with_lb", "paper_with_lb", "lb")):
-            heights = [getattr(r, attr) for r in mine]
-            pos = [x + offset for x in xs]
-            group = ax.bar(pos, [h if h is not None else 0 for h in heights], width, color=colors[key],
-                           edgecolor="#333333", hatch="//" if key == "no" else None)
-            ax.bar_label(group, labels=["n/a" if h is None else f"{h:.2f}" for h in heights], fontsize=7, padding=6)
-            paper = [(p, getattr(r, paper_attr)) for p, r in zip(pos, mine) if getattr(r, paper_attr) is not None]
-            if paper:
-                ax.scatter([p for p, _ in paper], [v for _, v in paper], marker="_", s=900, linewidths=2.5,
-                           color="black", zorder=3)
-        ax.set_xticks(xs, [r.workload for r in mine])
-        ax.set_ylim(0, 1.18)
-        ax.set_xlabel("workload")
-        ax.set_ylabel("skew S (0 = even, 1 = one reducer did all)")
-        ax.set_title(f"{method}")
-        ax.grid(True, axis="y", alpha=0.3)
-    handles = [Patch(facecolor=colors["no"], edgecolor="#333333", hatch="//", label="measured, no LB"),
-               Patch(facecolor=colors["lb"], edgecolor="#333333", label="measured, with LB"),
-               Line2D([], [], color="black", marker="_", linestyle="none", markersize=18, markeredgewidth=2.5,
-                      label="paper (Table 1)")]
-    fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=9)
-    fig.suptitle(title or "Table 1: skew S per workload, measured vs. the paper")
-    return _save(fig, Path(path))
+    return save_figure(fig, Path(path))
 
 
 # ================================================================================ writers
-def _dump(obj: Any, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(_jsonable(obj), f, indent=2, default=str)
-        f.write("\n")
-    return path
-
-
 def _markdown(stats: Mapping[str, Any], base: Mapping[str, Any] | None, title: str, images: list[Path]) -> str:
     cmp = records_comparison(stats, base)
     lines = [f"# {title}", ""]
@@ -611,7 +368,7 @@ def _markdown(stats: Mapping[str, Any], base: Mapping[str, Any] | None, title: s
 
 def write_report(result_or_stats: Any, out_dir: str | Path, *, baseline_stats: Any = None,
                  title: str | None = None, initial_tokens: int | Sequence[int] | None = None,
-                 table1: Any = None) -> list[Path]:
+                 table1: Any = None, table1_paper: PaperTable | None = None) -> list[Path]:
     """Writes a run report into ``out_dir`` (created if needed).
 
     Args:
@@ -623,6 +380,7 @@ def write_report(result_or_stats: Any, out_dir: str | Path, *, baseline_stats: A
         initial_tokens: Tokens per reducer at the start (int or list), when known;
             otherwise inferred (see :func:`initial_token_counts`).
         table1: Optional Table 1 results (see :func:`table1_rows`) to plot as well.
+        table1_paper: The published values to plot ``table1`` beside (see :func:`table1_rows`).
 
     Returns:
         The files written: ``stats.json``, [``baseline_stats.json``], ``queues.png``,
@@ -633,53 +391,18 @@ def write_report(result_or_stats: Any, out_dir: str | Path, *, baseline_stats: A
     base = None if baseline_stats is None else stats_dict(baseline_stats)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    written = [_dump(stats, out / "stats.json")]
+    written = [dump_json(stats, out / "stats.json")]
     if base is not None:
-        written.append(_dump(base, out / "baseline_stats.json"))
+        written.append(dump_json(base, out / "baseline_stats.json"))
     images = [plot_queues(stats, out / "queues.png", title=title),
               plot_records(stats, out / "records.png", baseline_stats=base, title=title)]
     tokens = plot_tokens(stats, out / "tokens.png", initial_tokens=initial_tokens, title=title)
     if tokens is not None:
         images.append(tokens)
     if table1 is not None:
-        images.append(plot_table1(_load_if_path(table1), out / "table1.png"))
+        images.append(plot_table1(load_if_path(table1), out / "table1.png", paper=table1_paper))
     written += images
     md = out / "report.md"
     md.write_text(_markdown(stats, base, title or f"dpa run report ({stats.get('policy')})", images), encoding="utf-8")
     written.append(md)
-    return written
-
-
-def _load_if_path(data: Any) -> Any:
-    if isinstance(data, (str, Path)):
-        with open(data, encoding="utf-8") as f:
-            return json.load(f)
-    return data
-
-
-def write_experiment_report(table1: Any, out_dir: str | Path, *, title: str | None = None) -> list[Path]:
-    """Writes ``table1.json`` (the rows, joined with the paper's) and ``table1.png``.
-
-    Args:
-        table1: Table 1 results (a path to their JSON, or the loaded object; see
-            :func:`table1_rows` for the shapes understood).
-        out_dir: Directory to write into.
-        title: Title of the plot.
-
-    Returns:
-        The files written.
-
-    Raises:
-        ValueError: When no measured value could be found in ``table1``.
-    """
-    data = _load_if_path(table1)
-    rows = table1_rows(data)
-    if not any(r.no_lb is not None or r.with_lb is not None for r in rows):
-        raise ValueError("no Table 1 results found (expected rows with workload, method, no_lb and with_lb)")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    from dataclasses import asdict
-
-    written = [_dump([asdict(r) for r in rows], out / "table1.json"),
-               plot_table1(data, out / "table1.png", title=title)]
     return written
