@@ -42,3 +42,27 @@ class JobFailedError(DPAError, RuntimeError):
 
 def _rebuild_job_failed(message: str, actor: str | None, key: object) -> JobFailedError:
     return JobFailedError(message, actor=actor, key=key)
+
+
+class ArithmeticOverflowError(DPAError, OverflowError):
+    """An aggregate left the range of its result type (e.g. a ``Sum`` of an int64 column).
+
+    dpa raises instead of wrapping around, as Spark does in ANSI mode: a wrong number is
+    never returned. The message names the column and the key, and how to widen the type.
+
+    Attributes:
+        column: The input column being aggregated, if known.
+        key: The key whose aggregate overflowed, if known.
+    """
+
+    def __init__(self, message: str, *, column: str | None = None, key: object = None):
+        super().__init__(message)
+        self.column = column
+        self.key = key
+
+    def __reduce__(self):
+        return (_rebuild_overflow, (str(self), self.column, self.key))
+
+
+def _rebuild_overflow(message: str, column: str | None, key: object) -> ArithmeticOverflowError:
+    return ArithmeticOverflowError(message, column=column, key=key)

@@ -32,7 +32,15 @@ Encoding rules (the encoding is injective: different keys give different bytes):
 Note:
     ``1`` (int), ``1.0`` (float) and ``True`` (bool) are three *different* keys, as values
     of an int64, a float64 and a boolean Arrow/Spark column would be. Python considers them
-    equal (``1 == 1.0 == True``), dpa does not.
+    equal (``1 == 1.0 == True``), dpa does not. Hence a key column keeps one *key class*
+    (:func:`key_type_class`: null, bool, int, float, str or bytes) for the whole job: int32
+    then int64 is fine, int then float is a :class:`~dpa.errors.SchemaError`.
+
+    :func:`encode_key` accepts ints of any size, but the keys of a job live in Arrow
+    columns: keys taken from Python records or returned by a key function must fit int64
+    (``-2**63 <= k < 2**63``; an Arrow ``uint64`` column may hold up to ``2**64 - 1``).
+    ``dpa.run`` raises :class:`~dpa.errors.KeyEncodingError` for larger ones
+    (:func:`int_key_out_of_range`); use ``str(key)`` as the key instead.
 
 For Arrow data, :func:`hash_key_columns` computes the same hashes column-wise: it hashes
 only the distinct values (or distinct tuples for multi-column keys) with a vectorised
@@ -56,6 +64,9 @@ from dpa.errors import ConfigError, KeyEncodingError, SchemaError
 __all__ = [
     "KeyHashCache",
     "encode_key",
+    "int_key_out_of_range",
+    "key_type_class",
+    "python_key_class",
     "hash_bytes",
     "hash_key",
     "hash_key_columns",
@@ -174,6 +185,88 @@ def encode_key(key: Any) -> bytes:
     if isinstance(key, tuple):
         return encode_key(tuple(key))
     raise _bad_key(key)
+
+
+def int_key_out_of_range(value: int, where: str = "") -> KeyEncodingError:
+    """The error for an int key that no int64 key column can hold.
+
+    Args:
+        value: The key (outside ``[-2**63, 2**63 - 1]``).
+        where: Where it came from, e.g. ``"in field 'k' of record 7 ({...})"``.
+
+    Returns:
+        A :class:`KeyEncodingError` saying what the limits are and how to fix it.
+    """
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return KeyEncodingError(
+        f"int key {text}{' ' + where if where else ''} is outside the int64 range "
+        f"[{_INT64_MIN}, {_INT64_MAX}] that dpa's key columns hold (Arrow, like Spark, has "
+        "no wider integer type; a uint64 Arrow column may hold up to 2**64 - 1); "
+        "use str(key) as the key instead"
+    )
+
+
+#: Key class of each exact Python type (subclasses and numpy types: see python_key_class).
+_PY_CLASS = {str: "str", int: "int", float: "float", bool: "bool", bytes: "bytes", type(None): "null",
+             tuple: "tuple", bytearray: "bytes", memoryview: "bytes"}
+
+
+def python_key_class(value: Any) -> str:
+    """The key class of a Python key, as :func:`encode_key` tags it.
+
+    Returns:
+        ``"null"``, ``"bool"``, ``"int"``, ``"float"``, ``"str"``, ``"bytes"`` or
+        ``"tuple"``; for any other type its name (which :func:`encode_key` rejects).
+    """
+    cls = _PY_CLASS.get(type(value))
+    if cls is not None:
+        return cls
+    if isinstance(value, (bool, np.bool_)):
+        return "bool"
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, (int, np.integer)):
+        return "int"
+    if isinstance(value, (float, np.floating)):
+        return "float"
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return "bytes"
+    if isinstance(value, tuple):
+        return "tuple"
+    return type(value).__name__
+
+
+def key_type_class(dtype: pa.DataType) -> str:
+    """The key class of an Arrow column type: which keys its values are.
+
+    Columns of one class hold the same keys (an int32 1 and an int64 1 are the key ``1``;
+    a ``string`` and a ``large_string`` "a" are ``"a"``); columns of different classes
+    never do (an int 1 and a float 1.0 are different keys, see the module docstring).
+
+    Args:
+        dtype: An Arrow type (dictionary types count as their value type).
+
+    Returns:
+        ``"null"``, ``"bool"``, ``"int"``, ``"float"``, ``"str"``, ``"bytes"``, or the
+        type's own name for types that are not key types (lists, structs, ...).
+    """
+    if pa.types.is_dictionary(dtype):
+        return key_type_class(dtype.value_type)
+    if pa.types.is_null(dtype):
+        return "null"
+    if pa.types.is_boolean(dtype):
+        return "bool"
+    if pa.types.is_integer(dtype):
+        return "int"
+    if pa.types.is_floating(dtype):
+        return "float"
+    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
+        return "str"
+    if pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype) or pa.types.is_fixed_size_binary(dtype):
+        return "bytes"
+    return str(dtype)
 
 
 def hash_bytes(data: bytes) -> int:

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from dpa.keys import KeyHashCache, hash_key_columns
 from dpa.plan import JobPlan
 from dpa.policy import Decision, RebalanceEvent
+from dpa.records import unify
 from dpa.reducers import HASH_COL, WEIGHT_COL, unwrap
 from dpa.state import make_state, split_by
 
@@ -131,6 +132,8 @@ class ReducerLogic:
         self.snapshot = snapshot
         inner, self.cost_per_record, self.cost_mode = unwrap(plan.reducer)
         self.state = make_state(inner, plan.key_cols, plan.record_kind)
+        # Sums may round ints to float64 where a column is int in some blocks and float in others.
+        self.float_rounding = bool(getattr(inner, "float_rounding", False))
         self.queue: deque[pa.Table] = deque()
         # Per queued batch: the snapshot version its routing is known to agree with (-1 =
         # unknown). A batch routed under the reducer's current version needs no
@@ -291,7 +294,9 @@ class ReducerLogic:
                 taken.append(head.slice(0, room))
                 self.queue[0] = head.slice(room)
                 n += room
-        batch = taken[0] if len(taken) == 1 else pa.concat_tables(taken)
+        # Batches of different input blocks may differ in type (int64 then double values):
+        # promote them exactly instead of failing.
+        batch = taken[0] if len(taken) == 1 else unify(taken, float_rounding=self.float_rounding)
         self.queued -= weight(batch)
         owned, forwards = (batch, []) if current else self._split(batch)
         self.forwarded += sum(weight(t) for _, t in forwards)

@@ -33,7 +33,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dpa.errors import ConfigError, SchemaError
+from dpa.errors import ArithmeticOverflowError, ConfigError, SchemaError
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +119,11 @@ class ColumnarReducer(Reducer):
     ``finalize_table``. Partial-state tables have the group columns (key columns plus
     :data:`HASH_COL`) followed by the state columns.
     """
+
+    #: Whether partial states may round when an integer state column meets a floating one
+    #: (:func:`dpa.records.unify`): true for sums, whose float result is rounded anyway;
+    #: false where a state holds input values (min, max, lists), which must stay exact.
+    float_rounding: bool = False
 
     #: [(input column or None for count_all, arrow hash function, state column name)]
     def state_aggregations(self) -> list[tuple[str | None, str, str]]:
@@ -220,10 +225,29 @@ class _ColumnReducer(ColumnarReducer):
 
 
 class Sum(_ColumnReducer):
-    """Sum of ``column`` per key (nulls ignored; all-null groups give null, as in SQL)."""
+    """Sum of ``column`` per key (nulls ignored; all-null groups give null, as in SQL).
+
+    The result type is Arrow's: int64 for signed integer columns (of any width), uint64
+    for unsigned ones, float64 for floating point ones, the column's decimal type for
+    decimals. A column whose type changes between input blocks sums in the promoted type
+    (int64 then float64 -> float64; partial integer sums round to float64 there, as a
+    float sum does).
+
+    Integer sums never wrap around: a sum that leaves the int64 (uint64) range raises
+    :class:`~dpa.errors.ArithmeticOverflowError` naming the column and the key, like
+    Spark's ANSI mode; cast the column to float64 or decimal to sum beyond int64. (An
+    exact answer beyond int64 would need another output type, e.g. decimal, for every
+    integer sum.) The check is cheap (:func:`sum_may_overflow`): a batch of records, or of
+    partial sums being merged, with ``rows * min(x)`` and ``rows * max(x)`` inside the
+    range (one min/max pass), or else a float64 sum of ``|x|`` below 2**62, cannot
+    overflow; only other batches are summed exactly, as decimal128(38, 0), and checked. A
+    partial sum (of one input block, or of the states one reducer holds) that overflows
+    raises even if later values would bring the total back into range.
+    """
 
     kind = "sum"
     default_name = "sum"
+    float_rounding = True
 
     def create(self) -> Any:
         return None
@@ -247,6 +271,90 @@ class Sum(_ColumnReducer):
 
     def state_aggregations(self) -> list[tuple[str | None, str, str]]:
         return [(self.column, "sum", "sum")]
+
+    def partial_from_batch(self, table: pa.Table, group_cols: list[str], weight_col: str | None = None) -> pa.Table:
+        if self.column in table.column_names and sum_may_overflow(table[self.column]):
+            aggs = [(self.column, "sum")] + ([([], "count_all")] if weight_col is not None else [])
+            names = list(group_cols) + ["sum"] + ([weight_col] if weight_col is not None else [])
+            return _exact_int_sums(table, group_cols, self.column, aggs, names, self.column)
+        return super().partial_from_batch(table, group_cols, weight_col)
+
+    def merge_partials(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
+        if sum_may_overflow(table["sum"]):
+            return _exact_int_sums(table, group_cols, "sum", [("sum", "sum")], list(group_cols) + ["sum"], self.column)
+        return super().merge_partials(table, group_cols)
+
+
+_INT64_MAX = 2**63 - 1
+_UINT64_MAX = 2**64 - 1
+_EXACT = pa.decimal128(38, 0)  # holds any sum of < 10**19 int64/uint64 values exactly
+
+
+def sum_may_overflow(column: pa.ChunkedArray | pa.Array) -> bool:
+    """Whether summing groups of ``column`` could leave Arrow's integer sum type.
+
+    Arrow sums signed integers as int64 and unsigned ones as uint64, wrapping around on
+    overflow. This is a cheap, conservative test: False when no sum of any subset of the
+    values can overflow (by the type's width, then ``n * min(x)`` and ``n * max(x)``, then
+    the float64 sum of ``|x|``, each tried only if the previous one does not decide);
+    True when an exact sum is needed. Non-integer columns never overflow here (floats go to inf).
+
+    Args:
+        column: The values (e.g. a column of records, or of partial sums).
+
+    Returns:
+        True if the sums must be computed exactly (see :class:`Sum`).
+    """
+    dtype = column.type
+    if not pa.types.is_integer(dtype):
+        return False
+    n = len(column) - column.null_count
+    if n == 0:
+        return False
+    signed = pa.types.is_signed_integer(dtype)
+    floor, limit = (-(2**63), _INT64_MAX) if signed else (0, _UINT64_MAX)
+    low, high = (-(2 ** (dtype.bit_width - 1)), 2 ** (dtype.bit_width - 1) - 1) if signed else (0, 2**dtype.bit_width - 1)
+    if floor <= low * n and high * n <= limit:
+        return False
+    low, high = pc.min_max(column).as_py().values()
+    if floor <= min(low, 0) * n and max(high, 0) * n <= limit:
+        return False
+    # The sum of all |x| bounds every group's sum. Summed as float64 its relative error
+    # is far below the factor of 2 of margin kept here.
+    total = pc.sum(pc.abs(pc.cast(column, pa.float64(), safe=False))).as_py()
+    return not total < limit / 2
+
+
+def _exact_int_sums(table: pa.Table, group_cols: list[str], column: str, aggs: list[Any], names: list[str],
+                    input_column: str | None) -> pa.Table:
+    """Group sums of integer ``column`` computed as decimal128(38, 0), checked, then cast back.
+
+    Raises:
+        ArithmeticOverflowError: a group's sum is outside the sum type's range.
+    """
+    dtype = table.schema.field(column).type
+    target = pa.int64() if pa.types.is_signed_integer(dtype) else pa.uint64()
+    idx = table.schema.get_field_index(column)
+    wide = table.set_column(idx, column, pc.cast(table[column], _EXACT))
+    out = wide.group_by(group_cols, use_threads=False).aggregate(aggs).rename_columns(names)
+    sums = out[names[len(group_cols)]]
+    try:
+        narrow = pc.cast(sums, target)
+    except pa.ArrowInvalid:
+        values = sums.to_pylist()
+        low, high = (-(2**63), _INT64_MAX) if target == pa.int64() else (0, _UINT64_MAX)
+        row = next(i for i, v in enumerate(values) if v is not None and not low <= v <= high)
+        key_cols = [c for c in group_cols if c != HASH_COL]
+        key_values = [out[c][row].as_py() for c in key_cols]
+        key = key_values[0] if len(key_values) == 1 else tuple(key_values)
+        raise ArithmeticOverflowError(
+            f"Sum({input_column!r}) overflowed {target}: the sum of column {input_column!r} for key {key!r} "
+            f"reached {values[row]}, outside [{low}, {high}]. dpa does not wrap around (like Spark in ANSI "
+            f"mode); cast the column to float64 or decimal to sum beyond {target}, e.g. "
+            f"pc.cast(table[{input_column!r}], pa.decimal128(38, 0)) or float(value) in the records",
+            column=input_column, key=key,
+        ) from None
+    return out.set_column(len(group_cols), names[len(group_cols)], narrow)
 
 
 class Min(_ColumnReducer):
@@ -310,10 +418,13 @@ class Mean(_ColumnReducer):
         return None if acc[1] == 0 else acc[0] / acc[1]
 
     check_type = Sum.check_type
+    float_rounding = True
 
     def prepare(self, table: pa.Table) -> pa.Table:
+        # The mean is a float64: integers beyond 2**53 (and decimals) round to the nearest
+        # float64, as Spark's avg does; a safe cast would refuse them.
         idx = table.schema.get_field_index(self.column)
-        return table.set_column(idx, self.column, pc.cast(table[self.column], pa.float64()))
+        return table.set_column(idx, self.column, pc.cast(table[self.column], pa.float64(), safe=False))
 
     def state_aggregations(self) -> list[tuple[str | None, str, str]]:
         return [(self.column, "sum", "msum"), (self.column, "count", "mcount")]

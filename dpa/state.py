@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from dpa.errors import SchemaError
+from dpa.keys import key_type_class
 from dpa.records import table_to_records, unify
 from dpa.reducers import HASH_COL, WEIGHT_COL, ColumnarReducer, Reducer
 
@@ -47,6 +49,38 @@ def split_by(table: pa.Table, parts: np.ndarray, n: int) -> list[pa.Table]:
     ]
 
 
+class KeyTypeGuard:
+    """Checks that the key columns of every batch a state receives keep one key class.
+
+    Mappers check this against the plan already; this is the last line of defence for
+    inputs whose key types the plan could not know (e.g. a key column that is all null in
+    the sample), where two mappers could see different types. Without it, Arrow would
+    promote an int key column to float on concatenation and merge keys dpa keeps apart.
+    """
+
+    def __init__(self, key_cols: list[str]) -> None:
+        self.key_cols = list(key_cols)
+        self.types: list[pa.DataType | None] = [None] * len(key_cols)
+
+    def check(self, table: pa.Table) -> None:
+        """Raises :class:`SchemaError` if a key column's class differs from the earlier batches'."""
+        for i, name in enumerate(self.key_cols):
+            if name not in table.column_names:
+                continue
+            dtype = table.schema.field(name).type
+            if pa.types.is_null(dtype):
+                continue
+            seen = self.types[i]
+            if seen is None:
+                self.types[i] = dtype
+            elif seen != dtype and key_type_class(seen) != key_type_class(dtype):
+                raise SchemaError(
+                    f"key column {name!r} holds {dtype} keys in one batch and {seen} keys in another; dpa treats "
+                    "1, 1.0 and True as different keys, so a key column must keep one type for the whole job: "
+                    "give every key one type (e.g. convert them with str(), int() or float())"
+                )
+
+
 class ColumnarState:
     """Vectorised keyed state for :class:`~dpa.reducers.ColumnarReducer` built-ins."""
 
@@ -59,6 +93,7 @@ class ColumnarState:
         self._parts: list[pa.Table] = []
         self._rows_since_compact = 0
         self._compacted_rows = 0
+        self._guard = KeyTypeGuard(self.key_cols)
 
     def add(self, table: pa.Table) -> None:
         """Folds a batch of raw records (key columns, hash, input columns) in."""
@@ -76,6 +111,7 @@ class ColumnarState:
             self._append(partial)
 
     def _append(self, part: pa.Table) -> None:
+        self._guard.check(part)
         self._parts.append(part)
         self._rows_since_compact += part.num_rows
         if self._rows_since_compact > max(COMPACT_MIN_ROWS, self._compacted_rows):
@@ -85,7 +121,11 @@ class ColumnarState:
         if not self._parts:
             return None
         if len(self._parts) > 1 or self._rows_since_compact:
-            merged = self.reducer.merge_partials(unify(self._parts), self.group_cols)
+            try:
+                parts = unify(self._parts, float_rounding=self.reducer.float_rounding)
+            except SchemaError as exc:
+                raise SchemaError(f"{self.reducer!r}: the partial states of different input blocks do not combine: {exc}") from exc
+            merged = self.reducer.merge_partials(parts, self.group_cols)
             self._parts = [merged]
             self._compacted_rows = merged.num_rows
             self._rows_since_compact = 0
@@ -135,6 +175,7 @@ class DictState:
         self.record_kind = record_kind
         self._accs: dict[Any, list[Any]] = {}  # key -> [hash, acc]
         self._key_schema: pa.Schema | None = None
+        self._guard = KeyTypeGuard(self.key_cols)
         self.current_key: Any = None
 
     def _keys(self, table: pa.Table) -> list[Any]:
@@ -146,8 +187,8 @@ class DictState:
         """Folds a batch of raw records in, one ``add_batch`` per distinct key."""
         if not table.num_rows:
             return
-        if self._key_schema is None:
-            self._key_schema = pa.schema([table.schema.field(c) for c in self.key_cols])
+        self._guard.check(table)
+        self._widen_key_schema(pa.schema([table.schema.field(c) for c in self.key_cols]))
         keys = self._keys(table)
         hashes = table[HASH_COL].to_pylist()
         if self.reducer.column is not None:
@@ -183,6 +224,16 @@ class DictState:
         if self._key_schema is None:
             self._key_schema = schema
 
+    def _widen_key_schema(self, schema: pa.Schema) -> None:
+        """Keeps the key types wide enough for every batch seen (int32 then int64 -> int64)."""
+        if self._key_schema is None or self._key_schema == schema:
+            self._key_schema = schema if self._key_schema is None else self._key_schema
+            return
+        try:
+            self._key_schema = pa.unify_schemas([self._key_schema, schema], promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise SchemaError(f"key columns change type between batches ({self._key_schema} vs {schema}): {exc}") from exc
+
     @property
     def num_keys(self) -> int:
         """Distinct keys held."""
@@ -209,6 +260,8 @@ class DictState:
         arrays = []
         for i, values in enumerate(key_arrays):
             dtype = self._key_schema.field(i).type if self._key_schema is not None else None
+            if dtype is not None and pa.types.is_null(dtype):
+                dtype = None  # keys first seen all null, then typed ones (merged from peers)
             arrays.append(pa.array(values, type=dtype))
         try:
             arrays.append(pa.array(results))
@@ -233,6 +286,18 @@ def make_state(reducer: Reducer, key_cols: list[str], record_kind: str) -> Colum
 
 
 def concat_results(tables: list[pa.Table | None], empty: pa.Table) -> pa.Table:
-    """Concatenates the per-reducer outputs, or returns ``empty`` when there are none."""
+    """Concatenates the per-reducer outputs, or returns ``empty`` when there are none.
+
+    Outputs are promoted like input blocks (:func:`dpa.records.unify`). One exception: an
+    integer output column meeting a floating one may round to float64. Reducers only
+    produce that for a value column that is integer in some blocks and floating in others:
+    sums (which round anyway), or values already checked to be exact in float64 when the
+    blocks were read (:func:`dpa.plan.build_plan`).
+    """
     parts = [t for t in tables if t is not None and t.num_rows]
-    return unify(parts) if parts else empty
+    if not parts:
+        return empty
+    try:
+        return unify(parts)
+    except SchemaError:
+        return unify(parts, float_rounding=True)

