@@ -17,7 +17,7 @@ returns a :class:`dpa.Result`. Then read, in this order:
   stream through any policy without Ray.
 """
 
-from dpa.api import Result, Stats, run
+from dpa.api import run
 from dpa.config import JobConfig
 from dpa.errors import ConfigError, DPAError, JobFailedError, KeyEncodingError, SchemaError
 from dpa.keys import encode_key, hash_key
@@ -25,6 +25,7 @@ from dpa.metrics import skew
 from dpa.plan import ArrowRefs, BatchMap, ParquetFiles, UserCodeError
 from dpa.policy import PolicySpec, RebalanceEvent, policies, register_policy
 from dpa.reducers import Collect, Count, Max, Mean, Min, Reducer, Sum, TopK, WithCost
+from dpa.result import Result, Stats
 from dpa.ring import HashRing, RingSnapshot
 
 __all__ = [

@@ -1,151 +1,22 @@
-"""The public entry point: :func:`run` and its :class:`Result`."""
+"""The public entry point: :func:`run` (its :class:`~dpa.result.Result` is in :mod:`dpa.result`)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
-
-import pyarrow as pa
 
 from dpa.config import JobConfig
 from dpa.errors import ConfigError, JobFailedError, KeyEncodingError, SchemaError
-from dpa.metrics import skew
 from dpa.plan import build_plan, empty_input_table, normalize_source
 from dpa.reducers import Reducer, unwrap
-from dpa.runtime_local import RunOutput, run_local
+from dpa.result import Result, Stats
+from dpa.run_output import RunOutput
+from dpa.runtime_local import run_local
 from dpa.source_adapters import find_source_adapter
-from dpa.state import concat_results, make_state
+from dpa.state import make_state
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class Stats:
-    """What happened in a job.
-
-    Attributes:
-        processed: Records processed by each reducer (``M_i``; forwarded ones not counted).
-        forwarded: Records each reducer forwarded to the key's new owner.
-        emitted: Records each mapper emitted (after ``map_fn``).
-        blocks_per_mapper: Input blocks each mapper pulled.
-        rebalances: The balancer's event log (:class:`dpa.policy.RebalanceEvent`).
-        final_tokens: Tokens per reducer at the end (ring policies), else None.
-        ring_version: Routing-state version at the end (0 = never changed).
-        merged: Whether a final state merge across reducers was needed.
-        wall_time_s: Seconds from the start of ``run`` to the result.
-        virtual_time_s: Simulated seconds (in-process runtime only).
-        peak_queue: Largest queue length seen per reducer, in records.
-        runtime: ``"ray"`` or ``"local"``.
-        policy: Policy name.
-    """
-
-    processed: list[int]
-    forwarded: list[int]
-    emitted: list[int]
-    blocks_per_mapper: list[int]
-    rebalances: list[Any]
-    final_tokens: list[int] | None
-    ring_version: int
-    merged: bool
-    wall_time_s: float
-    virtual_time_s: float | None
-    peak_queue: list[int]
-    runtime: str
-    policy: str
-    num_keys: int = 0
-    job_id: str = ""
-    timeline: list[Any] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def skew(self) -> float:
-        """The DPA paper's skew ``S = (W - U) / (M - U)`` over :attr:`processed` (eq. 2)."""
-        return skew(self.processed)
-
-    @property
-    def total_processed(self) -> int:
-        return sum(self.processed)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-friendly dict of every field plus ``skew``."""
-        return {
-            "processed": list(self.processed),
-            "forwarded": list(self.forwarded),
-            "emitted": list(self.emitted),
-            "blocks_per_mapper": list(self.blocks_per_mapper),
-            "rebalances": [e.to_dict() for e in self.rebalances],
-            "final_tokens": self.final_tokens,
-            "ring_version": self.ring_version,
-            "merged": self.merged,
-            "wall_time_s": self.wall_time_s,
-            "virtual_time_s": self.virtual_time_s,
-            "peak_queue": list(self.peak_queue),
-            "runtime": self.runtime,
-            "policy": self.policy,
-            "num_keys": self.num_keys,
-            "job_id": self.job_id,
-            "skew": self.skew,
-            "timeline": [{"time_s": t, "queue_lengths": list(q), "version": v} for t, q, v in self.timeline],
-            **self.extra,
-        }
-
-
-class Result:
-    """The merged result of a job, with its :class:`Stats`.
-
-    The result has the key column(s) followed by the reducer's output column. On the Ray
-    runtime the per-reducer parts stay in the object store (:attr:`arrow_refs`) until
-    asked for, so the Spark bridge can hand them on without collecting on the driver.
-    """
-
-    def __init__(self, tables: list[pa.Table] | None, empty: pa.Table, key_cols: list[str],
-                 value_col: str, stats: Stats, arrow_refs: list[Any] | None = None) -> None:
-        self._tables = tables
-        self._empty = empty
-        self._table: pa.Table | None = None
-        self.key_columns = key_cols
-        self.value_column = value_col
-        self.stats = stats
-        self.arrow_refs = arrow_refs
-
-    @property
-    def schema(self) -> pa.Schema:
-        """Schema of the result table."""
-        return self.to_arrow().schema if self._tables is not None or self.arrow_refs is None else self._empty.schema
-
-    def to_arrow(self) -> pa.Table:
-        """The result as one ``pyarrow.Table``."""
-        if self._table is None:
-            tables = self._tables
-            if tables is None:
-                import ray
-
-                tables = ray.get(list(self.arrow_refs or []))
-                self._tables = tables
-            self._table = concat_results(tables, self._empty)
-        return self._table
-
-    def to_pandas(self) -> Any:
-        """The result as a ``pandas.DataFrame``."""
-        return self.to_arrow().to_pandas()
-
-    def to_dict(self) -> dict[Any, Any]:
-        """``{key: value}``; multi-column keys become tuples."""
-        table = self.to_arrow()
-        values = table[self.value_column].to_pylist()
-        if len(self.key_columns) == 1:
-            keys = table[self.key_columns[0]].to_pylist()
-        else:
-            keys = list(zip(*(table[c].to_pylist() for c in self.key_columns)))
-        return dict(zip(keys, values))
-
-    def __len__(self) -> int:
-        return self.to_arrow().num_rows
-
-    def __repr__(self) -> str:
-        return f"Result({len(self)} keys, S={self.stats.skew:.3f}, {len(self.stats.rebalances)} rebalances)"
 
 
 def _progress_reporter(progress: Callable[[int, int | None], None], total: int | None) -> Callable[[int], None]:
@@ -250,15 +121,7 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
         tables = None
     if report is not None:
         report(sum(out.processed))
-    snap = out.final_snapshot
-    stats = Stats(
-        processed=out.processed, forwarded=out.forwarded, emitted=out.emitted,
-        blocks_per_mapper=out.blocks_per_mapper, rebalances=out.events,
-        final_tokens=list(snap.token_counts) if hasattr(snap, "token_counts") else None,
-        ring_version=snap.version, merged=out.merged, wall_time_s=out.wall_time_s,
-        virtual_time_s=out.virtual_time_s, peak_queue=out.peak_queue, runtime=config.runtime,
-        policy=config.policy, job_id=plan.job_id, timeline=out.timeline,
-    )
+    stats = Stats.from_output(out, runtime=config.runtime, policy=config.policy, job_id=plan.job_id)
     result = Result(tables, empty, plan.key_cols, plan.reducer.name, stats, arrow_refs=out.arrow_refs)
     if tables is not None:
         stats.num_keys = len(result)

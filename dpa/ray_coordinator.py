@@ -30,6 +30,7 @@ from dpa.ray_actors import (
     describe,
     quiet_method,
 )
+from dpa.run_output import needs_final_merge
 from dpa.telemetry import metric
 
 logger = logging.getLogger(__name__)
@@ -236,7 +237,7 @@ class CoordinatorActor:
                 raise RuntimeError(f"{self.logic.blocks_offered} input blocks offered but {taken} taken by mappers")
             metric("dpa_job_progress").set(1.0, tags=self.job_tags)
             events, final, timeline = await self.balancer.stop.remote(job_id)
-            merged = plan.policy.splits_keys or final.version != snapshot.version
+            merged = needs_final_merge(plan.policy, snapshot, final)
             if merged:
                 await asyncio.gather(*[r.exchange.remote(job_id) for r in self.reducers])
             await asyncio.gather(*[r.finalize.remote(job_id) for r in self.reducers])

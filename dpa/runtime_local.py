@@ -16,38 +16,15 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 from dpa.logic import BalancerLogic, Chunk, CoordinatorLogic, MapperLogic, ReducerLogic
 from dpa.plan import JobPlan
+from dpa.run_output import DRIVER_PROGRESS_INTERVAL_S, RunOutput, needs_final_merge
 
 logger = logging.getLogger(__name__)
-
-
-#: Seconds between two calls of a job's ``progress`` callback on the driver (wall clock).
-DRIVER_PROGRESS_INTERVAL_S = 0.5
-
-
-@dataclass
-class RunOutput:
-    """What a runtime returns to :func:`dpa.run`."""
-
-    tables: list[pa.Table | None]
-    processed: list[int]
-    forwarded: list[int]
-    emitted: list[int]
-    blocks_per_mapper: list[int]
-    events: list[Any]
-    final_snapshot: Any
-    merged: bool
-    wall_time_s: float
-    virtual_time_s: float | None = None
-    peak_queue: list[int] = field(default_factory=list)
-    arrow_refs: list[Any] | None = None
-    timeline: list[tuple[float, tuple[int, ...], int]] = field(default_factory=list)
 
 
 def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
@@ -169,7 +146,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
             if not coord.complete() and any(b is not None for b in busy):
                 heapq.heappush(heap, (now + plan.lb_interval_s, next(seq), "tick", -1))
 
-    merged = policy.splits_keys or balancer.snapshot.version != snapshot.version
+    merged = needs_final_merge(policy, snapshot, balancer.snapshot)
     if merged:
         parts = [red.partition_state() for red in reducers]
         for src in range(R):

@@ -26,7 +26,7 @@ from dpa.ray_actors import describe
 from dpa.ray_pool import Pool, acquire, release, shutdown_pools
 from dpa.ray_session import METRICS_REPORT_INTERVAL_MS, ensure_ray
 from dpa.records import compact
-from dpa.runtime_local import DRIVER_PROGRESS_INTERVAL_S, RunOutput
+from dpa.run_output import DRIVER_PROGRESS_INTERVAL_S, RunOutput
 
 logger = logging.getLogger(__name__)
 

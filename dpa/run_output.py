@@ -1,0 +1,56 @@
+"""What a runtime hands back to :func:`dpa.run`, and the decisions both runtimes share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+#: Seconds between two calls of a job's ``progress`` callback on the driver (wall clock).
+DRIVER_PROGRESS_INTERVAL_S = 0.5
+
+
+@dataclass
+class RunOutput:
+    """What a runtime returns to :func:`dpa.run`.
+
+    Attributes:
+        tables: Per-reducer result tables (in-process runtime), else empty.
+        processed: Records processed per reducer.
+        forwarded: Records forwarded per reducer.
+        emitted: Records emitted per mapper.
+        blocks_per_mapper: Input blocks each mapper took.
+        events: The balancer's :class:`~dpa.policy.RebalanceEvent` log.
+        final_snapshot: The routing snapshot at the end.
+        merged: Whether the partitioned final merge ran (:func:`needs_final_merge`).
+        wall_time_s: Seconds the runtime took.
+        virtual_time_s: Simulated seconds (in-process runtime only).
+        peak_queue: Largest queue length per reducer, in records.
+        arrow_refs: Per-reducer result refs in Ray's object store (Ray runtime).
+        timeline: ``(time, queue lengths, version)`` samples.
+    """
+
+    tables: list[pa.Table | None]
+    processed: list[int]
+    forwarded: list[int]
+    emitted: list[int]
+    blocks_per_mapper: list[int]
+    events: list[Any]
+    final_snapshot: Any
+    merged: bool
+    wall_time_s: float
+    virtual_time_s: float | None = None
+    peak_queue: list[int] = field(default_factory=list)
+    arrow_refs: list[Any] | None = None
+    timeline: list[tuple[float, tuple[int, ...], int]] = field(default_factory=list)
+
+
+def needs_final_merge(policy: Any, initial_snapshot: Any, final_snapshot: Any) -> bool:
+    """Whether partial states of one key may sit on several reducers at the end.
+
+    True when the policy splits keys by design, or when the routing changed during the job
+    (a moved key was processed by its old and its new owner). Otherwise every key stayed on
+    one reducer, and the partitioned final merge is skipped.
+    """
+    return bool(policy.splits_keys) or final_snapshot.version != initial_snapshot.version
