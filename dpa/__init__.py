@@ -19,14 +19,23 @@ returns a :class:`dpa.Result`. Then read, in this order:
 
 from dpa.api import run
 from dpa.config import JobConfig
-from dpa.errors import ConfigError, DPAError, JobFailedError, KeyEncodingError, SchemaError
+from dpa.errors import (
+    ArithmeticOverflowError,
+    ConfigError,
+    DPAError,
+    JobFailedError,
+    KeyEncodingError,
+    SchemaError,
+    UserCodeError,
+)
 from dpa.keys import encode_key, hash_key
 from dpa.metrics import skew
-from dpa.plan import ArrowRefs, BatchMap, ParquetFiles, UserCodeError
 from dpa.policy import PolicySpec, RebalanceEvent, policies, register_policy
 from dpa.reducers import Collect, Count, Max, Mean, Min, Reducer, Sum, TopK, WithCost
 from dpa.result import Result, Stats
 from dpa.ring import HashRing, RingSnapshot
+from dpa.sources import ArrowRefs, ParquetFiles
+from dpa.user_code import BatchMap
 
 __all__ = [
     "run", "Result", "Stats", "JobConfig", "BatchMap", "ArrowRefs", "ParquetFiles",
@@ -34,6 +43,7 @@ __all__ = [
     "HashRing", "RingSnapshot", "PolicySpec", "RebalanceEvent", "policies", "register_policy",
     "encode_key", "hash_key", "skew", "shutdown",
     "DPAError", "ConfigError", "SchemaError", "KeyEncodingError", "JobFailedError", "UserCodeError",
+    "ArithmeticOverflowError",
 ]
 
 

@@ -8,12 +8,13 @@ from typing import Any
 
 from dpa.config import JobConfig
 from dpa.errors import ConfigError, JobFailedError, KeyEncodingError, SchemaError
-from dpa.plan import build_plan, empty_input_table, normalize_source
+from dpa.plan import build_plan, empty_input_table
 from dpa.reducers import Reducer, unwrap
 from dpa.result import Result, Stats
 from dpa.run_output import RunOutput
 from dpa.runtime_local import run_local
 from dpa.source_adapters import find_source_adapter
+from dpa.sources import normalize_source
 from dpa.state import make_state
 
 logger = logging.getLogger(__name__)

@@ -6,6 +6,8 @@ also ``ValueError``/``TypeError`` so callers that catch the builtin types keep w
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class DPAError(Exception):
     """Base class of every error raised by dpa on purpose."""
@@ -66,3 +68,19 @@ class ArithmeticOverflowError(DPAError, OverflowError):
 
 def _rebuild_overflow(message: str, column: str | None, key: object) -> ArithmeticOverflowError:
     return ArithmeticOverflowError(message, column=column, key=key)
+
+
+class UserCodeError(DPAError, RuntimeError):
+    """A user function (``map_fn``, ``key``, reducer) raised; wraps the original exception."""
+
+    def __init__(self, message: str, *, key: Any = None, record: Any = None):
+        super().__init__(message)
+        self.key = key
+        self.record = record
+
+    def __reduce__(self):
+        return (_rebuild_user_error, (str(self), self.key, self.record))
+
+
+def _rebuild_user_error(message: str, key: Any, record: Any) -> UserCodeError:
+    return UserCodeError(message, key=key, record=record)

@@ -31,7 +31,8 @@ import pyarrow as pa
 import ray
 
 from dpa.logic import BalancerLogic, MapperLogic, ReducerLogic
-from dpa.plan import JobPlan, ParquetPiece, empty_input_table
+from dpa.plan import JobPlan, empty_input_table
+from dpa.sources import ParquetPiece
 from dpa.telemetry import ReducerTelemetry, metric
 
 logger = logging.getLogger(__name__)

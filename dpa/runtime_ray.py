@@ -21,12 +21,13 @@ from typing import Any
 import ray
 
 from dpa.errors import DPAError, JobFailedError
-from dpa.plan import ArrowRefs, JobPlan
+from dpa.plan import JobPlan
 from dpa.ray_actors import describe
 from dpa.ray_pool import Pool, acquire, release, shutdown_pools
 from dpa.ray_session import METRICS_REPORT_INTERVAL_MS, ensure_ray
 from dpa.records import compact
 from dpa.run_output import DRIVER_PROGRESS_INTERVAL_S, RunOutput
+from dpa.sources import ArrowRefs
 
 logger = logging.getLogger(__name__)
 

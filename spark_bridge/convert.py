@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover - imported for type hints only
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
-    from dpa.plan import ArrowRefs
+    from dpa.sources import ArrowRefs
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ def spark_to_arrow_refs(df: DataFrame, num_blocks: int | None = None) -> ArrowRe
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.storagelevel import StorageLevel
 
-    from dpa.plan import ArrowRefs
+    from dpa.sources import ArrowRefs
 
     if num_blocks is not None and (
         isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1

@@ -24,16 +24,19 @@ import pyarrow.compute as pc
 import pytest
 
 import dpa
+from dpa.block_types import add_key_columns
 from dpa.errors import (
     ArithmeticOverflowError,
     DPAError,
     JobFailedError,
     KeyEncodingError,
     SchemaError,
+    UserCodeError,
 )
-from dpa.plan import UserCodeError, add_key_columns, build_plan, normalize_source
+from dpa.plan import build_plan
 from dpa.records import IntegerRangeError, records_to_table, unify
 from dpa.reducers import HASH_COL, WEIGHT_COL, sum_may_overflow
+from dpa.sources import normalize_source
 from dpa.state import ColumnarState, DictState, concat_results
 
 

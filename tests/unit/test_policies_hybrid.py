@@ -204,8 +204,9 @@ def test_home_spreads_in_flight_batches_of_a_key_that_became_hot_since_they_were
     import pyarrow as pa
 
     from dpa.logic import ReducerLogic
-    from dpa.plan import build_plan, normalize_source
+    from dpa.plan import build_plan
     from dpa.reducers import HASH_COL
+    from dpa.sources import normalize_source
 
     table = pa.table({"k": ["x"] * 40})
     cfg = dpa.JobConfig(policy="hybrid", runtime="local", max_rounds=0, map_side_combine=False)

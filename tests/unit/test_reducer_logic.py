@@ -8,8 +8,9 @@ import pyarrow as pa
 
 import dpa
 from dpa.logic import MapperLogic, ReducerLogic
-from dpa.plan import build_plan, normalize_source
+from dpa.plan import build_plan
 from dpa.policy import DPAPolicy
+from dpa.sources import normalize_source
 
 
 @dataclasses.dataclass(frozen=True)
