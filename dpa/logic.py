@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dpa.instructions import Forward, Publish, Push
 from dpa.keys import KeyHashCache, hash_key_columns
 from dpa.plan import JobPlan
 from dpa.policy import Decision, RebalanceEvent
@@ -71,8 +72,8 @@ class MapperLogic:
         if snapshot.version > self.snapshot.version:
             self.snapshot = snapshot
 
-    def map_block(self, block: pa.Table) -> list[tuple[int, pa.Table]]:
-        """Applies ``map_fn`` and the key, hashes and routes; returns ``(reducer, batch)`` pairs."""
+    def map_block(self, block: pa.Table) -> list[Push]:
+        """Applies ``map_fn`` and the key, hashes and routes; returns one :class:`Push` per reducer."""
         self.blocks += 1
         if self.plan.input_combined:  # partial states already: hash and route only
             self.emitted += weight(block)
@@ -85,7 +86,7 @@ class MapperLogic:
             table = self.combiner.partial_from_batch(table, self.plan.key_cols, WEIGHT_COL)
         return self._route(table)
 
-    def _route(self, table: pa.Table) -> list[tuple[int, pa.Table]]:
+    def _route(self, table: pa.Table) -> list[Push]:
         """Hashes the key columns and splits the table by destination reducer."""
         if table.num_rows == 0:
             return []
@@ -93,7 +94,7 @@ class MapperLogic:
         table = table.append_column(HASH_COL, pa.array(hashes, pa.uint32()))
         dest = np.asarray(self.router.route(hashes, self.snapshot), dtype=np.int64)
         parts = split_by(table, dest, self.plan.num_reducers)
-        return [(r, p) for r, p in enumerate(parts) if p.num_rows]
+        return [Push(r, p) for r, p in enumerate(parts) if p.num_rows]
 
 
 @dataclass
@@ -101,7 +102,7 @@ class Chunk:
     """Work taken from a reducer's queue: records it owns and records to forward."""
 
     owned: pa.Table | None
-    forwards: list[tuple[int, pa.Table]]
+    forwards: list[Forward]
     cost_s: float
 
     @property
@@ -156,7 +157,7 @@ class ReducerLogic:
         return self.queued < self.plan.queue_capacity
 
     def enqueue(self, batch: pa.Table, forwarded: bool = False,
-                version: int | None = None) -> list[tuple[int, pa.Table]]:
+                version: int | None = None) -> list[Forward]:
         """Appends a batch to the queue; returns the records to forward at once.
 
         A mapper's batch routed under an older snapshot ``version`` than this reducer's is
@@ -167,7 +168,7 @@ class ReducerLogic:
         """
         if not batch.num_rows:
             return []
-        forwards: list[tuple[int, pa.Table]] = []
+        forwards: list[Forward] = []
         if not forwarded and self.collect_keys:
             w = batch[WEIGHT_COL].to_numpy() if WEIGHT_COL in batch.column_names else None
             self._arrivals.append((batch[HASH_COL].to_numpy(), w))
@@ -219,7 +220,7 @@ class ReducerLogic:
         """Records this reducer holds: processed, being processed or queued."""
         return self.processed + self.in_process + self.queued
 
-    def _split(self, batch: pa.Table, owners: np.ndarray | None = None) -> tuple[pa.Table | None, list[tuple[int, pa.Table]]]:
+    def _split(self, batch: pa.Table, owners: np.ndarray | None = None) -> tuple[pa.Table | None, list[Forward]]:
         """Splits a batch into the part this reducer keeps and the parts to forward."""
         if owners is None:
             owners = self.plan.policy.destinations(self.snapshot, batch[HASH_COL].to_numpy(), self.reducer_id, False)
@@ -229,12 +230,12 @@ class ReducerLogic:
         if mine.all():
             return batch, []
         parts = split_by(batch, np.asarray(owners, dtype=np.int64), self.plan.num_reducers)
-        forwards = [(r, p) for r, p in enumerate(parts) if p.num_rows and r != self.reducer_id]
+        forwards = [Forward(r, p) for r, p in enumerate(parts) if p.num_rows and r != self.reducer_id]
         owned = parts[self.reducer_id] if parts[self.reducer_id].num_rows else None
         return owned, forwards
 
     # -- events ---------------------------------------------------------------------
-    def on_snapshot(self, snapshot: Any) -> list[tuple[int, pa.Table]]:
+    def on_snapshot(self, snapshot: Any) -> list[Forward]:
         """Adopts a newer snapshot and returns queued records it no longer owns (to forward).
 
         Forwarding eagerly on adoption (rather than when each record reaches the head of
@@ -257,7 +258,7 @@ class ReducerLogic:
             return []
         dest = policy.handover(snapshot, hashes, np.asarray(dest, dtype=np.int64), self.reducer_id)
         kept: deque[pa.Table] = deque()
-        forwards: list[tuple[int, pa.Table]] = []
+        forwards: list[Forward] = []
         offset = 0
         self.routed = deque()
         for batch in self.queue:
@@ -392,8 +393,8 @@ class BalancerLogic:
             self.timeline = self.timeline[::2]
             self._stride *= 2
 
-    def tick(self, now: float) -> Any | None:
-        """Samples the timeline and evaluates the policy; returns a snapshot to publish, if any."""
+    def tick(self, now: float) -> Publish | None:
+        """Samples the timeline and evaluates the policy; returns the snapshot to publish, if any."""
         self.sample(now)
         if self.planner is None:
             return None
@@ -403,9 +404,10 @@ class BalancerLogic:
             self.events.append(decision.event)
             if decision.snapshot is not None:
                 published = self.snapshot = decision.snapshot
-        if published is not None:
-            self.sample(now)
-        return published
+        if published is None:
+            return None
+        self.sample(now)
+        return Publish(published)
 
 
 class CoordinatorLogic:

@@ -30,6 +30,7 @@ from typing import Any
 import pyarrow as pa
 import ray
 
+from dpa.instructions import Forward
 from dpa.logic import BalancerLogic, MapperLogic, ReducerLogic
 from dpa.plan import JobPlan, empty_input_table
 from dpa.sources import ParquetPiece
@@ -221,7 +222,7 @@ class ReducerActor(_JobMember):
         self._send(self.logic.on_snapshot(snapshot))
         self._report(force=True)
 
-    def _send(self, forwards: list[tuple[int, pa.Table]]) -> None:
+    def _send(self, forwards: list[Forward]) -> None:
         version = self.logic.snapshot.version
         for dest, batch in forwards:
             self.inflight.append(self.peers[dest].push.remote(self.job_id, batch, version, True))
@@ -403,11 +404,11 @@ class BalancerActor(_JobMember):
             self.fresh.clear()
             if not self.running:
                 break
-            new = self.logic.tick(time.monotonic() - self.t0)
+            instruction = self.logic.tick(time.monotonic() - self.t0)
             self._export_events()
-            if new is not None:
+            if instruction is not None:
                 for target in self.targets:
-                    target.update_ring.remote(job_id, new)
+                    target.update_ring.remote(job_id, instruction.snapshot)
 
     async def stop(self, job_id: str) -> tuple[list[Any], Any, list[Any]]:
         self.running = False

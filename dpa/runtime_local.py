@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from dpa.instructions import Forward, Push
 from dpa.logic import BalancerLogic, Chunk, CoordinatorLogic, MapperLogic, ReducerLogic
 from dpa.plan import JobPlan
 from dpa.run_output import DRIVER_PROGRESS_INTERVAL_S, RunOutput, needs_final_merge
@@ -46,7 +47,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
     heap: list[tuple[float, int, str, int]] = []
     busy: list[Chunk | None] = [None] * R
     now = 0.0
-    pending: list[list[tuple[int, pa.Table]]] = [[] for _ in range(M)]  # blocked pushes per mapper
+    pending: list[list[Push]] = [[] for _ in range(M)]  # blocked pushes per mapper
     versions = [snapshot.version] * M  # snapshot version each mapper's pending batches were routed under
     block_iter = iter(blocks)
     next_mapper = itertools.cycle(range(M))
@@ -55,7 +56,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
         balancer.report(r, reducers[r].queued, reducers[r].snapshot.version, reducers[r].take_key_stats())
         coord.on_progress(r, reducers[r].processed)
 
-    def deliver(forwards: list[tuple[int, pa.Table]]) -> None:
+    def deliver(forwards: list[Forward]) -> None:
         for dest, batch in forwards:
             reducers[dest].enqueue(batch, forwarded=True)
             start(dest)
@@ -140,9 +141,9 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
                 last_progress = time.perf_counter()
                 progress(sum(coord.processed))
         elif kind == "tick":
-            new = balancer.tick(now)
-            if new is not None:
-                publish(new)
+            instruction = balancer.tick(now)
+            if instruction is not None:
+                publish(instruction.snapshot)
             if not coord.complete() and any(b is not None for b in busy):
                 heapq.heappush(heap, (now + plan.lb_interval_s, next(seq), "tick", -1))
 
