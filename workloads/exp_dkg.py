@@ -50,8 +50,7 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -61,17 +60,17 @@ import numpy as np
 from dpa.errors import ConfigError
 from dpa.partitioners.dkg import dkg_max_machines, dkg_threshold
 from dpa.simulate import simulate
-from workloads.exp_common import (
+from workloads.harness import (
     Claim,
+    Experiment,
+    Log,
     StageTimer,
     claims_markdown,
-    hash_keys,
     markdown_table,
     new_figure,
-    run_metadata,
     save_figure,
-    write_json,
 )
+from workloads.imbalance import hash_keys
 
 __all__ = [
     "COUNTRY_KEYS",
@@ -83,7 +82,7 @@ __all__ = [
     "country_stream",
     "dkg_promote_every",
     "election_stream",
-    "evaluate_claims",
+    "claims",
     "expected_shuffle_dist_cost",
     "main",
     "markdown",
@@ -93,8 +92,6 @@ __all__ = [
     "run_sources",
     "run_workers",
 ]
-
-Log = Callable[[str], None] | None
 
 COUNTRY_KEYS = 204
 """Keys of the paper's synthetic datasets (country names)."""
@@ -359,7 +356,6 @@ def run_all(sizes: Sizes = Sizes(), seed: int = 0, log: Log = None, workers: Seq
         "sources": timed("sources", lambda: run_sources(sizes.sources, seed, sources, log=log)),
     }
     results["timings_s"] = timed.timings
-    results["claims"] = [c.to_dict() for c in evaluate_claims(results)]
     return results
 
 
@@ -368,7 +364,7 @@ def _fmt_cells(cells: dict[str, dict[str, Any]], key: str, digits: int = 2) -> s
     return ", ".join(f"{k} {m[key]:.{digits}f}" for k, m in cells.items())
 
 
-def evaluate_claims(results: dict[str, Any]) -> list[Claim]:
+def claims(results: dict[str, Any]) -> list[Claim]:
     """The DKG paper's claims on StdDev / DistCost with verdicts computed from ``results``."""
     claims: list[Claim] = []
     th = results.get("thresholds", {})
@@ -616,26 +612,26 @@ def plot_sources(results: dict[str, Any], path: str | Path) -> Path:
 
 
 # ============================================================================ CLI
-def main(argv: list[str] | None = None) -> None:
-    """Command line: run experiments (a)-(c) and write ``dkg.json``, ``dkg.md`` and the plots."""
-    parser = argparse.ArgumentParser(prog="python -m workloads.exp_dkg", description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="results/dkg", help="output directory (default results/dkg)")
-    parser.add_argument("--seed", type=int, default=0)
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every stream's message count")
-    args = parser.parse_args(argv)
-    started = time.perf_counter()
-    results = run_all(Sizes().scaled(args.scale), args.seed, log=print)
-    results["meta"] = run_metadata("workloads.exp_dkg", time.perf_counter() - started)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "dkg.json", results)
-    for fn, name in ((plot_workers, "dkg_workers.png"), (plot_sweep, "dkg_skew.png"), (plot_sources, "dkg_sources.png")):
-        fn(results, out / name)
-    (out / "dkg.md").write_text(markdown(results, results["meta"]["command"]), encoding="utf-8")
-    print(f"wrote {out / 'dkg.json'}, {out / 'dkg.md'} and 3 PNGs in {time.perf_counter() - started:.0f} s")
-    for c in results["claims"]:
-        print(f"  [{'yes' if c['holds'] else 'NO '}] {c['where']}: {c['claim']}")
+
+
+def plots(results: dict[str, Any], out: Path) -> list[Path]:
+    """Every plot of the report into ``out``."""
+    return [fn(results, out / name) for fn, name in ((plot_workers, "dkg_workers.png"), (plot_sweep, "dkg_skew.png"),
+                                                      (plot_sources, "dkg_sources.png"))]
+
+
+EXPERIMENT = Experiment(
+    module="workloads.exp_dkg", description=__doc__ or "", out="results/dkg", json_name="dkg.json",
+    add_arguments=_arguments, seed=0, quick=("--scale", "0.01"),
+    run=lambda args, log: run_all(Sizes().scaled(args.scale), args.seed, log=log),
+    claims=claims, markdown=lambda res: markdown(res, res["meta"]["command"]), plots=plots,
+)
+main = EXPERIMENT.main
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    sys.exit(main())

@@ -53,21 +53,21 @@ from typing import Any
 import numpy as np
 
 from dpa.partitioners.fang import TableSnapshot, plan_table, workload_skewness
-from workloads.exp_common import (
+from workloads.generators import zipf_probabilities
+from workloads.harness import (
     Claim,
+    Experiment,
     claims_markdown,
-    hash_keys,
     markdown_table,
     new_figure,
-    run_metadata,
     save_figure,
-    write_json,
 )
-from workloads.generators import zipf_probabilities
+from workloads.imbalance import hash_keys
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "EXPERIMENT",
     "FluctuatingZipf",
     "Setup",
     "claims",
@@ -630,30 +630,24 @@ def plot(res: dict[str, Any], out: Path) -> list[Path]:
     return paths
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/fang", help="output directory")
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--intervals", type=int, default=Setup.intervals)
     parser.add_argument("--keys", type=int, default=Setup.num_keys)
     parser.add_argument("--workers", type=int, default=Setup.num_workers)
-    parser.add_argument("--seed", type=int, default=Setup.seed)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-    out = Path(args.out)
-    started = time.perf_counter()
-    setup = Setup(num_keys=args.keys, num_workers=args.workers, intervals=args.intervals, seed=args.seed)
-    res = run_all(setup)
-    elapsed = time.perf_counter() - started
-    command = "python -m workloads.exp_fang " + " ".join(sys.argv[1:] if argv is None else argv)
-    res["meta"] = run_metadata("workloads.exp_fang", elapsed)
-    res["claims"] = [c.to_dict() for c in claims(res)]
-    write_json(out / "fang.json", res)
-    plot(res, out)
-    md = markdown(res, command.strip(), elapsed)
-    (out / "fang.md").write_text(md)
-    print(md)
-    return 0
+
+
+def _run(args: argparse.Namespace, log: Callable[[str], None] | None) -> dict[str, Any]:
+    return run_all(Setup(num_keys=args.keys, num_workers=args.workers, intervals=args.intervals, seed=args.seed),
+                   log=log)
+
+
+EXPERIMENT = Experiment(
+    module="workloads.exp_fang", description=__doc__ or "", out="results/fang", json_name="fang.json",
+    add_arguments=_arguments, run=_run, seed=Setup.seed, claims=claims, plots=plot, print_markdown=True,
+    markdown=lambda res: markdown(res, res["meta"]["command"], res["meta"]["elapsed_s"]),
+    quick=("--intervals", "4", "--keys", "2000", "--workers", "5"),
+)
+main = EXPERIMENT.main
 
 
 if __name__ == "__main__":

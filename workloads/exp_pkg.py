@@ -16,164 +16,55 @@ dpa's policies with :func:`dpa.simulate.simulate` (no Ray) and writes ``pkg.json
 (e) A **drifting** stream (Q3, the cashtag experiment's question): the hot key changes
     every tenth of the stream.
 
-Choices made where the paper leaves room (all documented in the report as well):
-
-* **Zipf stand-ins for WP and TW.** The real logs are not used. Each is a bounded Zipf
-  stream of ``n`` messages over ``K`` keys, with ``K`` chosen so that keys per message
-  equals the dataset's (WP: 2.9M keys / 22M messages, TW: 31M / 1.2G) and the exponent
-  ``z`` solved (:func:`solve_zipf_exponent`) so that the most frequent key has exactly the
-  dataset's ``p1`` (WP 9.32%, TW 2.67%, Table I). Only ``p1`` and the key count are
-  matched; the rest of the real distributions is not.
-* **Imbalance normalisation**: see :data:`workloads.exp_common.IMBALANCE_DOC`. The numbers
-  compared with the paper are ``I(n) / n``, the imbalance at the end of the stream over the
-  number of messages (the paper's unbalanced cells are exactly that; its balanced
-  Off-Greedy cells rule out a time average).
-* **Global vs local.** Table II predates the paper's local estimation (Q2 says "so far, it
-  still uses global information about the load"), so its five methods run with one router
-  that sees the whole stream (``shared_router=True``): PKG is the paper's G, PoTC and
-  On-Greedy get the coordinated key tables their definitions assume, Off-Greedy gets the
-  exact key frequencies of the stream. A "PKG (L5)" row (local estimation, 5 sources, what
-  a dpa job does) is added for reference.
-* **Periodic probing (LP)** is not a dpa policy (the routers of :mod:`dpa.partitioners.grouping`
-  never see the reducers' real load). :func:`replay_pkg` implements it here: ``S`` PKG
-  routers (the same :class:`~dpa.partitioners.grouping.PKGRouter` objects a dpa job uses)
-  route the stream in segments of ``probe_every`` messages; after each segment every
-  router's local load vector is set to the true worker loads, as the paper describes
-  ("the local estimate vector is set to the actual load of the workers"). The paper probes
-  every minute (``T_p = 1``) on logs of a day (WP); we probe :data:`PROBES_PER_STREAM`
-  times per stream (1440 = the minutes of a day). Without probing, :func:`replay_pkg` is
-  exactly ``simulate(..., "pkg", num_sources=S)`` (tested).
-* **Figure 9** does not say whether it used G or L; we use L with 5 sources (the paper's
-  default). "Balanced" means an imbalance of at most :data:`BALANCED` (1e-4; the paper's
-  balanced cells are 3.4e-10 .. 1.9e-5, its unbalanced ones >= 3.4e-3).
-* **Drift.** The cashtag dataset (CT) is not available; :func:`drift_stream` uses
-  :func:`workloads.generators.drifting` with CT's 2.9k keys, a hot key with 10% of the
-  messages (about WP's ``p1``) that changes every tenth of the stream, and uniform
-  background keys.
+The streams, and the choices made where the paper leaves room, are described in
+:mod:`workloads.pkg_streams`; the report and plots are :mod:`workloads.pkg_report`.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import math
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
-from dpa.errors import ConfigError
-from dpa.partitioners.grouping import PKGPolicy
-from dpa.simulate import simulate
-from workloads.exp_common import (
-    IMBALANCE_DOC,
-    Claim,
-    StageTimer,
-    claims_markdown,
-    hash_keys,
-    imbalance_of,
-    imbalance_series,
-    imbalance_summary,
-    markdown_table,
-    new_figure,
-    run_metadata,
-    save_figure,
-    sci,
-    write_json,
+from workloads.generators import LOGNORMAL_PRESETS, zipf
+from workloads.harness import Claim, Experiment, Log, StageTimer, sci
+from workloads.imbalance import hash_keys, imbalance_series
+from workloads.pkg_report import markdown, plots
+from workloads.pkg_streams import (
+    BALANCED,
+    PROBES_PER_STREAM,
+    TABLE2_VARIANTS,
+    TABLE2_WORKERS,
+    ZIPF_DATASETS,
+    Sizes,
+    Stream,
+    Variant,
+    _measured,
+    drift_stream,
+    jaccard,
+    lognormal_stream,
+    probe_interval,
+    run_variant,
+    zipf_stream,
+    zipf_top_share,
 )
-from workloads.generators import (
-    LOGNORMAL_PRESETS,
-    drifting,
-    lognormal_preset,
-    zipf,
-    zipf_probabilities,
-)
+from workloads.pkg_streams import paper_value as _paper_value
 
 __all__ = [
-    "BALANCED",
-    "PAPER_TABLE2",
-    "PROBES_PER_STREAM",
-    "TABLE2_WORKERS",
-    "ZIPF_DATASETS",
-    "PaperDataset",
-    "Sizes",
-    "Stream",
-    "Variant",
-    "drift_stream",
-    "evaluate_claims",
-    "lognormal_stream",
+    "EXPERIMENT",
+    "claims",
     "main",
     "markdown",
-    "jaccard",
-    "replay_pkg",
     "run_all",
     "run_choices",
     "run_drift",
     "run_grid",
     "run_sources",
-    "run_variant",
-    "solve_zipf_exponent",
-    "zipf_num_keys",
-    "zipf_stream",
-    "zipf_top_share",
 ]
-
-logger = logging.getLogger(__name__)
-
-Log = Callable[[str], None] | None
-
-
-# ============================================================================ paper data
-@dataclass(frozen=True)
-class PaperDataset:
-    """A real dataset of the PKG paper's Table I.
-
-    Attributes:
-        name: Symbol in the paper.
-        messages: Messages in the dataset.
-        keys: Distinct keys.
-        p1: Fraction of messages with the most frequent key.
-    """
-
-    name: str
-    messages: int
-    keys: int
-    p1: float
-
-
-WP = PaperDataset("WP", messages=22_000_000, keys=2_900_000, p1=0.0932)
-TW = PaperDataset("TW", messages=1_200_000_000, keys=31_000_000, p1=0.0267)
-ZIPF_DATASETS: dict[str, PaperDataset] = {"WP": WP, "TW": TW}
-
-TABLE2_WORKERS = (5, 10, 50, 100)
-"""The worker counts of Table II."""
-
-PAPER_TABLE2: dict[str, dict[str, tuple[float, float, float, float]]] = {
-    "WP": {
-        "pkg": (3.7e-8, 1.3e-7, 2.7e-2, 3.7e-2),
-        "off-greedy": (3.7e-8, 4.1e-8, 7.4e-2, 8.3e-2),
-        "on-greedy": (3.6e-7, 6.4e-3, 7.4e-2, 8.3e-2),
-        "potc": (7.3e-7, 7.8e-3, 7.4e-2, 8.3e-2),
-        "hash": (6.4e-2, 7.8e-2, 9.2e-2, 9.2e-2),
-    },
-    "TW": {
-        "pkg": (3.4e-10, 1.4e-9, 2.3e-9, 3.4e-3),
-        "off-greedy": (3.4e-10, 6e-10, 6.7e-3, 1.7e-2),
-        "on-greedy": (7.2e-9, 7.9e-8, 1.0e-2, 1.7e-2),
-        "potc": (1.9e-5, 4.3e-6, 1.2e-2, 1.7e-2),
-        "hash": (3.5e-2, 3.2e-2, 2.0e-2, 2.8e-2),
-    },
-}
-"""Table II of the paper: fraction of average imbalance per dataset, method and W (5, 10, 50, 100)."""
-
-BALANCED = 1e-4
-"""Imbalance (fraction of messages) at or below which a cell counts as balanced."""
-
-PROBES_PER_STREAM = 1440
-"""LP probes per stream: the paper's 1-minute probe on a one-day log."""
 
 CHOICES_Z = 1.2
 CHOICES_KEYS = 1_000_000
@@ -182,259 +73,7 @@ CHOICES_D = tuple(range(1, 11))
 CHOICES_SEEDS = (0, 1, 2)
 SOURCES = (1, 2, 5, 10, 20)
 SOURCES_WORKERS = (5, 10, 50)
-DRIFT_KEYS = 2_900
-DRIFT_HOT_FRACTION = 0.10
-DRIFT_PERIODS = 10
 DRIFT_WORKERS = (5, 10, 50)
-
-
-@dataclass(frozen=True)
-class Sizes:
-    """Messages per stream of each experiment (defaults keep a run at ~2-3 minutes).
-
-    Attributes:
-        table2: Table II (a) streams.
-        lognormal: LN1 / LN2 (b) streams.
-        sources: Local vs global (c) streams.
-        choices: d-choices (d) streams (one per seed).
-        drift: Drifting (e) stream.
-    """
-
-    table2: int = 2_000_000
-    lognormal: int = 2_000_000
-    sources: int = 1_000_000
-    choices: int = 300_000
-    drift: int = 1_000_000
-
-    def scaled(self, factor: float) -> Sizes:
-        """All sizes times ``factor`` (at least 1,000 messages each)."""
-        if not (factor > 0 and math.isfinite(factor)):
-            raise ConfigError(f"--scale must be a finite number > 0, got {factor!r}")
-        return Sizes(**{k: max(1_000, int(v * factor)) for k, v in asdict(self).items()})
-
-
-# ============================================================================ streams
-def zipf_top_share(z: float, num_keys: int) -> float:
-    """``p1``, the probability of the most frequent key, of a bounded Zipf(``z``, ``K``)."""
-    return float(zipf_probabilities(z, num_keys)[0])
-
-
-def solve_zipf_exponent(p1: float, num_keys: int, tol: float = 1e-9) -> float:
-    """The Zipf exponent ``z`` whose most frequent key has probability ``p1`` over ``K`` keys.
-
-    ``p1(z) = 1 / sum_{k=1..K} k**-z`` increases strictly with ``z`` from ``1/K`` (``z = 0``)
-    towards 1, so the root is unique; it is found by bisection on ``z``.
-
-    Args:
-        p1: Target share of the most frequent key, in ``[1/K, 1)``.
-        num_keys: ``K`` (>= 2).
-        tol: Width of the final bracket on ``z``.
-
-    Returns:
-        ``z`` with ``zipf_top_share(z, K)`` equal to ``p1`` up to the bracket width.
-
-    Raises:
-        ConfigError: ``p1`` cannot be reached with ``K`` keys.
-    """
-    if not isinstance(num_keys, (int, np.integer)) or num_keys < 2:
-        raise ConfigError(f"solve_zipf_exponent needs num_keys >= 2, got {num_keys!r}")
-    if not (1.0 / num_keys <= p1 < 1.0):
-        raise ConfigError(f"a Zipf stream over {num_keys} keys has p1 in [1/{num_keys}, 1); "
-                          f"p1={p1!r} is out of range (use more keys or a larger p1)")
-    lo, hi = 0.0, 1.0
-    while zipf_top_share(hi, num_keys) < p1:
-        lo, hi = hi, hi * 2
-        if hi > 1e3:  # unreachable for p1 < 1: p1(1000) == 1 - 2**-1000
-            raise ConfigError(f"no Zipf exponent up to 1000 reaches p1={p1} with K={num_keys}")
-    while hi - lo > tol:
-        mid = (lo + hi) / 2
-        if zipf_top_share(mid, num_keys) < p1:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
-
-
-def zipf_num_keys(dataset: PaperDataset, n: int) -> int:
-    """Keys of the Zipf stand-in of ``dataset`` with ``n`` messages: the dataset's keys per message.
-
-    At least ``ceil(2 / p1)`` so that ``p1`` stays reachable.
-    """
-    return max(math.ceil(2 / dataset.p1), round(n * dataset.keys / dataset.messages))
-
-
-@dataclass
-class Stream:
-    """A key stream, hashed once, and how it was made.
-
-    Attributes:
-        name: Short name (``"WP"``, ``"LN1"``, ...).
-        hashes: ``uint32`` key hashes in arrival order.
-        info: Generator parameters and measured properties (JSON-friendly).
-    """
-
-    name: str
-    hashes: np.ndarray
-    info: dict[str, Any]
-
-    @property
-    def p1(self) -> float:
-        """Measured share of the most frequent key."""
-        return float(self.info["p1_measured"])
-
-
-def _measured(hashes: np.ndarray) -> dict[str, Any]:
-    _, first, counts = np.unique(hashes, return_index=True, return_counts=True)
-    n = len(hashes)
-    return {"messages": n, "distinct_keys": len(counts),
-            "new_keys_second_half": int((first >= n // 2).sum()),
-            "p1_measured": float(counts.max() / n) if n else 0.0}
-
-
-def zipf_stream(name: str, n: int, seed: int = 0) -> Stream:
-    """The Zipf stand-in for the paper's ``"WP"`` or ``"TW"`` dataset (see the module docstring)."""
-    try:
-        ds = ZIPF_DATASETS[name]
-    except KeyError:
-        raise ConfigError(f"unknown Zipf dataset {name!r}; use one of {', '.join(ZIPF_DATASETS)}") from None
-    K = zipf_num_keys(ds, n)
-    z = solve_zipf_exponent(ds.p1, K)
-    keys = zipf(z, K, n, seed)["key"].to_numpy()
-    hashes = hash_keys(keys)
-    info = {"kind": "zipf", "dataset": name, "num_keys": K, "z": z, "p1_target": ds.p1,
-            "p1_model": zipf_top_share(z, K), "paper_messages": ds.messages, "paper_keys": ds.keys,
-            "seed": seed, **_measured(hashes)}
-    return Stream(name, hashes, info)
-
-
-def lognormal_stream(name: str, n: int, seed: int = 0) -> Stream:
-    """The paper's LN1 / LN2 stream (:func:`workloads.generators.lognormal_preset`) with ``n`` messages."""
-    if name not in LOGNORMAL_PRESETS:
-        raise ConfigError(f"unknown log-normal dataset {name!r}; use one of {', '.join(LOGNORMAL_PRESETS)}")
-    preset = LOGNORMAL_PRESETS[name]
-    keys = lognormal_preset(name, n, seed)["key"].to_numpy()
-    hashes = hash_keys(keys)
-    info = {"kind": "lognormal", "dataset": name, "mu": preset.mu, "sigma": preset.sigma,
-            "p1_target": preset.p1, "paper_messages": preset.messages, "paper_keys": preset.keys,
-            "seed": seed, **_measured(hashes)}
-    return Stream(name, hashes, info)
-
-
-def drift_stream(n: int, seed: int = 0, num_keys: int = DRIFT_KEYS, hot_fraction: float = DRIFT_HOT_FRACTION,
-                 periods: int = DRIFT_PERIODS) -> Stream:
-    """A stream whose hot key changes ``periods`` times (:func:`workloads.generators.drifting`)."""
-    period = max(1, math.ceil(n / periods))
-    keys = drifting(num_keys, n, hot_fraction, period, seed)["key"].to_numpy()
-    hashes = hash_keys(keys)
-    info = {"kind": "drifting", "dataset": "drift", "num_keys": num_keys, "hot_fraction": hot_fraction,
-            "period": period, "seed": seed, **_measured(hashes)}
-    return Stream("drift", hashes, info)
-
-
-# ============================================================================ replay
-def replay_pkg(hashes: np.ndarray, num_sources: int, num_workers: int, probe_every: int | None = None,
-               d: int = 2) -> np.ndarray:
-    """PKG with local load estimation and optional periodic probing (the paper's L and LP).
-
-    A thin wrapper over :func:`dpa.simulate.simulate` (``probe_every``): message ``i``
-    belongs to source ``i % S``; each source routes with its own
-    :class:`~dpa.partitioners.grouping.PKGRouter`, and after every ``probe_every`` messages
-    every router's load estimate is set to the true load of every worker.
-
-    Args:
-        hashes: ``uint32`` key hashes in arrival order.
-        num_sources: ``S``.
-        num_workers: ``W``.
-        probe_every: Messages between probes; None = never (plain L).
-        d: Choices per key.
-
-    Returns:
-        The worker of each message (``int64``).
-
-    Raises:
-        ConfigError: Bad counts.
-    """
-    for label, v in (("num_sources", num_sources), ("num_workers", num_workers), ("d", d)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ConfigError(f"replay_pkg: {label} must be an integer >= 1, got {v!r}")
-    if probe_every is not None and (not isinstance(probe_every, (int, np.integer)) or probe_every < 1):
-        raise ConfigError(f"replay_pkg: probe_every must be an integer >= 1 or None, got {probe_every!r}")
-    hashes = np.asarray(hashes).astype(np.uint32, copy=False)
-    res = simulate(hashes, PKGPolicy(d=d), num_sources=int(num_sources), num_workers=int(num_workers),
-                   keys_are_hashes=True, probe_every=None if probe_every is None else int(probe_every),
-                   num_samples=1)
-    return res.destinations.astype(np.int64)
-
-
-def probe_interval(n: int) -> int:
-    """Messages between LP probes for a stream of ``n`` messages."""
-    return max(1, n // PROBES_PER_STREAM)
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One way of routing a stream.
-
-    Attributes:
-        label: Name in tables and plots.
-        policy: dpa policy name.
-        sources: ``S`` (ignored with ``shared``).
-        shared: One router for the whole stream (global knowledge, the paper's G).
-        probe: Use :func:`replay_pkg` with probing (policy must be ``pkg``).
-        d: Choices (``pkg`` only).
-    """
-
-    label: str
-    policy: str
-    sources: int = 1
-    shared: bool = False
-    probe: bool = False
-    d: int = 2
-
-
-TABLE2_VARIANTS = (
-    Variant("PKG", "pkg", shared=True),
-    Variant("Off-Greedy", "off-greedy", shared=True),
-    Variant("On-Greedy", "on-greedy", shared=True),
-    Variant("PoTC", "potc", shared=True),
-    Variant("Hashing (KG)", "hash"),
-    Variant("PKG (L5)", "pkg", sources=5),
-)
-"""Table II's rows in the paper's order (PKG = global oracle), plus PKG with local estimation."""
-
-_PAPER_ROW = {"PKG": "pkg", "Off-Greedy": "off-greedy", "On-Greedy": "on-greedy", "PoTC": "potc",
-              "Hashing (KG)": "hash"}
-
-
-def run_variant(stream: Stream, variant: Variant, num_workers: int, seed: int = 0,
-                keep_destinations: bool = False) -> dict[str, Any]:
-    """Routes ``stream`` with ``variant`` to ``num_workers`` workers and measures it.
-
-    Returns:
-        The :func:`~workloads.exp_common.imbalance_summary` entries plus ``dist_cost``
-        (None for probing replays), ``wall_s`` and, with ``keep_destinations``, the
-        ``destinations`` array (not JSON; callers pop it).
-    """
-    started = time.perf_counter()
-    n = len(stream.hashes)
-    if variant.probe:
-        if variant.policy != "pkg":
-            raise ConfigError(f"variant {variant.label!r}: probing is implemented for 'pkg' only")
-        dest = replay_pkg(stream.hashes, variant.sources, num_workers, probe_interval(n), variant.d)
-        times, series = imbalance_series(dest, num_workers)
-        out: dict[str, Any] = imbalance_summary(times, series, n, num_workers)
-        out["dist_cost"] = None
-    else:
-        opts = {"d": variant.d} if variant.policy == "pkg" and variant.d != 2 else {}
-        r = simulate(stream.hashes, variant.policy, num_sources=variant.sources, num_workers=num_workers,
-                     seed=seed, keys_are_hashes=True, shared_router=variant.shared, **opts)
-        out = imbalance_of(r)
-        out["dist_cost"] = r.dist_cost
-        dest = r.destinations
-    out["wall_s"] = time.perf_counter() - started
-    if keep_destinations:
-        out["destinations"] = np.asarray(dest)
-    return out
 
 
 # ============================================================================ experiments
@@ -573,12 +212,13 @@ def run_drift(n: int, seed: int = 0, workers: Sequence[int] = DRIFT_WORKERS, ser
     return out
 
 
-def run_all(sizes: Sizes = Sizes(), seed: int = 0, log: Log = None,
+def run_all(sizes: Sizes | None = None, seed: int = 0, log: Log = None,
             table2_workers: Sequence[int] = TABLE2_WORKERS, sources: Sequence[int] = SOURCES,
             sources_workers: Sequence[int] = SOURCES_WORKERS, choices: Sequence[int] = CHOICES_D,
             choices_workers: Sequence[int] = CHOICES_WORKERS, choices_keys: int = CHOICES_KEYS,
             drift_workers: Sequence[int] = DRIFT_WORKERS) -> dict[str, Any]:
-    """Runs experiments (a)-(e) and returns their results (JSON-friendly)."""
+    """Runs experiments (a)-(e) and returns their results (JSON-friendly; default sizes: :class:`Sizes`)."""
+    sizes = sizes or Sizes()
     timed = StageTimer(log)
 
     def table2() -> dict[str, Any]:
@@ -607,32 +247,16 @@ def run_all(sizes: Sizes = Sizes(), seed: int = 0, log: Log = None,
         "drift": timed("drift", lambda: run_drift(sizes.drift, seed, drift_workers, log=log)),
     }
     results["timings_s"] = timed.timings
-    results["claims"] = [c.to_dict() for c in evaluate_claims(results)]
     return results
 
 
 # ============================================================================ claims
-def jaccard(agreement: float) -> float:
-    """Jaccard overlap of two routings' (message, worker) pair sets that agree on a share ``a``.
-
-    Both sets have ``n`` pairs and share ``a n``, so ``|A & B| / |A | B| = a / (2 - a)``.
-    """
-    return agreement / (2.0 - agreement)
-
-
-def _paper_value(dataset: str, label: str, W: int) -> float | None:
-    row = _PAPER_ROW.get(label)
-    if row is None or dataset not in PAPER_TABLE2 or W not in TABLE2_WORKERS:
-        return None
-    return PAPER_TABLE2[dataset][row][TABLE2_WORKERS.index(W)]
-
-
 def _abs(metric: dict[str, Any], n: int) -> float:
     """The imbalance ``I(n)`` in messages."""
     return metric["paper"] * n
 
 
-def evaluate_claims(results: dict[str, Any]) -> list[Claim]:
+def claims(results: dict[str, Any]) -> list[Claim]:
     """The paper's simulation claims with verdicts computed from ``results`` (of :func:`run_all`)."""
     claims: list[Claim] = []
     t2 = results["table2"]
@@ -820,243 +444,22 @@ def evaluate_claims(results: dict[str, Any]) -> list[Claim]:
     return claims
 
 
-# ============================================================================ report
-def _table2_markdown(grid: dict[str, Any], with_paper: bool) -> str:
-    workers = grid["workers"]
-    names = list(grid["cells"])
-    header = ["method"] + [f"{ds} W={W}" for ds in names for W in workers]
-    rows = []
-    labels = list(next(iter(grid["cells"].values())))
-    for label in labels:
-        row = [label]
-        for ds in names:
-            for i, W in enumerate(workers):
-                ours = sci(grid["cells"][ds][label][i]["paper"])
-                paper = _paper_value(ds, label, W) if with_paper else None
-                row.append(f"{ours} ({sci(paper)})" if paper is not None else ours)
-        rows.append(row)
-    for d, name in ((1, "bound, 1 worker per key: p1 - 1/W"), (2, "bound, 2 workers per key: p1/2 - 1/W")):
-        row = [name]
-        for ds in names:
-            p1 = grid["streams"][ds]["p1_measured"]
-            row += [sci(max(0.0, p1 / d - 1 / W)) for W in workers]
-        rows.append(row)
-    return markdown_table(header, rows)
-
-
-def _streams_markdown(streams: dict[str, dict[str, Any]]) -> str:
-    rows = []
-    for name, s in streams.items():
-        params = (f"Zipf z={s['z']:.4f}, K={s['num_keys']:,}" if s["kind"] == "zipf"
-                  else f"log-normal mu={s['mu']}, sigma={s['sigma']}" if s["kind"] == "lognormal"
-                  else f"drifting, K={s['num_keys']:,}, hot {s['hot_fraction']:.0%} per period of {s['period']:,}")
-        target = s.get("p1_target")
-        rows.append([name, params, f"{s['messages']:,}", f"{s['distinct_keys']:,}",
-                     f"{s['new_keys_second_half']:,}", f"{s['p1_measured']:.2%}",
-                     f"{target:.2%}" if target is not None else "-"])
-    return markdown_table(["stream", "generator", "messages", "distinct keys", "keys first seen in the 2nd half",
-                           "p1 measured", "p1 paper"], rows)
-
-
-def markdown(results: dict[str, Any], command: str = "python -m workloads.exp_pkg") -> str:
-    """The report of :func:`run_all`'s results as markdown."""
-    t2, ln, src, ch, dr = (results[k] for k in ("table2", "lognormal", "sources", "choices", "drift"))
-    out = ["# PKG paper (Nasir et al.): simulation experiments reproduced with dpa.simulate", "",
-           f"Command: `{command}` (seed {results['seed']}); run time "
-           f"{sum(results['timings_s'].values()):.0f} s "
-           f"({', '.join(f'{k} {v:.0f} s' for k, v in results['timings_s'].items())}).", "",
-           "**Metric.** " + IMBALANCE_DOC, "",
-           "## Streams", "", _streams_markdown({**t2["streams"], **ln["streams"]}), "",
-           "## (a) Table II: imbalance by method and W, ours (paper)", "",
-           "PKG, Off-Greedy, On-Greedy and PoTC with global knowledge (one router for the whole "
-           "stream), as in the paper's Table II; `PKG (L5)` = local estimation at 5 sources (not in the "
-           "paper's table). The two `bound` rows are the least imbalance possible when the hottest key is on "
-           "1 resp. 2 workers.", "",
-           _table2_markdown(t2, with_paper=True), ""]
-    # balanced cells in messages
-    rows = []
-    for ds, cells in t2["cells"].items():
-        pn = ZIPF_DATASETS[ds].messages
-        for label in ("PKG", "Off-Greedy"):
-            for i, W in enumerate(t2["workers"]):
-                paper = _paper_value(ds, label, W)
-                if paper is not None and paper <= BALANCED:
-                    m = cells[label][i]
-                    rows.append([ds, label, W, f"{m['final_messages']:.2f}", f"{m['mean_messages']:.2f}",
-                                 f"{paper * pn:.2f}"])
-    if rows:
-        out += ["Balanced cells in absolute terms: the imbalance is a few messages, whatever the stream length "
-                "(the paper's value times its n: 22M messages for WP, 1.2G for TW). The time average shows why "
-                "the paper's metric cannot be one for Off-Greedy:", "",
-                markdown_table(["dataset", "method", "W", "ours: I(n) (msgs)", "ours: mean_t I(t) (msgs)",
-                                "paper value x paper n (msgs)"], rows), ""]
-    out += ["## (b) LN1 / LN2", "", "No numbers in the paper (Figure 4 is a plot); same methods as (a).", "",
-            _table2_markdown(ln, with_paper=False), ""]
-    # sources
-    out += ["## (c) Local (L) vs global (G) load estimation, and periodic probing (LP)", "",
-            f"PKG, d = 2. L = local estimation at S sources; LP = L plus a probe of the true loads every "
-            f"1/{PROBES_PER_STREAM} of the stream ({', '.join(f'{k}: {v:,} msgs' for k, v in src['probe_every'].items())}); "
-            f"G = global oracle; H = hashing. `agree` = share of messages G and L5 send to the same worker / Jaccard "
-            f"overlap of their (message, worker) pairs (the paper's measure: 47% on WP).", ""]
-    header = ["stream", "W", "H", "G"] + [f"L{S}" for S in src["sources"]] + [f"L{S}P" for S in src["sources"]] + ["agree"]
-    rows = []
-    for ds, per_w in src["cells"].items():
-        for W, cell in per_w.items():
-            rows.append([ds, W, sci(cell["H"]["paper"]), sci(cell["G"]["paper"])]
-                        + [sci(cell["L"][str(S)]["paper"]) for S in src["sources"]]
-                        + [sci(cell["LP"][str(S)]["paper"]) for S in src["sources"]]
-                        + [f"{cell['agreement_G_L5']:.0%} / {jaccard(cell['agreement_G_L5']):.0%}"
-                           if "agreement_G_L5" in cell else "n/a"])
-    out += [markdown_table(header, rows), ""]
-    # choices
-    out += ["## (d) d choices (Figure 9)", "",
-            f"Zipf z={ch['stream']['z']}, K={ch['stream']['num_keys']:,}, {ch['stream']['messages']:,} messages "
-            f"(p1 = {ch['stream']['p1_model']:.2%}), PKG with local estimation at S={ch['sources']}, one stream per "
-            f"seed {ch['seeds']} (each draws new hash choices for the hot keys). Each cell: median `I(n)/n` over "
-            f"the draws [balanced draws] (bound `max(0, p1/d - 1/W)`).", ""]
-    header = ["W"] + [f"d={d}" for d in ch["choices"]]
-    rows = [[W] + [f"{sci(c['paper'])} [{c['balanced_draws']}/{len(ch['seeds'])}] ({sci(ch['bound'][str(W)][str(d)])})"
-                   for d, c in ch["cells"][str(W)].items()] for W in ch["workers"]]
-    out += [markdown_table(header, rows), ""]
-    # drift
-    s = dr["stream"]
-    out += ["## (e) Drifting hot key", "",
-            f"{s['messages']:,} messages over {s['num_keys']:,} keys; with probability {s['hot_fraction']:.0%} a "
-            f"message carries the current hot key, which changes every {s['period']:,} messages.", ""]
-    labels = list(next(iter(dr["cells"].values())))
-    out += ["Each cell: `I(n)/n` / time average `mean_t I(t) / mean_t t` (spikes after a change of hot key "
-            "show in the latter and in `drift.png`).", ""]
-    rows = [[W] + [f"{sci(cells[lab]['paper'])} / {sci(cells[lab]['time_avg'])}" for lab in labels]
-            for W, cells in dr["cells"].items()]
-    out += [markdown_table(["W", *labels], rows), ""]
-    out += ["## Claims of the paper, checked", "", claims_markdown([Claim(**c) for c in results["claims"]]), ""]
-    out += ["Plots: `table2.png`, `sources.png`, `choices.png`, `drift.png`.", ""]
-    return "\n".join(out)
-
-
-# ============================================================================ plots
-_FLOOR = 1e-10  # zero imbalance is drawn at this value on log axes
-
-
-def _pos(x: float) -> float:
-    return max(x, _FLOOR)
-
-
-def plot_grids(results: dict[str, Any], path: str | Path) -> Path:
-    """Table II and LN grids: imbalance vs W per method (paper's Table II as hollow markers)."""
-    grids = [(ds, results["table2"]) for ds in results["table2"]["cells"]]
-    grids += [(ds, results["lognormal"]) for ds in results["lognormal"]["cells"]]
-    fig, axes = new_figure(1, len(grids), width=4.6, height=4.2)
-    for ax, (ds, grid) in zip(axes[0], grids):
-        workers = grid["workers"]
-        for k, (label, per_w) in enumerate(grid["cells"][ds].items()):
-            color = f"C{k}"
-            ax.plot(workers, [_pos(m["paper"]) for m in per_w], marker="o", color=color, label=label)
-            paper = [_paper_value(ds, label, W) for W in workers]
-            if any(p is not None for p in paper):
-                ax.plot([W for W, p in zip(workers, paper) if p is not None], [p for p in paper if p is not None],
-                        marker="s", markerfacecolor="none", linestyle=":", color=color)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xticks(workers, [str(W) for W in workers])
-        ax.set_xlabel("workers W")
-        ax.set_ylabel("imbalance I(n) / n")
-        ax.set_title(f"{ds} (p1 = {grid['streams'][ds]['p1_measured']:.2%})")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].legend(fontsize=8, title="filled: dpa; hollow: paper; 0 drawn at 1e-10", title_fontsize=8)
-    return save_figure(fig, path)
-
-
-def plot_sources(results: dict[str, Any], path: str | Path) -> Path:
-    """Imbalance vs number of sources: L and LP lines, G and H as horizontal lines."""
-    src = results["sources"]
-    names = list(src["cells"])
-    workers = src["workers"]
-    fig, axes = new_figure(len(names), len(workers), width=3.6, height=3.0)
-    for r, ds in enumerate(names):
-        for c, W in enumerate(workers):
-            ax = axes[r][c]
-            cell = src["cells"][ds][str(W)]
-            S = src["sources"]
-            ax.plot(S, [_pos(cell["L"][str(s)]["paper"]) for s in S], marker="o", label="L (local)")
-            ax.plot(S, [_pos(cell["LP"][str(s)]["paper"]) for s in S], marker="^", label="LP (probing)")
-            ax.axhline(_pos(cell["G"]["paper"]), color="C2", linestyle="--", label="G (global)")
-            ax.axhline(_pos(cell["H"]["paper"]), color="C3", linestyle=":", label="H (hashing)")
-            ax.set_yscale("log")
-            ax.set_title(f"{ds}, W={W}", fontsize=9)
-            ax.set_xlabel("sources S")
-            ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    return save_figure(fig, path)
-
-
-def plot_choices(results: dict[str, Any], path: str | Path) -> Path:
-    """Imbalance vs d, one line per W (Figure 9)."""
-    ch = results["choices"]
-    fig, axes = new_figure(1, 1, width=7.0, height=4.5)
-    ax = axes[0][0]
-    for k, W in enumerate(ch["workers"]):
-        ax.plot(ch["choices"], [_pos(ch["cells"][str(W)][str(d)]["paper"]) for d in ch["choices"]],
-                marker="o", color=f"C{k}", label=f"W={W} (median)")
-        for d in ch["choices"]:
-            draws = ch["cells"][str(W)][str(d)]["draws"]
-            ax.scatter([d] * len(draws), [_pos(x) for x in draws], s=8, color=f"C{k}", alpha=0.5)
-        ax.plot(ch["choices"], [ch["bound"][str(W)][str(d)] or math.nan for d in ch["choices"]], linestyle=":",
-                color=f"C{k}")  # a zero bound is not drawn
-    ax.axhline(BALANCED, color="gray", linewidth=0.8)
-    ax.set_yscale("log")
-    ax.set_xlabel("choices d")
-    ax.set_ylabel("imbalance I(n) / n")
-    ax.set_title(f"PKG with d choices, Zipf z={ch['stream']['z']}, K={ch['stream']['num_keys']:,} "
-                 f"(dots: draws; dotted: p1/d - 1/W; 0 drawn at 1e-10)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    return save_figure(fig, path)
-
-
-def plot_drift(results: dict[str, Any], path: str | Path) -> Path:
-    """``I(t) / t`` through time on the drifting stream."""
-    dr = results["drift"]
-    fig, axes = new_figure(1, 1, width=8.0, height=4.5)
-    ax = axes[0][0]
-    for label, s in dr["series"].items():
-        ax.plot(s["t"], [_pos(v) for v in s["I_over_t"]], label=label)
-    period = dr["stream"]["period"]
-    for x in range(period, dr["stream"]["messages"], period):
-        ax.axvline(x, color="gray", linewidth=0.6, linestyle=":")
-    ax.set_yscale("log")
-    ax.set_xlabel("messages t (dotted: the hot key changes)")
-    ax.set_ylabel("I(t) / t")
-    ax.set_title(f"drifting hot key, W={dr['series_workers']}")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    return save_figure(fig, path)
-
-
 # ============================================================================ CLI
-def main(argv: list[str] | None = None) -> None:
-    """Command line: run experiments (a)-(e) and write ``pkg.json``, ``pkg.md`` and the plots."""
-    parser = argparse.ArgumentParser(prog="python -m workloads.exp_pkg", description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="results/pkg", help="output directory (default results/pkg)")
-    parser.add_argument("--seed", type=int, default=0)
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scale", type=float, default=1.0,
                         help="multiply every stream's message count (default 1: ~2-3 minutes)")
-    args = parser.parse_args(argv)
-    sizes = Sizes().scaled(args.scale)
-    started = time.perf_counter()
-    results = run_all(sizes, args.seed, log=print)
-    results["meta"] = run_metadata("workloads.exp_pkg", time.perf_counter() - started)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "pkg.json", results)
-    for fn, name in ((plot_grids, "table2.png"), (plot_sources, "sources.png"), (plot_choices, "choices.png"),
-                     (plot_drift, "drift.png")):
-        fn(results, out / name)
-    (out / "pkg.md").write_text(markdown(results, results["meta"]["command"]), encoding="utf-8")
-    print(f"wrote {out / 'pkg.json'}, {out / 'pkg.md'} and 4 PNGs in {time.perf_counter() - started:.0f} s")
-    for c in results["claims"]:
-        print(f"  [{'yes' if c['holds'] else 'NO '}] {c['where']}: {c['claim']}")
+
+
+EXPERIMENT = Experiment(
+    module="workloads.exp_pkg", description=__doc__ or "", out="results/pkg", json_name="pkg.json",
+    add_arguments=_arguments, seed=0, quick=("--scale", "0.005"),
+    run=lambda args, log: run_all(Sizes().scaled(args.scale), args.seed, log=log),
+    claims=claims, markdown=lambda res: markdown(res, res["meta"]["command"]), plots=plots,
+)
+main = EXPERIMENT.main
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    sys.exit(main())

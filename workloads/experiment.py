@@ -25,18 +25,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import math
-import os
-import platform
 import statistics
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import dpa
@@ -62,13 +57,12 @@ __all__ = [
     "hot_relief",
     "instant_lb",
     "job_config",
+    "report_inexact",
     "mean",
-    "metadata",
     "run_cell",
     "run_job",
     "runtime_session",
     "settings_from_args",
-    "write_json",
 ]
 
 RUNTIMES = ("ray", "local")
@@ -287,11 +281,9 @@ def runtime_session(runtime: str) -> Iterator[None]:
         return
     import ray
 
-    started = False
-    if not ray.is_initialized():
-        ray.init(include_dashboard=False, logging_level=logging.WARNING, configure_logging=True,
-                 log_to_driver=False)
-        started = True
+    from dpa.ray_session import ensure_ray
+
+    started = ensure_ray(configure_logging=True, log_to_driver=False) is not None
     try:
         yield
     finally:
@@ -301,12 +293,12 @@ def runtime_session(runtime: str) -> Iterator[None]:
 
 
 # ---------------------------------------------------------------------------- CLI
-def add_common_args(parser: argparse.ArgumentParser, runs: int = 3) -> None:
-    """Adds ``--runtime``, ``--runs``, ``--workloads``, ``--methods`` and the timing knobs."""
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    """Adds ``--workloads``, ``--methods``, ``--retries`` and the timing knobs of Table 1 and Figure 3.
+
+    (``--runtime`` and ``--runs`` are the harness's, :class:`workloads.harness.Experiment`.)
+    """
     d = DEFAULT_SETTINGS
-    parser.add_argument("--runtime", choices=RUNTIMES, default="ray",
-                        help="ray: the real actors (default); local: the in-process simulator (virtual time)")
-    parser.add_argument("--runs", type=int, default=runs, help=f"runs per cell, averaged (default {runs})")
     parser.add_argument("--workloads", nargs="+", choices=WORKLOAD_NAMES, default=list(WORKLOAD_NAMES))
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument("--retries", type=int, default=2,
@@ -332,39 +324,10 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     )
 
 
-def metadata(runtime: str, runs: int, settings: Settings, elapsed_s: float) -> dict[str, Any]:
-    """Run metadata stored next to the results."""
-    meta: dict[str, Any] = {
-        "runtime": runtime,
-        "runs": runs,
-        "settings": settings.to_dict(),
-        "elapsed_s": elapsed_s,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "argv": sys.argv,
-    }
-    if runtime == "ray":
-        import ray
-
-        meta["ray"] = ray.__version__
-    return meta
-
-
-def write_json(path: str | Path, obj: Any) -> Path:
-    """Writes ``obj`` as indented JSON, creating parent directories."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(obj, indent=1, default=_json_default) + "\n")
-    return p
-
-
-def _json_default(obj: Any) -> Any:
-    if hasattr(obj, "to_dict"):
-        return obj.to_dict()
-    if hasattr(obj, "item"):  # numpy scalars
-        return obj.item()
-    if isinstance(obj, (set, tuple)):
-        return list(obj)
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+def report_inexact(inexact: list[str], exact_jobs: int) -> None:
+    """Prints the inexact jobs of a run (each was rerun) and how many jobs were exact."""
+    if inexact:
+        print(f"!! {len(inexact)} job(s) returned an INEXACT result and were rerun (details in the JSON):")
+        for m in inexact:
+            print(f"   {m}")
+    print(f"Results exact (Counter(letters)) in {exact_jobs} of {exact_jobs + len(inexact)} jobs.")

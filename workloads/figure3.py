@@ -29,22 +29,21 @@ from workloads.experiment import (
     Settings,
     add_common_args,
     instant_lb,
-    metadata,
+    report_inexact,
     run_cell,
-    runtime_session,
     settings_from_args,
-    write_json,
 )
+from workloads.harness import Experiment, Log
 from workloads.paper import METHODS, PAPER_TABLE1, WORKLOAD_NAMES
 
-__all__ = ["main", "markdown", "plot", "run_figure3"]
+__all__ = ["EXPERIMENT", "main", "markdown", "plot", "run_figure3"]
 
 COLORS = {"halving": "tab:blue", "doubling": "tab:orange"}
 
 
 def run_figure3(runtime: str = "local", runs: int = 3, settings: Settings | None = None,
                 workloads: list[str] | None = None, methods: list[str] | None = None,
-                max_rounds: int = 4, log: Any = print, retries: int = 0) -> dict[str, Any]:
+                max_rounds: int = 4, log: Log = print, retries: int = 0) -> dict[str, Any]:
     """Runs Experiment 2.
 
     Must be called inside :func:`workloads.experiment.runtime_session` for Ray.
@@ -135,37 +134,39 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workloads.figure3", description=__doc__.splitlines()[0])
+def _arguments(parser: argparse.ArgumentParser) -> None:
     add_common_args(parser)
-    parser.add_argument("--out-dir", default="results/figure3/", help="directory for figure3.{json,png,md}")
     parser.add_argument("--max-rounds", type=int, default=4, help="largest max_rounds (default 4)")
-    args = parser.parse_args(argv)
+
+
+def _run(args: argparse.Namespace, log: Log) -> dict[str, Any]:
     settings = settings_from_args(args)
-    started = time.perf_counter()
-    print(f"Figure 3: runtime={args.runtime} runs={args.runs} rounds 0..{args.max_rounds} {settings}")
-    with runtime_session(args.runtime):
-        result = run_figure3(args.runtime, args.runs, settings, args.workloads, args.methods, args.max_rounds,
-                             retries=args.retries)
-    elapsed = time.perf_counter() - started
-    meta = metadata(args.runtime, args.runs, settings, elapsed)
-    out_dir = Path(args.out_dir)
-    js = write_json(out_dir / "figure3.json", {"meta": meta, **result})
-    png = plot(result, out_dir / "figure3.png",
-               title=f"DPA Experiment 2: S vs max LB rounds ({args.runtime} runtime, mean of {args.runs} run(s))")
-    md = out_dir / "figure3.md"
-    md.write_text(markdown(result, meta))
-    print()
-    print(markdown(result, meta))
+    if log:
+        log(f"Figure 3: runtime={args.runtime} runs={args.runs} rounds 0..{args.max_rounds} {settings}")
+    return run_figure3(args.runtime, args.runs, settings, args.workloads, args.methods, args.max_rounds, log=log,
+                       retries=args.retries)
+
+
+def _plots(result: dict[str, Any], out_dir: Path) -> list[Path]:
+    meta = result["meta"]
+    return [plot(result, out_dir / "figure3.png",
+                 title=f"DPA Experiment 2: S vs max LB rounds ({meta['runtime']} runtime, mean of {meta['runs']} run(s))")]
+
+
+def _verdict(result: dict[str, Any], args: argparse.Namespace) -> int:
     inexact = [m for cell in result["cells"] for m in cell["inexact"]]
-    if inexact:
-        print(f"!! {len(inexact)} job(s) returned an INEXACT result and were rerun (details in the JSON):")
-        for m in inexact:
-            print(f"   {m}")
-    n = len(result["cells"]) * args.runs
-    print(f"Results exact (Counter(letters)) in {n} of {n + len(inexact)} jobs. Wrote {js}, {png}, {md}. "
-          f"Elapsed {elapsed:.1f} s.")
-    return 1 if inexact else 0
+    report_inexact(inexact, len(result["cells"]) * args.runs)
+    return int(bool(inexact))
+
+
+EXPERIMENT = Experiment(
+    module="workloads.figure3", description=__doc__ or "", out="results/figure3/", json_name="figure3.json",
+    out_flags=("--out-dir", "--out"), add_arguments=_arguments, run=_run, plots=_plots, verdict=_verdict,
+    markdown=lambda res: markdown(res, res["meta"]), print_markdown=True,
+    meta=lambda args: {"settings": settings_from_args(args).to_dict()},
+    runtime="ray", runs=3, quick=("--runtime", "local", "--runs", "1", "--workloads", "WL4", "--max-rounds", "2"),
+)
+main = EXPERIMENT.main
 
 
 if __name__ == "__main__":

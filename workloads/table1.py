@@ -99,7 +99,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from workloads.experiment import (
@@ -107,15 +106,14 @@ from workloads.experiment import (
     add_common_args,
     hot_relief,
     instant_lb,
-    metadata,
+    report_inexact,
     run_cell,
-    runtime_session,
     settings_from_args,
-    write_json,
 )
+from workloads.harness import Experiment, Log
 from workloads.paper import METHODS, PAPER_TABLE1, WORKLOAD_NAMES
 
-__all__ = ["LB_TOLERANCE", "NO_LB_TOLERANCE", "check_row", "main", "markdown", "render", "run_table1"]
+__all__ = ["LB_TOLERANCE", "NO_LB_TOLERANCE", "EXPERIMENT", "check_row", "main", "markdown", "render", "run_table1"]
 
 NO_LB_TOLERANCE = 0.01
 """Our No-LB ``S`` must equal the paper's within this."""
@@ -150,7 +148,7 @@ def check_row(row: dict[str, Any]) -> dict[str, Any]:
 
 def run_table1(runtime: str = "local", runs: int = 3, settings: Settings | None = None,
                workloads: list[str] | None = None, methods: list[str] | None = None,
-               log: Any = print, retries: int = 0) -> list[dict[str, Any]]:
+               log: Log = print, retries: int = 0) -> list[dict[str, Any]]:
     """Runs Experiment 1 and returns one checked row per (workload, method).
 
     Must be called inside :func:`workloads.experiment.runtime_session` for Ray.
@@ -241,41 +239,44 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workloads.table1", description=__doc__.splitlines()[0])
+def _arguments(parser: argparse.ArgumentParser) -> None:
     add_common_args(parser)
-    parser.add_argument("--out", default="results/table1.json", help="JSON output (markdown next to it, .md)")
     parser.add_argument("--strict", action="store_true", help="exit 1 if any With-LB check fails")
-    args = parser.parse_args(argv)
+
+
+def _run(args: argparse.Namespace, log: Log) -> dict[str, Any]:
     settings = settings_from_args(args)
-    started = time.perf_counter()
-    print(f"Table 1: runtime={args.runtime} runs={args.runs} {settings}")
-    with runtime_session(args.runtime):
-        rows = run_table1(args.runtime, args.runs, settings, args.workloads, args.methods, retries=args.retries)
-    elapsed = time.perf_counter() - started
-    meta = metadata(args.runtime, args.runs, settings, elapsed)
-    print()
-    print(render(rows))
+    if log:
+        log(f"Table 1: runtime={args.runtime} runs={args.runs} {settings}")
+    rows = run_table1(args.runtime, args.runs, settings, args.workloads, args.methods, log=log, retries=args.retries)
     n_checked = sum(r["lb_check"] != "-" for r in rows)
     n_pass = sum(r["lb_check"] == "PASS" for r in rows)
-    no_lb_ok = all(r["no_lb_ok"] for r in rows)
     inexact = [m for r in rows for cell in (r["no_lb"], r["with_lb"]) for m in cell["inexact"]]
-    summary = {"no_lb_all_match": no_lb_ok, "lb_pass": n_pass, "lb_checked": n_checked,
+    summary = {"no_lb_all_match": all(r["no_lb_ok"] for r in rows), "lb_pass": n_pass, "lb_checked": n_checked,
                "inexact_jobs": len(inexact)}
-    out = write_json(args.out, {"meta": meta, "summary": summary, "rows": rows})
-    md = Path(out).with_suffix(".md")
-    md.write_text(markdown(rows, meta))
+    return {"summary": summary, "rows": rows}
+
+
+def _verdict(results: dict[str, Any], args: argparse.Namespace) -> int:
+    rows, summary = results["rows"], results["summary"]
+    print()
+    print(render(rows))
+    no_lb_ok = summary["no_lb_all_match"]
+    inexact = [m for r in rows for cell in (r["no_lb"], r["with_lb"]) for m in cell["inexact"]]
     print(f"\nNo-LB S equals the paper within {NO_LB_TOLERANCE}: {'PASS' if no_lb_ok else 'FAIL'}; "
-          f"With-LB no worse than the paper: {n_pass}/{n_checked} improvement rows PASS")
-    if inexact:
-        print(f"!! {len(inexact)} job(s) returned an INEXACT result and were rerun (details in the JSON):")
-        for m in inexact:
-            print(f"   {m}")
-    print(f"Results exact (Counter(letters)) in {2 * len(rows) * args.runs} of "
-          f"{2 * len(rows) * args.runs + len(inexact)} jobs. Wrote {out} and {md}. Elapsed {elapsed:.1f} s.")
-    if not no_lb_ok or inexact or (args.strict and n_pass < n_checked):
-        return 1
-    return 0
+          f"With-LB no worse than the paper: {summary['lb_pass']}/{summary['lb_checked']} improvement rows PASS")
+    report_inexact(inexact, 2 * len(rows) * args.runs)
+    return int(not no_lb_ok or bool(inexact) or (args.strict and summary["lb_pass"] < summary["lb_checked"]))
+
+
+EXPERIMENT = Experiment(
+    module="workloads.table1", description=__doc__ or "", out="results/table1.json",
+    add_arguments=_arguments, run=_run, verdict=_verdict,
+    markdown=lambda res: markdown(res["rows"], res["meta"]),
+    meta=lambda args: {"settings": settings_from_args(args).to_dict()},
+    runtime="ray", runs=3, quick=("--runtime", "local", "--runs", "1", "--workloads", "WL1", "WL4"),
+)
+main = EXPERIMENT.main
 
 
 if __name__ == "__main__":

@@ -24,22 +24,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import dpa
-from workloads.experiment import (
-    RUNTIMES,
-    Settings,
-    metadata,
-    run_cell,
-    runtime_session,
-    write_json,
-)
+from workloads.experiment import Settings, run_cell
+from workloads.harness import Experiment, Log
 from workloads.paper import PAPER_TABLE1, WORKLOAD_NAMES
 
-__all__ = ["main", "markdown", "paper_best", "run_all"]
+__all__ = ["EXPERIMENT", "main", "markdown", "paper_best", "run_all"]
 
 #: The target of the ``hybrid`` policy (issue: S <= 0.05 on every workload).
 HYBRID_TARGET = 0.05
@@ -126,33 +119,35 @@ def plot(cells: dict[str, dict[str, Any]], policies: list[str], path: Path) -> P
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workloads.table1_policies", description=__doc__.split("\n")[0])
-    parser.add_argument("--runtime", choices=RUNTIMES, default="local")
-    parser.add_argument("--runs", type=int, default=1)
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-rounds", type=int, default=1, help="rounds for the rebalancing policies")
     parser.add_argument("--policies", nargs="+", default=None, help="default: every registered policy")
-    parser.add_argument("--out", default="results/table1_policies")
-    args = parser.parse_args(argv)
+
+
+def _policies(args: argparse.Namespace) -> list[str]:
     policies = args.policies or sorted(dpa.policies())
     unknown = sorted(set(policies) - set(dpa.policies()))
     if unknown:
-        parser.error(f"unknown policies {unknown}; registered: {', '.join(sorted(dpa.policies()))}")
-    settings = Settings()
-    started = time.perf_counter()
-    with runtime_session(args.runtime):
-        cells = run_all(policies, args.runtime, args.runs, args.max_rounds, settings)
-    out = Path(args.out)
-    table = markdown(cells, policies, args.runtime, args.runs)
-    write_json(out / "table1_policies.json", {"meta": metadata(args.runtime, args.runs, settings,
-                                                                time.perf_counter() - started),
-                                               "max_rounds": args.max_rounds, "cells": cells})
-    (out / "table1_policies.md").write_text(table)
-    plot(cells, policies, out / "table1_policies.png")
-    print()
-    print(table)
-    print(f"wrote {out}/table1_policies.{{json,md,png}}")
-    return 1 if any("error" in c for c in cells.values()) else 0
+        raise SystemExit(f"unknown policies {unknown}; registered: {', '.join(sorted(dpa.policies()))}")
+    return policies
+
+
+def _run(args: argparse.Namespace, log: Log) -> dict[str, Any]:
+    policies = _policies(args)
+    return {"max_rounds": args.max_rounds, "policies": policies,
+            "cells": run_all(policies, args.runtime, args.runs, args.max_rounds, Settings())}
+
+
+EXPERIMENT = Experiment(
+    module="workloads.table1_policies", description=__doc__ or "", out="results/table1_policies",
+    json_name="table1_policies.json", add_arguments=_arguments, run=_run,
+    markdown=lambda res: markdown(res["cells"], res["policies"], res["meta"]["runtime"], res["meta"]["runs"]),
+    plots=lambda res, out: [plot(res["cells"], res["policies"], out / "table1_policies.png")],
+    verdict=lambda res, args: int(any("error" in c for c in res["cells"].values())),
+    meta=lambda args: {"settings": Settings().to_dict()}, print_markdown=True,
+    runtime="local", runs=1, quick=("--policies", "halving", "hybrid"),
+)
+main = EXPERIMENT.main
 
 
 if __name__ == "__main__":

@@ -12,15 +12,10 @@ import pytest
 
 from dpa.errors import ConfigError
 from dpa.simulate import simulate
-from workloads import exp_dkg, exp_pkg
-from workloads.exp_common import (
-    hash_keys,
-    imbalance_of,
-    imbalance_series,
-    imbalance_summary,
-    markdown_table,
-)
+from workloads import exp_dkg, exp_pkg, pkg_report, pkg_streams
 from workloads.generators import zipf, zipf_probabilities
+from workloads.harness import markdown_table
+from workloads.imbalance import hash_keys, imbalance_of, imbalance_series, imbalance_summary
 
 
 # ----------------------------------------------------------------------------- common
@@ -56,55 +51,55 @@ def test_markdown_table_escapes_pipes() -> None:
 # ----------------------------------------------------------------------------- PKG
 @pytest.mark.parametrize("p1,K", [(0.0932, 50_000), (0.0267, 10_000), (0.5, 3), (0.01, 1_000)])
 def test_zipf_exponent_solver_hits_the_target_p1(p1: float, K: int) -> None:
-    z = exp_pkg.solve_zipf_exponent(p1, K)
+    z = pkg_streams.solve_zipf_exponent(p1, K)
     assert zipf_probabilities(z, K)[0] == pytest.approx(p1, rel=1e-6)
-    assert exp_pkg.zipf_top_share(z + 0.01, K) > p1 > exp_pkg.zipf_top_share(z - 0.01, K)
+    assert pkg_streams.zipf_top_share(z + 0.01, K) > p1 > pkg_streams.zipf_top_share(z - 0.01, K)
 
 
 def test_zipf_exponent_solver_rejects_unreachable_targets() -> None:
     with pytest.raises(ConfigError, match="out of range"):
-        exp_pkg.solve_zipf_exponent(0.001, 100)  # p1 < 1/K: flatter than uniform
+        pkg_streams.solve_zipf_exponent(0.001, 100)  # p1 < 1/K: flatter than uniform
     with pytest.raises(ConfigError):
-        exp_pkg.solve_zipf_exponent(1.0, 100)
+        pkg_streams.solve_zipf_exponent(1.0, 100)
     with pytest.raises(ConfigError):
-        exp_pkg.solve_zipf_exponent(0.5, 1)
+        pkg_streams.solve_zipf_exponent(0.5, 1)
 
 
 def test_zipf_stand_in_matches_the_dataset() -> None:
-    s = exp_pkg.zipf_stream("WP", 40_000, seed=3)
-    assert s.info["num_keys"] == exp_pkg.zipf_num_keys(exp_pkg.WP, 40_000) == round(40_000 * 2.9 / 22)
+    s = pkg_streams.zipf_stream("WP", 40_000, seed=3)
+    assert s.info["num_keys"] == pkg_streams.zipf_num_keys(pkg_streams.WP, 40_000) == round(40_000 * 2.9 / 22)
     assert s.info["p1_model"] == pytest.approx(0.0932, rel=1e-6)
     assert abs(s.p1 - 0.0932) < 0.005  # sampling noise on 40k messages
     assert len(s.hashes) == 40_000 and s.hashes.dtype == np.uint32
     with pytest.raises(ConfigError, match="unknown Zipf dataset"):
-        exp_pkg.zipf_stream("XX", 10)
+        pkg_streams.zipf_stream("XX", 10)
 
 
 def test_replay_without_probing_is_the_simulators_local_estimation() -> None:
-    hashes = exp_pkg.zipf_stream("TW", 20_000, seed=2).hashes
+    hashes = pkg_streams.zipf_stream("TW", 20_000, seed=2).hashes
     for S in (1, 3, 7):
-        ours = exp_pkg.replay_pkg(hashes, S, 5)
+        ours = pkg_streams.replay_pkg(hashes, S, 5)
         sim = simulate(hashes, "pkg", num_sources=S, num_workers=5, keys_are_hashes=True)
         assert ours.tolist() == sim.destinations.tolist()
 
 
 def test_probing_changes_decisions_only_with_several_sources() -> None:
-    hashes = exp_pkg.zipf_stream("WP", 20_000, seed=4).hashes
+    hashes = pkg_streams.zipf_stream("WP", 20_000, seed=4).hashes
     # one source: its local estimate is the true load, so a probe changes nothing
-    assert exp_pkg.replay_pkg(hashes, 1, 5, probe_every=100).tolist() == exp_pkg.replay_pkg(hashes, 1, 5).tolist()
-    lp = exp_pkg.replay_pkg(hashes, 4, 5, probe_every=100)
-    assert lp.tolist() != exp_pkg.replay_pkg(hashes, 4, 5).tolist()
+    assert pkg_streams.replay_pkg(hashes, 1, 5, probe_every=100).tolist() == pkg_streams.replay_pkg(hashes, 1, 5).tolist()
+    lp = pkg_streams.replay_pkg(hashes, 4, 5, probe_every=100)
+    assert lp.tolist() != pkg_streams.replay_pkg(hashes, 4, 5).tolist()
     assert np.bincount(lp, minlength=5).sum() == 20_000 and lp.min() >= 0 and lp.max() < 5
     with pytest.raises(ConfigError):
-        exp_pkg.replay_pkg(hashes, 0, 5)
+        pkg_streams.replay_pkg(hashes, 0, 5)
     with pytest.raises(ConfigError):
-        exp_pkg.replay_pkg(hashes, 2, 5, probe_every=0)
+        pkg_streams.replay_pkg(hashes, 2, 5, probe_every=0)
 
 
 def test_pkg_beats_hashing_and_hits_the_saturation_bound() -> None:
-    stream = exp_pkg.zipf_stream("WP", 30_000, seed=0)
-    variants = [exp_pkg.Variant("PKG", "pkg", shared=True), exp_pkg.Variant("H", "hash"),
-                exp_pkg.Variant("Off", "off-greedy", shared=True)]
+    stream = pkg_streams.zipf_stream("WP", 30_000, seed=0)
+    variants = [pkg_streams.Variant("PKG", "pkg", shared=True), pkg_streams.Variant("H", "hash"),
+                pkg_streams.Variant("Off", "off-greedy", shared=True)]
     grid = exp_pkg.run_grid([stream], [5, 50], variants)
     pkg, h, off = (grid["cells"]["WP"][k] for k in ("PKG", "H", "Off"))
     assert pkg[0]["paper"] * 30_000 <= 3  # balanced at W=5: a few messages
@@ -115,7 +110,7 @@ def test_pkg_beats_hashing_and_hits_the_saturation_bound() -> None:
 
 
 def test_pkg_run_all_tiny_writes_report(tmp_path) -> None:
-    sizes = exp_pkg.Sizes(table2=6_000, lognormal=6_000, sources=3_000, choices=3_000, drift=3_000)
+    sizes = pkg_streams.Sizes(table2=6_000, lognormal=6_000, sources=3_000, choices=3_000, drift=3_000)
     res = exp_pkg.run_all(sizes, seed=0, table2_workers=(5, 50), sources=(1, 4), sources_workers=(5,),
                           choices=(1, 2, 4), choices_workers=(5, 40), choices_keys=5_000, drift_workers=(5,))
     json.dumps(res)  # JSON-friendly
@@ -125,11 +120,12 @@ def test_pkg_run_all_tiny_writes_report(tmp_path) -> None:
     assert "agreement_G_L5" not in cell  # measured at S = 5 only
     ch = res["choices"]["cells"]
     assert ch["5"]["4"]["paper"] < ch["5"]["1"]["paper"]  # more choices, less imbalance
+    res["claims"] = [c.to_dict() for c in exp_pkg.claims(res)]
     claims = res["claims"]
     assert claims and all(isinstance(c["holds"], bool) and c["evidence"] for c in claims)
     md = exp_pkg.markdown(res)
     assert "Table II" in md and "| PKG |" in md and "Claims of the paper" in md
-    for fn in (exp_pkg.plot_grids, exp_pkg.plot_choices):
+    for fn in (pkg_report.plot_grids, pkg_report.plot_choices):
         assert fn(res, tmp_path / f"{fn.__name__}.png").stat().st_size > 1000
 
 
@@ -180,6 +176,7 @@ def test_dkg_run_all_tiny_writes_report(tmp_path) -> None:
     json.dumps(res)
     assert set(res["workers"]["cells"]) == {"country-r30", "country-r80", "election-r68"}
     assert res["thresholds"]["10"]["max_machines"] == 8
+    res["claims"] = [c.to_dict() for c in exp_dkg.claims(res)]
     claims = {c["claim"]: c for c in res["claims"]}
     assert claims and all(isinstance(c["holds"], bool) for c in claims.values())
     assert next(c for c in res["claims"] if c["where"] == "Table 1")["holds"]

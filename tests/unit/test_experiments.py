@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from workloads import experiment, figure3, table1
+from workloads import experiment, figure3, harness, table1
 from workloads.experiment import (
     ResultMismatchError,
     Settings,
@@ -20,6 +20,10 @@ from workloads.experiment import (
     run_job,
 )
 from workloads.paper import METHODS, PAPER_TABLE1, WORKLOAD_NAMES, no_lb_skew, workload
+
+
+def _meta() -> dict:
+    return harness.metadata("workloads.table1", [], 0.1, runtime="local", runs=1, settings=Settings().to_dict())
 
 
 @pytest.fixture(scope="module")
@@ -65,10 +69,10 @@ def test_table1_checks_and_rendering(local_table1: list[dict], tmp_path) -> None
             assert row["note"]
     text = table1.render(local_table1)
     assert "WL5" in text and "Doubling" in text
-    meta = experiment.metadata("local", 1, Settings(), 0.1)
+    meta = _meta()
     md = table1.markdown(local_table1, meta)
     assert sum(md.count(f"| {w} |") for w in WORKLOAD_NAMES) == 10
-    path = experiment.write_json(tmp_path / "t1.json", {"meta": meta, "rows": local_table1})
+    path = harness.write_json(tmp_path / "t1.json", {"meta": meta, "rows": local_table1})
     assert json.loads(path.read_text())["rows"][0]["no_lb"]["runs"][0]["processed"]
 
 
@@ -185,7 +189,7 @@ def test_figure3_small_png(tmp_path) -> None:
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 10_000
-    meta = experiment.metadata("local", 1, Settings(), 0.1)
+    meta = _meta()
     assert "| WL4 | halving |" in figure3.markdown(result, meta)
 
 

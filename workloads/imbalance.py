@@ -1,53 +1,25 @@
-"""Shared helpers of the literature reproduction scripts (:mod:`workloads.exp_pkg`, :mod:`workloads.exp_dkg`).
+"""Key hashing and imbalance measures of the stream experiments (:mod:`workloads.exp_pkg`, ...).
 
 * :func:`hash_keys` hashes a key array once, exactly as :func:`dpa.simulate.simulate` (and a
-  dpa job) hashes an ``int64`` key column, so a script can replay the same stream through
+  dpa job) hashes an ``int64`` key column, so an experiment can replay the same stream through
   many policies with ``keys_are_hashes=True`` without re-hashing it every time.
 * :func:`imbalance_summary` / :func:`imbalance_of` turn an imbalance series ``I(t)`` into the
   normalisations used in the papers (see :data:`IMBALANCE_DOC`).
-* :class:`Claim` and :func:`claims_markdown` record a paper's claim next to the verdict
-  *computed* from our measurements and the evidence for it.
-* :func:`markdown_table`, :func:`sci`, :func:`new_figure`, :func:`save_figure` and
-  :func:`run_metadata` are small writing helpers. JSON goes through
-  :func:`workloads.experiment.write_json`, re-exported here.
 
-Nothing here imports Ray; plots use matplotlib's object API with the Agg canvas (as
-:mod:`dpa.report` does), so they never touch the process-wide backend.
+Nothing here imports Ray.
 """
 
 from __future__ import annotations
 
-import os
-import platform
-import sys
-import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from dpa.errors import ConfigError
-from dpa.keys import hash_key_columns
-from workloads.experiment import write_json
+from dpa.key_columns import hash_key_columns
 
-__all__ = [
-    "IMBALANCE_DOC",
-    "Claim",
-    "claims_markdown",
-    "hash_keys",
-    "imbalance_of",
-    "imbalance_series",
-    "imbalance_summary",
-    "markdown_table",
-    "new_figure",
-    "run_metadata",
-    "save_figure",
-    "sci",
-    "write_json",
-]
+__all__ = ["IMBALANCE_DOC", "hash_keys", "imbalance_of", "imbalance_series", "imbalance_summary"]
 
 IMBALANCE_DOC = (
     "`I(t) = max_w L_w(t) - mean_w L_w(t)` (messages). The number compared with the PKG paper is "
@@ -149,120 +121,3 @@ def imbalance_of(result: Any) -> dict[str, float]:
     """:func:`imbalance_summary` of a :class:`dpa.simulate.SimResult`."""
     return imbalance_summary(result.sample_times, result.imbalance_series, result.num_messages,
                              result.num_workers)
-
-
-# ------------------------------------------------------------------------------ claims
-@dataclass
-class Claim:
-    """A paper's claim and the verdict our measurements give.
-
-    Attributes:
-        claim: The claim, quoted or closely paraphrased.
-        where: Where the paper makes it (table, figure, section).
-        holds: Our verdict, computed from the measurements.
-        evidence: The measured numbers behind the verdict.
-    """
-
-    claim: str
-    where: str
-    holds: bool
-    evidence: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def claims_markdown(claims: Sequence[Claim]) -> str:
-    """A markdown table of claims with a "reproduced?" column."""
-    rows = [[c.where, c.claim, "**yes**" if c.holds else "**no**", c.evidence] for c in claims]
-    return markdown_table(["paper", "claim", "reproduced?", "our evidence"], rows)
-
-
-# ------------------------------------------------------------------------------ writing
-def sci(x: float | None, digits: int = 1) -> str:
-    """Compact scientific notation (``3.7e-08``); ``0`` for zero, ``n/a`` for None/NaN."""
-    if x is None or (isinstance(x, float) and np.isnan(x)):
-        return "n/a"
-    if x == 0:
-        return "0"
-    return f"{x:.{digits}e}"
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A GitHub markdown table (cells are ``str()``-ed; ``|`` is escaped)."""
-    def cell(v: Any) -> str:
-        return str(v).replace("|", "\\|")
-
-    lines = ["| " + " | ".join(cell(h) for h in header) + " |",
-             "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
-
-
-def new_figure(nrows: int = 1, ncols: int = 1, width: float = 6.0, height: float = 4.5) -> tuple[Any, np.ndarray]:
-    """A constrained-layout figure on the Agg canvas with ``nrows x ncols`` axes.
-
-    Args:
-        nrows: Rows of subplots.
-        ncols: Columns of subplots.
-        width: Width of one subplot in inches.
-        height: Height of one subplot in inches.
-
-    Returns:
-        ``(figure, axes)`` with ``axes`` a 2-D array.
-    """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width * ncols, height * nrows), dpi=110, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig, fig.subplots(nrows, ncols, squeeze=False)
-
-
-def save_figure(fig: Any, path: str | Path) -> Path:
-    """Saves ``fig`` as PNG, creating parent directories."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p)
-    return p
-
-
-class StageTimer:
-    """Runs an experiment's named stages, logging each name and recording its wall time.
-
-    ``timed = StageTimer(log); out = timed("table2", fn)``; ``timed.timings`` maps each
-    stage name to its seconds.
-    """
-
-    def __init__(self, log: Any = None) -> None:
-        self.log = log
-        self.timings: dict[str, float] = {}
-
-    def __call__(self, name: str, fn: Any) -> Any:
-        if self.log:
-            self.log(f"[{name}]")
-        t0 = time.perf_counter()
-        result = fn()
-        self.timings[name] = time.perf_counter() - t0
-        return result
-
-
-def run_metadata(module: str, elapsed_s: float, **extra: Any) -> dict[str, Any]:
-    """Run metadata stored next to the results (command, time, machine).
-
-    Args:
-        module: The script's module (``"workloads.exp_pkg"``), for the command line.
-        elapsed_s: Wall time of the run.
-        **extra: More entries.
-    """
-    return {
-        "command": " ".join(["python -m", module, *sys.argv[1:]]),
-        "argv": sys.argv,
-        "elapsed_s": elapsed_s,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        **extra,
-    }
