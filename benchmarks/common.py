@@ -143,6 +143,8 @@ def init_ray(num_cpus: int | None = None, attempts: int = 3) -> float:
     """
     import ray
 
+    from dpa.ray_session import ensure_ray
+
     t0 = time.perf_counter()
     kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING,
                               "configure_logging": True}
@@ -152,7 +154,7 @@ def init_ray(num_cpus: int | None = None, attempts: int = 3) -> float:
         if ray.is_initialized():
             break
         try:
-            ray.init(**kwargs)
+            ensure_ray(**kwargs)
         except Exception as exc:
             if "timed out during startup" not in str(exc) or attempt == attempts - 1:
                 raise

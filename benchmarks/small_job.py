@@ -13,7 +13,7 @@ import statistics
 import time
 
 import dpa
-from dpa.runtime_ray import ensure_ray
+from dpa.ray_session import ensure_ray
 
 
 def main(argv: list[str] | None = None) -> int:
