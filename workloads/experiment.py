@@ -16,7 +16,7 @@ driving the real :class:`dpa.policy.DPAPlanner` on those lengths until it stops.
 what the balancer converges to when it is much faster than the reducers, and it shows
 which rows of Table 1 cannot improve with the given letters whatever the timing (e.g.
 when one round does not move any key of the overloaded reducer).
-:func:`workloads.paper.lb_at_t0` is the same analysis for any list of items; the
+:func:`workloads.paper_lb.lb_at_t0` is the same analysis for any list of items; the
 letters of :mod:`workloads.paper` are constructed so that it reaches the paper's With-LB
 S on every row where the paper shows an improvement.
 """

@@ -75,7 +75,7 @@ letters as much as on the balancer, so :mod:`workloads.paper` constructs letters
 reproduce both on our ring (MurmurHash3, ``"token-{i}-{j}"``): the No-LB S within 0.01,
 and for every row where the paper improves, the real planner acting at t=0 (the ``t0``
 column) and a drain model of it (rounds triggered as the queues run down,
-:func:`workloads.paper.lb_drain`) reach at most the paper's With-LB S, aimed 0.05 below
+:func:`workloads.paper_lb.lb_drain`) reach at most the paper's With-LB S, aimed 0.05 below
 it; rows where the paper shows no change cannot get worse whatever rounds happen
 (WL2/WL3/WL5 halving) or at least not at t0 (WL1 halving, WL2 doubling).
 

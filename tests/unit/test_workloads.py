@@ -21,18 +21,19 @@ from workloads.paper import (
     WL3_LETTER,
     WORKLOAD_NAMES,
     WORKLOADS,
-    _build_all,
+    no_lb_counts,
+    workload,
+)
+from workloads.paper_construct import build_all, construct_workload
+from workloads.paper_lb import (
     check_lb_rule,
-    construct_workload,
     lb_at_t0,
     lb_drain,
     lb_rule,
     more_rounds_never_hurt,
     moves_on_own_round,
-    no_lb_counts,
     one_round_rings,
     single_letter,
-    workload,
 )
 
 # ---------------------------------------------------------------------------------------
@@ -158,7 +159,7 @@ def test_workloads_are_mixed_and_copied() -> None:
 
 
 def test_search_reproduces_literals() -> None:
-    assert _build_all() == WORKLOADS
+    assert build_all() == WORKLOADS
 
 
 def test_construct_workload_other_targets() -> None:
