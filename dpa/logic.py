@@ -19,7 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dpa.instructions import Forward, Publish, Push
-from dpa.keys import KeyHashCache, hash_key_columns
+from dpa.key_columns import hash_key_columns
+from dpa.keys import KeyHashCache
 from dpa.plan import JobPlan
 from dpa.policy import Decision, RebalanceEvent
 from dpa.records import unify

@@ -75,7 +75,7 @@ import pyarrow.compute as pc
 import dpa.partitioners  # noqa: F401  (registers the literature's policies)
 from dpa.config import JobConfig
 from dpa.errors import ConfigError
-from dpa.keys import hash_key_columns
+from dpa.key_columns import hash_key_columns
 from dpa.logic import top_key_counts
 from dpa.metrics import max_over_avg, skew
 from dpa.policy import PolicySpec, RebalanceEvent, make_policy

@@ -21,15 +21,13 @@ from __future__ import annotations
 import numpy as np
 
 from dpa.errors import ConfigError
-from dpa.keys import (  # the one murmur3 implementation's constants
-    _C1,
-    _C2,
-    _F1,
-    _F2,
-    _M5,
-    _N1,
-    _rotl,
-)
+from dpa.murmur3 import C1 as _C1  # the one murmur3 implementation's constants
+from dpa.murmur3 import C2 as _C2
+from dpa.murmur3 import F1 as _F1
+from dpa.murmur3 import F2 as _F2
+from dpa.murmur3 import M5 as _M5
+from dpa.murmur3 import N1 as _N1
+from dpa.murmur3 import rotl as _rotl
 
 __all__ = ["candidates", "check_int_option", "least_loaded_of_two", "seeded_hash32"]
 

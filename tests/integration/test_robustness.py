@@ -184,10 +184,10 @@ class UnimportableReducer(dpa.Reducer):
     """Defined at module level of a test module the actors cannot import."""
 
     def create(self):
-        return 0
+        return []
 
     def add(self, acc, value):
-        return acc + 1
+        return [*acc, value]
 
     def merge(self, a, b):
         return a + b

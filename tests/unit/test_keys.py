@@ -16,15 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpa.errors import KeyEncodingError
-from dpa.keys import (
-    KeyHashCache,
-    encode_key,
-    hash_bytes,
-    hash_key,
-    hash_key_columns,
-    hash_values,
-    murmur3_32_batch,
-)
+from dpa.key_columns import hash_key_columns
+from dpa.keys import KeyHashCache, encode_key, hash_bytes, hash_key, hash_values
+from dpa.murmur3 import murmur3_32_batch
 
 # Keys whose hashes must be identical in every process; built from source literals so a
 # child process can rebuild them with eval().

@@ -212,7 +212,7 @@ def test_home_spreads_in_flight_batches_of_a_key_that_became_hot_since_they_were
     cfg = dpa.JobConfig(policy="hybrid", runtime="local", max_rounds=0, map_side_combine=False)
     plan, _ = build_plan(normalize_source(table, 40), "k", dpa.Count(), None, cfg)
     policy = plan.policy
-    from dpa.keys import hash_key_columns
+    from dpa.key_columns import hash_key_columns
 
     h = int(hash_key_columns(table, ["k"])[0])
     v0 = policy.initial_snapshot(4)

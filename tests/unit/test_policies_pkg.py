@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 import dpa
 import dpa.partitioners  # noqa: F401  (registers the literature's policies)
 from dpa.errors import ConfigError
-from dpa.keys import hash_key, murmur3_32_batch
+from dpa.keys import hash_key
+from dpa.murmur3 import murmur3_32_batch
 from dpa.partitioners import PKGPolicy, candidates, seeded_hash32
 from dpa.policy import make_policy
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import dpa
 from dpa.errors import ConfigError, SchemaError
-from dpa.keys import hash_key_columns
+from dpa.key_columns import hash_key_columns
 from dpa.reducers import HASH_COL, Reducer
 from dpa.state import ColumnarState, DictState
 
