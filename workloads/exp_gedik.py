@@ -36,10 +36,8 @@ beside ours, each with a computed verdict).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
-import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -61,8 +59,9 @@ from dpa.partitioners.gedik import (
     resource_loads,
 )
 from workloads.generators import zipf_probabilities
+from workloads.harness import Experiment
 
-__all__ = ["METHODS", "Universe", "grow", "main", "markdown", "plot", "run_experiment"]
+__all__ = ["EXPERIMENT", "METHODS", "claims", "Universe", "grow", "main", "markdown", "plot", "run_experiment"]
 
 logger = logging.getLogger(__name__)
 
@@ -491,20 +490,8 @@ def markdown(result: dict[str, Any], command: str, elapsed_s: float) -> str:
     return "\n".join(lines)
 
 
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    raise TypeError(f"not JSON serialisable: {type(obj)}")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m workloads.exp_gedik", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="results/gedik", help="output directory")
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--domain", type=int, default=1_000_000, help="domain size |D| (default 10^6)")
-    parser.add_argument("--runs", type=int, default=3, help="runs (key permutations) to average")
     parser.add_argument("--max-channels", type=int, default=32, help="grow N up to this")
     parser.add_argument("--z", type=float, default=1.0, help="Zipf skew of the channel sweep")
     parser.add_argument("--skews", default="0.25,0.5,0.75,1.0", help="skews of the Figure 4 sweep ('' = skip)")
@@ -516,29 +503,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replicas", type=int, default=1000)
     parser.add_argument("--readj-requires-gain", action="store_true",
                         help="readj stops when no readjustment lowers the utility (default: the pseudo-code)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-    started = time.perf_counter()
+
+
+def _run(args: argparse.Namespace, log: Any) -> dict[str, Any]:
     skews = tuple(float(x) for x in args.skews.split(",") if x.strip())
-    result = run_experiment(args.domain, args.runs, args.max_channels, args.z,
-                            tuple(c.strip().upper() for c in args.combos.split(",") if c.strip()), METHODS, skews,
-                            args.skew_channels, args.alpha, args.sigma, args.utility.upper(), args.replicas,
-                            args.readj_requires_gain)
-    elapsed = time.perf_counter() - started
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    command = "python -m workloads.exp_gedik " + shlex.join(argv if argv is not None else sys.argv[1:])
-    result["elapsed_s"] = elapsed
-    result["command"] = command.strip()
-    (out / "gedik.json").write_text(json.dumps(result, indent=1, default=_json_default))
-    for p in plot(result, out):
-        print(f"wrote {p}")
-    md = markdown(result, command.strip(), elapsed)
-    (out / "gedik.md").write_text(md)
-    print(f"wrote {out / 'gedik.json'} and {out / 'gedik.md'} ({elapsed:.1f}s)")
-    print()
-    print(md)
-    return 0
+    return run_experiment(args.domain, args.runs, args.max_channels, args.z,
+                          tuple(c.strip().upper() for c in args.combos.split(",") if c.strip()), METHODS, skews,
+                          args.skew_channels, args.alpha, args.sigma, args.utility.upper(), args.replicas,
+                          args.readj_requires_gain)
+
+
+EXPERIMENT = Experiment(
+    module="workloads.exp_gedik", description=__doc__ or "", out="results/gedik", json_name="gedik.json",
+    add_arguments=_arguments, run=_run, runs=3, claims=claims, plots=plot, print_markdown=True,
+    markdown=lambda res: markdown(res, res["meta"]["command"], res["meta"]["elapsed_s"]),
+    quick=("--domain", "2000", "--runs", "1", "--max-channels", "6", "--skews", "0.5", "--skew-channels", "4",
+           "--replicas", "50"),
+)
+main = EXPERIMENT.main
 
 
 if __name__ == "__main__":
