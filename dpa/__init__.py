@@ -4,7 +4,8 @@ Start here: :func:`dpa.run` (in :mod:`dpa.api`) takes a source, a key and a redu
 returns a :class:`dpa.Result`. Then read, in this order:
 
 * :mod:`dpa.ring` — the MurmurHash3 consistent-hash ring with token halving/doubling;
-* :mod:`dpa.policy` — the partitioning-policy plug-in point and the DPA balancer rule;
+* :mod:`dpa.policy` — the partitioning-policy contract; :mod:`dpa.registry` — the table of
+  policies (name -> settings, factory, description);
 * :mod:`dpa.logic` — mapper / reducer / balancer / coordinator state machines (no Ray);
 * :mod:`dpa.runtime_ray` — the driver side of a Ray job (deadlines, feeding, result);
   :mod:`dpa.ray_actors` and :mod:`dpa.ray_coordinator` — the thin actor shells;
@@ -12,7 +13,7 @@ returns a :class:`dpa.Result`. Then read, in this order:
   starting Ray from any thread; :mod:`dpa.runtime_local` — the same logic in-process (the
   correctness oracle and simulator);
 * :mod:`dpa.reducers` and :mod:`dpa.state` — the combine contract and keyed state;
-* :mod:`dpa.partitioners` — the literature's policies and dpa's own ``hybrid``;
+* :mod:`dpa.partitioners` — the DPA ring policies, the literature's and dpa's own ``hybrid``;
   :mod:`dpa.sketches` — lossy counting and SpaceSaving; :mod:`dpa.simulate` — replay a key
   stream through any policy without Ray.
 """
@@ -30,8 +31,22 @@ from dpa.errors import (
 )
 from dpa.keys import encode_key, hash_key
 from dpa.metrics import skew
-from dpa.policy import PolicySpec, RebalanceEvent, policies, register_policy
+from dpa.partitioners import (
+    DKGSettings,
+    FangSettings,
+    GedikSettings,
+    HashSettings,
+    HybridSettings,
+    OffGreedySettings,
+    OnGreedySettings,
+    PKGSettings,
+    PoTCSettings,
+    RingSettings,
+    ShuffleSettings,
+)
+from dpa.policy import JobShape, PolicySettings, PolicySpec, RebalanceEvent
 from dpa.reducers import Collect, Count, Max, Mean, Min, Reducer, Sum, TopK, WithCost
+from dpa.registry import policies, register_policy
 from dpa.result import Result, Stats
 from dpa.ring import HashRing, RingSnapshot
 from dpa.sources import ArrowRefs, ParquetFiles
@@ -41,6 +56,9 @@ __all__ = [
     "run", "Result", "Stats", "JobConfig", "BatchMap", "ArrowRefs", "ParquetFiles",
     "Reducer", "Count", "Sum", "Min", "Max", "Mean", "Collect", "TopK", "WithCost",
     "HashRing", "RingSnapshot", "PolicySpec", "RebalanceEvent", "policies", "register_policy",
+    "PolicySettings", "JobShape", "RingSettings", "HashSettings", "ShuffleSettings", "PKGSettings",
+    "PoTCSettings", "OnGreedySettings", "OffGreedySettings", "DKGSettings", "FangSettings", "GedikSettings",
+    "HybridSettings",
     "encode_key", "hash_key", "skew", "shutdown",
     "DPAError", "ConfigError", "SchemaError", "KeyEncodingError", "JobFailedError", "UserCodeError",
     "ArithmeticOverflowError",

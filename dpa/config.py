@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpa.errors import ConfigError
+from dpa.policy import PolicySettings
+from dpa.registry import check_policy_name, policy_name
 
 logger = logging.getLogger(__name__)
 
@@ -26,13 +28,19 @@ class JobConfig:
     Args:
         num_mappers: Mapper actors (each pulls input blocks from the coordinator).
         num_reducers: Reducer actors, each with its own bounded input queue.
-        policy: Partitioning policy name (see :func:`dpa.partitioners`), e.g. ``"doubling"``,
-            ``"halving"`` or ``"hash"``.
-        tau: Straggler threshold of the DPA balancer: rebalance when
+        policy: The partitioning policy: a registered name (see :func:`dpa.policies`), e.g.
+            ``"doubling"``, ``"halving"``, ``"hash"`` or ``"pkg"``, or a policy settings
+            object such as ``dpa.PKGSettings(d=3)`` or ``dpa.RingSettings("halving",
+            patience=3)``. Only the name is checked here; the settings are validated once,
+            when the job's plan is built (:func:`dpa.registry.make_policy`).
+        tau: Shortcut for the ring policies' (``halving``, ``doubling``, ``hybrid``) straggler
+            threshold when ``policy`` is a name: rebalance when
             ``Q_max > Q_second * (1 + tau)``. Must be ``>= 0``.
-        max_rounds: Maximum rebalances per reducer (the paper's Experiment 2 "rounds").
-            ``0`` is the paper's "No LB" baseline with the method's initial ring.
-        initial_tokens: Tokens per reducer for ``halving`` (a power of two). Default 16.
+        max_rounds: Shortcut, like ``tau``: maximum rebalances per reducer (the paper's
+            Experiment 2 "rounds"). ``0`` is the paper's "No LB" baseline with the method's
+            initial ring.
+        initial_tokens: Shortcut, like ``tau``: tokens per reducer for ``halving`` (a power
+            of two). Default 16.
         lb_interval_s: How often the balancer evaluates the straggler predicate.
         report_interval_s: How often a busy reducer reports its queue length.
         queue_capacity: Bound of each reducer's input queue, in records. Mappers wait
@@ -47,7 +55,9 @@ class JobConfig:
             always torn down when a job fails.
         timeout_s: Fail the job if it has not finished after this many seconds.
         seed: Seed for any randomised policy.
-        policy_options: Extra keyword arguments for the policy spec.
+        policy_options: Options of a policy given by name: the fields of its settings
+            class (e.g. ``{"d": 3}`` for ``pkg``, ``{"patience": 3}`` for ``halving``);
+            an unknown option is a :class:`ConfigError` listing the valid ones.
         map_side_combine: Let mappers pre-aggregate each block per key and ship partial
             states weighted by their record counts (queue lengths and all counters stay in
             records). Applies to built-in reducers without a :class:`~dpa.reducers.WithCost`
@@ -64,7 +74,7 @@ class JobConfig:
 
     num_mappers: int = 4
     num_reducers: int = 4
-    policy: str = "doubling"
+    policy: str | PolicySettings = "doubling"
     tau: float = 0.2
     max_rounds: int = 1
     initial_tokens: int = 16
@@ -107,9 +117,13 @@ class JobConfig:
             raise ConfigError(f"JobConfig.runtime must be 'ray' or 'local', got {self.runtime!r}")
         if self.timeout_s is not None and not self.timeout_s > 0:
             raise ConfigError(f"JobConfig.timeout_s must be > 0 or None, got {self.timeout_s!r}")
-        if not isinstance(self.policy, str):
-            raise ConfigError(f"JobConfig.policy must be a policy name (str), got {self.policy!r}")
-        # Validates the policy name (lists the valid ones) and its options eagerly.
-        from dpa.policy import make_policy
+        if not isinstance(self.policy_options, dict):
+            raise ConfigError(f"JobConfig.policy_options must be a dict, got {self.policy_options!r}")
+        # The name only (the message lists the valid ones); the policy's own settings are
+        # validated once, where the plan is built.
+        check_policy_name(self.policy)
 
-        make_policy(self)
+    @property
+    def policy_name(self) -> str:
+        """The registered name of :attr:`policy` (a name, or a settings object's ``name``)."""
+        return policy_name(self.policy)

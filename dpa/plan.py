@@ -39,7 +39,7 @@ from dpa.block_types import (
 )
 from dpa.config import JobConfig
 from dpa.errors import ConfigError, KeyEncodingError, SchemaError, UserCodeError
-from dpa.policy import PolicySpec, make_policy
+from dpa.policy import PolicySpec
 from dpa.records import (
     SCALAR_COLUMN,
     IntegerRangeError,
@@ -49,6 +49,7 @@ from dpa.records import (
     tuple_columns,
 )
 from dpa.reducers import HASH_COL, WEIGHT_COL, ColumnarReducer, Reducer, bind_reducer, unwrap
+from dpa.registry import make_policy
 from dpa.sources import Source
 from dpa.user_code import BatchMap
 
@@ -170,7 +171,7 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
     """
     if not isinstance(config, JobConfig):
         raise ConfigError(f"config must be a dpa.JobConfig, got {type(config).__name__}")
-    policy = make_policy(config)
+    policy = make_policy(config)  # the policy's settings are validated here, once per job
     if map_fn is not None and not callable(map_fn):
         raise ConfigError(f"map_fn must be callable (record -> iterable of records) or dpa.BatchMap, got {type(map_fn).__name__}")
     if source.deferred is not None:
@@ -228,8 +229,8 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
     inner, _, _ = unwrap(bound)
     if policy.needs_merge and not bound.can_merge:
         raise ConfigError(
-            f"{bound!r} does not implement merge(), but policy {config.policy!r}"
-            f"{f' with max_rounds={config.max_rounds}' if config.policy in ('halving', 'doubling') else ''} "
+            f"{bound!r} does not implement merge(), but policy {policy.name!r}"
+            f"{f' with max_rounds={policy.max_rounds}' if policy.name in ('halving', 'doubling') else ''} "
             "may process one key on several reducers; implement merge() or use a policy that keeps "
             "each key on one reducer (policy='hash', or max_rounds=0)"
         )
@@ -259,7 +260,7 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
                 raise ConfigError("key is required: a column name, a list of column names or a callable")
             key = SCALAR_COLUMN
         if isinstance(key, int) and not isinstance(key, bool):
-            if record_kind != "tuple":
+            if record_kind != "tuple" and schema is not None:  # (an empty input has no kind)
                 raise ConfigError(f"an integer key ({key}) selects a tuple field, but records are {record_kind}s")
             key = tuple_columns(key + 1)[key]
         key_cols = [key] if isinstance(key, str) else list(key)
@@ -331,7 +332,7 @@ def _check_combined_input(config: JobConfig, policy: Any, bound: Reducer, map_fn
     if map_fn is not None or key_fn is not None:
         problems.append("no map_fn and a column key")
     if not policy.routes_by_key:
-        problems.append(f"a policy that routes by key alone (got {config.policy!r})")
+        problems.append(f"a policy that routes by key alone (got {policy.name!r})")
     if problems:
         raise ConfigError("input_combined=True needs " + "; ".join(problems))
     if schema is not None:

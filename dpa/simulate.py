@@ -72,13 +72,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-import dpa.partitioners  # noqa: F401  (registers the literature's policies)
 from dpa.config import JobConfig
 from dpa.errors import ConfigError
 from dpa.key_columns import hash_key_columns
 from dpa.logic import top_key_counts
 from dpa.metrics import max_over_avg, skew
-from dpa.policy import PolicySpec, RebalanceEvent, make_policy
+from dpa.policy import PolicySettings, PolicySpec, RebalanceEvent
+from dpa.registry import make_policy
 
 __all__ = ["SimResult", "simulate"]
 
@@ -231,14 +231,14 @@ def _hash_and_code(keys: np.ndarray, keys_are_hashes: bool) -> tuple[np.ndarray,
     return distinct[codes], codes, len(encoded.dictionary)
 
 
-def _build_policy(policy: str | PolicySpec, num_sources: int, num_workers: int, seed: int,
+def _build_policy(policy: str | PolicySettings | PolicySpec, num_sources: int, num_workers: int, seed: int,
                   options: dict[str, Any], hashes: np.ndarray, batch_size: int) -> PolicySpec:
     if isinstance(policy, PolicySpec):
         if options:
             raise ConfigError("policy options are only accepted with a policy name, not a PolicySpec")
         return policy
-    if not isinstance(policy, str):
-        raise ConfigError(f"policy must be a registered name or a PolicySpec, got {policy!r}")
+    if not isinstance(policy, (str, PolicySettings)):
+        raise ConfigError(f"policy must be a registered name, a policy settings object or a PolicySpec, got {policy!r}")
     opts = dict(options)
     cfg_kw = {k: opts.pop(k) for k in _CONFIG_OPTIONS if k in opts}
     if policy == "off-greedy" and "frequencies" not in opts:
@@ -455,7 +455,7 @@ def _replication(codes: np.ndarray, dest: np.ndarray, num_keys: int, W: int) -> 
     return np.bincount(pairs // W, minlength=num_keys)
 
 
-def simulate(keys: Any, policy: str | PolicySpec, num_sources: int = 1, num_workers: int = 10,
+def simulate(keys: Any, policy: str | PolicySettings | PolicySpec, num_sources: int = 1, num_workers: int = 10,
              seed: int = 0, service_rate: float | None = None, rebalance_interval: int | None = None,
              *, batch_size: int = 4096, num_samples: int = 1000, keys_are_hashes: bool = False,
              shared_router: bool = False, probe_every: int | None = None, **policy_options: Any) -> SimResult:
@@ -464,7 +464,8 @@ def simulate(keys: Any, policy: str | PolicySpec, num_sources: int = 1, num_work
     Args:
         keys: The key stream in arrival order: integer key ids, strings, or 32-bit hashes
             with ``keys_are_hashes=True`` (array-like).
-        policy: A registered policy name (``dpa.partitioners()``) or a :class:`PolicySpec`.
+        policy: A registered policy name (:func:`dpa.policies`), a policy settings object
+            (e.g. ``dpa.PKGSettings(d=3)``) or a :class:`PolicySpec`.
         num_sources: Sources ``S`` (mappers); message ``i`` goes to source ``i % S``.
         num_workers: Workers ``W`` (reducers).
         seed: ``JobConfig.seed`` for the policy (e.g. shuffle's start offsets).

@@ -1,47 +1,80 @@
-"""Partitioning policies from the literature, registered with :func:`dpa.policy.register_policy`.
+"""The built-in partitioning policies, one module per family, each with its typed settings.
 
-Importing this package registers (see each module for the algorithms and the choices
-this implementation makes where the papers leave room):
-
+* :mod:`dpa.partitioners.ring_policy` — ``halving``, ``doubling``: the DPA ring
+  (:class:`RingSettings`);
+* :mod:`dpa.partitioners.hashing` — ``hash`` (key grouping) and the static ``hash % R``
+  snapshot;
 * :mod:`dpa.partitioners.grouping` — ``shuffle``, ``potc``, ``on-greedy``, ``off-greedy`` and
   ``pkg`` (Partial Key Grouping, Nasir et al.);
 * :mod:`dpa.partitioners.dkg` — ``dkg`` (Dynamic Key Grouping, Dalabasmaz & Can);
-* :mod:`dpa.partitioners.fang` — ``mintable``, ``minmig``, ``mixed`` (Fang et al.'s routing
-  table over a hash);
-* :mod:`dpa.partitioners.gedik` — ``gedik-scan``, ``gedik-redist``, ``gedik-readj`` (Gedik:
-  consistent hash plus an explicit hash for frequent keys, rebuilt from sliding lossy counters);
+* :mod:`dpa.partitioners.fang` (policy) and :mod:`dpa.partitioners.fang_plan` (planning) —
+  ``mintable``, ``minmig``, ``mixed`` (Fang et al.'s routing table over a hash);
+* :mod:`dpa.partitioners.gedik` (policy), :mod:`dpa.partitioners.gedik_model` and
+  :mod:`dpa.partitioners.gedik_construct` — ``gedik-scan``, ``gedik-redist``,
+  ``gedik-readj`` (Gedik: consistent hash plus an explicit hash for frequent keys);
 * :mod:`dpa.partitioners.hybrid` — ``hybrid``, dpa's own: the DPA ring for the tail and
   hot keys split over several reducers.
 
-Use them by name: ``dpa.JobConfig(policy="pkg", policy_options={"d": 3})``. They can be
-replayed without Ray, on a key stream, with :func:`dpa.simulate.simulate`.
+Importing this package registers nothing: the table of names is :mod:`dpa.registry`. Use
+a policy by name (``dpa.JobConfig(policy="pkg", policy_options={"d": 3})``) or by its
+settings (``dpa.JobConfig(policy=dpa.PKGSettings(d=3))``). The algorithms and the choices
+made where the papers are vague are in ``docs/policies/``. Policies can be replayed
+without Ray, on a key stream, with :func:`dpa.simulate.simulate`.
 """
 
 from dpa.partitioners.common import candidates, seeded_hash32
-from dpa.partitioners.dkg import DKGPolicy, dkg_max_machines, dkg_threshold
-from dpa.partitioners.fang import FangPolicy, plan_table
-from dpa.partitioners.gedik import GedikPolicy, PartitionFunction, build_partition, construct
+from dpa.partitioners.dkg import DKGPolicy, DKGSettings, dkg_max_machines, dkg_threshold
+from dpa.partitioners.fang import FangPolicy, FangSettings, plan_table
+from dpa.partitioners.gedik import (
+    GedikPolicy,
+    GedikSettings,
+    PartitionFunction,
+    build_partition,
+    construct,
+)
 from dpa.partitioners.grouping import (
     OffGreedyPolicy,
+    OffGreedySettings,
     OnGreedyPolicy,
+    OnGreedySettings,
     PKGPolicy,
+    PKGSettings,
     PoTCPolicy,
+    PoTCSettings,
     ShufflePolicy,
+    ShuffleSettings,
     lpt_assignment,
 )
-from dpa.partitioners.hybrid import HybridPolicy
+from dpa.partitioners.hashing import HashPolicy, HashSettings, ModSnapshot
+from dpa.partitioners.hybrid import HybridPolicy, HybridSettings
+from dpa.partitioners.ring_policy import DPAPlanner, DPAPolicy, RingSettings
 
 __all__ = [
     "DKGPolicy",
+    "DKGSettings",
+    "DPAPlanner",
+    "DPAPolicy",
     "FangPolicy",
+    "FangSettings",
     "GedikPolicy",
+    "GedikSettings",
+    "HashPolicy",
+    "HashSettings",
     "HybridPolicy",
+    "HybridSettings",
+    "ModSnapshot",
     "OffGreedyPolicy",
+    "OffGreedySettings",
     "OnGreedyPolicy",
+    "OnGreedySettings",
     "PKGPolicy",
+    "PKGSettings",
     "PartitionFunction",
     "PoTCPolicy",
+    "PoTCSettings",
+    "RingSettings",
     "ShufflePolicy",
+    "ShuffleSettings",
     "build_partition",
     "candidates",
     "construct",

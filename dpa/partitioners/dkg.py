@@ -50,22 +50,22 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
 from dpa.errors import ConfigError
 from dpa.partitioners.common import check_int_option, least_loaded_of_two
-from dpa.policy import ModSnapshot, PolicySpec, Router, register_policy
-
-if TYPE_CHECKING:
-    from dpa.config import JobConfig
+from dpa.partitioners.hashing import ModSnapshot
+from dpa.policy import JobShape, PolicySettings, PolicySpec, Router
 
 __all__ = [
     "DKGPolicy",
     "DKGRouter",
+    "DKGSettings",
     "KeySpace",
+    "build_dkg",
     "dkg_ideal_load",
     "dkg_max_machines",
     "dkg_threshold",
@@ -323,8 +323,8 @@ class DKGRouter(Router):
 
 
 @dataclass(frozen=True)
-class DKGPolicy(PolicySpec):
-    """Dynamic Key Grouping (see the module docstring for the algorithm).
+class DKGSettings(PolicySettings):
+    """Settings of ``dkg`` (see the module docstring for the algorithm).
 
     Args:
         expected_keys: Estimated number of distinct keys; sizes the Key Space (Old 10%,
@@ -343,8 +343,8 @@ class DKGPolicy(PolicySpec):
     warmup: int | None = None
     width: int = 2
     max_machines: int | None = None
-    name: str = "dkg"
-    splits_keys = True
+
+    name = "dkg"
 
     def __post_init__(self) -> None:
         check_int_option("expected_keys", self.expected_keys, 1, "dkg")
@@ -357,6 +357,13 @@ class DKGPolicy(PolicySpec):
         if self.max_machines is not None and self.max_machines < self.width:
             raise ConfigError(f"policy 'dkg': max_machines ({self.max_machines}) < width ({self.width})")
 
+
+@dataclass(frozen=True)
+class DKGPolicy(DKGSettings, PolicySpec):
+    """Dynamic Key Grouping: the policy built from :class:`DKGSettings` (it needs no job shape)."""
+
+    splits_keys = True
+
     def initial_snapshot(self, num_reducers: int) -> ModSnapshot:
         return ModSnapshot(num_reducers)
 
@@ -364,8 +371,6 @@ class DKGPolicy(PolicySpec):
         return DKGRouter(self, num_reducers)
 
 
-def _dkg(cfg: JobConfig) -> PolicySpec:
-    return DKGPolicy(**cfg.policy_options)
-
-
-register_policy("dkg", _dkg, "dynamic key grouping: PKG whose hot keys scale out over more reducers")
+def build_dkg(settings: DKGSettings, shape: JobShape) -> DKGPolicy:
+    """The registry factory of ``dkg``."""
+    return DKGPolicy(**asdict(settings))

@@ -1,6 +1,7 @@
 """Stream groupings from the Partial Key Grouping paper (Nasir et al.) as dpa policies.
 
-Registered names (``JobConfig(policy=..., policy_options={...})``):
+Registered names (``JobConfig(policy=...)`` with a name and ``policy_options={...}``, or a
+settings object such as ``PKGSettings(d=3)``):
 
 * ``shuffle`` — shuffle grouping (SG): each mapper sends its records round-robin over the
   reducers, irrespective of the key. Every key may end up on every reducer.
@@ -44,23 +45,31 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from dpa.errors import ConfigError
 from dpa.partitioners.common import candidates, check_int_option, least_loaded_of_two
-from dpa.policy import ModSnapshot, PolicySpec, Router, register_policy
-
-if TYPE_CHECKING:
-    from dpa.config import JobConfig
+from dpa.partitioners.hashing import ModSnapshot
+from dpa.policy import JobShape, PolicySettings, PolicySpec, Router
 
 __all__ = [
     "OffGreedyPolicy",
+    "OffGreedySettings",
     "OnGreedyPolicy",
+    "OnGreedySettings",
     "PKGPolicy",
+    "PKGSettings",
     "PoTCPolicy",
+    "PoTCSettings",
     "ShufflePolicy",
+    "ShuffleSettings",
+    "build_off_greedy",
+    "build_on_greedy",
+    "build_pkg",
+    "build_potc",
+    "build_shuffle",
     "lpt_assignment",
 ]
 
@@ -92,7 +101,24 @@ class ShuffleRouter(Router):
 
 
 @dataclass(frozen=True)
-class ShufflePolicy(_StaticSnapshotMixin, PolicySpec):
+class ShuffleSettings(PolicySettings):
+    """Settings of ``shuffle``.
+
+    Args:
+        seed: Offsets the starting reducer of every mapper; None = ``JobConfig.seed``.
+    """
+
+    name = "shuffle"
+
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise ConfigError(f"policy 'shuffle': option seed must be an integer or None, got {self.seed!r}")
+
+
+@dataclass(frozen=True)
+class ShufflePolicy(ShuffleSettings, _StaticSnapshotMixin, PolicySpec):
     """Shuffle grouping: round-robin per mapper; mapper ``m`` starts at ``(m + seed) % R``.
 
     Args:
@@ -100,7 +126,6 @@ class ShufflePolicy(_StaticSnapshotMixin, PolicySpec):
     """
 
     seed: int = 0
-    name: str = "shuffle"
     splits_keys = True
 
     def make_router(self, mapper_id: int, num_reducers: int) -> Router:
@@ -144,20 +169,27 @@ class PKGRouter(Router):
 
 
 @dataclass(frozen=True)
-class PKGPolicy(_StaticSnapshotMixin, PolicySpec):
-    """Partial Key Grouping (Nasir et al.): greedy-``d`` with key splitting.
+class PKGSettings(PolicySettings):
+    """Settings of ``pkg``.
 
     Args:
         d: Number of hash choices per key (the paper's default and Storm's is 2; larger
             ``d`` copes with stronger skew at ``d``-fold state per key, paper Figure 9).
     """
 
+    name = "pkg"
+
     d: int = 2
-    name: str = "pkg"
-    splits_keys = True
 
     def __post_init__(self) -> None:
         check_int_option("d", self.d, 1, "pkg")
+
+
+@dataclass(frozen=True)
+class PKGPolicy(PKGSettings, _StaticSnapshotMixin, PolicySpec):
+    """Partial Key Grouping (Nasir et al.): greedy-``d`` with key splitting (see :class:`PKGSettings`)."""
+
+    splits_keys = True
 
     def make_router(self, mapper_id: int, num_reducers: int) -> Router:
         return PKGRouter(self.d, num_reducers)
@@ -325,7 +357,23 @@ class _BindingPolicy(_StaticSnapshotMixin, PolicySpec):
 
 
 @dataclass(frozen=True)
-class PoTCPolicy(_BindingPolicy):
+class PoTCSettings(PolicySettings):
+    """Settings of ``potc``.
+
+    Args:
+        d: Number of hash choices (default 2).
+    """
+
+    name = "potc"
+
+    d: int = 2
+
+    def __post_init__(self) -> None:
+        check_int_option("d", self.d, 1, "potc")
+
+
+@dataclass(frozen=True)
+class PoTCPolicy(PoTCSettings, _BindingPolicy):
     """Static power of ``d`` choices without key splitting (the PKG paper's PoTC baseline).
 
     Args:
@@ -334,21 +382,20 @@ class PoTCPolicy(_BindingPolicy):
             one mapper no key is ever split.
     """
 
-    d: int = 2
-    name: str = "potc"
-
-    def __post_init__(self) -> None:
-        check_int_option("d", self.d, 1, "potc")
-
     def make_router(self, mapper_id: int, num_reducers: int) -> Router:
         return PoTCRouter(self.d, num_reducers)
 
 
 @dataclass(frozen=True)
-class OnGreedyPolicy(_BindingPolicy):
-    """Online greedy (PKG paper's On-Greedy): a new key goes to the least loaded reducer."""
+class OnGreedySettings(PolicySettings):
+    """Settings of ``on-greedy`` (it has none)."""
 
-    name: str = "on-greedy"
+    name = "on-greedy"
+
+
+@dataclass(frozen=True)
+class OnGreedyPolicy(OnGreedySettings, _BindingPolicy):
+    """Online greedy (PKG paper's On-Greedy): a new key goes to the least loaded reducer."""
 
     def make_router(self, mapper_id: int, num_reducers: int) -> Router:
         return OnGreedyRouter(num_reducers)
@@ -380,7 +427,26 @@ def _frequency_arrays(frequencies: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 @dataclass(frozen=True)
-class OffGreedyPolicy(_BindingPolicy):
+class OffGreedySettings(PolicySettings):
+    """Settings of ``off-greedy``.
+
+    Args:
+        frequencies: Optional key frequency table, ``{key hash: count}`` or a pair
+            ``(hashes, counts)`` (see :class:`OffGreedyPolicy`); None = each mapper's
+            first batch.
+    """
+
+    name = "off-greedy"
+
+    frequencies: Any = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.frequencies is not None:
+            _frequency_arrays(self.frequencies)
+
+
+@dataclass(frozen=True)
+class OffGreedyPolicy(OffGreedySettings, _BindingPolicy):
     """Offline greedy (PKG paper's Off-Greedy): LPT binding on known key frequencies.
 
     The paper's Off-Greedy knows the whole key distribution in advance ("an unfair
@@ -400,8 +466,6 @@ class OffGreedyPolicy(_BindingPolicy):
         mappers: Number of mappers of the job (set from ``JobConfig.num_mappers``).
     """
 
-    frequencies: Any = field(default=None, compare=False, repr=False)
-    name: str = "off-greedy"
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -421,24 +485,27 @@ class OffGreedyPolicy(_BindingPolicy):
         return OffGreedyRouter(num_reducers, self._table(num_reducers))
 
 
-# ---------------------------------------------------------------------------- registry
-def _shuffle(cfg: JobConfig) -> PolicySpec:
-    return ShufflePolicy(**{"seed": cfg.seed, **cfg.policy_options})
+# ---------------------------------------------------------------------------- factories
+def build_shuffle(settings: ShuffleSettings, shape: JobShape) -> ShufflePolicy:
+    """The registry factory of ``shuffle`` (the seed defaults to the job's)."""
+    return ShufflePolicy(seed=shape.seed if settings.seed is None else settings.seed)
 
 
-def _binding(cls: type[_BindingPolicy]) -> Any:
-    def build(cfg: JobConfig) -> PolicySpec:
-        return cls(**{"mappers": cfg.num_mappers, **cfg.policy_options})
-
-    return build
+def build_pkg(settings: PKGSettings, shape: JobShape) -> PKGPolicy:
+    """The registry factory of ``pkg``."""
+    return PKGPolicy(d=settings.d)
 
 
-register_policy("shuffle", _shuffle, "shuffle grouping: round-robin per mapper (splits every key)")
-register_policy("potc", _binding(PoTCPolicy),
-                "static power of two choices: a key is bound to its less loaded choice (per mapper)")
-register_policy("on-greedy", _binding(OnGreedyPolicy),
-                "online greedy: a new key is bound to the least loaded reducer (per mapper)")
-register_policy("off-greedy", _binding(OffGreedyPolicy),
-                "offline greedy: LPT binding on key frequencies (option or first batch)")
-register_policy("pkg", lambda cfg: PKGPolicy(**cfg.policy_options),
-                "partial key grouping: power of d choices with key splitting (d=2)")
+def build_potc(settings: PoTCSettings, shape: JobShape) -> PoTCPolicy:
+    """The registry factory of ``potc``."""
+    return PoTCPolicy(d=settings.d, mappers=shape.num_mappers)
+
+
+def build_on_greedy(settings: OnGreedySettings, shape: JobShape) -> OnGreedyPolicy:
+    """The registry factory of ``on-greedy``."""
+    return OnGreedyPolicy(mappers=shape.num_mappers)
+
+
+def build_off_greedy(settings: OffGreedySettings, shape: JobShape) -> OffGreedyPolicy:
+    """The registry factory of ``off-greedy``."""
+    return OffGreedyPolicy(frequencies=settings.frequencies, mappers=shape.num_mappers)

@@ -1,93 +1,32 @@
 """dpa's own policy, registered as ``hybrid``: the DPA ring for the long tail, hot keys split.
 
 The DPA load balancer can only *move* a key, so one key that holds more than a reducer's
-fair share (the paper's WL3: a single letter) keeps its reducer a straggler whatever the
-ring does. ``hybrid`` keeps the DPA ring (token halving or doubling on the straggler, with
-forwarding) for the many keys of the tail and splits each *hot* key over several
-reducers, like Dynamic Key Grouping, with the final merge making the result exact.
-
-How it works:
-
-* **Detection on the balancer, from what reducers see.** Reducers count the keys that
-  arrive from mappers and send the most frequent ones with their queue reports
-  (:meth:`dpa.policy.Planner.observe_keys`). Every record arrives at exactly one reducer,
-  so the balancer's sums are global frequencies. They go into a bounded SpaceSaving sketch
-  (:class:`SpaceSaving`, ``capacity`` counters), so the planner's memory does not grow with
-  the number of distinct keys.
-* **Hot keys.** After ``N`` records, a key whose estimated count is at least
-  ``theta * N`` (and at least ``min_count``) is hot; it stays hot until it falls below
-  ``theta * N / 2`` (hysteresis, so a key on the boundary does not flap). A new hot key
-  starts with its ring owner (its *home*, where its records went so far) as first
-  candidate.
-* **Widths grown from load** (:meth:`HybridPlanner.plan`). The expected load of a
-  reducer is its tail records plus an even share of every hot key it is a candidate of;
-  every hot key gets at least ``min_width`` candidates, then, while the most loaded
-  reducer is above ``(1 + slack)`` times the mean, the hot key contributing most to it
-  gains the least loaded reducer it does not have yet (at most ``R``).
-* **Shares.** Candidates need not get equal parts: the planner levels the reducers' loads
-  by water filling (:func:`fill`) what is still to come - taken to look like what came
-  since the last publication - starting from what each reducer holds (records processed
-  or queued, reported by the reducers), and gives each candidate of a key the share of
-  the key that levels them. A newly hot key's home contributes what it has not
-  processed yet of the key.
-* **Publishing.** A change of the hot set, of a candidate list or of a share by more than
-  ``share_step`` is a new snapshot (:class:`HybridSnapshot`: ring, hot keys, candidates,
-  cumulative shares, version); so is a ring change made by the DPA rule, which this
-  planner inherits from :class:`dpa.policy.DPAPlanner` (``method``, ``tau``,
-  ``max_rounds``, ``patience``). Hot-set changes are checked first; like ring changes
-  they wait for every reducer to have reported under the newest version.
-* **Mappers** route tail keys by the ring and a hot key's records by its shares, along a
-  golden-ratio sequence per key that continues from batch to batch and that the mappers
-  share by interleaving (:meth:`HybridSnapshot.assign`, :class:`HybridRouter`):
-  deterministic, vectorised, and within a few records of the planned shares.
-* **Hand-overs** (:meth:`HybridPlanner._transfers`, :meth:`HybridPolicy.handover`).
-  Shares only steer records still to come; when the mappers have queued most of the
-  input before the first report (fast mappers, slow reducers), they come too late. So
-  the planner also levels what the reducers *hold* (processed, being processed or
-  queued), a figure that processing does not change: a reducer above its share of the
-  records that arrived hands queued records of hot keys, from the back of its queue, to
-  candidates of those keys below theirs. The moves travel in the snapshot
-  (``HybridSnapshot.moves``) and are carried out once, when the snapshot is adopted.
-* **Reducers** keep any record of a hot key they are a candidate for, and forward tail
-  records whose ring owner changed. When a snapshot makes a key hot, its home (first
-  candidate: its ring owner, where a backlog builds up before detection) spreads the
-  key's queued records over the candidates by the planned shares, so a backlog that built
-  up before detection is split too. Records still in flight to the home stay there; the
-  planner sees them in the home's holdings and gives it less of what follows. Records of a key that stopped being hot
-  go back to its ring owner.
-
-Options (``JobConfig.policy_options``): ``theta`` (default ``1 / (4 R)``, given as a
-fraction), ``spread`` (2.0), ``min_count`` (2), ``capacity`` (sketch counters, 4096),
-``method`` (``"halving"``), ``patience`` (1). ``tau``, ``max_rounds`` and
-``initial_tokens`` come from the :class:`~dpa.config.JobConfig`.
+fair share keeps its reducer a straggler whatever the ring does. ``hybrid`` keeps the DPA
+ring (:class:`~dpa.partitioners.ring_policy.DPAPlanner`, with forwarding) for the tail and
+splits each *hot* key over several reducers by planned shares; the final merge makes the
+result exact. How it works (detection from the reducers' key reports into a SpaceSaving
+sketch, widths grown from load, water-filled shares, hand-overs of queued records) is in
+``docs/policies/hybrid.md``. Choices: a key is hot at ``theta * N`` records (default
+``1 / (4 R)``) and stays hot down to half that (hysteresis); hot-set changes are checked
+before ring changes and, like them, wait for every reducer to report under the newest
+version; a hot key's mappers interleave on one golden-ratio sequence per key.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dpa.errors import ConfigError
 from dpa.partitioners.common import check_int_option
-from dpa.policy import (
-    Decision,
-    DPAPlanner,
-    PolicySpec,
-    RebalanceEvent,
-    Router,
-    default_min_gap,
-    register_policy,
-)
-from dpa.ring import HashRing, RingSnapshot
+from dpa.partitioners.ring_policy import DPAPlanner, RingSettings, resolved_fields
+from dpa.policy import Decision, JobShape, PolicySpec, RebalanceEvent, Router
+from dpa.ring import RingSnapshot
 from dpa.sketches import SpaceSaving
 
-if TYPE_CHECKING:
-    from dpa.config import JobConfig
-
-__all__ = ["HybridPlanner", "HybridPolicy", "HybridRouter", "HybridSnapshot", "fill"]
+__all__ = ["HybridPlanner", "HybridPolicy", "HybridRouter", "HybridSettings", "HybridSnapshot", "build_hybrid", "fill"]
 
 logger = logging.getLogger(__name__)
 
@@ -460,16 +399,13 @@ class HybridPlanner(DPAPlanner):
 
 
 @dataclass(frozen=True)
-class HybridPolicy(PolicySpec):
-    """DPA ring for the tail plus hot-key splitting (see the module docstring).
+class HybridSettings(RingSettings):
+    """Settings of ``hybrid``: :class:`RingSettings` for the tail plus hot-key splitting.
 
     Args:
-        method: Ring method for the tail: ``"halving"`` or ``"doubling"``.
-        tau: Straggler threshold of the ring rule.
-        max_rounds: Ring rebalances per reducer (0 = hot-key splitting only).
-        initial_tokens: Tokens per reducer for halving.
-        patience: Consecutive checks the straggler must persist (see ``DPAPlanner``).
-        min_gap: Records the longest queue must exceed the second by (see ``DPAPlanner``).
+        method: Ring method for the tail: ``"halving"`` (default) or ``"doubling"``.
+        tau, max_rounds, initial_tokens, patience, min_gap: The ring's, see
+            :class:`RingSettings` (``max_rounds=0``: hot-key splitting only).
         theta: A key is hot at ``theta`` of all records (default ``1 / (4 R)``).
         min_width: Fewest reducers a hot key is split over.
         slack: Expected loads within ``(1 + slack)`` of the mean count as balanced.
@@ -477,53 +413,58 @@ class HybridPolicy(PolicySpec):
             candidate moved by more than this (besides hot-set and candidate changes).
         min_count: Fewest records before a key can be hot.
         capacity: Counters of the balancer's SpaceSaving sketch.
-        num_mappers: Mappers of the job (set from the ``JobConfig``): they interleave
-            on each hot key's sequence.
     """
 
     method: str = "halving"
-    tau: float = 0.2
-    max_rounds: int = 1
-    initial_tokens: int = 16
-    patience: int = 1
-    min_gap: int = 0
     theta: float | None = None
     min_width: int = 2
     slack: float = 0.02
     share_step: float = 0.05
     min_count: int = 2
     capacity: int = 4096
-    num_mappers: int = 1
-    name: str = "hybrid"
-
-    moves_keys = True
-    splits_keys = True
-    wants_key_stats = True
 
     def __post_init__(self) -> None:
         if self.method not in ("halving", "doubling"):
             raise ConfigError(f"policy 'hybrid': method must be 'halving' or 'doubling', got {self.method!r}")
-        check_int_option("patience", self.patience, 1, "hybrid")
+        super().__post_init__()
         check_int_option("min_count", self.min_count, 1, "hybrid")
         check_int_option("capacity", self.capacity, 1, "hybrid")
-        check_int_option("num_mappers", self.num_mappers, 1, "hybrid")
-        check_int_option("max_rounds", self.max_rounds, 0, "hybrid")
-        check_int_option("min_gap", self.min_gap, 0, "hybrid")
         if self.theta is not None and not (isinstance(self.theta, (int, float)) and 0 < self.theta <= 1):
             raise ConfigError(f"policy 'hybrid': theta must be a fraction in (0, 1], got {self.theta!r}")
         check_int_option("min_width", self.min_width, 1, "hybrid")
         if not (isinstance(self.slack, (int, float)) and self.slack >= 0):
             raise ConfigError(f"policy 'hybrid': slack must be a number >= 0, got {self.slack!r}")
 
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return "hybrid"
+
+
+@dataclass(frozen=True)
+class HybridPolicy(HybridSettings, PolicySpec):
+    """DPA ring for the tail plus hot-key splitting: :class:`HybridSettings`' fields with
+    ``min_gap`` resolved (default 0) and the job's mappers.
+
+    Args:
+        num_mappers: Mappers of the job (set from the job's shape): they interleave on
+            each hot key's sequence.
+    """
+
+    min_gap: int = 0
+    num_mappers: int = 1
+
+    moves_keys = True
+    splits_keys = True
+    wants_key_stats = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int_option("num_mappers", self.num_mappers, 1, "hybrid")
+        check_int_option("min_gap", self.min_gap, 0, "hybrid")
+
     def threshold(self, num_reducers: int) -> float:
         """``theta`` for ``R`` reducers (default ``1 / (4 R)``)."""
         return float(self.theta) if self.theta is not None else 1.0 / (4 * num_reducers)
-
-    def ring(self, num_reducers: int) -> HashRing:
-        """The initial ring for the tail."""
-        if self.method == "halving":
-            return HashRing.for_halving(num_reducers, self.initial_tokens)
-        return HashRing.for_doubling(num_reducers)
 
     def initial_snapshot(self, num_reducers: int) -> HybridSnapshot:
         return HybridSnapshot(self.ring(num_reducers).snapshot(), _EMPTY_U32,
@@ -581,9 +522,6 @@ class HybridPolicy(PolicySpec):
         return dest
 
 
-def _hybrid(cfg: JobConfig) -> PolicySpec:
-    opts = {"min_gap": default_min_gap(cfg), "num_mappers": cfg.num_mappers, **cfg.policy_options}
-    return HybridPolicy(tau=cfg.tau, max_rounds=cfg.max_rounds, initial_tokens=cfg.initial_tokens, **opts)
-
-
-register_policy("hybrid", _hybrid, "dpa's own: DPA ring for the tail, hot keys split over several reducers")
+def build_hybrid(settings: HybridSettings, shape: JobShape) -> HybridPolicy:
+    """The registry factory of ``hybrid`` (``min_gap`` and the mappers from the job's shape)."""
+    return HybridPolicy(**resolved_fields(settings, shape), num_mappers=shape.num_mappers)

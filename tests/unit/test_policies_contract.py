@@ -10,8 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dpa
-import dpa.partitioners  # noqa: F401  (registers the literature's policies)
-from dpa.policy import make_policy, policies
+from dpa.registry import make_policy, policies
 
 #: Extra option sets exercised besides each policy's defaults (small DKG cycles, so
 #: promotions, warm-up and scaling happen inside short test streams).

@@ -8,11 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpa
-import dpa.partitioners  # noqa: F401  (registers the literature's policies)
 from dpa.errors import ConfigError
 from dpa.partitioners import DKGPolicy, dkg_max_machines, dkg_threshold
 from dpa.partitioners.dkg import DKGRouter, KeySpace, dkg_ideal_load
-from dpa.policy import make_policy
+from dpa.registry import make_policy
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from dpa.partitioners.fang import (
     priority_index,
     workload_skewness,
 )
-from dpa.policy import make_policy
+from dpa.registry import make_policy
 
 FAST = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -32,7 +32,7 @@ from dpa.partitioners.gedik import (
     resource_loads,
     theta,
 )
-from dpa.policy import make_policy, policies
+from dpa.registry import make_policy, policies
 from workloads.exp_gedik import METHODS, Universe, grow, markdown, plot, run_experiment
 
 

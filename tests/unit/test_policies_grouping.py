@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import dpa
-import dpa.partitioners  # noqa: F401  (registers the literature's policies)
 from dpa.errors import ConfigError
 from dpa.partitioners import (
     OffGreedyPolicy,
@@ -16,7 +15,7 @@ from dpa.partitioners import (
     candidates,
     lpt_assignment,
 )
-from dpa.policy import make_policy
+from dpa.registry import make_policy
 
 
 def spec(name, **kw):

@@ -11,12 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpa
-import dpa.partitioners  # noqa: F401  (registers the literature's policies)
 from dpa.errors import ConfigError
 from dpa.keys import hash_key
 from dpa.murmur3 import murmur3_32_batch
 from dpa.partitioners import PKGPolicy, candidates, seeded_hash32
-from dpa.policy import make_policy
+from dpa.registry import make_policy
 
 
 @given(st.lists(st.integers(0, 2**32 - 1), max_size=50), st.integers(0, 2**32 - 1))
@@ -143,6 +142,6 @@ def test_options_through_jobconfig():
     assert isinstance(spec, PKGPolicy) and spec.d == 3
     assert spec.splits_keys and spec.needs_merge and spec.owners(None, np.zeros(0)) is None
     with pytest.raises(ConfigError, match="d must be an integer >= 1"):
-        dpa.JobConfig(runtime="local", policy="pkg", policy_options={"d": 0})
+        make_policy(dpa.JobConfig(runtime="local", policy="pkg", policy_options={"d": 0}))
     with pytest.raises(ConfigError, match="bad policy_options"):
-        dpa.JobConfig(runtime="local", policy="pkg", policy_options={"choices": 2})
+        make_policy(dpa.JobConfig(runtime="local", policy="pkg", policy_options={"choices": 2}))

@@ -7,7 +7,9 @@ import pytest
 
 import dpa
 from dpa.errors import ConfigError
-from dpa.policy import DPAPlanner, DPAPolicy, HashPolicy, make_policy, policies
+from dpa.partitioners.hashing import HashPolicy
+from dpa.partitioners.ring_policy import DPAPlanner, DPAPolicy
+from dpa.registry import make_policy, policies
 from dpa.ring import HashRing
 
 
@@ -129,5 +131,5 @@ def test_patience_needs_the_same_straggler_on_consecutive_checks():
 
 def test_patience_option_is_validated():
     with pytest.raises(ConfigError, match="patience"):
-        dpa.JobConfig(policy="halving", policy_options={"patience": 0})
+        make_policy(dpa.JobConfig(policy="halving", policy_options={"patience": 0}))
     assert make_policy(dpa.JobConfig(policy="halving", policy_options={"patience": 4})).patience == 4

@@ -8,8 +8,8 @@ import pyarrow as pa
 
 import dpa
 from dpa.logic import MapperLogic, ReducerLogic
+from dpa.partitioners.ring_policy import DPAPolicy
 from dpa.plan import build_plan
-from dpa.policy import DPAPolicy
 from dpa.sources import normalize_source
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import dpa.partitioners  # noqa: F401  (registers the literature's policies)
 from dpa.errors import ConfigError
 from dpa.keys import hash_key
 from dpa.partitioners import PKGPolicy

@@ -1,0 +1,250 @@
+"""The DPA ring policies ``halving`` and ``doubling`` (paper section 4), and their settings.
+
+:class:`RingSettings` holds the ring's options once; ``hybrid``
+(:mod:`dpa.partitioners.hybrid`) extends it. ``JobConfig.tau``, ``max_rounds`` and
+``initial_tokens`` are shortcuts that feed these settings when the policy is given by name.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from dpa.errors import ConfigError
+from dpa.partitioners.common import check_int_option
+from dpa.policy import (
+    Decision,
+    JobShape,
+    Planner,
+    PolicySettings,
+    PolicySpec,
+    RebalanceEvent,
+    Router,
+)
+from dpa.ring import HashRing, RingSnapshot
+
+__all__ = ["DPAPlanner", "DPAPolicy", "RingRouter", "RingSettings", "build_ring_policy"]
+
+logger = logging.getLogger(__name__)
+
+METHODS = ("halving", "doubling")
+
+
+def _is_power_of_two(n: int) -> bool:
+    return n >= 1 and (n & (n - 1)) == 0
+
+
+class RingRouter(Router):
+    """Routes by the consistent-hash ring snapshot (vectorised ``searchsorted``)."""
+
+    def route(self, hashes: np.ndarray, snapshot: RingSnapshot) -> np.ndarray:
+        return snapshot.lookup_batch(hashes)
+
+
+class DPAPlanner(Planner):
+    """The DPA load balancer's rule (paper section 4).
+
+    When ``Q_max > Q_second * (1 + tau)`` the reducer with the longest queue is relieved by
+    token halving or doubling, at most ``max_rounds`` times per reducer.
+
+    Choices the paper leaves open (documented here, tested in ``tests/unit``):
+
+    * Ties for the longest queue go to the lowest reducer id.
+    * Decisions need fresh information: after a rebalance to version ``v`` the rule is
+      not evaluated again until every reducer has reported a queue length under version
+      ``>= v`` (reducers report as soon as they adopt a new ring, after eagerly forwarding
+      the queued records they no longer own). Without this, the stale long queue of the
+      reducer just relieved would trigger further rounds before forwarding had happened.
+    * Reducers that have not reported yet count as queue length 0.
+    * Halving a reducer that has one token left changes nothing: the event log records
+      ``"exhausted"`` once and the reducer's rounds are used up.
+    * ``patience`` (default 1, the paper's rule) asks the predicate to name the same
+      reducer on that many consecutive checks before acting. Queue lengths are
+      instantaneous and arrive in whole batches, so with large batches and cheap records a
+      reducer that just received a batch looks like a straggler for a moment even when keys
+      are uniform; a patience of a few checks filters out such bursts.
+    * ``min_gap`` (records): the longest queue must also exceed the second by more than
+      this. Mappers push whole input blocks, so queue lengths move in steps of about a
+      block's share per reducer (``batch_size / R`` records); a difference smaller than
+      one such step per mapper (all ``M`` mappers may have pushed into one queue while the
+      others drained theirs) is the noise of arrivals, not a straggler. :class:`RingSettings`
+      defaults it to ``M * batch_size // R`` (:attr:`~dpa.policy.JobShape.block_share`);
+      ``min_gap=0`` is the paper's rule exactly (the Table 1 reproduction uses it).
+    """
+
+    def __init__(self, method: str, tau: float, max_rounds: int, ring: HashRing, patience: int = 1,
+                 min_gap: int = 0) -> None:
+        self.method = method
+        self.tau = float(tau)
+        self.max_rounds = int(max_rounds)
+        self.ring = ring
+        self.rounds = [0] * ring.num_reducers
+        self.queue_lengths = [0] * ring.num_reducers
+        self.report_versions = [0] * ring.num_reducers
+        self._snapshot = ring.snapshot()
+        self.patience = int(patience)
+        self.min_gap = int(min_gap)
+        self._candidate: int | None = None
+        self._streak = 0
+
+    @property
+    def snapshot(self) -> RingSnapshot:
+        return self._snapshot
+
+    def observe(self, reducer: int, queue_length: int, version: int) -> None:
+        if version >= self.report_versions[reducer]:
+            self.report_versions[reducer] = version
+            self.queue_lengths[reducer] = int(queue_length)
+
+    @staticmethod
+    def straggler(queue_lengths: list[int], tau: float, min_gap: int = 0) -> int | None:
+        """The reducer satisfying ``Q_max > Q_s (1 + tau)`` (paper eq. 1) and
+        ``Q_max - Q_s > min_gap``, or None."""
+        if len(queue_lengths) < 2:
+            return None
+        x = int(np.argmax(queue_lengths))
+        q_max = queue_lengths[x]
+        q_s = max(q for i, q in enumerate(queue_lengths) if i != x)
+        return x if q_max > q_s * (1.0 + tau) and q_max - q_s > min_gap else None
+
+    def _ring_changed(self) -> Any:
+        """The snapshot to publish after the ring changed (subclasses wrap the ring)."""
+        return self.ring.snapshot()
+
+    def check(self, now: float) -> list[Decision]:
+        if min(self.report_versions) < self._snapshot.version:
+            return []
+        x = self.straggler(self.queue_lengths, self.tau, self.min_gap)
+        self._streak = self._streak + 1 if x is not None and x == self._candidate else int(x is not None)
+        self._candidate = x
+        if x is None or self.rounds[x] >= self.max_rounds or self._streak < self.patience:
+            return []
+        self._streak = 0
+        seen = tuple(self.queue_lengths)
+        self.rounds[x] += 1
+        changed = self.ring.redistribute(x, self.method)
+        if not changed:
+            self.rounds[x] = self.max_rounds
+            event = RebalanceEvent(now, x, "exhausted", seen, self.ring.token_counts, self._snapshot.version)
+            logger.info("halving exhausted for reducer %d (1 token left)", x)
+            return [Decision(None, event)]
+        self._snapshot = self._ring_changed()
+        action = "halve" if self.method == "halving" else "double"
+        event = RebalanceEvent(now, x, action, seen, self.ring.token_counts, self._snapshot.version)
+        logger.info("rebalance: %s reducer %d, queues %s -> tokens %s (v%d)", action, x, seen,
+                    self.ring.token_counts, self._snapshot.version)
+        return [Decision(self._snapshot, event)]
+
+
+
+@dataclass(frozen=True)
+class RingSettings(PolicySettings):
+    """Settings of the DPA ring policies (``halving``, ``doubling``; ``hybrid`` extends them).
+
+    Args:
+        method: ``"halving"`` (start with ``initial_tokens`` per reducer and halve the
+            straggler's) or ``"doubling"`` (start with 1 token per reducer and double the
+            others'). Also the registered name.
+        tau: Straggler threshold: act when ``Q_max > Q_second * (1 + tau)``; ``>= 0``.
+        max_rounds: Rebalances allowed per reducer; 0 = the paper's "No LB".
+        initial_tokens: Tokens per reducer for halving (a power of two; 16 allows 4
+            halvings).
+        patience: Consecutive checks the same straggler must persist (1 = the paper).
+        min_gap: Records the longest queue must exceed the second by; None = one block's
+            share per mapper (:attr:`~dpa.policy.JobShape.block_share`), 0 = the paper.
+
+    Raises:
+        ConfigError: An option is out of range (the message says which and what is valid).
+    """
+
+    method: str = "doubling"
+    tau: float = 0.2
+    max_rounds: int = 1
+    initial_tokens: int = 16
+    patience: int = 1
+    min_gap: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ConfigError(f"ring method must be 'halving' or 'doubling', got {self.method!r}")
+        t = self.tau
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not (t >= 0 and math.isfinite(t)):
+            raise ConfigError(f"policy {self.name!r}: tau must be a number >= 0 (e.g. 0.2), got {t!r}")
+        check_int_option("max_rounds", self.max_rounds, 0, self.name)
+        tokens = self.initial_tokens
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or not _is_power_of_two(tokens):
+            lower = 1 << max(0, int(tokens).bit_length() - 1) if isinstance(tokens, int) and tokens > 0 else 1
+            raise ConfigError(
+                f"policy {self.name!r}: initial_tokens must be a power of two >= 1 for token halving, "
+                f"got {tokens!r}; try {lower} or {lower * 2}"
+            )
+        check_int_option("patience", self.patience, 1, self.name)
+        if self.min_gap is not None:
+            check_int_option("min_gap", self.min_gap, 0, self.name)
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.method
+
+    def ring(self, num_reducers: int) -> HashRing:
+        """The initial ring for ``num_reducers`` reducers."""
+        if self.method == "halving":
+            return HashRing.for_halving(num_reducers, self.initial_tokens)
+        return HashRing.for_doubling(num_reducers)
+
+
+@dataclass(frozen=True)
+class DPAPolicy(RingSettings, PolicySpec):
+    """The DPA load balancer: consistent-hash ring with token halving or doubling.
+
+    Its fields are :class:`RingSettings`' with ``min_gap`` resolved to a number of
+    records (default 0, the paper's rule).
+    """
+
+    routes_by_key = True
+
+    min_gap: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.min_gap is None:
+            raise ConfigError("DPAPolicy.min_gap must be a number of records; build it with build_ring_policy")
+
+    @property
+    def moves_keys(self) -> bool:  # type: ignore[override]
+        return self.max_rounds > 0
+
+    def _ring(self, num_reducers: int) -> HashRing:
+        return self.ring(num_reducers)
+
+    def initial_snapshot(self, num_reducers: int) -> RingSnapshot:
+        return self._ring(num_reducers).snapshot()
+
+    def make_router(self, mapper_id: int, num_reducers: int) -> Router:
+        return RingRouter()
+
+    def owners(self, snapshot: RingSnapshot, hashes: np.ndarray) -> np.ndarray | None:
+        return snapshot.lookup_batch(hashes) if self.moves_keys else None
+
+    def make_planner(self, num_reducers: int) -> Planner | None:
+        if self.max_rounds == 0:
+            return None
+        return DPAPlanner(self.method, self.tau, self.max_rounds, self._ring(num_reducers), self.patience,
+                          self.min_gap)
+
+
+def resolved_fields(settings: RingSettings, shape: JobShape) -> dict[str, Any]:
+    """The settings' fields with ``min_gap`` resolved against the job's shape."""
+    fields = asdict(settings)
+    if fields["min_gap"] is None:
+        fields["min_gap"] = shape.block_share
+    return fields
+
+
+def build_ring_policy(settings: RingSettings, shape: JobShape) -> DPAPolicy:
+    """The registry factory of ``halving`` and ``doubling``."""
+    return DPAPolicy(**resolved_fields(settings, shape))
