@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from dpa.errors import ConfigError, SchemaError
+from dpa.errors import ConfigError, DPAError, JobFailedError, SchemaError
 from dpa.keys import key_type_class
 from dpa.records import (
     IntegerRangeError,
@@ -297,6 +297,22 @@ def _is_arrow_block(obj: Any) -> bool:
     return type(obj).__module__.startswith("pandas") and type(obj).__name__ == "DataFrame"
 
 
+def _guarded(it: Iterator[Any]) -> Iterator[Any]:
+    """``it``, with an exception raised by the user's iterable itself (not by dpa) turned into
+    :class:`~dpa.errors.JobFailedError` wherever dpa reads it: at planning, on the driver or
+    in the in-process runtime."""
+    while True:
+        try:
+            item = next(it)
+        except StopIteration:
+            return
+        except DPAError:
+            raise
+        except Exception as exc:
+            raise JobFailedError(f"reading the input failed: {type(exc).__name__}: {exc}") from exc
+        yield item
+
+
 def normalize_source(source: Any, batch_size: int) -> Source:
     """Wraps any supported input as a :class:`Source`.
 
@@ -331,7 +347,7 @@ def normalize_source(source: Any, batch_size: int) -> Source:
             f"source must be a pyarrow Table, pandas DataFrame, ray.data.Dataset, Spark DataFrame or an "
             f"iterable of records; got {type(source).__name__}"
         )
-    it = iter(source)
+    it = _guarded(iter(source))
     first = list(itertools.islice(it, 1))
     if first and _is_arrow_block(first[0]):
         # A stream of Arrow tables / record batches / DataFrames: consumed lazily, block by

@@ -501,3 +501,20 @@ def test_concat_results_promotes_reducer_outputs():
     out = concat_results([a, b], a.schema.empty_table())
     assert out.schema.field("sum").type == pa.float64()
     assert WEIGHT_COL not in out.column_names
+
+
+def _breaking_stream():
+    yield pa.table({"k": ["a"] * 10})
+    yield pa.table({"k": ["b"] * 10})
+    raise RuntimeError("source broke")
+
+
+@pytest.mark.parametrize("map_fn", [None, "records", "batch"])
+def test_a_source_that_raises_is_a_job_failure_at_planning_or_later(map_fn):
+    fn = {None: None, "records": lambda r: [r], "batch": dpa.BatchMap(lambda t: t)}[map_fn]
+    with pytest.raises(dpa.JobFailedError, match="reading the input failed: RuntimeError: source broke"):
+        dpa.run(_breaking_stream(), key="k", map_fn=fn, config=local(batch_size=25))
+
+
+def test_an_empty_input_with_a_tuple_field_key_is_an_empty_result():
+    assert dpa.run([], key=0, config=local()).to_dict() == {}
