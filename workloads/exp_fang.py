@@ -634,18 +634,25 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--intervals", type=int, default=Setup.intervals)
     parser.add_argument("--keys", type=int, default=Setup.num_keys)
     parser.add_argument("--workers", type=int, default=Setup.num_workers)
+    parser.add_argument("--small-sweeps", action="store_true",
+                        help="one window, few sweep points, a small hash-skewness grid (for smoke runs)")
+
+
+#: The sweeps of ``--small-sweeps`` (:func:`run_all` arguments).
+SMALL_SWEEPS: dict[str, Any] = {"windows": (1,), "thetas": (0.08, 0.3), "limits": (5, 50), "fluctuations": (0.0, 1.0),
+                                "sweep_intervals": 2, "workers_grid": (5,), "keys_grid": (2_000,)}
 
 
 def _run(args: argparse.Namespace, log: Callable[[str], None] | None) -> dict[str, Any]:
-    return run_all(Setup(num_keys=args.keys, num_workers=args.workers, intervals=args.intervals, seed=args.seed),
-                   log=log)
+    setup = Setup(num_keys=args.keys, num_workers=args.workers, intervals=args.intervals, seed=args.seed)
+    return run_all(setup, log=log, **(SMALL_SWEEPS if args.small_sweeps else {}))
 
 
 EXPERIMENT = Experiment(
     module="workloads.exp_fang", description=__doc__ or "", out="results/fang", json_name="fang.json",
     add_arguments=_arguments, run=_run, seed=Setup.seed, claims=claims, plots=plot, print_markdown=True,
     markdown=lambda res: markdown(res, res["meta"]["command"], res["meta"]["elapsed_s"]),
-    quick=("--intervals", "4", "--keys", "2000", "--workers", "5"),
+    quick=("--intervals", "4", "--keys", "2000", "--workers", "5", "--small-sweeps"),
 )
 main = EXPERIMENT.main
 

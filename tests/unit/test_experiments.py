@@ -5,6 +5,8 @@ They use the in-process runtime (virtual time, no Ray), so they take a few secon
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 from collections import Counter
 
@@ -207,3 +209,70 @@ def test_cli_local_writes_outputs(tmp_path, capsys) -> None:
     assert (tmp_path / "f3" / "figure3.png").stat().st_size > 10_000
     assert json.loads((tmp_path / "f3" / "figure3.json").read_text())["series"]["WL2"]["halving"][0] == 0.0
     assert "PASS" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- the harness
+def test_harness_main_returns_int_and_writes_json_with_metadata(tmp_path, capsys) -> None:
+    seen: list[argparse.Namespace] = []
+
+    def run(args: argparse.Namespace, log: harness.Log) -> dict:
+        seen.append(args)
+        return {"value": args.size * 2}
+
+    exp = harness.Experiment(
+        module="workloads.toy", description="A toy experiment.\n\nMore.", out=str(tmp_path / "toy"),
+        json_name="toy.json", run=run, seed=7, runs=2, quick=("--size", "1", "--runs", "1"),
+        add_arguments=lambda p: p.add_argument("--size", type=int, default=10),
+        claims=lambda res: [harness.Claim("doubles", "here", res["value"] % 2 == 0, str(res["value"]))],
+        markdown=lambda res: f"# toy {res['value']} ({res['meta']['command']})\n",
+        plots=lambda res, out: [],
+        verdict=lambda res, args: 3,
+    )
+    code = exp.main(["--quick", "--size", "5"])
+    assert isinstance(code, int) and code == 3
+    assert seen[0].size == 5 and seen[0].runs == 1 and seen[0].seed == 7  # --quick, then argv wins
+    data = json.loads((tmp_path / "toy" / "toy.json").read_text())
+    assert data["value"] == 10
+    assert data["claims"] == [{"claim": "doubles", "where": "here", "holds": True, "evidence": "10"}]
+    meta = data["meta"]
+    assert meta["experiment"] == "toy" and meta["command"] == "python -m workloads.toy --quick --size 5"
+    assert meta["argv"] == ["--quick", "--size", "5"] and meta["runs"] == 1 and meta["seed"] == 7
+    assert meta["elapsed_s"] >= 0 and meta["created"] and meta["python"] and meta["cpus"]
+    assert (tmp_path / "toy" / "toy.md").read_text().startswith("# toy 10")
+    assert "[yes] here: doubles" in capsys.readouterr().out
+
+
+def test_harness_out_as_a_json_file(tmp_path) -> None:
+    exp = harness.Experiment(module="workloads.toy", description="Toy.", out="unused.json",
+                             run=lambda args, log: {"ok": True}, markdown=lambda res: "md\n")
+    assert exp.main(["--out", str(tmp_path / "r" / "x.json")], log=None) == 0
+    assert json.loads((tmp_path / "r" / "x.json").read_text())["ok"] is True
+    assert (tmp_path / "r" / "x.md").read_text() == "md\n"
+
+
+QUICK_RUNS = {  # module -> (extra args beyond --quick, JSON file relative to --out or None = --out is the file)
+    "table1": (["--workloads", "WL4"], None),
+    "figure3": (["--max-rounds", "1"], "figure3.json"),
+    "table1_policies": (["--policies", "hybrid"], "table1_policies.json"),
+    "exp_pkg": (["--scale", "0.001"], "pkg.json"),
+    "exp_dkg": (["--scale", "0.003"], "dkg.json"),
+    "exp_gedik": ([], "gedik.json"),
+    "exp_fang": (["--intervals", "2"], "fang.json"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(QUICK_RUNS))
+def test_every_experiment_runs_through_the_harness(name: str, tmp_path, capsys) -> None:
+    module = importlib.import_module(f"workloads.{name}")
+    assert isinstance(module.EXPERIMENT, harness.Experiment) and module.main == module.EXPERIMENT.main
+    extra, json_name = QUICK_RUNS[name]
+    out = tmp_path / ("out.json" if json_name is None else "out")
+    code = module.main(["--quick", *extra, "--out", str(out)])
+    assert code == 0
+    path = out if json_name is None else out / json_name
+    data = json.loads(path.read_text())
+    assert data["meta"]["experiment"] == name and data["meta"]["command"].startswith(f"python -m workloads.{name}")
+    md = path.with_suffix(".md") if json_name is None else out / module.EXPERIMENT.paths(
+        module.EXPERIMENT.parse(["--out", str(out)]))[1].name
+    assert md.stat().st_size > 100
+    assert "wrote" in capsys.readouterr().out
