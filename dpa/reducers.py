@@ -33,7 +33,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dpa.errors import ArithmeticOverflowError, ConfigError, SchemaError
+from dpa.errors import ConfigError, SchemaError
+from dpa.int_sums import exact_int_sums, sum_may_overflow
 
 logger = logging.getLogger(__name__)
 
@@ -276,85 +277,14 @@ class Sum(_ColumnReducer):
         if self.column in table.column_names and sum_may_overflow(table[self.column]):
             aggs = [(self.column, "sum")] + ([([], "count_all")] if weight_col is not None else [])
             names = list(group_cols) + ["sum"] + ([weight_col] if weight_col is not None else [])
-            return _exact_int_sums(table, group_cols, self.column, aggs, names, self.column)
+            return exact_int_sums(table, group_cols, self.column, aggs, names, self.column, HASH_COL)
         return super().partial_from_batch(table, group_cols, weight_col)
 
     def merge_partials(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
         if sum_may_overflow(table["sum"]):
-            return _exact_int_sums(table, group_cols, "sum", [("sum", "sum")], list(group_cols) + ["sum"], self.column)
+            return exact_int_sums(table, group_cols, "sum", [("sum", "sum")], list(group_cols) + ["sum"], self.column,
+                                  HASH_COL)
         return super().merge_partials(table, group_cols)
-
-
-_INT64_MAX = 2**63 - 1
-_UINT64_MAX = 2**64 - 1
-_EXACT = pa.decimal128(38, 0)  # holds any sum of < 10**19 int64/uint64 values exactly
-
-
-def sum_may_overflow(column: pa.ChunkedArray | pa.Array) -> bool:
-    """Whether summing groups of ``column`` could leave Arrow's integer sum type.
-
-    Arrow sums signed integers as int64 and unsigned ones as uint64, wrapping around on
-    overflow. This is a cheap, conservative test: False when no sum of any subset of the
-    values can overflow (by the type's width, then ``n * min(x)`` and ``n * max(x)``, then
-    the float64 sum of ``|x|``, each tried only if the previous one does not decide);
-    True when an exact sum is needed. Non-integer columns never overflow here (floats go to inf).
-
-    Args:
-        column: The values (e.g. a column of records, or of partial sums).
-
-    Returns:
-        True if the sums must be computed exactly (see :class:`Sum`).
-    """
-    dtype = column.type
-    if not pa.types.is_integer(dtype):
-        return False
-    n = len(column) - column.null_count
-    if n == 0:
-        return False
-    signed = pa.types.is_signed_integer(dtype)
-    floor, limit = (-(2**63), _INT64_MAX) if signed else (0, _UINT64_MAX)
-    low, high = (-(2 ** (dtype.bit_width - 1)), 2 ** (dtype.bit_width - 1) - 1) if signed else (0, 2**dtype.bit_width - 1)
-    if floor <= low * n and high * n <= limit:
-        return False
-    low, high = pc.min_max(column).as_py().values()
-    if floor <= min(low, 0) * n and max(high, 0) * n <= limit:
-        return False
-    # The sum of all |x| bounds every group's sum. Summed as float64 its relative error
-    # is far below the factor of 2 of margin kept here.
-    total = pc.sum(pc.abs(pc.cast(column, pa.float64(), safe=False))).as_py()
-    return not total < limit / 2
-
-
-def _exact_int_sums(table: pa.Table, group_cols: list[str], column: str, aggs: list[Any], names: list[str],
-                    input_column: str | None) -> pa.Table:
-    """Group sums of integer ``column`` computed as decimal128(38, 0), checked, then cast back.
-
-    Raises:
-        ArithmeticOverflowError: a group's sum is outside the sum type's range.
-    """
-    dtype = table.schema.field(column).type
-    target = pa.int64() if pa.types.is_signed_integer(dtype) else pa.uint64()
-    idx = table.schema.get_field_index(column)
-    wide = table.set_column(idx, column, pc.cast(table[column], _EXACT))
-    out = wide.group_by(group_cols, use_threads=False).aggregate(aggs).rename_columns(names)
-    sums = out[names[len(group_cols)]]
-    try:
-        narrow = pc.cast(sums, target)
-    except pa.ArrowInvalid:
-        values = sums.to_pylist()
-        low, high = (-(2**63), _INT64_MAX) if target == pa.int64() else (0, _UINT64_MAX)
-        row = next(i for i, v in enumerate(values) if v is not None and not low <= v <= high)
-        key_cols = [c for c in group_cols if c != HASH_COL]
-        key_values = [out[c][row].as_py() for c in key_cols]
-        key = key_values[0] if len(key_values) == 1 else tuple(key_values)
-        raise ArithmeticOverflowError(
-            f"Sum({input_column!r}) overflowed {target}: the sum of column {input_column!r} for key {key!r} "
-            f"reached {values[row]}, outside [{low}, {high}]. dpa does not wrap around (like Spark in ANSI "
-            f"mode); cast the column to float64 or decimal to sum beyond {target}, e.g. "
-            f"pc.cast(table[{input_column!r}], pa.decimal128(38, 0)) or float(value) in the records",
-            column=input_column, key=key,
-        ) from None
-    return out.set_column(len(group_cols), names[len(group_cols)], narrow)
 
 
 class Min(_ColumnReducer):

@@ -33,9 +33,10 @@ from dpa.errors import (
     SchemaError,
     UserCodeError,
 )
+from dpa.int_sums import sum_may_overflow
 from dpa.plan import build_plan
 from dpa.records import IntegerRangeError, records_to_table, unify
-from dpa.reducers import HASH_COL, WEIGHT_COL, sum_may_overflow
+from dpa.reducers import HASH_COL, WEIGHT_COL
 from dpa.sources import normalize_source
 from dpa.state import ColumnarState, DictState, concat_results
 
