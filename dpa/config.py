@@ -117,6 +117,8 @@ class JobConfig:
             raise ConfigError(f"JobConfig.runtime must be 'ray' or 'local', got {self.runtime!r}")
         if self.timeout_s is not None and not self.timeout_s > 0:
             raise ConfigError(f"JobConfig.timeout_s must be > 0 or None, got {self.timeout_s!r}")
+        if self.policy_options is None:
+            self.policy_options = {}
         if not isinstance(self.policy_options, dict):
             raise ConfigError(f"JobConfig.policy_options must be a dict, got {self.policy_options!r}")
         # The name only (the message lists the valid ones); the policy's own settings are

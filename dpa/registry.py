@@ -55,7 +55,6 @@ __all__ = [
 #: ``JobConfig`` fields that feed the settings of a policy given by name, when its settings
 #: class has a field of the same name (the ring policies and ``hybrid``).
 SHORTCUTS = ("tau", "max_rounds", "initial_tokens")
-_SHORTCUT_DEFAULTS = {"tau": 0.2, "max_rounds": 1, "initial_tokens": 16}
 
 
 @dataclass(frozen=True)
@@ -187,9 +186,10 @@ def policy_settings(config: JobConfig) -> PolicySettings:
                 f"policy_options {sorted(options)} are for a policy given by name; set them on the "
                 f"{type(policy).__name__} object instead"
             )
+        defaults = {f.name: f.default for f in dataclasses.fields(config)}
         for name in SHORTCUTS:
             value = getattr(config, name)
-            if hasattr(policy, name) and value != _SHORTCUT_DEFAULTS[name] and value != getattr(policy, name):
+            if hasattr(policy, name) and value != defaults[name] and value != getattr(policy, name):
                 raise ConfigError(
                     f"JobConfig.{name}={value!r} conflicts with {type(policy).__name__}.{name}="
                     f"{getattr(policy, name)!r}; set it in one place"
