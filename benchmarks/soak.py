@@ -187,7 +187,7 @@ class JobSpec:
 
 def needs_merge(policy: str, max_rounds: int, num_mappers: int, num_reducers: int) -> bool:
     """Whether ``policy`` may process one key on several reducers (so reducers need ``merge``)."""
-    from dpa.policy import make_policy
+    from dpa.registry import make_policy
 
     config = dpa.JobConfig(policy=policy, max_rounds=max_rounds, num_mappers=num_mappers, num_reducers=num_reducers)
     return bool(make_policy(config).needs_merge)

@@ -227,30 +227,3 @@ class PolicySettings:
 
 #: Builds a policy from its settings and the job's shape.
 PolicyFactory = Callable[[Any, JobShape], "PolicySpec"]
-
-
-#: Names that lived here before the contract was separated from the implementations,
-#: resolved lazily so that ``from dpa.policy import make_policy`` keeps working for callers
-#: not yet moved (new code imports them from where they live).
-_MOVED = {
-    "make_policy": "dpa.registry",
-    "register_policy": "dpa.registry",
-    "policies": "dpa.registry",
-    "default_min_gap": "dpa.registry",
-    "DPAPolicy": "dpa.partitioners.ring_policy",
-    "DPAPlanner": "dpa.partitioners.ring_policy",
-    "RingRouter": "dpa.partitioners.ring_policy",
-    "HashPolicy": "dpa.partitioners.hashing",
-    "ModSnapshot": "dpa.partitioners.hashing",
-    "ModRouter": "dpa.partitioners.hashing",
-}
-
-
-def __getattr__(name: str) -> Any:
-    """Deprecated aliases of the names in ``_MOVED`` (PEP 562)."""
-    module = _MOVED.get(name)
-    if module is None:
-        raise AttributeError(f"module 'dpa.policy' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)

@@ -89,8 +89,8 @@ def run(
 
 def can_precombine(reducer: Any, map_fn: Any, config: Any) -> bool:
     """Whether Spark's tasks may do dpa's map-side combine (see :func:`run_with_result`)."""
-    from dpa.policy import make_policy
     from dpa.reducers import ColumnarReducer, unwrap
+    from dpa.registry import make_policy
 
     inner, cost, _ = unwrap(reducer)
     return (map_fn is None and isinstance(inner, ColumnarReducer) and not cost

@@ -12,7 +12,7 @@ open) are grouped in :class:`Settings`; see the module docstring of
 
 :func:`instant_lb` predicts the outcome of the balancer if it acted at time 0 with all
 100 records still queued (queue length = records owned under the current ring), by
-driving the real :class:`dpa.policy.DPAPlanner` on those lengths until it stops. It is
+driving the real :class:`dpa.partitioners.ring_policy.DPAPlanner` on those lengths until it stops. It is
 what the balancer converges to when it is much faster than the reducers, and it shows
 which rows of Table 1 cannot improve with the given letters whatever the timing (e.g.
 when one round does not move any key of the overloaded reducer).
@@ -36,7 +36,7 @@ from typing import Any
 
 import dpa
 from dpa.metrics import skew
-from dpa.policy import DPAPlanner
+from dpa.partitioners.ring_policy import DPAPlanner
 from dpa.ring import HashRing
 from workloads.paper import (
     METHODS,
@@ -211,7 +211,7 @@ def instant_lb(name: str, method: str, max_rounds: int,
     """The balancer's outcome if it acted at time 0 with every record still queued.
 
     Feeds the owned-record counts under the current ring to a real
-    :class:`~dpa.policy.DPAPlanner` as queue lengths, applies its decisions and repeats
+    :class:`~dpa.partitioners.ring_policy.DPAPlanner` as queue lengths, applies its decisions and repeats
     until it stops (all reducers have reported after each change, as the planner needs).
 
     Returns:

@@ -326,7 +326,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_policies(args: argparse.Namespace) -> int:
     """``dpa policies``: the registered partitioning policies, one a line."""
-    from dpa.policy import policies
+    from dpa.registry import policies
 
     register_policies()
     for name, description in policies().items():

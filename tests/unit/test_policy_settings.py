@@ -135,10 +135,12 @@ def test_external_registration():
         registry._REGISTRY.pop("test-echo", None)
 
 
-def test_old_names_stay_importable_from_dpa_policy():
+def test_the_contract_module_names_no_implementation():
     from dpa import policy
+    from dpa.partitioners.hashing import ModSnapshot
 
-    assert policy.make_policy is make_policy and policy.DPAPolicy is DPAPolicy and policy.HashPolicy is HashPolicy
-    assert np.array_equal(policy.ModSnapshot(4).lookup_batch(np.array([5], np.uint32)), [1])
-    with pytest.raises(AttributeError):
-        policy.no_such_name  # noqa: B018
+    for name in ("make_policy", "DPAPolicy", "HashPolicy", "ModSnapshot", "register_policy"):
+        assert not hasattr(policy, name), name  # implementations live in dpa.registry / dpa.partitioners
+    assert make_policy.__module__ == "dpa.registry" and DPAPolicy.__module__ == "dpa.partitioners.ring_policy"
+    assert HashPolicy.__module__ == "dpa.partitioners.hashing"
+    assert np.array_equal(ModSnapshot(4).lookup_batch(np.array([5], np.uint32)), [1])
