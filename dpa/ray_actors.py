@@ -152,6 +152,7 @@ class MapperActor(_JobMember):
             if emitted:
                 metric("dpa_records_emitted").inc(emitted, tags=self.tags)
         await self.coordinator.mapper_done.remote(job_id, self.mapper_id, logic.emitted)
+        self.job_id, self.task = None, None  # the job is over for this mapper: later news is dropped
         return logic.emitted
 
 
@@ -345,6 +346,7 @@ class ReducerActor(_JobMember):
         if not self._serving(job_id) or self.result is None:
             raise RuntimeError(f"reducer {self.name} holds no result for job {job_id}")
         table, self.result = self.result, None
+        self.job_id, self.task = None, None  # the last call of a job: the reducer is idle now
         return table
 
 
@@ -415,6 +417,8 @@ class BalancerActor(_JobMember):
         self.fresh.set()
         self._export_events()
         self.logic.sample(time.monotonic() - self.t0)
+        if self._serving(job_id):
+            self.job_id, self.task = None, None  # reports that arrive later are dropped
         return self.logic.events, self.logic.snapshot, self.logic.timeline
 
 

@@ -254,6 +254,7 @@ class CoordinatorActor:
         finally:
             async with self.cond:
                 self.cond.notify_all()
+        self.job_id = None  # done: late progress reports of this job are dropped
         return {
             "processed": [c["processed"] for c in counters],
             "forwarded": [c["forwarded"] for c in counters],

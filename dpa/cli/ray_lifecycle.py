@@ -17,6 +17,8 @@ logger = logging.getLogger(__name__)
 
 #: Tries to start Ray (a loaded machine sometimes misses Ray's start-up deadline).
 RAY_START_ATTEMPTS = 3
+#: Whether a CLI command started Ray in this process (only then does :func:`cleanup` stop it).
+_started_ray = False
 
 
 def start_ray(*, dashboard: bool, verbose: bool) -> str | None:
@@ -44,6 +46,8 @@ def start_ray(*, dashboard: bool, verbose: bool) -> str | None:
                 raise
             logger.warning("Ray did not start in time (%s); retrying", one_line(exc))
             ray.shutdown()
+    global _started_ray
+    _started_ray = _started_ray or context is not None
     if not dashboard:
         return None
     return dashboard_url(context)
@@ -102,5 +106,7 @@ def cleanup() -> None:
         dpa.shutdown()
     except Exception as exc:  # pragma: no cover
         logger.debug("dpa.shutdown failed: %s", exc)
-    if ray.is_initialized():
+    global _started_ray
+    if _started_ray and ray.is_initialized():  # a Ray the caller started stays up
         ray.shutdown()
+    _started_ray = False

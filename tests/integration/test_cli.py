@@ -185,3 +185,14 @@ def test_policies_and_help():
     assert "halving" in proc.stdout and "doubling" in proc.stdout
     assert_ok(dpa_cli("--help"))
     assert_ok(dpa_cli("run", "--help"))
+
+
+def test_the_cli_in_process_leaves_a_ray_it_did_not_start_running(ray_session, capsys):
+    import ray
+
+    from dpa.cli import main
+
+    assert ray.is_initialized()
+    assert main(["policies"]) == 0
+    assert main(["run", "WL1", "--runtime", "local"]) == 0
+    assert ray.is_initialized()  # the CLI stops only a Ray it started itself

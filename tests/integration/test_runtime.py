@@ -170,6 +170,8 @@ def test_actor_death_mid_job_fails_fast_and_the_next_job_repairs_the_pool():
 
 
 def test_failure_with_reuse_actors_false_leaves_no_actor():
+    dpa.shutdown()  # the warm pools of earlier tests
+    assert wait_no_dpa_actors()
     def bad(x):
         if x == "boom":
             raise ValueError("no")
