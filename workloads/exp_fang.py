@@ -24,8 +24,8 @@ Reproduces the synthetic set-up of the paper's section 5 with the pure planning 
 
 Sweeps: ``theta`` (the paper's Fig. 9), the table limit ``A_max`` of Mixed (Appendix B,
 Fig. 17), the fluctuation rate ``f`` (Fig. 12), and hash's skewness against ``R`` and
-``K`` (Fig. 7). Gedik's ``readj`` joins the main runs when :mod:`dpa.partitioners.gedik` exposes its pure
-construction function (:func:`gedik_module`); otherwise it is reported as pending. It gets
+``K`` (Fig. 7). Gedik's ``readj`` (:func:`dpa.partitioners.gedik_construct.construct`) joins
+the main runs and the fluctuation sweep. It gets
 the same trigger and the same interval statistics (as relative frequencies), with
 ``alpha = 1 + theta`` and linear state, computation and communication (``"LLL"``).
 
@@ -40,7 +40,6 @@ Writes ``fang.json``, ``fang_intervals.png``, ``fang_sweeps.png`` and ``fang.md`
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import sys
 import time
@@ -52,7 +51,10 @@ from typing import Any
 
 import numpy as np
 
-from dpa.partitioners.fang import TableSnapshot, plan_table, workload_skewness
+from dpa.partitioners.fang import TableSnapshot
+from dpa.partitioners.fang_plan import plan_table, workload_skewness
+from dpa.partitioners.gedik_construct import construct
+from dpa.partitioners.gedik_model import GedikParams, PartitionFunction
 from workloads.generators import zipf_probabilities
 from workloads.harness import (
     Claim,
@@ -71,7 +73,6 @@ __all__ = [
     "FluctuatingZipf",
     "Setup",
     "claims",
-    "gedik_module",
     "hash_skewness",
     "main",
     "markdown",
@@ -192,7 +193,7 @@ class _FangMethod:
 
 
 class _GedikMethod:
-    """Gedik's readj (:func:`dpa.partitioners.gedik.construct`): explicit hash over a consistent hash.
+    """Gedik's readj (:func:`dpa.partitioners.gedik_construct.construct`): explicit hash over a consistent hash.
 
     Fed with the interval's relative key frequencies; ``alpha = 1 + theta`` (Gedik bounds
     max/min per resource, Fang max/avg: the same number is the stricter bound for Gedik),
@@ -200,10 +201,10 @@ class _GedikMethod:
     Fang's window model), every other parameter at Gedik's defaults.
     """
 
-    def __init__(self, module: Any, setup: Setup, hashes: np.ndarray) -> None:
-        self.mod, self.setup, self.hashes = module, setup, hashes
-        self.params = module.GedikParams(alpha=1.0 + max(setup.theta, 1e-3), resources="LLL")
-        self.pf = module.PartitionFunction(setup.num_workers, self.params.replicas)
+    def __init__(self, setup: Setup, hashes: np.ndarray) -> None:
+        self.setup, self.hashes = setup, hashes
+        self.params = GedikParams(alpha=1.0 + max(setup.theta, 1e-3), resources="LLL")
+        self.pf = PartitionFunction(setup.num_workers, self.params.replicas)
 
     def dest(self) -> np.ndarray:
         return self.pf.lookup_batch(self.hashes).astype(np.int64)
@@ -211,21 +212,10 @@ class _GedikMethod:
     def plan(self, key_loads: dict[int, float], sizes: dict[int, float]) -> None:
         total = float(sum(key_loads.values()))
         freqs = {k: v / total for k, v in key_loads.items()} if total > 0 else {}
-        self.pf, _ = self.mod.construct(freqs, self.pf, self.setup.num_workers, "readj", self.params)
+        self.pf, _ = construct(freqs, self.pf, self.setup.num_workers, "readj", self.params)
 
     def table_size(self) -> int:
         return len(self.pf.explicit_hashes)
-
-
-def gedik_module() -> Any | None:
-    """:mod:`dpa.partitioners.gedik` if it exposes the pure construction (``construct``,
-    ``GedikParams``, ``PartitionFunction``), else None (the comparison is then "pending")."""
-    try:
-        mod = importlib.import_module("dpa.partitioners.gedik")
-    except ImportError:
-        return None
-    needed = ("construct", "GedikParams", "PartitionFunction")
-    return mod if all(hasattr(mod, n) for n in needed) else None
 
 
 # ---------------------------------------------------------------------------- runs
@@ -239,7 +229,7 @@ def run_fluctuation(setup: Setup, methods: Sequence[str] = METHODS, gedik: bool 
     Args:
         setup: The configuration.
         methods: Fang modes to run (``mixed``, ``mintable``, ``minmig``).
-        gedik: Also run Gedik's readj (needs :func:`gedik_module`).
+        gedik: Also run Gedik's readj.
 
     Returns:
         ``{"setup", "change": [...], "series": {method: {"before", "after", "migration",
@@ -252,10 +242,7 @@ def run_fluctuation(setup: Setup, methods: Sequence[str] = METHODS, gedik: bool 
     stream = FluctuatingZipf(K, setup.z, home, setup.seed)
     runners: dict[str, Any] = {m: _FangMethod(m, setup, hashes) for m in methods}
     if gedik:
-        mod = gedik_module()
-        if mod is None:
-            raise RuntimeError("dpa.partitioners.gedik with construct() is not available")
-        runners["gedik-readj"] = _GedikMethod(mod, setup, hashes)
+        runners["gedik-readj"] = _GedikMethod(setup, hashes)
     series: dict[str, dict[str, list[float]]] = {
         m: {"before": [], "after": [], "migration": [], "table": [], "plan_ms": [], "replans": []}
         for m in runners
@@ -369,24 +356,23 @@ def run_all(setup: Setup | None = None, windows: Sequence[int] = (1, 5),
         "hash_skewness", "gedik"}``.
     """
     setup = setup or Setup()
-    gedik = gedik_module() is not None
     say = log or (lambda _msg: None)
     t0 = time.perf_counter()
     res: dict[str, Any] = {"windows": list(windows), "main": {}, "theta_sweep": {}, "limit_sweep": {},
                            "fluctuation_sweep": {}}
     for w in windows:
         base = replace(setup, window=w)
-        res["main"][w] = run_fluctuation(base, gedik=gedik)
+        res["main"][w] = run_fluctuation(base, gedik=True)
         short = replace(base, intervals=sweep_intervals)
         res["theta_sweep"][w] = {th: run_fluctuation(replace(short, theta=th))["summary"] for th in thetas}
         res["limit_sweep"][w] = {lim: run_fluctuation(replace(short, table_limit=lim), methods=("mixed",))["summary"]
                                  for lim in limits}
-        res["fluctuation_sweep"][w] = {f: run_fluctuation(replace(short, fluctuation=f), gedik=gedik)["summary"]
+        res["fluctuation_sweep"][w] = {f: run_fluctuation(replace(short, fluctuation=f), gedik=True)["summary"]
                                        for f in fluctuations}
         say(f"window {w}: {time.perf_counter() - t0:.1f}s")
     res["hash_skewness"] = hash_skewness(workers_grid, keys_grid, z=setup.z, seed=setup.seed)
     say(f"hash skewness: {time.perf_counter() - t0:.1f}s")
-    res["gedik"] = "compared in the main runs" if gedik else "pending: dpa.partitioners.gedik.construct not found"
+    res["gedik"] = "compared in the main runs"
     return res
 
 

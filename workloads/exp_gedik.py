@@ -48,11 +48,11 @@ import numpy as np
 import pyarrow as pa
 
 from dpa.key_columns import hash_key_columns
-from dpa.partitioners.gedik import (
+from dpa.partitioners.gedik_construct import construct
+from dpa.partitioners.gedik_model import (
     GedikParams,
     PartitionFunction,
     consistent_hash,
-    construct,
     frequency_threshold,
     relative_imbalance,
     relative_migration_cost,

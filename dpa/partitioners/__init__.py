@@ -24,14 +24,11 @@ without Ray, on a key stream, with :func:`dpa.simulate.simulate`.
 
 from dpa.partitioners.common import candidates, seeded_hash32
 from dpa.partitioners.dkg import DKGPolicy, DKGSettings, dkg_max_machines, dkg_threshold
-from dpa.partitioners.fang import FangPolicy, FangSettings, plan_table
-from dpa.partitioners.gedik import (
-    GedikPolicy,
-    GedikSettings,
-    PartitionFunction,
-    build_partition,
-    construct,
-)
+from dpa.partitioners.fang import FangPolicy, FangSettings
+from dpa.partitioners.fang_plan import plan_table
+from dpa.partitioners.gedik import GedikPolicy, GedikSettings
+from dpa.partitioners.gedik_construct import build_partition, construct
+from dpa.partitioners.gedik_model import PartitionFunction
 from dpa.partitioners.grouping import (
     OffGreedyPolicy,
     OffGreedySettings,

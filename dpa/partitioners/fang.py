@@ -26,14 +26,9 @@ from dpa.errors import ConfigError
 from dpa.partitioners.common import check_int_option
 from dpa.partitioners.fang_plan import (
     MODES,
-    compact_vectors,
     discretize,
-    hlhe_representatives,
-    llfd,
     migration_cost,
     plan_table,
-    priority_index,
-    workload_skewness,
 )
 from dpa.policy import (
     Decision,
@@ -56,14 +51,9 @@ __all__ = [
     "TableRouter",
     "TableSnapshot",
     "build_fang",
-    "compact_vectors",
     "discretize",
-    "hlhe_representatives",
-    "llfd",
     "migration_cost",
     "plan_table",
-    "priority_index",
-    "workload_skewness",
 ]
 
 #: Default ``A_max`` of the ``mixed`` policy (Mixed without a limit is MinMig).

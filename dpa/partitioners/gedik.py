@@ -25,22 +25,13 @@ from dpa.partitioners.common import check_int_option
 from dpa.partitioners.gedik_construct import (
     ALGORITHMS,
     BuildInfo,
-    build_partition,
     construct,
     utility,
 )
 from dpa.partitioners.gedik_model import (
-    UTILITIES,
     GedikParams,
     PartitionFunction,
-    consistent_hash,
     frequency_threshold,
-    migration_cost,
-    refined_threshold,
-    relative_imbalance,
-    relative_migration_cost,
-    resource_loads,
-    theta,
 )
 from dpa.policy import (
     Decision,
@@ -55,7 +46,6 @@ from dpa.sketches import SlidingLossyCounter
 
 __all__ = [
     "ALGORITHMS",
-    "UTILITIES",
     "BuildInfo",
     "GedikParams",
     "GedikPlanner",
@@ -63,16 +53,8 @@ __all__ = [
     "GedikSettings",
     "PartitionFunction",
     "build_gedik",
-    "build_partition",
     "construct",
-    "consistent_hash",
     "frequency_threshold",
-    "migration_cost",
-    "refined_threshold",
-    "relative_imbalance",
-    "relative_migration_cost",
-    "resource_loads",
-    "theta",
     "utility",
 ]
 

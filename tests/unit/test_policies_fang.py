@@ -10,10 +10,8 @@ from hypothesis import strategies as st
 import dpa
 from dpa.errors import ConfigError
 from dpa.partitioners import fang
-from dpa.partitioners.fang import (
-    FangPlanner,
-    FangPolicy,
-    TableSnapshot,
+from dpa.partitioners.fang import FangPlanner, FangPolicy, TableSnapshot
+from dpa.partitioners.fang_plan import (
     compact_vectors,
     discretize,
     hlhe_representatives,
@@ -424,8 +422,6 @@ def test_experiment_core_smoke(tmp_path):
 def test_experiment_compares_gedik_readj_when_available():
     from workloads import exp_fang
 
-    if exp_fang.gedik_module() is None:
-        pytest.skip("dpa.partitioners.gedik.construct not available")
     setup = exp_fang.Setup(num_keys=400, num_workers=4, intervals=4, tuples=8_000, table_limit=10)
     run = exp_fang.run_fluctuation(setup, methods=("mixed",), gedik=True)
     g = run["series"]["gedik-readj"]

@@ -18,12 +18,12 @@ from hypothesis import strategies as st
 
 import dpa
 from dpa.errors import ConfigError
-from dpa.partitioners.gedik import (
+from dpa.partitioners.gedik import GedikPolicy
+from dpa.partitioners.gedik_construct import construct
+from dpa.partitioners.gedik_model import (
     GedikParams,
-    GedikPolicy,
     PartitionFunction,
     consistent_hash,
-    construct,
     frequency_threshold,
     migration_cost,
     refined_threshold,
