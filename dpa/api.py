@@ -86,9 +86,10 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
     elif not isinstance(config, JobConfig):
         raise ConfigError(f"config must be a dpa.JobConfig or a dict of its fields, got {type(config).__name__}")
     elif overrides:
-        from dataclasses import asdict
+        from dataclasses import fields
 
-        config = _config_from_dict({**asdict(config), **overrides})
+        # Field by field, not asdict(): that would turn a policy settings object into a dict.
+        config = _config_from_dict({**{f.name: getattr(config, f.name) for f in fields(config)}, **overrides})
     reducer = Count() if reducer is None else reducer
     adapter = find_source_adapter(source)
     if adapter is not None:  # e.g. a Spark DataFrame, through spark_bridge

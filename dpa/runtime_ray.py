@@ -226,10 +226,8 @@ def run_ray(plan: JobPlan, blocks: Any, dataset: Any, config: Any, progress: Any
         poll = _progress_poller(pool.coordinator, progress)
         try:
             _feed(pool, plan.job_id, _input_items(blocks if blocks is not None else (), dataset), job, deadline, poll)
-        except (JobFailedError, ray.exceptions.RayError):
-            raise
-        except DPAError:
-            raise  # bad input found while reading it (e.g. a type that changed mid-stream)
+        except (DPAError, ray.exceptions.RayError):
+            raise  # the job's own failure, or bad input found while reading it
         except Exception as exc:  # the source itself raised
             raise JobFailedError(f"reading the input failed: {type(exc).__name__}: {exc}") from exc
         summary = _job_summary(job, deadline, poll)

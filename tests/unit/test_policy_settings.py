@@ -144,3 +144,10 @@ def test_the_contract_module_names_no_implementation():
     assert make_policy.__module__ == "dpa.registry" and DPAPolicy.__module__ == "dpa.partitioners.ring_policy"
     assert HashPolicy.__module__ == "dpa.partitioners.hashing"
     assert np.array_equal(ModSnapshot(4).lookup_batch(np.array([5], np.uint32)), [1])
+
+
+def test_keyword_overrides_keep_a_policy_settings_object():
+    cfg = dpa.JobConfig(runtime="local", policy=dpa.PKGSettings(d=3))
+    res = dpa.run([1, 1, 2], config=cfg, num_reducers=2)
+    assert res.to_dict() == {1: 2, 2: 1}
+    assert res.stats.policy == "pkg" and len(res.stats.processed) == 2
