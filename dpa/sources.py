@@ -180,7 +180,7 @@ def _record_blocks(rest: Iterator[Any], kind: str, batch_size: int, schema: pa.S
     the first block's; ``schema`` only fixes the columns). Key columns are those
     ``source.key_hint`` names once :func:`build_plan` has set it."""
     while True:
-        chunk = list(itertools.islice(rest, batch_size))
+        chunk = _take(rest, batch_size)
         if not chunk:
             return
         yield records_to_table(chunk, kind, schema, key_cols=source.key_hint, first_index=offset)
@@ -297,20 +297,22 @@ def _is_arrow_block(obj: Any) -> bool:
     return type(obj).__module__.startswith("pandas") and type(obj).__name__ == "DataFrame"
 
 
-def _guarded(it: Iterator[Any]) -> Iterator[Any]:
-    """``it``, with an exception raised by the user's iterable itself (not by dpa) turned into
-    :class:`~dpa.errors.JobFailedError` wherever dpa reads it: at planning, on the driver or
-    in the in-process runtime."""
-    while True:
-        try:
-            item = next(it)
-        except StopIteration:
-            return
-        except DPAError:
-            raise
-        except Exception as exc:
-            raise JobFailedError(f"reading the input failed: {type(exc).__name__}: {exc}") from exc
-        yield item
+def _take(it: Iterator[Any], n: int) -> list[Any]:
+    """Up to ``n`` items of the user's iterable, an exception it raises (not dpa's own) turned
+    into :class:`~dpa.errors.JobFailedError` wherever dpa reads it: at planning, on the driver
+    or in the in-process runtime. One ``try`` per batch, not per record."""
+    try:
+        return list(itertools.islice(it, n))
+    except DPAError:
+        raise
+    except Exception as exc:
+        raise JobFailedError(f"reading the input failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _tables(it: Iterator[Any]) -> Iterator[Any]:
+    """The rest of a stream of tables, read one at a time through :func:`_take`."""
+    while item := _take(it, 1):
+        yield item[0]
 
 
 def normalize_source(source: Any, batch_size: int) -> Source:
@@ -347,15 +349,15 @@ def normalize_source(source: Any, batch_size: int) -> Source:
             f"source must be a pyarrow Table, pandas DataFrame, ray.data.Dataset, Spark DataFrame or an "
             f"iterable of records; got {type(source).__name__}"
         )
-    it = _guarded(iter(source))
-    first = list(itertools.islice(it, 1))
+    it = iter(source)
+    first = _take(it, 1)
     if first and _is_arrow_block(first[0]):
         # A stream of Arrow tables / record batches / DataFrames: consumed lazily, block by
         # block, so the input never has to fit in memory.
         head = first[0]
         head = pa.Table.from_batches([head]) if isinstance(head, pa.RecordBatch) else _as_arrow(head)
-        return Source("dict", head.schema, _arrow_stream(head, it, batch_size), None)
-    first += list(itertools.islice(it, batch_size - 1))
+        return Source("dict", head.schema, _arrow_stream(head, _tables(it), batch_size), None)
+    first += _take(it, batch_size - 1)
     if not first:
         return Source("scalar", None, iter(()), 0)
     kind = record_kind_of(first[0])
