@@ -135,14 +135,12 @@ def median(values: Iterable[float]) -> float:
 
 
 # ----------------------------------------------------------------------------- Ray
-def init_ray(num_cpus: int | None = None, attempts: int = 3) -> float:
+def init_ray(num_cpus: int | None = None) -> float:
     """Starts a local Ray for this driver (quiet); returns the seconds it took.
 
-    On a loaded 2-core machine the raylet sometimes misses Ray's fixed 30 s registration
-    deadline; the start is then retried (after shutting the half-started node down).
+    :func:`dpa.ray_session.ensure_ray` retries a start that misses Ray's registration
+    deadline on a loaded machine.
     """
-    import ray
-
     from dpa.ray_session import ensure_ray
 
     t0 = time.perf_counter()
@@ -150,16 +148,7 @@ def init_ray(num_cpus: int | None = None, attempts: int = 3) -> float:
                               "configure_logging": True}
     if num_cpus is not None:
         kwargs["num_cpus"] = num_cpus
-    for attempt in range(attempts):
-        if ray.is_initialized():
-            break
-        try:
-            ensure_ray(**kwargs)
-        except Exception as exc:
-            if "timed out during startup" not in str(exc) or attempt == attempts - 1:
-                raise
-            print(f"ray.init timed out ({exc}); retrying", file=sys.stderr)
-            ray.shutdown()
+    ensure_ray(**kwargs)
     return time.perf_counter() - t0
 
 

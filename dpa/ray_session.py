@@ -22,6 +22,11 @@ logger = logging.getLogger(__name__)
 #: ``ray.init(_system_config={"metrics_report_interval_ms": 1000})``.
 METRICS_REPORT_INTERVAL_MS = 1000
 
+#: Starts tried before giving up: on a loaded machine the raylet can miss Ray's fixed
+#: registration deadline ("timed out during startup"); the half-started node is shut down
+#: and the start tried again.
+START_ATTEMPTS = 3
+
 _LOCK = threading.Lock()
 _KEEPER: threading.Thread | None = None
 
@@ -59,7 +64,8 @@ def ensure_ray(**init_kwargs: Any) -> Any:
     """Starts a local Ray if none is running in this process (reuses one that is).
 
     Safe to call from any thread, and from several threads at once: one of them starts
-    Ray, the others wait for it.
+    Ray, the others wait for it. A start that times out (a loaded machine) is retried
+    ``START_ATTEMPTS`` times.
 
     Args:
         **init_kwargs: Extra ``ray.init`` arguments (e.g. ``num_cpus``, ``include_dashboard``).
@@ -80,7 +86,13 @@ def ensure_ray(**init_kwargs: Any) -> Any:
             "_system_config": {"metrics_report_interval_ms": METRICS_REPORT_INTERVAL_MS},
         }
         options.update(init_kwargs)
-        if threading.current_thread() is threading.main_thread():
-            return _init(options)
-        logger.info("starting Ray from a keeper thread (dpa.run was called from a worker thread)")
-        return _init_in_keeper(options)
+        start = _init if threading.current_thread() is threading.main_thread() else _init_in_keeper
+        for attempt in range(START_ATTEMPTS):
+            try:
+                return start(options)
+            except Exception as exc:
+                if "timed out" not in str(exc) or attempt == START_ATTEMPTS - 1:
+                    raise
+                logger.warning("Ray did not start in time (%s); retrying", str(exc).splitlines()[0][:200])
+                ray.shutdown()
+        return None

@@ -11,21 +11,18 @@ import logging
 import sys
 from typing import Any
 
-from dpa.cli.errors import one_line
-
 logger = logging.getLogger(__name__)
 
 #: Tries to start Ray (a loaded machine sometimes misses Ray's start-up deadline).
-RAY_START_ATTEMPTS = 3
 #: Whether a CLI command started Ray in this process (only then does :func:`cleanup` stop it).
 _started_ray = False
 
 
 def start_ray(*, dashboard: bool, verbose: bool) -> str | None:
-    """Starts Ray through ``dpa.runtime_ray.ensure_ray``; returns the dashboard URL, if any."""
+    """Starts Ray through :func:`dpa.ray_session.ensure_ray`; returns the dashboard URL, if any."""
     import ray
 
-    from dpa.runtime_ray import ensure_ray
+    from dpa.ray_session import ensure_ray
 
     options: dict[str, Any] = {}
     if dashboard:
@@ -35,17 +32,7 @@ def start_ray(*, dashboard: bool, verbose: bool) -> str | None:
     was_up = ray.is_initialized()
     if was_up and dashboard:
         logger.warning("Ray is already running in this process; its dashboard setting is kept")
-    context = None
-    for attempt in range(RAY_START_ATTEMPTS):
-        try:
-            context = ensure_ray(**options)
-            break
-        except Exception as exc:
-            # On a loaded machine the raylet can miss Ray's fixed registration deadline.
-            if "timed out" not in str(exc) or attempt == RAY_START_ATTEMPTS - 1:
-                raise
-            logger.warning("Ray did not start in time (%s); retrying", one_line(exc))
-            ray.shutdown()
+    context = ensure_ray(**options)  # retries a start that times out on a loaded machine
     global _started_ray
     _started_ray = _started_ray or context is not None
     if not dashboard:
