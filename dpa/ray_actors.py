@@ -400,11 +400,14 @@ class BalancerActor(_JobMember):
         self.task = asyncio.current_task()
         self.exported = 0
         self._export_events()
-        while self.running:
+        fresh = self.fresh  # this job's: the next job's start_job makes a new one
+        while self.running and self._serving(job_id):
             await asyncio.sleep(self.plan.lb_interval_s)
-            await self.fresh.wait()  # no new report: nothing to sample or decide on
-            self.fresh.clear()
-            if not self.running:
+            await fresh.wait()  # no new report: nothing to sample or decide on
+            fresh.clear()
+            # Stopped, or already serving the next job: this loop must not tick (and publish
+            # under its own, stale job id) on the next job's logic.
+            if not self.running or not self._serving(job_id):
                 break
             instruction = self.logic.tick(time.monotonic() - self.t0)
             self._export_events()
