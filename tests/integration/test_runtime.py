@@ -150,13 +150,15 @@ def test_actor_death_mid_job_fails_fast_and_the_next_job_repairs_the_pool():
     dpa.run(words[:10], config=cfg)  # warm the pool so we can find a reducer's pid
 
     def kill_a_reducer():
+        # Idle pools of earlier tests may be alive too: kill a reducer of the running job only.
         time.sleep(1.0)
         for a in dpa_actors_alive():
             if "reducer-" in a["name"]:
                 handle = ray.get_actor(a["name"], namespace=a["namespace"])
-                pid = ray.get(handle.__ray_call__.remote(lambda self: os.getpid()))
-                os.kill(pid, signal.SIGKILL)
-                return
+                job, pid = ray.get(handle.__ray_call__.remote(lambda self: (self.job_id, os.getpid())))
+                if job is not None:
+                    os.kill(pid, signal.SIGKILL)
+                    return
 
     killer = threading.Thread(target=kill_a_reducer)
     killer.start()
