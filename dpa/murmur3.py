@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["C1", "C2", "F1", "F2", "M5", "N1", "murmur3_32_batch", "rotl"]
+__all__ = ["C1", "C2", "F1", "F2", "M5", "N1", "fmix32", "mix_h", "mix_k", "murmur3_32_batch", "rotl"]
 
 
 C1 = np.uint32(0xCC9E2D51)
@@ -22,14 +22,39 @@ _TAIL_MASKS = np.array([0, 0xFF, 0xFFFF, 0xFFFFFF], dtype=np.uint32)
 
 
 def rotl(x: np.ndarray, r: int) -> np.ndarray:
+    """Rotates ``uint32`` values left by ``r`` bits."""
     return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
 
 
-def _mix_k(k: np.ndarray) -> np.ndarray:
+def mix_k(k: np.ndarray) -> np.ndarray:
+    """Scrambles one 4-byte block: ``rotl(k * c1, 15) * c2`` (``k`` is modified in place).
+
+    Like the other steps, it wraps around modulo ``2**32``; callers silence numpy's
+    overflow warnings (``np.errstate(over="ignore")``).
+    """
     k *= C1
     k = rotl(k, 15)
     k *= C2
     return k
+
+
+def mix_h(h: np.ndarray | np.uint32, k: np.ndarray) -> np.ndarray:
+    """One body round: ``rotl(h ^ k, 13) * 5 + n1`` for a scrambled block ``k`` (a new array)."""
+    h = rotl(h ^ k, 13)
+    h *= M5
+    h += N1
+    return h
+
+
+def fmix32(h: np.ndarray, length: np.ndarray | np.uint32) -> np.ndarray:
+    """The finalisation: xor the byte length, then the avalanche (``h`` is modified in place)."""
+    h ^= length
+    h ^= h >> np.uint32(16)
+    h *= F1
+    h ^= h >> np.uint32(13)
+    h *= F2
+    h ^= h >> np.uint32(16)
+    return h
 
 
 def murmur3_32_batch(data: np.ndarray | bytes, offsets: np.ndarray) -> np.ndarray:
@@ -81,23 +106,13 @@ def murmur3_32_batch(data: np.ndarray | bytes, offsets: np.ndarray) -> np.ndarra
             for b in range(max_blocks):
                 c = int(counts[b])
                 p = s_rel[:c] + 4 * b
-                k = _mix_k(words[p & 3, p >> 2])
-                hv = hs[:c] ^ k
-                hv = rotl(hv, 13)
-                hv *= M5
-                hv += N1
-                hs[:c] = hv
+                hs[:c] = mix_h(hs[:c], mix_k(words[p & 3, p >> 2]))
             if order is not None:
                 h[order] = hs
         p = rel + 4 * nfull
         k = words[p & 3, p >> 2] & _TAIL_MASKS[lengths & 3]
-        h ^= _mix_k(k)  # k == 0 when there is no tail, and mixing 0 gives 0
-        h ^= lengths.astype(np.uint32)
-        h ^= h >> np.uint32(16)
-        h *= F1
-        h ^= h >> np.uint32(13)
-        h *= F2
-        h ^= h >> np.uint32(16)
+        h ^= mix_k(k)  # k == 0 when there is no tail, and mixing 0 gives 0
+        fmix32(h, lengths.astype(np.uint32))
     return h
 
 

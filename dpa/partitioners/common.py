@@ -1,4 +1,4 @@
-"""Shared building blocks of the literature's policies: seeded hash choices, snapshots.
+"""Shared building blocks of the literature's policies: seeded hash choices, snapshot routing.
 
 Every policy in :mod:`dpa.partitioners` routes on the 32-bit key hash ``h`` that dpa already
 computes for each record (:func:`dpa.keys.hash_key_columns`). Policies that need ``d``
@@ -18,45 +18,37 @@ probability ``1/R``), exactly as in the PKG paper.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from dpa.errors import ConfigError
-from dpa.murmur3 import C1 as _C1  # the one murmur3 implementation's constants
-from dpa.murmur3 import C2 as _C2
-from dpa.murmur3 import F1 as _F1
-from dpa.murmur3 import F2 as _F2
-from dpa.murmur3 import M5 as _M5
-from dpa.murmur3 import N1 as _N1
-from dpa.murmur3 import rotl as _rotl
+from dpa.murmur3 import fmix32, mix_h, mix_k  # the one murmur3 implementation's steps
+from dpa.policy import Planner, PolicySpec, Router
 
-__all__ = ["candidates", "check_int_option", "least_loaded_of_two", "seeded_hash32"]
+__all__ = [
+    "KeyStatsPolicy",
+    "LatestQueuesPlanner",
+    "SnapshotRouter",
+    "candidates",
+    "check_int_option",
+    "least_loaded_of_two",
+    "seeded_hash32",
+]
 
 _LEN4 = np.uint32(4)
 
 
 def _mixed_block(hashes: np.ndarray) -> np.ndarray:
     """The seed-independent part of murmur3 on one 4-byte block: ``rotl(k*c1, 15)*c2``."""
-    k = np.array(hashes, dtype=np.uint32, copy=True)
     with np.errstate(over="ignore"):
-        k *= _C1
-        k = _rotl(k, 15)
-        k *= _C2
-    return k
+        return mix_k(np.array(hashes, dtype=np.uint32, copy=True))
 
 
 def _finish(k: np.ndarray, seed: int) -> np.ndarray:
+    """The seed-dependent rest: one body round from ``h = seed``, then the finalisation."""
     with np.errstate(over="ignore"):
-        h = k ^ np.uint32(seed & 0xFFFFFFFF)
-        h = _rotl(h, 13)
-        h *= _M5
-        h += _N1
-        h ^= _LEN4
-        h ^= h >> np.uint32(16)
-        h *= _F1
-        h ^= h >> np.uint32(13)
-        h *= _F2
-        h ^= h >> np.uint32(16)
-    return h
+        return fmix32(mix_h(np.uint32(seed & 0xFFFFFFFF), k), _LEN4)
 
 
 def seeded_hash32(hashes: np.ndarray, seed: int) -> np.ndarray:
@@ -131,3 +123,48 @@ def check_int_option(name: str, value: object, minimum: int, policy: str) -> int
             f"policy {policy!r}: option {name} must be an integer >= {minimum}, got {value!r}"
         )
     return int(value)
+
+
+# ---------------------------------------------------------------------------- snapshot routing
+class SnapshotRouter(Router):
+    """Routes by the snapshot's ``lookup_batch``: the snapshot is the whole routing state."""
+
+    def route(self, hashes: np.ndarray, snapshot: Any) -> np.ndarray:
+        return snapshot.lookup_batch(hashes)
+
+
+class LatestQueuesPlanner(Planner):
+    """Base of planners that publish ``_snapshot`` and keep each reducer's latest queue length.
+
+    Subclasses set ``queue_lengths`` (one entry per reducer) and ``_snapshot``; reports
+    of reducers outside ``[0, R)`` are ignored.
+    """
+
+    queue_lengths: list[int]
+    _snapshot: Any
+
+    @property
+    def snapshot(self) -> Any:
+        return self._snapshot
+
+    def observe(self, reducer: int, queue_length: int, version: int) -> None:
+        if 0 <= reducer < len(self.queue_lengths):
+            self.queue_lengths[reducer] = int(queue_length)
+
+
+class KeyStatsPolicy(PolicySpec):
+    """Base of the policies whose planner rebuilds a lookup snapshot from key statistics.
+
+    Routers and owners look each hash up in the snapshot (``lookup_batch``), keys move
+    when a new snapshot is published, and reducers report their keys to the planner.
+    """
+
+    routes_by_key = True
+    moves_keys = True
+    wants_key_stats = True
+
+    def make_router(self, mapper_id: int, num_reducers: int) -> Router:
+        return SnapshotRouter()
+
+    def owners(self, snapshot: Any, hashes: np.ndarray) -> np.ndarray:
+        return snapshot.lookup_batch(hashes)

@@ -57,7 +57,7 @@ import numpy as np
 
 from dpa.errors import ConfigError
 from dpa.partitioners.common import check_int_option, least_loaded_of_two
-from dpa.partitioners.hashing import ModSnapshot
+from dpa.partitioners.hashing import StaticSnapshotMixin
 from dpa.policy import JobShape, PolicySettings, PolicySpec, Router
 
 __all__ = [
@@ -275,19 +275,11 @@ class DKGRouter(Router):
         choose = self.choose
         total = self.seen
         for h, a, b, sp in zip(hs.tolist(), first.tolist(), second.tolist(), special.tolist(), strict=True):
-            if sp:
-                w = choose(h, a, total, warm)
-                load[w] += 1
-                append(w)
-            else:
-                x = load[a]
-                y = load[b]
-                if y < x:
-                    load[b] = y + 1
-                    append(b)
-                else:
-                    load[a] = x + 1
-                    append(a)
+            # a special key chooses among its candidates; any other key takes the less
+            # loaded of its two (the first on ties), as least_loaded_of_two does
+            w = choose(h, a, total, warm) if sp else (b if load[b] < load[a] else a)
+            load[w] += 1
+            append(w)
             total += 1
         return np.array(out, dtype=np.int64)
 
@@ -359,13 +351,10 @@ class DKGSettings(PolicySettings):
 
 
 @dataclass(frozen=True)
-class DKGPolicy(DKGSettings, PolicySpec):
+class DKGPolicy(DKGSettings, StaticSnapshotMixin, PolicySpec):
     """Dynamic Key Grouping: the policy built from :class:`DKGSettings` (it needs no job shape)."""
 
     splits_keys = True
-
-    def initial_snapshot(self, num_reducers: int) -> ModSnapshot:
-        return ModSnapshot(num_reducers)
 
     def make_router(self, mapper_id: int, num_reducers: int) -> Router:
         return DKGRouter(self, num_reducers)

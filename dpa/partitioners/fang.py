@@ -23,22 +23,14 @@ from typing import Any
 import numpy as np
 
 from dpa.errors import ConfigError
-from dpa.partitioners.common import check_int_option
-from dpa.partitioners.fang_plan import (
-    MODES,
-    discretize,
-    migration_cost,
-    plan_table,
+from dpa.partitioners.common import (
+    KeyStatsPolicy,
+    LatestQueuesPlanner,
+    SnapshotRouter,
+    check_int_option,
 )
-from dpa.policy import (
-    Decision,
-    JobShape,
-    Planner,
-    PolicySettings,
-    PolicySpec,
-    RebalanceEvent,
-    Router,
-)
+from dpa.partitioners.fang_plan import MODES, discretize, migration_cost, plan_table
+from dpa.policy import Decision, JobShape, PolicySettings, RebalanceEvent
 
 logger = logging.getLogger(__name__)
 
@@ -106,15 +98,12 @@ class TableSnapshot:
         return out
 
 
-class TableRouter(Router):
-    """Routes by the snapshot's table over the hash."""
-
-    def route(self, hashes: np.ndarray, snapshot: TableSnapshot) -> np.ndarray:
-        return snapshot.lookup_batch(hashes)
+TableRouter = SnapshotRouter
+"""Routes by the snapshot's table over the hash."""
 
 
 # ---------------------------------------------------------------------------- planner
-class FangPlanner(Planner):
+class FangPlanner(LatestQueuesPlanner):
     """The controller (section 4, Figure 5): per-interval key statistics -> new table.
 
     ``observe_keys`` accumulates the interval's per-key records; once ``interval`` records
@@ -138,14 +127,6 @@ class FangPlanner(Planner):
         self._residual_history: deque[int] = deque(maxlen=policy.window)
         self.intervals = 0
         self.last_stats: dict[str, Any] | None = None
-
-    @property
-    def snapshot(self) -> TableSnapshot:
-        return self._snapshot
-
-    def observe(self, reducer: int, queue_length: int, version: int) -> None:
-        if 0 <= reducer < self.num_reducers:
-            self.queue_lengths[reducer] = int(queue_length)
 
     def observe_keys(self, reducer: int, hashes: np.ndarray, counts: np.ndarray, total: int) -> None:
         counts_l = np.asarray(counts, dtype=np.int64).tolist()
@@ -260,24 +241,14 @@ class FangSettings(PolicySettings):
 
 
 @dataclass(frozen=True)
-class FangPolicy(FangSettings, PolicySpec):
+class FangPolicy(FangSettings, KeyStatsPolicy):
     """Mixed routing with MinTable, MinMig or Mixed rebalancing: the fields are
     :class:`FangSettings`', except that ``table_limit`` defaults to None (unbounded)."""
 
     table_limit: int | None | str = None
 
-    routes_by_key = True
-    moves_keys = True
-    wants_key_stats = True
-
     def initial_snapshot(self, num_reducers: int) -> TableSnapshot:
         return TableSnapshot.from_table({}, num_reducers, 0)
-
-    def make_router(self, mapper_id: int, num_reducers: int) -> Router:
-        return TableRouter()
-
-    def owners(self, snapshot: TableSnapshot, hashes: np.ndarray) -> np.ndarray:
-        return snapshot.lookup_batch(hashes)
 
     def make_planner(self, num_reducers: int) -> FangPlanner:
         return FangPlanner(self, num_reducers)

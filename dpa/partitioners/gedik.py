@@ -21,27 +21,15 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from dpa.errors import ConfigError
-from dpa.partitioners.common import check_int_option
-from dpa.partitioners.gedik_construct import (
-    ALGORITHMS,
-    BuildInfo,
-    construct,
-    utility,
+from dpa.partitioners.common import (
+    KeyStatsPolicy,
+    LatestQueuesPlanner,
+    SnapshotRouter,
+    check_int_option,
 )
-from dpa.partitioners.gedik_model import (
-    GedikParams,
-    PartitionFunction,
-    frequency_threshold,
-)
-from dpa.policy import (
-    Decision,
-    JobShape,
-    Planner,
-    PolicySettings,
-    PolicySpec,
-    RebalanceEvent,
-    Router,
-)
+from dpa.partitioners.gedik_construct import ALGORITHMS, BuildInfo, construct, utility
+from dpa.partitioners.gedik_model import GedikParams, PartitionFunction, frequency_threshold
+from dpa.policy import Decision, JobShape, PolicySettings, RebalanceEvent
 from dpa.sketches import SlidingLossyCounter
 
 __all__ = [
@@ -62,14 +50,11 @@ logger = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------- the policy
-class GedikRouter(Router):
-    """Routes by the partition function snapshot (Algorithm 1, vectorised)."""
-
-    def route(self, hashes: np.ndarray, snapshot: PartitionFunction) -> np.ndarray:
-        return snapshot.lookup_batch(hashes)
+GedikRouter = SnapshotRouter
+"""Routes by the partition function snapshot (Algorithm 1, vectorised)."""
 
 
-class GedikPlanner(Planner):
+class GedikPlanner(LatestQueuesPlanner):
     """Sliding lossy counters fed by key reports; rebuilds every ``period`` records.
 
     Attributes:
@@ -89,14 +74,6 @@ class GedikPlanner(Planner):
                         if math.isfinite(self.delta) else None)
         self.since_build = 0
         self.builds: list[BuildInfo] = []
-
-    @property
-    def snapshot(self) -> PartitionFunction:
-        return self._snapshot
-
-    def observe(self, reducer: int, queue_length: int, version: int) -> None:
-        if 0 <= reducer < self.N:
-            self.queue_lengths[reducer] = int(queue_length)
 
     def observe_keys(self, reducer: int, hashes: np.ndarray, counts: np.ndarray, total: int) -> None:
         total = int(total)
@@ -200,22 +177,12 @@ class GedikSettings(PolicySettings):
 
 
 @dataclass(frozen=True)
-class GedikPolicy(GedikSettings, PolicySpec):
+class GedikPolicy(GedikSettings, KeyStatsPolicy):
     """Gedik's consistent + explicit hash, rebuilt from sliding lossy counters (the fields
     are :class:`GedikSettings`')."""
 
-    routes_by_key = True
-    moves_keys = True
-    wants_key_stats = True
-
     def initial_snapshot(self, num_reducers: int) -> PartitionFunction:
         return PartitionFunction(num_reducers, self.replicas)
-
-    def make_router(self, mapper_id: int, num_reducers: int) -> Router:
-        return GedikRouter()
-
-    def owners(self, snapshot: PartitionFunction, hashes: np.ndarray) -> np.ndarray:
-        return snapshot.lookup_batch(hashes)
 
     def make_planner(self, num_reducers: int) -> GedikPlanner:
         return GedikPlanner(self, num_reducers)

@@ -51,7 +51,7 @@ import numpy as np
 
 from dpa.errors import ConfigError
 from dpa.partitioners.common import candidates, check_int_option, least_loaded_of_two
-from dpa.partitioners.hashing import ModSnapshot
+from dpa.partitioners.hashing import StaticSnapshotMixin
 from dpa.policy import JobShape, PolicySettings, PolicySpec, Router
 
 __all__ = [
@@ -76,13 +76,6 @@ __all__ = [
 
 def _as_hashes(hashes: np.ndarray) -> np.ndarray:
     return np.asarray(hashes).astype(np.uint32, copy=False)
-
-
-class _StaticSnapshotMixin:
-    """Policies whose routing state lives in the routers: the snapshot never changes."""
-
-    def initial_snapshot(self, num_reducers: int) -> ModSnapshot:
-        return ModSnapshot(num_reducers)
 
 
 # ---------------------------------------------------------------------------- shuffle
@@ -118,7 +111,7 @@ class ShuffleSettings(PolicySettings):
 
 
 @dataclass(frozen=True)
-class ShufflePolicy(ShuffleSettings, _StaticSnapshotMixin, PolicySpec):
+class ShufflePolicy(ShuffleSettings, StaticSnapshotMixin, PolicySpec):
     """Shuffle grouping: round-robin per mapper; mapper ``m`` starts at ``(m + seed) % R``.
 
     Args:
@@ -186,7 +179,7 @@ class PKGSettings(PolicySettings):
 
 
 @dataclass(frozen=True)
-class PKGPolicy(PKGSettings, _StaticSnapshotMixin, PolicySpec):
+class PKGPolicy(PKGSettings, StaticSnapshotMixin, PolicySpec):
     """Partial Key Grouping (Nasir et al.): greedy-``d`` with key splitting (see :class:`PKGSettings`)."""
 
     splits_keys = True
@@ -208,6 +201,26 @@ class BindingRouter(Router):
         self.num_reducers = num_reducers
         self.table: dict[int, int] = {}
         self.loads = [0] * num_reducers
+
+    def _route_greedy(self, hs: np.ndarray, preset: list[int]) -> np.ndarray:
+        """Online greedy for every record whose ``preset`` reducer is negative.
+
+        A record with ``preset[j] >= 0`` goes there; any other goes to its key's bound
+        reducer, a new key being bound to the least loaded reducer (lowest id on ties).
+        """
+        table, load = self.table, self.loads
+        get = table.get
+        out: list[int] = []
+        append = out.append
+        for h, w in zip(hs.tolist(), preset, strict=True):
+            if w < 0:
+                w = get(h)
+                if w is None:
+                    w = load.index(min(load))
+                    table[h] = w
+            load[w] += 1
+            append(w)
+        return np.array(out, dtype=np.int64)
 
 
 class PoTCRouter(BindingRouter):
@@ -251,18 +264,7 @@ class OnGreedyRouter(BindingRouter):
 
     def route(self, hashes: np.ndarray, snapshot: Any) -> np.ndarray:
         hs = _as_hashes(hashes)
-        table, load = self.table, self.loads
-        get = table.get
-        out: list[int] = []
-        append = out.append
-        for h in hs.tolist():
-            w = get(h)
-            if w is None:
-                w = load.index(min(load))
-                table[h] = w
-            load[w] += 1
-            append(w)
-        return np.array(out, dtype=np.int64)
+        return self._route_greedy(hs, [-1] * len(hs))
 
 
 def lpt_assignment(hashes: np.ndarray, counts: np.ndarray, num_reducers: int) -> np.ndarray:
@@ -327,23 +329,11 @@ class OffGreedyRouter(BindingRouter):
             for r, x in enumerate(np.bincount(pre, minlength=self.num_reducers).tolist()):
                 load[r] += x
             return pre
-        table = self.table
-        get = table.get
-        out: list[int] = []
-        append = out.append
-        for h, w in zip(hs.tolist(), pre.tolist(), strict=True):
-            if w < 0:
-                w = get(h)
-                if w is None:
-                    w = load.index(min(load))
-                    table[h] = w
-            load[w] += 1
-            append(w)
-        return np.array(out, dtype=np.int64)
+        return self._route_greedy(hs, pre.tolist())
 
 
 @dataclass(frozen=True)
-class _BindingPolicy(_StaticSnapshotMixin, PolicySpec):
+class _BindingPolicy(StaticSnapshotMixin, PolicySpec):
     """Common part of the binding policies (see the module docstring on splitting)."""
 
     mappers: int | None = None

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpa.partitioners.common import SnapshotRouter
 from dpa.policy import JobShape, PolicySettings, PolicySpec, Router
 
-__all__ = ["HashPolicy", "HashSettings", "ModRouter", "ModSnapshot", "build_hash_policy"]
+__all__ = ["HashPolicy", "HashSettings", "ModRouter", "ModSnapshot", "StaticSnapshotMixin", "build_hash_policy"]
 
 
 @dataclass(frozen=True)
@@ -26,9 +27,15 @@ class ModSnapshot:
         return (np.asarray(hashes, dtype=np.uint32) % np.uint32(self.num_reducers)).astype(np.int32)
 
 
-class ModRouter(Router):
-    def route(self, hashes: np.ndarray, snapshot: ModSnapshot) -> np.ndarray:
-        return snapshot.lookup_batch(hashes)
+ModRouter = SnapshotRouter
+"""Routes by :class:`ModSnapshot` (``hash % R``)."""
+
+
+class StaticSnapshotMixin:
+    """Policies whose routing state lives in the routers (or is fixed): the snapshot never changes."""
+
+    def initial_snapshot(self, num_reducers: int) -> ModSnapshot:
+        return ModSnapshot(num_reducers)
 
 
 @dataclass(frozen=True)
@@ -39,13 +46,10 @@ class HashSettings(PolicySettings):
 
 
 @dataclass(frozen=True)
-class HashPolicy(HashSettings, PolicySpec):
+class HashPolicy(HashSettings, StaticSnapshotMixin, PolicySpec):
     """Key grouping: ``murmur3(key) % R``, never rebalanced."""
 
     routes_by_key = True
-
-    def initial_snapshot(self, num_reducers: int) -> ModSnapshot:
-        return ModSnapshot(num_reducers)
 
     def make_router(self, mapper_id: int, num_reducers: int) -> Router:
         return ModRouter()

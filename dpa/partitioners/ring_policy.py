@@ -15,16 +15,8 @@ from typing import Any
 import numpy as np
 
 from dpa.errors import ConfigError
-from dpa.partitioners.common import check_int_option
-from dpa.policy import (
-    Decision,
-    JobShape,
-    Planner,
-    PolicySettings,
-    PolicySpec,
-    RebalanceEvent,
-    Router,
-)
+from dpa.partitioners.common import SnapshotRouter, check_int_option
+from dpa.policy import Decision, JobShape, Planner, PolicySettings, PolicySpec, RebalanceEvent
 from dpa.ring import HashRing, RingSnapshot
 
 __all__ = ["DPAPlanner", "DPAPolicy", "RingRouter", "RingSettings", "build_ring_policy"]
@@ -38,11 +30,8 @@ def _is_power_of_two(n: int) -> bool:
     return n >= 1 and (n & (n - 1)) == 0
 
 
-class RingRouter(Router):
-    """Routes by the consistent-hash ring snapshot (vectorised ``searchsorted``)."""
-
-    def route(self, hashes: np.ndarray, snapshot: RingSnapshot) -> np.ndarray:
-        return snapshot.lookup_batch(hashes)
+RingRouter = SnapshotRouter
+"""Routes by the consistent-hash ring snapshot (vectorised ``searchsorted``)."""
 
 
 class DPAPlanner(Planner):
@@ -224,7 +213,7 @@ class DPAPolicy(RingSettings, PolicySpec):
     def initial_snapshot(self, num_reducers: int) -> RingSnapshot:
         return self._ring(num_reducers).snapshot()
 
-    def make_router(self, mapper_id: int, num_reducers: int) -> Router:
+    def make_router(self, mapper_id: int, num_reducers: int) -> SnapshotRouter:
         return RingRouter()
 
     def owners(self, snapshot: RingSnapshot, hashes: np.ndarray) -> np.ndarray | None:
