@@ -13,6 +13,23 @@ class DPAError(Exception):
     """Base class of every error raised by dpa on purpose."""
 
 
+class _PicklesDetails:
+    """Mixin of the errors with keyword details: pickling keeps them (Ray ships errors).
+
+    A subclass names its keyword arguments in ``_details``; its ``__init__`` takes the
+    message and those keywords, and stores each under its name.
+    """
+
+    _details: tuple[str, ...] = ()
+
+    def __reduce__(self):
+        return (_rebuild, (type(self), str(self), {name: getattr(self, name) for name in self._details}))
+
+
+def _rebuild(cls: type[DPAError], message: str, details: dict[str, Any]) -> DPAError:
+    return cls(message, **details)
+
+
 class ConfigError(DPAError, ValueError):
     """A job, policy or reducer configuration is invalid; the message says how to fix it."""
 
@@ -25,7 +42,7 @@ class SchemaError(DPAError, ValueError):
     """The input does not have the columns or types the job needs."""
 
 
-class JobFailedError(DPAError, RuntimeError):
+class JobFailedError(_PicklesDetails, DPAError, RuntimeError):
     """A running job failed: a user function raised, an actor died, or the job timed out.
 
     Attributes:
@@ -33,20 +50,15 @@ class JobFailedError(DPAError, RuntimeError):
         key: The key being processed when the failure happened, if known.
     """
 
+    _details = ("actor", "key")
+
     def __init__(self, message: str, *, actor: str | None = None, key: object = None):
         super().__init__(message)
         self.actor = actor
         self.key = key
 
-    def __reduce__(self):
-        return (_rebuild_job_failed, (str(self), self.actor, self.key))
 
-
-def _rebuild_job_failed(message: str, actor: str | None, key: object) -> JobFailedError:
-    return JobFailedError(message, actor=actor, key=key)
-
-
-class ArithmeticOverflowError(DPAError, OverflowError):
+class ArithmeticOverflowError(_PicklesDetails, DPAError, OverflowError):
     """An aggregate left the range of its result type (e.g. a ``Sum`` of an int64 column).
 
     dpa raises instead of wrapping around, as Spark does in ANSI mode: a wrong number is
@@ -57,30 +69,20 @@ class ArithmeticOverflowError(DPAError, OverflowError):
         key: The key whose aggregate overflowed, if known.
     """
 
+    _details = ("column", "key")
+
     def __init__(self, message: str, *, column: str | None = None, key: object = None):
         super().__init__(message)
         self.column = column
         self.key = key
 
-    def __reduce__(self):
-        return (_rebuild_overflow, (str(self), self.column, self.key))
 
-
-def _rebuild_overflow(message: str, column: str | None, key: object) -> ArithmeticOverflowError:
-    return ArithmeticOverflowError(message, column=column, key=key)
-
-
-class UserCodeError(DPAError, RuntimeError):
+class UserCodeError(_PicklesDetails, DPAError, RuntimeError):
     """A user function (``map_fn``, ``key``, reducer) raised; wraps the original exception."""
+
+    _details = ("key", "record")
 
     def __init__(self, message: str, *, key: Any = None, record: Any = None):
         super().__init__(message)
         self.key = key
         self.record = record
-
-    def __reduce__(self):
-        return (_rebuild_user_error, (str(self), self.key, self.record))
-
-
-def _rebuild_user_error(message: str, key: Any, record: Any) -> UserCodeError:
-    return UserCodeError(message, key=key, record=record)

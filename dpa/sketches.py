@@ -162,8 +162,31 @@ def _check_epsilon(epsilon: float) -> float:
     return float(epsilon)
 
 
+# ---------------------------------------------------------------------------- batches
+class _BatchCounter:
+    """Base of the three counters: :meth:`update` checks a batch, ``_update`` counts it."""
+
+    def update(self, hashes: Iterable[int] | np.ndarray, counts: Iterable[int] | np.ndarray | None = None,
+               total: int | None = None) -> None:
+        """Adds one batch (the batch semantics are in the module docstring).
+
+        Args:
+            hashes: Key hashes (``uint32``; repeats allowed).
+            counts: Occurrences of each hash (default 1 each).
+            total: Records the batch stands for, ``>= counts.sum()`` (default: the sum).
+
+        Raises:
+            ConfigError: On malformed input.
+        """
+        self._update(*_as_batch(hashes, counts, total))
+
+    def _update(self, h: np.ndarray, c: np.ndarray, n_batch: int) -> None:
+        """Counts a checked batch: ``uint32`` hashes, aligned ``int64`` counts, its records."""
+        raise NotImplementedError
+
+
 # ---------------------------------------------------------------------------- lossy counting
-class LossyCounter:
+class LossyCounter(_BatchCounter):
     """Manku & Motwani's lossy counting over batches (see the module docstring).
 
     Args:
@@ -192,19 +215,7 @@ class LossyCounter:
         """Completed buckets ``floor(n / width)`` (the current ``epsilon * n`` bound)."""
         return self.n // self.width
 
-    def update(self, hashes: Iterable[int] | np.ndarray, counts: Iterable[int] | np.ndarray | None = None,
-               total: int | None = None) -> None:
-        """Adds one batch.
-
-        Args:
-            hashes: Key hashes (``uint32``; repeats allowed).
-            counts: Occurrences of each hash (default 1 each).
-            total: Records the batch stands for, ``>= counts.sum()`` (default: the sum).
-
-        Raises:
-            ConfigError: On malformed input.
-        """
-        h, c, n_batch = _as_batch(hashes, counts, total)
+    def _update(self, h: np.ndarray, c: np.ndarray, n_batch: int) -> None:
         self._add(*aggregate(h, c), n_batch)
 
     def _add(self, uniq: np.ndarray, cnt: np.ndarray, n_batch: int) -> None:
@@ -256,7 +267,7 @@ class LossyCounter:
         return h[order], f[order]
 
 
-class SlidingLossyCounter:
+class SlidingLossyCounter(_BatchCounter):
     """Gedik's sliding-window emulation with ``counters`` lossy counters (module docstring).
 
     Args:
@@ -297,16 +308,8 @@ class SlidingLossyCounter:
         """Entries kept over all counters in flight."""
         return sum(len(c) for _, c in self._live)
 
-    def update(self, hashes: Iterable[int] | np.ndarray, counts: Iterable[int] | np.ndarray | None = None,
-               total: int | None = None) -> None:
-        """Adds one batch, splitting it at counter start / retirement boundaries.
-
-        Args:
-            hashes: Key hashes (``uint32``; repeats allowed).
-            counts: Occurrences of each hash (default 1 each).
-            total: Records the batch stands for (default: the sum of counts).
-        """
-        h, c, n_batch = _as_batch(hashes, counts, total)
+    def _update(self, h: np.ndarray, c: np.ndarray, n_batch: int) -> None:
+        """Feeds the batch to the counters in flight, split at counter start / retirement boundaries."""
         while n_batch > 0:
             boundary = (self.n // self.period + 1) * self.period
             room = boundary - self.n
@@ -357,7 +360,7 @@ class SlidingLossyCounter:
 
 
 # ---------------------------------------------------------------------------- space saving
-class SpaceSaving:
+class SpaceSaving(_BatchCounter):
     """Metwally et al.'s Space-Saving top-k counter, batch updates (module docstring).
 
     Args:
@@ -397,16 +400,8 @@ class SpaceSaving:
         self._heap = [(c, h) for h, c in self._count.items()]
         heapq.heapify(self._heap)
 
-    def update(self, hashes: Iterable[int] | np.ndarray, counts: Iterable[int] | np.ndarray | None = None,
-               total: int | None = None) -> None:
-        """Adds one batch; pairs are processed in the given order.
-
-        Args:
-            hashes: Key hashes (``uint32``; repeats allowed).
-            counts: Occurrences of each hash (default 1 each).
-            total: Records the batch stands for (default: the sum of counts).
-        """
-        h, c, n_batch = _as_batch(hashes, counts, total)
+    def _update(self, h: np.ndarray, c: np.ndarray, n_batch: int) -> None:
+        """Processes the batch's pairs in the given order, one weighted update each."""
         count, err, heap, cap = self._count, self._err, self._heap, self.capacity
         for x, w in zip(h.tolist(), c.tolist()):
             if w == 0:

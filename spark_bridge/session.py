@@ -67,6 +67,7 @@ __all__ = [
     "parse_java_version",
     "default_executor_cores",
     "default_executor_memory",
+    "default_executors",
     "default_num_executors",
     "is_spark_running",
     "parse_memory",
@@ -138,30 +139,31 @@ def _available_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def default_executor_cores(cpus: int | None = None) -> int:
-    """Cores per executor: leave at least half the machine to dpa's actors, max 4.
+def default_executors(cpus: int | None = None) -> tuple[int, int]:
+    """Spark's executors for a machine: how many, and cores per executor.
+
+    One executor per 8 CPUs (at least one, i.e. one on laptops / small boxes), each with
+    half the CPUs but at most 4 cores, which leaves at least half the machine to dpa's
+    actors.
 
     Args:
         cpus: CPU count to size for (defaults to this machine's).
 
     Returns:
-        Core count (>= 1).
+        ``(executor count, cores per executor)``, both >= 1.
     """
     cpus = cpus or _available_cpus()
-    return max(1, min(4, cpus // 2))
+    return max(1, cpus // 8), max(1, min(4, cpus // 2))
+
+
+def default_executor_cores(cpus: int | None = None) -> int:
+    """Cores per executor for ``cpus`` CPUs (default: this machine's), see :func:`default_executors`."""
+    return default_executors(cpus)[1]
 
 
 def default_num_executors(cpus: int | None = None) -> int:
-    """Executors: one per 8 CPUs (at least one), i.e. one on laptops / small boxes.
-
-    Args:
-        cpus: CPU count to size for (defaults to this machine's).
-
-    Returns:
-        Executor count (>= 1).
-    """
-    cpus = cpus or _available_cpus()
-    return max(1, cpus // 8)
+    """Executors for ``cpus`` CPUs (default: this machine's), see :func:`default_executors`."""
+    return default_executors(cpus)[0]
 
 
 def default_executor_memory(total_bytes: int | None = None, num_executors: int = 1) -> str:
