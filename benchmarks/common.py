@@ -269,6 +269,23 @@ class CpuMeter:
         return out
 
 
+def timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
+    """Calls ``fn()`` and measures it.
+
+    Args:
+        fn: What to measure.
+
+    Returns:
+        ``(fn's result, wall seconds, CPU seconds of all job processes)``.
+    """
+    cpu = CpuMeter()
+    cpu.start()
+    t0 = time.perf_counter()
+    result = fn()
+    wall = time.perf_counter() - t0
+    return result, wall, cpu.stop()["total"]
+
+
 def _memory(pid: int) -> tuple[int, int] | None:
     """(RSS, PSS) bytes of a process from /proc/<pid>/smaps_rollup.
 
@@ -369,6 +386,22 @@ class RssSampler:
 
 def mb(nbytes: float) -> float:
     return nbytes / (1 << 20)
+
+
+def count_keys(table: Any, config: Any) -> tuple[Any, Any]:
+    """Counts the records per ``key`` of ``table`` with dpa and fetches the counts.
+
+    Args:
+        table: The input (an Arrow table with a ``key`` column).
+        config: The ``dpa.JobConfig``.
+
+    Returns:
+        ``(dpa result, its Arrow table of key and count)``.
+    """
+    import dpa
+
+    result = dpa.run(table, key="key", reducer=dpa.Count(), config=config)
+    return result, result.to_arrow()
 
 
 def dpa_run_timed(table_or_source: Any, config: Any, reducer: Any = None, key: str = "key") -> tuple[Any, float]:

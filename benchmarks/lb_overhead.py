@@ -27,13 +27,14 @@ from typing import Any
 import pyarrow.compute as pc
 
 from benchmarks.common import (
-    CpuMeter,
     base_parser,
     config_overrides,
+    count_keys,
     init_ray,
     median,
     print_table,
     stop_ray,
+    timed,
     write_json,
 )
 
@@ -63,22 +64,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     try:
         t0 = time.perf_counter()
         for mode in MODES:  # start the pooled actors and warm both paths up
-            dpa.run(table, key="key", reducer=dpa.Count(), config=configs[mode]).to_arrow()
+            count_keys(table, configs[mode])
         startup["cold_warmup_s"] = time.perf_counter() - t0
         for rep in range(args.reps):
             order = list(MODES) if rep % 2 == 0 else list(reversed(MODES))
             for mode in order:
                 gc.collect()
-                cpu = CpuMeter()
-                cpu.start()
-                t0 = time.perf_counter()
-                res = dpa.run(table, key="key", reducer=dpa.Count(), config=configs[mode])
-                out = res.to_arrow()
-                wall = time.perf_counter() - t0
-                used = cpu.stop()
+                (res, out), wall, cpu_s = timed(lambda mode=mode: count_keys(table, configs[mode]))
                 total = int(out["count"].to_numpy().sum())
                 runs.append({
-                    "rep": rep, "mode": mode, "wall_s": wall, "cpu_s": used["total"],
+                    "rep": rep, "mode": mode, "wall_s": wall, "cpu_s": cpu_s,
                     "rebalances": sum(1 for e in res.stats.rebalances if getattr(e, "action", "") != "exhausted"),
                     "forwarded": sum(res.stats.forwarded), "skew": res.stats.skew,
                     "ok": total == args.rows and out.num_rows == distinct,

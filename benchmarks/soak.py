@@ -1015,22 +1015,28 @@ def start_ray_from_short_lived_thread(timeout_s: float) -> None:
     ray.get(check)
 
 
+#: The numeric options, in ``--help`` order: flag, type, default, help.
+NUMBER_OPTIONS: tuple[tuple[str, type, float | None, str], ...] = (
+    ("--jobs", int, 300, "jobs to run (default 300; --quick: 30)"),
+    ("--seed", int, 0, "seed of the job mix and the data"),
+    ("--threads", int, 2, "driver threads running jobs (default 2)"),
+    ("--kill-rate", float, 0.05, "chance of killing an actor before a job"),
+    ("--bad-rate", float, 0.1, "share of jobs with a bad input"),
+    ("--max-records", int, 200_000, "largest job (default 200,000; --quick: 5,000)"),
+    ("--timeout-s", float, 120.0, "JobConfig.timeout_s of each job (default 120)"),
+    ("--shape-change-rate", float, 0.25, "chance a job has another mapper/reducer count than the previous one"),
+    ("--max-width", int, 4, "largest num_mappers / num_reducers (default 4)"),
+    ("--mem-every", int, None, "sample memory every N jobs (default jobs/15)"),
+    ("--mem-bound", float, 1.5, "allowed memory growth after warm-up (x)"),
+    ("--warmup", int, None, "jobs before the memory baseline (default jobs/5)"),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line options."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--jobs", type=int, default=300, help="jobs to run (default 300; --quick: 30)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the job mix and the data")
-    p.add_argument("--threads", type=int, default=2, help="driver threads running jobs (default 2)")
-    p.add_argument("--kill-rate", type=float, default=0.05, help="chance of killing an actor before a job")
-    p.add_argument("--bad-rate", type=float, default=0.1, help="share of jobs with a bad input")
-    p.add_argument("--max-records", type=int, default=200_000, help="largest job (default 200,000; --quick: 5,000)")
-    p.add_argument("--timeout-s", type=float, default=120.0, help="JobConfig.timeout_s of each job (default 120)")
-    p.add_argument("--shape-change-rate", type=float, default=0.25,
-                   help="chance a job has another mapper/reducer count than the previous one")
-    p.add_argument("--max-width", type=int, default=4, help="largest num_mappers / num_reducers (default 4)")
-    p.add_argument("--mem-every", type=int, default=None, help="sample memory every N jobs (default jobs/15)")
-    p.add_argument("--mem-bound", type=float, default=1.5, help="allowed memory growth after warm-up (x)")
-    p.add_argument("--warmup", type=int, default=None, help="jobs before the memory baseline (default jobs/5)")
+    for flag, kind, default, text in NUMBER_OPTIONS:
+        p.add_argument(flag, type=kind, default=default, help=text)
     p.add_argument("--quick", action="store_true", help="30 jobs of at most 5,000 records (CI smoke)")
     p.add_argument("--init-from-thread", action="store_true",
                    help="let the first dpa.run start Ray from a driver thread (default: the main thread)")

@@ -34,15 +34,16 @@ import numpy as np
 import pyarrow as pa
 
 from benchmarks.common import (
-    CpuMeter,
     base_parser,
     config_overrides,
+    count_keys,
     init_ray,
     median,
     print_table,
     start_spark,
     stop_ray,
     temp_dir,
+    timed,
     write_json,
 )
 
@@ -74,17 +75,19 @@ def check(name: str, got: tuple[np.ndarray, np.ndarray], ref: tuple[np.ndarray, 
     return "ok"
 
 
-def run_pyarrow(table: pa.Table, reps: int) -> tuple[list[float], list[float], pa.Table]:
+def repeat_timed(fn: Any, reps: int) -> tuple[list[float], list[float], Any]:
+    """Measures ``fn()`` ``reps`` times: ``(wall seconds, CPU seconds, the last result)``."""
     times, cpus = [], []
     out = None
     for _ in range(reps):
-        cpu = CpuMeter()
-        cpu.start()
-        t0 = time.perf_counter()
-        out = table.group_by("key").aggregate([([], "count_all")])
-        times.append(time.perf_counter() - t0)
-        cpus.append(cpu.stop()["total"])
+        out, wall, cpu_s = timed(fn)
+        times.append(wall)
+        cpus.append(cpu_s)
     return times, cpus, out
+
+
+def run_pyarrow(table: pa.Table, reps: int) -> tuple[list[float], list[float], pa.Table]:
+    return repeat_timed(lambda: table.group_by("key").aggregate([([], "count_all")]), reps)
 
 
 def run_dpa(table: pa.Table, args: Any, ref: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -97,25 +100,20 @@ def run_dpa(table: pa.Table, args: Any, ref: Any) -> tuple[list[dict[str, Any]],
     for name in args.policies:
         cfg = dpa.JobConfig(**base, **POLICIES[name])
         t0 = time.perf_counter()
-        res = dpa.run(table, key="key", reducer=dpa.Count(), config=cfg)
-        res.to_arrow()
+        count_keys(table, cfg)
         elapsed = time.perf_counter() - t0
         if first:  # the first job of the driver starts the pooled actors
             startup["cold_first_job_s"] = elapsed
             t0 = time.perf_counter()
-            dpa.run(table, key="key", reducer=dpa.Count(), config=cfg).to_arrow()
+            count_keys(table, cfg)
             startup["warm_job_s"] = time.perf_counter() - t0
             first = False
         times, cpus, stats, status = [], [], None, "ok"
         for _ in range(args.reps):
             gc.collect()
-            cpu = CpuMeter()
-            cpu.start()
-            t0 = time.perf_counter()
-            res = dpa.run(table, key="key", reducer=dpa.Count(), config=cfg)
-            out = res.to_arrow()
-            times.append(time.perf_counter() - t0)
-            cpus.append(cpu.stop()["total"])
+            (res, out), wall, cpu_s = timed(lambda cfg=cfg: count_keys(table, cfg))
+            times.append(wall)
+            cpus.append(cpu_s)
             stats = res.stats
             verdict = check(name, sorted_counts(out["key"], out["count"]), ref, table.num_rows)
             if verdict != "ok":
@@ -146,15 +144,7 @@ def run_spark(table: pa.Table, args: Any) -> tuple[list[float], list[float], Any
             assert df.count() == table.num_rows
             info["spark_cache_s"] = time.perf_counter() - t0
             df.groupBy("key").count().collect()  # warm-up (JIT, codegen)
-            times, cpus = [], []
-            rows = None
-            for _ in range(args.reps):
-                cpu = CpuMeter()
-                cpu.start()
-                t0 = time.perf_counter()
-                rows = df.groupBy("key").count().collect()
-                times.append(time.perf_counter() - t0)
-                cpus.append(cpu.stop()["total"])
+            times, cpus, rows = repeat_timed(lambda: df.groupBy("key").count().collect(), args.reps)
             result = sorted_counts([r[0] for r in rows], [r[1] for r in rows])
             df.unpersist()
         finally:
