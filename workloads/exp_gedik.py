@@ -199,31 +199,31 @@ def run_experiment(domain_size: int = 1_000_000, runs: int = 3, max_channels: in
                 "combos": list(combos), "methods": list(methods), "skews": list(skews),
                 "skew_channels": skew_channels, "alpha": alpha, "sigma": sigma, "utility": utility,
                 "replicas": replicas, "readj_requires_gain": readj_requires_gain}
-    per_run: dict[str, dict[str, list[list[dict[str, Any]]]]] = {c: {m: [] for m in methods} for c in combos}
-    for seed in range(runs):
-        started = time.perf_counter()
-        uni = Universe.zipf(z, domain_size, seed, replicas)
-        for combo in combos:
-            params = GedikParams(alpha, sigma, combo, utility, replicas, domain_size,
-                                 readj_requires_gain=readj_requires_gain)
-            for method in methods:
-                per_run[combo][method].append(grow(uni, method, params, max_channels))
-        if log:
-            log(f"  channel sweep, run {seed + 1}/{runs}: {time.perf_counter() - started:.1f}s")
+
+    def sweep(z: float, todo: list[str] | tuple[str, ...], channels: int,
+              sweep_log: Any = None) -> dict[str, dict[str, list[list[dict[str, Any]]]]]:
+        """Every run's :func:`grow` of every method up to ``channels`` channels on Zipf(``z``)."""
+        out: dict[str, dict[str, list[list[dict[str, Any]]]]] = {c: {m: [] for m in methods} for c in todo}
+        for seed in range(runs):
+            started = time.perf_counter()
+            uni = Universe.zipf(z, domain_size, seed, replicas)
+            for combo in todo:
+                params = GedikParams(alpha, sigma, combo, utility, replicas, domain_size,
+                                     readj_requires_gain=readj_requires_gain)
+                for method in methods:
+                    out[combo][method].append(grow(uni, method, params, channels))
+            if sweep_log:
+                sweep_log(f"  channel sweep, run {seed + 1}/{runs}: {time.perf_counter() - started:.1f}s")
+        return out
+
+    per_run = sweep(z, combos, max_channels, log)
     channels = {c: {m: _mean_runs(per_run[c][m]) for m in methods} for c in combos}
     skew: dict[str, dict[str, list[dict[str, Any]]]] = {c: {m: [] for m in methods} for c in combos}
     for zz in skews:
         started = time.perf_counter()
         # the paper restricts LQL (quadratic computation) to z in [0.25, 0.5]
         todo = [c for c in combos if not (c[1] == "Q" and zz > 0.5)]
-        rows: dict[str, dict[str, list[list[dict[str, Any]]]]] = {c: {m: [] for m in methods} for c in todo}
-        for seed in range(runs):
-            uni = Universe.zipf(zz, domain_size, seed, replicas)
-            for combo in todo:
-                params = GedikParams(alpha, sigma, combo, utility, replicas, domain_size,
-                                 readj_requires_gain=readj_requires_gain)
-                for method in methods:
-                    rows[combo][method].append(grow(uni, method, params, skew_channels))
+        rows = sweep(zz, todo, skew_channels)
         for combo in todo:
             for method in methods:
                 skew[combo][method].append({"z": zz, **_mean_runs(rows[combo][method])[-1]})
@@ -350,33 +350,42 @@ def plot(result: dict[str, Any], out_dir: str | Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     ch, methods = result["channels"], result["settings"]["methods"]
     combos = list(ch)
-    paths = []
+
+    def save(fig: Any, title: str, name: str) -> Path:
+        fig.suptitle(title, fontsize=10)
+        fig.tight_layout()
+        path = out / name
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return path
+
+    def m_and_b(series: dict[str, dict[str, list[dict[str, Any]]]], x: str, xlabel: str, titles: tuple[str, str],
+                **style: Any) -> Any:
+        """m (top, log scale) and b (bottom) against ``x``, one column per combination."""
+        fig, axes = plt.subplots(2, len(series), figsize=(4.6 * len(series), 7.0), squeeze=False)
+        for col, c in enumerate(series):
+            for m in methods:
+                xs = [r[x] for r in series[c][m]]
+                for row, key in enumerate(("m", "b")):
+                    axes[row][col].plot(xs, [r[key] for r in series[c][m]], marker=MARKERS[m], color=COLORS[m],
+                                        label=m, **style)
+            axes[0][col].set_yscale("log")
+            for row in (0, 1):
+                axes[row][col].set_title(f"{c}: {titles[row]}")
+                axes[row][col].axhline(1.0, color="black", lw=0.8, ls="--")
+                axes[row][col].set_xlabel(xlabel)
+                axes[row][col].grid(True, alpha=0.3)
+            axes[0][col].set_ylabel("m (log scale)")
+            axes[1][col].set_ylabel("b")
+            axes[0][col].legend(fontsize=7)
+        return fig
+
     # Figure 6: m and b against N, one column per combination
-    fig, axes = plt.subplots(2, len(combos), figsize=(4.6 * len(combos), 7.0), squeeze=False)
-    for col, c in enumerate(combos):
-        for m in methods:
-            rows = [r for r in ch[c][m] if r["N"] >= 2]
-            Ns = [r["N"] for r in rows]
-            axes[0][col].plot(Ns, [r["m"] for r in rows], marker=MARKERS[m], ms=3, color=COLORS[m], label=m)
-            axes[1][col].plot(Ns, [r["b"] for r in rows], marker=MARKERS[m], ms=3, color=COLORS[m], label=m)
-        axes[0][col].set_yscale("log")
-        axes[0][col].set_title(f"{c}: relative migration cost m")
-        axes[1][col].set_title(f"{c}: relative load imbalance b")
-        for row in (0, 1):
-            axes[row][col].axhline(1.0, color="black", lw=0.8, ls="--")
-            axes[row][col].set_xlabel("number of channels N")
-            axes[row][col].grid(True, alpha=0.3)
-        axes[0][col].set_ylabel("m (log scale)")
-        axes[1][col].set_ylabel("b")
-        axes[0][col].legend(fontsize=7)
     s = result["settings"]
-    fig.suptitle(f"Gedik Fig. 6 shape: Zipf z={s['z']}, |D|={s['domain_size']:,}, alpha={s['alpha']}, "
-                 f"sigma={s['sigma']}, U^{s['utility']}, mean of {s['runs']} run(s)", fontsize=10)
-    fig.tight_layout()
-    p = out / "gedik_channels.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    paths.append(p)
+    fig = m_and_b({c: {m: [r for r in ch[c][m] if r["N"] >= 2] for m in methods} for c in combos}, "N",
+                  "number of channels N", ("relative migration cost m", "relative load imbalance b"), ms=3)
+    paths = [save(fig, f"Gedik Fig. 6 shape: Zipf z={s['z']}, |D|={s['domain_size']:,}, alpha={s['alpha']}, "
+                       f"sigma={s['sigma']}, U^{s['utility']}, mean of {s['runs']} run(s)", "gedik_channels.png")]
     # Figure 3: the N = 10 point, grouped bars of m, b, b_s, b_c, b_n
     N = min(10, s["max_channels"])
     metrics = ["m", "b", "b_s", "b_c", "b_n"]
@@ -395,38 +404,14 @@ def plot(result: dict[str, Any], out_dir: str | Path) -> list[Path]:
         ax.set_ylabel("relative value (log scale)")
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("Gedik Fig. 3 shape: migration m, imbalance b and per-resource b_k", fontsize=10)
-    fig.tight_layout()
-    p = out / "gedik_n10.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    paths.append(p)
+    paths.append(save(fig, "Gedik Fig. 3 shape: migration m, imbalance b and per-resource b_k", "gedik_n10.png"))
     # Figure 4: m and b against skew
     sk = result.get("skew", {})
     sk_combos = [c for c in sk if any(sk[c][m] for m in methods)]
     if sk_combos:
-        fig, axes = plt.subplots(2, len(sk_combos), figsize=(4.6 * len(sk_combos), 7.0), squeeze=False)
-        for col, c in enumerate(sk_combos):
-            for m in methods:
-                zs = [r["z"] for r in sk[c][m]]
-                axes[0][col].plot(zs, [r["m"] for r in sk[c][m]], marker=MARKERS[m], color=COLORS[m], label=m)
-                axes[1][col].plot(zs, [r["b"] for r in sk[c][m]], marker=MARKERS[m], color=COLORS[m], label=m)
-            axes[0][col].set_yscale("log")
-            axes[0][col].set_title(f"{c}: m at N={s['skew_channels']}")
-            axes[1][col].set_title(f"{c}: b at N={s['skew_channels']}")
-            for row in (0, 1):
-                axes[row][col].axhline(1.0, color="black", lw=0.8, ls="--")
-                axes[row][col].set_xlabel("Zipf skew z")
-                axes[row][col].grid(True, alpha=0.3)
-            axes[0][col].set_ylabel("m (log scale)")
-            axes[1][col].set_ylabel("b")
-            axes[0][col].legend(fontsize=7)
-        fig.suptitle("Gedik Fig. 4 shape: migration and imbalance against skew", fontsize=10)
-        fig.tight_layout()
-        p = out / "gedik_skew.png"
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        paths.append(p)
+        fig = m_and_b({c: sk[c] for c in sk_combos}, "z", "Zipf skew z",
+                      (f"m at N={s['skew_channels']}", f"b at N={s['skew_channels']}"))
+        paths.append(save(fig, "Gedik Fig. 4 shape: migration and imbalance against skew", "gedik_skew.png"))
     return paths
 
 

@@ -3,7 +3,8 @@
 Every generator takes a ``seed`` and is deterministic for it. It returns a
 ``pyarrow.Table`` with one column ``key`` (``int64`` ids, or their decimal strings with
 ``as_str=True``), or, with ``batches=True`` (or the ``iter_*`` twin), an iterator of
-``pyarrow.RecordBatch`` of at most ``batch_size`` rows. The batches concatenated are
+``pyarrow.RecordBatch`` of at most ``batch_size`` rows (these three keyword arguments,
+common to every generator, are :class:`Output`). The batches concatenated are
 exactly the table: the randomness is drawn sequentially from one ``numpy.random.Generator``
 using only ``random()`` (uniform doubles) and ``standard_normal()``, whose streams do not
 depend on how the draws are chunked.
@@ -29,11 +30,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 import pyarrow as pa
 
 from dpa.errors import ConfigError
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -41,6 +46,8 @@ __all__ = [
     "LN2",
     "LOGNORMAL_PRESETS",
     "LognormalPreset",
+    "Output",
+    "StreamOutput",
     "drifting",
     "drifting_hot_keys",
     "iter_drifting",
@@ -86,6 +93,31 @@ LN2 = LognormalPreset("LN2", mu=2.245, sigma=1.133, messages=10_000_000, keys=1_
 LOGNORMAL_PRESETS: dict[str, LognormalPreset] = {"LN1": LN1, "LN2": LN2}
 
 
+class StreamOutput(TypedDict, total=False):
+    """The keyword arguments of the streaming generators (``iter_*``) on their output.
+
+    Attributes:
+        as_str: Emit the ids as decimal strings (default False).
+        batch_size: Rows per record batch (default :data:`DEFAULT_BATCH_SIZE`).
+    """
+
+    as_str: bool
+    batch_size: int
+
+
+class Output(StreamOutput, total=False):
+    """The keyword arguments of every generator on its output.
+
+    Those of :class:`StreamOutput` (``as_str``, ``batch_size``) and:
+
+    Attributes:
+        batches: Return an iterator of record batches (of at most ``batch_size`` rows)
+            instead of a table (default False).
+    """
+
+    batches: bool
+
+
 # ---------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------
@@ -127,16 +159,21 @@ def _table(draw: Callable[[int, int], np.ndarray], n: int, as_str: bool) -> pa.T
     return pa.Table.from_arrays([_key_array(ids, as_str)], schema=_schema(as_str))
 
 
-def _output(
-    draw: Callable[[int, int], np.ndarray],
+def _generate(
+    num_keys: int | None,
     n: int,
-    as_str: bool,
-    batches: bool,
-    batch_size: int,
+    make_draw: Callable[[], Callable[[int, int], np.ndarray]],
+    *,
+    as_str: bool = False,
+    batches: bool = False,
+    batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> pa.Table | Iterator[pa.RecordBatch]:
+    """Checks the counts, then draws ``n`` ids with ``make_draw()`` as a table or batches."""
+    _check_counts(num_keys, n, batch_size)
+    draw = make_draw()
     if batches:
-        return _stream(draw, n, batch_size, as_str)
-    return _table(draw, n, as_str)
+        return _stream(draw, int(n), batch_size, as_str)
+    return _table(draw, int(n), as_str)
 
 
 # ---------------------------------------------------------------------------------------
@@ -179,15 +216,7 @@ def _zipf_draw(
 
 
 def zipf(
-    z: float,
-    num_keys: int,
-    n: int,
-    seed: int = 0,
-    *,
-    as_str: bool = False,
-    permute: bool = True,
-    batches: bool = False,
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    z: float, num_keys: int, n: int, seed: int = 0, *, permute: bool = True, **output: Unpack[Output]
 ) -> pa.Table | Iterator[pa.RecordBatch]:
     """Bounded Zipf keys: key of rank ``k`` has probability ``∝ 1 / k**z``.
 
@@ -196,11 +225,9 @@ def zipf(
         num_keys: Number of distinct keys ``K``; ids are in ``[0, K)``.
         n: Number of records.
         seed: Seed of the generator (also of the rank -> id permutation).
-        as_str: Emit the ids as decimal strings.
         permute: Map ranks to ids with a seeded permutation (default). ``False`` makes
             rank ``k`` the id ``k - 1`` (the hottest key is 0).
-        batches: Return an iterator of record batches instead of a table.
-        batch_size: Rows per batch when ``batches`` is true.
+        **output: ``as_str``, ``batches``, ``batch_size`` (:class:`Output`).
 
     Returns:
         A table with a ``key`` column, or an iterator of record batches.
@@ -208,25 +235,14 @@ def zipf(
     Raises:
         ConfigError: On invalid parameters.
     """
-    _check_counts(num_keys, n, batch_size)
-    draw = _zipf_draw(z, int(num_keys), seed, permute)
-    return _output(draw, int(n), as_str, batches, batch_size)
+    return _generate(num_keys, n, lambda: _zipf_draw(z, int(num_keys), seed, permute), **output)
 
 
 def iter_zipf(
-    z: float,
-    num_keys: int,
-    n: int,
-    seed: int = 0,
-    *,
-    as_str: bool = False,
-    permute: bool = True,
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    z: float, num_keys: int, n: int, seed: int = 0, *, permute: bool = True, **output: Unpack[StreamOutput]
 ) -> Iterator[pa.RecordBatch]:
     """Streaming :func:`zipf`: record batches whose concatenation equals the table."""
-    return zipf(  # type: ignore[return-value]
-        z, num_keys, n, seed, as_str=as_str, permute=permute, batches=True, batch_size=batch_size
-    )
+    return zipf(z, num_keys, n, seed, permute=permute, batches=True, **output)  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------------------------------
@@ -245,44 +261,24 @@ def _uniform_draw(num_keys: int, seed: int) -> Callable[[int, int], np.ndarray]:
     return draw
 
 
-def uniform(
-    num_keys: int,
-    n: int,
-    seed: int = 0,
-    *,
-    as_str: bool = False,
-    batches: bool = False,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-) -> pa.Table | Iterator[pa.RecordBatch]:
+def uniform(num_keys: int, n: int, seed: int = 0, **output: Unpack[Output]) -> pa.Table | Iterator[pa.RecordBatch]:
     """Keys drawn uniformly from ``[0, num_keys)``.
 
     Args:
         num_keys: Number of distinct keys.
         n: Number of records.
         seed: Seed of the generator.
-        as_str: Emit the ids as decimal strings.
-        batches: Return an iterator of record batches instead of a table.
-        batch_size: Rows per batch when ``batches`` is true.
+        **output: ``as_str``, ``batches``, ``batch_size`` (:class:`Output`).
 
     Returns:
         A table with a ``key`` column, or an iterator of record batches.
     """
-    _check_counts(num_keys, n, batch_size)
-    return _output(_uniform_draw(int(num_keys), seed), int(n), as_str, batches, batch_size)
+    return _generate(num_keys, n, lambda: _uniform_draw(int(num_keys), seed), **output)
 
 
-def iter_uniform(
-    num_keys: int,
-    n: int,
-    seed: int = 0,
-    *,
-    as_str: bool = False,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-) -> Iterator[pa.RecordBatch]:
+def iter_uniform(num_keys: int, n: int, seed: int = 0, **output: Unpack[StreamOutput]) -> Iterator[pa.RecordBatch]:
     """Streaming :func:`uniform`."""
-    return uniform(  # type: ignore[return-value]
-        num_keys, n, seed, as_str=as_str, batches=True, batch_size=batch_size
-    )
+    return uniform(num_keys, n, seed, batches=True, **output)  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------------------------------
@@ -309,15 +305,7 @@ def _lognormal_draw(
 
 
 def lognormal(
-    mu: float,
-    sigma: float,
-    num_keys: int | None,
-    n: int,
-    seed: int = 0,
-    *,
-    as_str: bool = False,
-    batches: bool = False,
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    mu: float, sigma: float, num_keys: int | None, n: int, seed: int = 0, **output: Unpack[Output]
 ) -> pa.Table | Iterator[pa.RecordBatch]:
     """Log-normal keys: the key is ``round(exp(mu + sigma * N(0, 1)))``.
 
@@ -331,42 +319,23 @@ def lognormal(
             ids into ``[0, K)`` with ``id % K`` (which keeps the hot keys distinct).
         n: Number of records.
         seed: Seed of the generator.
-        as_str: Emit the ids as decimal strings.
-        batches: Return an iterator of record batches instead of a table.
-        batch_size: Rows per batch when ``batches`` is true.
+        **output: ``as_str``, ``batches``, ``batch_size`` (:class:`Output`).
 
     Returns:
         A table with a ``key`` column, or an iterator of record batches.
     """
-    _check_counts(num_keys, n, batch_size)
-    draw = _lognormal_draw(float(mu), float(sigma), num_keys, seed)
-    return _output(draw, int(n), as_str, batches, batch_size)
+    return _generate(num_keys, n, lambda: _lognormal_draw(float(mu), float(sigma), num_keys, seed), **output)
 
 
 def iter_lognormal(
-    mu: float,
-    sigma: float,
-    num_keys: int | None,
-    n: int,
-    seed: int = 0,
-    *,
-    as_str: bool = False,
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    mu: float, sigma: float, num_keys: int | None, n: int, seed: int = 0, **output: Unpack[StreamOutput]
 ) -> Iterator[pa.RecordBatch]:
     """Streaming :func:`lognormal`."""
-    return lognormal(  # type: ignore[return-value]
-        mu, sigma, num_keys, n, seed, as_str=as_str, batches=True, batch_size=batch_size
-    )
+    return lognormal(mu, sigma, num_keys, n, seed, batches=True, **output)  # type: ignore[return-value]
 
 
 def lognormal_preset(
-    name: str,
-    n: int | None = None,
-    seed: int = 0,
-    *,
-    as_str: bool = False,
-    batches: bool = False,
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    name: str, n: int | None = None, seed: int = 0, **output: Unpack[Output]
 ) -> pa.Table | Iterator[pa.RecordBatch]:
     """The PKG paper's ``"LN1"`` or ``"LN2"`` data set.
 
@@ -374,12 +343,10 @@ def lognormal_preset(
         name: ``"LN1"`` or ``"LN2"``.
         n: Number of records (default: the paper's 10M).
         seed: Seed of the generator.
-        as_str: Emit the ids as decimal strings.
-        batches: Return an iterator of record batches instead of a table.
-        batch_size: Rows per batch when ``batches`` is true.
+        **output: ``as_str``, ``batches``, ``batch_size`` (:class:`Output`).
 
     Returns:
-        A table with a ``key`` column, or an iterator of record batches.
+        The table or record batches of :func:`lognormal`.
     """
     try:
         preset = LOGNORMAL_PRESETS[name]
@@ -387,16 +354,7 @@ def lognormal_preset(
         raise ConfigError(
             f"unknown lognormal preset {name!r}; use one of {', '.join(LOGNORMAL_PRESETS)}"
         ) from None
-    return lognormal(
-        preset.mu,
-        preset.sigma,
-        None,
-        preset.messages if n is None else n,
-        seed,
-        as_str=as_str,
-        batches=batches,
-        batch_size=batch_size,
-    )
+    return lognormal(preset.mu, preset.sigma, None, preset.messages if n is None else n, seed, **output)
 
 
 # ---------------------------------------------------------------------------------------
@@ -453,15 +411,7 @@ def _drifting_draw(
 
 
 def drifting(
-    num_keys: int,
-    n: int,
-    hot_fraction: float,
-    period: int,
-    seed: int = 0,
-    *,
-    as_str: bool = False,
-    batches: bool = False,
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    num_keys: int, n: int, hot_fraction: float, period: int, seed: int = 0, **output: Unpack[Output]
 ) -> pa.Table | Iterator[pa.RecordBatch]:
     """A stream whose hot key changes every ``period`` records.
 
@@ -475,29 +425,18 @@ def drifting(
         hot_fraction: Share of records carrying the current hot key, in ``[0, 1]``.
         period: Records between hot key changes (>= 1).
         seed: Seed of the generator.
-        as_str: Emit the ids as decimal strings.
-        batches: Return an iterator of record batches instead of a table.
-        batch_size: Rows per batch when ``batches`` is true.
+        **output: ``as_str``, ``batches``, ``batch_size`` (:class:`Output`).
 
     Returns:
         A table with a ``key`` column, or an iterator of record batches.
     """
-    _check_counts(num_keys, n, batch_size)
-    draw = _drifting_draw(int(num_keys), int(n), float(hot_fraction), period, seed)
-    return _output(draw, int(n), as_str, batches, batch_size)
+    return _generate(
+        num_keys, n, lambda: _drifting_draw(int(num_keys), int(n), float(hot_fraction), period, seed), **output
+    )
 
 
 def iter_drifting(
-    num_keys: int,
-    n: int,
-    hot_fraction: float,
-    period: int,
-    seed: int = 0,
-    *,
-    as_str: bool = False,
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    num_keys: int, n: int, hot_fraction: float, period: int, seed: int = 0, **output: Unpack[StreamOutput]
 ) -> Iterator[pa.RecordBatch]:
     """Streaming :func:`drifting`."""
-    return drifting(  # type: ignore[return-value]
-        num_keys, n, hot_fraction, period, seed, as_str=as_str, batches=True, batch_size=batch_size
-    )
+    return drifting(num_keys, n, hot_fraction, period, seed, batches=True, **output)  # type: ignore[return-value]
