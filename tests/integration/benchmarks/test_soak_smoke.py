@@ -16,7 +16,7 @@ import pytest
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _load_soak() -> ModuleType:

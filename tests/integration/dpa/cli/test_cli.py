@@ -20,7 +20,7 @@ import pytest
 
 from workloads.paper import workload
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def dpa_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:

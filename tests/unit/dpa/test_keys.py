@@ -77,7 +77,7 @@ def test_hashes_are_stable_across_processes() -> None:
             capture_output=True,
             text=True,
             check=True,
-            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
         )
         assert json.loads(out.stdout) == here
 
