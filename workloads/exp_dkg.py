@@ -19,23 +19,10 @@ Experiments (the paper's topology: 5 sources (spouts) unless varied, W = 10, 50,
 (b) **Skew sweep** 0%..100% at W = 10 (the paper's Figures 10-11, synthetic datasets).
 (c) **Sources** S = 5, 10, 15, 20 on the election stand-in at W = 10 (Figure 13).
 
-How the streams are built (the paper describes them only briefly):
+The streams (the 204 country keys with a hot key of a given share, and the election
+stand-in with its calibrated tail) are built in :mod:`workloads.dkg_streams`.
 
-* **country-skew-rX** (:func:`country_stream`): "the names of the 204 countries", 10M
-  records, "skewness ratio" X% = the share of the most frequent key (the paper's real
-  datasets' ratios, e.g. 9% for Wikipedia pageviews, match their top key's share). We draw
-  ``n`` records: exactly ``round(X% * n)`` of them, at random positions, carry the hot key;
-  the others are uniform over the other 203 keys. Keys are integer ids (hashed like a dpa
-  key column) instead of country names; only the distribution matters.
-* **twitter-election** (:func:`election_stream`): the real dataset is not available. Its
-  skewness ratio is 68% (Table 2). Its tail is unknown, but Table 3 gives SG a DistCost of
-  2.4491 at W = 10, i.e. the average key reaches only ~2.4 of 10 workers, so most keys are
-  rare. We use a hot key with 68% of the records and a uniform tail whose number of keys is
-  *calibrated* (:func:`calibrate_tail_keys`) so that SG's expected DistCost at W = 10 is
-  2.4491 (keys with Poisson(``lambda``) occurrences spread at random:
-  ``E[workers] = W (1 - e^(-lambda/W)) / (1 - e^(-lambda))``). That single number is fitted;
-  the other seven of Table 3's StdDev/DistCost values are predictions.
-* **DKG's cycles.** The paper promotes Baby -> Teenage every 15 s and Teenage -> Old every
+**DKG's cycles.** The paper promotes Baby -> Teenage every 15 s and Teenage -> Old every
   60 s, and warms up for 15 s; :mod:`dpa.partitioners.dkg` counts these cycles in records
   per source (``promote_every``; Old every 4 cycles, warm-up one cycle). A fixed record count
   would make DKG's behaviour depend on our stream length and on the number of sources (a
@@ -48,27 +35,36 @@ How the streams are built (the paper describes them only briefly):
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dpa.errors import ConfigError
 from dpa.partitioners.dkg import dkg_max_machines, dkg_threshold
 from dpa.simulate import simulate
+from workloads.dkg_streams import (
+    COUNTRY_KEYS,
+    ELECTION_HOT,
+    PAPER_TABLE3,
+    Sizes,
+    calibrate_tail_keys,
+    country_stream,
+    election_stream,
+    expected_shuffle_dist_cost,
+)
 from workloads.harness import (
     Claim,
-    Experiment,
     Log,
     StageTimer,
     claims_markdown,
+    label_axes,
     markdown_table,
     new_figure,
     save_figure,
+    scaled_experiment,
 )
 from workloads.imbalance import hash_keys
 
@@ -93,9 +89,6 @@ __all__ = [
     "run_workers",
 ]
 
-COUNTRY_KEYS = 204
-"""Keys of the paper's synthetic datasets (country names)."""
-
 POLICIES = ("shuffle", "hash", "pkg", "dkg")
 LABELS = {"shuffle": "SG", "hash": "KG", "pkg": "PKG", "dkg": "DKG"}
 
@@ -103,125 +96,14 @@ PAPER_WORKERS = (10, 50, 100)
 PAPER_SOURCES = (5, 10, 15, 20)
 DEFAULT_SOURCES = 5
 SKEWS = (0.3, 0.8)
-ELECTION_HOT = 0.68
 DKG_CYCLES_PER_RUN = 78
 """15-second cycles in the paper's DKG run on twitter-election (1,174,979 ms, Table 3)."""
 SWEEP = tuple(round(0.1 * i, 1) for i in range(11))
-
-PAPER_TABLE3: dict[str, dict[str, float]] = {
-    "SG": {"latency_ms": 559_329, "stddev": 0.0001, "dist_cost": 2.4491, "throughput": 9_511},
-    "KG": {"latency_ms": 3_955_045, "stddev": 20.3202, "dist_cost": 1.0000, "throughput": 1_344},
-    "PKG": {"latency_ms": 1_941_879, "stddev": 12.3513, "dist_cost": 1.1647, "throughput": 2_739},
-    "DKG": {"latency_ms": 1_174_979, "stddev": 4.0972, "dist_cost": 1.2414, "throughput": 4_529},
-}
-"""Table 3 of the paper: twitter-election (68% skew), 5 spouts, 10 workers."""
 
 PAPER_TABLE1: dict[int, tuple[float, float, int]] = {
     5: (20.00, 24.47, 5), 10: (10.00, 13.16, 8), 20: (5.00, 7.24, 14), 50: (2.00, 3.41, 30), 100: (1.00, 2.00, 51),
 }
 """Table 1 of the paper: machines -> (ideal load %, threshold load %, most machines per key)."""
-
-
-@dataclass(frozen=True)
-class Sizes:
-    """Messages per stream (the paper's datasets have 10M; defaults keep a run near a minute).
-
-    Attributes:
-        workers: Streams of experiment (a).
-        sweep: Streams of the skew sweep (b).
-        sources: Stream of the sources experiment (c).
-    """
-
-    workers: int = 2_000_000
-    sweep: int = 1_000_000
-    sources: int = 1_000_000
-
-    def scaled(self, factor: float) -> Sizes:
-        """All sizes times ``factor`` (at least 1,000 messages each)."""
-        if not (factor > 0 and math.isfinite(factor)):
-            raise ConfigError(f"--scale must be a finite number > 0, got {factor!r}")
-        return Sizes(**{k: max(1_000, int(v * factor)) for k, v in asdict(self).items()})
-
-
-# ============================================================================ streams
-def _check_fraction(hot_fraction: float) -> float:
-    if not (isinstance(hot_fraction, (int, float)) and 0.0 <= hot_fraction <= 1.0):
-        raise ConfigError(f"hot_fraction must be a number in [0, 1], got {hot_fraction!r}")
-    return float(hot_fraction)
-
-
-def _hot_plus_uniform(hot_fraction: float, n: int, tail_keys: int, seed: int) -> np.ndarray:
-    """Key 0 on exactly ``round(f * n)`` random positions, the rest uniform over ``1..tail_keys``."""
-    if not isinstance(n, (int, np.integer)) or n < 0:
-        raise ConfigError(f"n must be an integer >= 0, got {n!r}")
-    if not isinstance(tail_keys, (int, np.integer)) or tail_keys < 1:
-        raise ConfigError(f"the stream needs at least one key besides the hot one, got {tail_keys!r}")
-    rng = np.random.default_rng(seed)
-    keys = 1 + np.minimum((rng.random(n) * tail_keys).astype(np.int64), tail_keys - 1)
-    hot = round(_check_fraction(hot_fraction) * n)
-    keys[rng.permutation(n)[:hot]] = 0
-    return keys
-
-
-def country_stream(hot_fraction: float, n: int, seed: int = 0, num_keys: int = COUNTRY_KEYS) -> np.ndarray:
-    """The paper's ``country-skew-rX`` stream: the hot key holds exactly ``hot_fraction`` of ``n``.
-
-    Args:
-        hot_fraction: Share of the hot key (the paper's skewness ratio), in ``[0, 1]``.
-        n: Records.
-        seed: Seed.
-        num_keys: Keys including the hot one (204 countries).
-
-    Returns:
-        ``int64`` key ids; the hot key is 0, the others ``1..num_keys-1`` (uniform).
-    """
-    return _hot_plus_uniform(hot_fraction, n, num_keys - 1, seed)
-
-
-def expected_shuffle_dist_cost(mean_occurrences: float, num_workers: int) -> float:
-    """Expected SG DistCost of keys with Poisson(``lambda``) occurrences spread at random over ``W``.
-
-    ``W (1 - e^(-lambda/W)) / (1 - e^(-lambda))``: the mean number of distinct workers of a key,
-    over the keys that occur at least once.
-    """
-    lam, W = float(mean_occurrences), int(num_workers)
-    return W * -math.expm1(-lam / W) / -math.expm1(-lam)
-
-
-def calibrate_tail_keys(n: int, hot_fraction: float = ELECTION_HOT, target: float = PAPER_TABLE3["SG"]["dist_cost"],
-                        num_workers: int = 10) -> int:
-    """Tail keys such that SG's expected DistCost at ``num_workers`` is ``target``.
-
-    Solves :func:`expected_shuffle_dist_cost` ``(lambda, W) = target`` by bisection (it rises
-    from 1 at ``lambda -> 0`` to ``W``) and returns ``round((1 - f) n / lambda)``.
-
-    Raises:
-        ConfigError: ``target`` is not in ``(1, W)``.
-    """
-    if not 1.0 < target < num_workers:
-        raise ConfigError(f"target DistCost must be in (1, {num_workers}), got {target!r}")
-    lo, hi = 1e-9, 1.0
-    while expected_shuffle_dist_cost(hi, num_workers) < target:
-        hi *= 2
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if expected_shuffle_dist_cost(mid, num_workers) < target:
-            lo = mid
-        else:
-            hi = mid
-    lam = (lo + hi) / 2
-    return max(1, round((1.0 - _check_fraction(hot_fraction)) * n / lam))
-
-
-def election_stream(n: int, seed: int = 0, hot_fraction: float = ELECTION_HOT,
-                    tail_keys: int | None = None) -> tuple[np.ndarray, int]:
-    """The twitter-election stand-in: a 68% hot key plus a calibrated uniform tail.
-
-    Returns:
-        ``(keys, tail_keys)``.
-    """
-    tail = calibrate_tail_keys(n, hot_fraction) if tail_keys is None else tail_keys
-    return _hot_plus_uniform(hot_fraction, n, tail, seed), tail
 
 
 # ============================================================================ measuring
@@ -265,6 +147,15 @@ def _dist_cost_without_hottest(hashes: np.ndarray, dest: np.ndarray, num_workers
     return float(workers_per_key[rest].mean())
 
 
+def _cell(hashes: np.ndarray, num_workers: int, num_sources: int, seed: int, label: str,
+          log: Log) -> dict[str, dict[str, Any]]:
+    r"""Every policy :func:`measure`\ d on one stream, by label; logs ``label`` and their figures."""
+    cell = {LABELS[p]: measure(hashes, p, num_workers, num_sources, seed) for p in POLICIES}
+    if log:
+        log(f"  {label} " + "  ".join(f"{k} sd={m['stddev']:.3f} dc={m['dist_cost']:.3f}" for k, m in cell.items()))
+    return cell
+
+
 def _describe(keys: np.ndarray) -> dict[str, Any]:
     _, counts = np.unique(keys, return_counts=True)
     return {"messages": len(keys), "distinct_keys": len(counts),
@@ -293,11 +184,7 @@ def run_workers(n: int, seed: int = 0, skews: Sequence[float] = SKEWS, workers: 
         out["streams"][name] = info
         out["cells"][name] = {}
         for W in workers:
-            cell = {LABELS[p]: measure(hashes, p, W, num_sources, seed) for p in POLICIES}
-            out["cells"][name][str(W)] = cell
-            if log:
-                log(f"  {name:13s} W={W:3d} " + "  ".join(
-                    f"{k} sd={m['stddev']:.3f} dc={m['dist_cost']:.3f}" for k, m in cell.items()))
+            out["cells"][name][str(W)] = _cell(hashes, W, num_sources, seed, f"{name:13s} W={W:3d}", log)
     return out
 
 
@@ -311,11 +198,7 @@ def run_skew_sweep(n: int, seed: int = 0, skews: Sequence[float] = SWEEP, num_wo
     out: dict[str, Any] = {"skews": list(skews), "workers": num_workers, "sources": num_sources, "cells": {}}
     for f in skews:
         hashes = hash_keys(country_stream(f, n, seed))
-        cell = {LABELS[p]: measure(hashes, p, num_workers, num_sources, seed) for p in POLICIES}
-        out["cells"][str(f)] = cell
-        if log:
-            log(f"  skew {f:.0%} W={num_workers} " + "  ".join(
-                f"{k} sd={m['stddev']:.3f} dc={m['dist_cost']:.3f}" for k, m in cell.items()))
+        out["cells"][str(f)] = _cell(hashes, num_workers, num_sources, seed, f"skew {f:.0%} W={num_workers}", log)
     return out
 
 
@@ -332,18 +215,15 @@ def run_sources(n: int, seed: int = 0, sources: Sequence[int] = PAPER_SOURCES, n
                            "stream": {"kind": "election", "hot_fraction": ELECTION_HOT, "tail_keys": tail,
                                       **_describe(keys)}}
     for S in sources:
-        cell = {LABELS[p]: measure(hashes, p, num_workers, S, seed) for p in POLICIES}
-        out["cells"][str(S)] = cell
-        if log:
-            log(f"  election S={S:2d} W={num_workers} " + "  ".join(
-                f"{k} sd={m['stddev']:.3f} dc={m['dist_cost']:.3f}" for k, m in cell.items()))
+        out["cells"][str(S)] = _cell(hashes, num_workers, S, seed, f"election S={S:2d} W={num_workers}", log)
     return out
 
 
-def run_all(sizes: Sizes = Sizes(), seed: int = 0, log: Log = None, workers: Sequence[int] = PAPER_WORKERS,
+def run_all(sizes: Sizes | None = None, seed: int = 0, log: Log = None, workers: Sequence[int] = PAPER_WORKERS,
             skews: Sequence[float] = SKEWS, sweep: Sequence[float] = SWEEP,
             sources: Sequence[int] = PAPER_SOURCES) -> dict[str, Any]:
-    """Runs experiments (a)-(c) and returns their results (JSON-friendly)."""
+    """Runs experiments (a)-(c) and returns their results (JSON-friendly; default sizes: :class:`Sizes`)."""
+    sizes = sizes or Sizes()
     timed = StageTimer(log)
 
     results: dict[str, Any] = {
@@ -547,6 +427,12 @@ def markdown(results: dict[str, Any], command: str = "python -m workloads.exp_dk
 
 
 # ============================================================================ plots
+def _policy_lines(ax: Any, xs: Sequence[float], cells: Sequence[dict[str, dict[str, Any]]], key: str) -> None:
+    """One line per policy (SG, KG, PKG, DKG in colours C0..C3): its ``key`` in each cell against ``xs``."""
+    for k, label in enumerate(LABELS.values()):
+        ax.plot(xs, [cell[label][key] for cell in cells], marker="o", color=f"C{k}", label=label)
+
+
 def plot_workers(results: dict[str, Any], path: str | Path) -> Path:
     """StdDev and DistCost vs W, one column per stream."""
     wk = results["workers"]
@@ -554,10 +440,8 @@ def plot_workers(results: dict[str, Any], path: str | Path) -> Path:
     fig, axes = new_figure(2, len(names), width=4.2, height=3.4)
     for c, name in enumerate(names):
         ws = [int(w) for w in wk["cells"][name]]
-        for k, label in enumerate(LABELS.values()):
-            for r, key in enumerate(("stddev", "dist_cost")):
-                axes[r][c].plot(ws, [wk["cells"][name][str(w)][label][key] for w in ws], marker="o",
-                                color=f"C{k}", label=label)
+        for r, key in enumerate(("stddev", "dist_cost")):
+            _policy_lines(axes[r][c], ws, [wk["cells"][name][str(w)] for w in ws], key)
         if name == "election-r68" and "10" in wk["cells"][name]:
             for k, label in enumerate(LABELS.values()):
                 axes[0][c].plot([10], [PAPER_TABLE3[label]["stddev"]], marker="s", markerfacecolor="none",
@@ -581,10 +465,8 @@ def plot_sweep(results: dict[str, Any], path: str | Path) -> Path:
     sw = results["sweep"]
     fig, axes = new_figure(1, 2, width=5.5, height=4.0)
     xs = [100 * f for f in sw["skews"]]
-    for k, label in enumerate(LABELS.values()):
-        for c, key in enumerate(("stddev", "dist_cost")):
-            axes[0][c].plot(xs, [sw["cells"][str(f)][label][key] for f in sw["skews"]], marker="o",
-                            color=f"C{k}", label=label)
+    for c, key in enumerate(("stddev", "dist_cost")):
+        _policy_lines(axes[0][c], xs, [sw["cells"][str(f)] for f in sw["skews"]], key)
     for c, lab in enumerate(("StdDev (% of messages)", "DistCost")):
         axes[0][c].set_xlabel("skewness ratio (hot key share, %)")
         axes[0][c].set_ylabel(lab)
@@ -599,21 +481,9 @@ def plot_sources(results: dict[str, Any], path: str | Path) -> Path:
     """StdDev vs the number of sources (Figure 13)."""
     so = results["sources"]
     fig, axes = new_figure(1, 1, width=6.0, height=4.0)
-    ax = axes[0][0]
-    for k, label in enumerate(LABELS.values()):
-        ax.plot(so["sources"], [so["cells"][str(S)][label]["stddev"] for S in so["sources"]], marker="o",
-                color=f"C{k}", label=label)
-    ax.set_xlabel("sources S")
-    ax.set_ylabel("StdDev (% of messages)")
-    ax.set_title(f"election stand-in (68%), W={so['workers']}")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    _policy_lines(axes[0][0], so["sources"], [so["cells"][str(S)] for S in so["sources"]], "stddev")
+    label_axes(axes[0][0], "sources S", "StdDev (% of messages)", f"election stand-in (68%), W={so['workers']}")
     return save_figure(fig, path)
-
-
-# ============================================================================ CLI
-def _arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply every stream's message count")
 
 
 def plots(results: dict[str, Any], out: Path) -> list[Path]:
@@ -622,11 +492,10 @@ def plots(results: dict[str, Any], out: Path) -> list[Path]:
                                                       (plot_sources, "dkg_sources.png"))]
 
 
-EXPERIMENT = Experiment(
-    module="workloads.exp_dkg", description=__doc__ or "", out="results/dkg", json_name="dkg.json",
-    add_arguments=_arguments, seed=0, quick=("--scale", "0.01"),
-    run=lambda args, log: run_all(Sizes().scaled(args.scale), args.seed, log=log),
-    claims=claims, markdown=lambda res: markdown(res, res["meta"]["command"]), plots=plots,
+# ============================================================================ CLI
+EXPERIMENT = scaled_experiment(
+    "workloads.exp_dkg", __doc__, Sizes, run_all, claims=claims, markdown=markdown, plots=plots,
+    out="results/dkg", json_name="dkg.json", quick_scale="0.01",
 )
 main = EXPERIMENT.main
 

@@ -22,7 +22,6 @@ The streams, and the choices made where the paper leaves room, are described in
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -31,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from workloads.generators import LOGNORMAL_PRESETS, zipf
-from workloads.harness import Claim, Experiment, Log, StageTimer, sci
+from workloads.harness import Claim, Log, StageTimer, scaled_experiment, sci
 from workloads.imbalance import hash_keys, imbalance_series
 from workloads.pkg_report import markdown, plots
 from workloads.pkg_streams import (
@@ -445,16 +444,10 @@ def claims(results: dict[str, Any]) -> list[Claim]:
 
 
 # ============================================================================ CLI
-def _arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--scale", type=float, default=1.0,
-                        help="multiply every stream's message count (default 1: ~2-3 minutes)")
-
-
-EXPERIMENT = Experiment(
-    module="workloads.exp_pkg", description=__doc__ or "", out="results/pkg", json_name="pkg.json",
-    add_arguments=_arguments, seed=0, quick=("--scale", "0.005"),
-    run=lambda args, log: run_all(Sizes().scaled(args.scale), args.seed, log=log),
-    claims=claims, markdown=lambda res: markdown(res, res["meta"]["command"]), plots=plots,
+EXPERIMENT = scaled_experiment(
+    "workloads.exp_pkg", __doc__, Sizes, run_all, claims=claims, markdown=markdown, plots=plots,
+    out="results/pkg", json_name="pkg.json", quick_scale="0.005",
+    scale_help="multiply every stream's message count (default 1: ~2-3 minutes)",
 )
 main = EXPERIMENT.main
 

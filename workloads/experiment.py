@@ -35,8 +35,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import dpa
-from dpa.metrics import skew
-from dpa.partitioners.ring_policy import DPAPlanner
 from dpa.ring import HashRing
 from workloads.paper import (
     METHODS,
@@ -46,6 +44,7 @@ from workloads.paper import (
     WORKLOAD_NAMES,
     workload,
 )
+from workloads.paper_lb import lb_at_t0
 
 __all__ = [
     "DEFAULT_SETTINGS",
@@ -212,34 +211,15 @@ def instant_lb(name: str, method: str, max_rounds: int,
 
     Feeds the owned-record counts under the current ring to a real
     :class:`~dpa.partitioners.ring_policy.DPAPlanner` as queue lengths, applies its decisions and repeats
-    until it stops (all reducers have reported after each change, as the planner needs).
+    until it stops (all reducers have reported after each change, as the planner needs):
+    :func:`workloads.paper_lb.lb_at_t0` on the workload.
 
     Returns:
         ``{"loads": per-reducer records under the final ring, "skew": S of those loads,
         "actions": [(reducer, action), ...]}``.
     """
-    letters = workload(name)
-    ring = HashRing.for_method(method, settings.num_reducers)
-    planner = DPAPlanner(method, settings.tau, max_rounds, ring)
-    actions: list[tuple[int, str]] = []
-
-    def loads() -> list[int]:
-        snap = planner.snapshot
-        counts = [0] * settings.num_reducers
-        for letter in letters:
-            counts[snap.key_lookup(letter)] += 1
-        return counts
-
-    for _ in range(4 * settings.num_reducers * max(1, max_rounds) + 1):
-        current = loads()
-        for r, q in enumerate(current):
-            planner.observe(r, q, planner.snapshot.version)
-        decisions = planner.check(0.0)
-        if not decisions:
-            break
-        actions.extend((d.event.reducer, d.event.action) for d in decisions)
-    final = loads()
-    return {"loads": final, "skew": skew(final), "actions": actions}
+    result = lb_at_t0(workload(name), method, max_rounds, num_reducers=settings.num_reducers, tau=settings.tau)
+    return {k: result[k] for k in ("loads", "skew", "actions")}
 
 
 def hot_relief(name: str, method: str, settings: Settings = DEFAULT_SETTINGS) -> dict[str, Any]:

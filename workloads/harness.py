@@ -22,10 +22,13 @@ experiment declares them, ``--runtime``, ``--runs``, ``--seed``), starts Ray for
 (:func:`metadata`), writes the JSON (:func:`write_json`, the only JSON writer of the
 experiments), the markdown and the plots, prints the claims, and returns the exit code.
 
+Experiments whose one option is ``--scale`` (the message counts of their streams) are
+built by :func:`scaled_experiment`, their sizes being a :class:`ScaledSizes`.
+
 Also here: the small writing helpers the reports share (:class:`Claim`,
 :func:`claims_markdown`, :func:`markdown_table`, :func:`sci`, :func:`new_figure`,
-:func:`save_figure`, :class:`StageTimer`). Plots use matplotlib's object API on the Agg
-canvas, so they never touch the process-wide backend.
+:func:`label_axes`, :func:`save_figure`, :class:`StageTimer`). Plots use matplotlib's
+object API on the Agg canvas, so they never touch the process-wide backend.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import platform
 import shlex
@@ -41,20 +45,28 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from dpa.errors import ConfigError
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = [
     "Claim",
     "Experiment",
     "Log",
+    "ScaledSizes",
     "StageTimer",
     "claims_markdown",
+    "label_axes",
     "markdown_table",
     "metadata",
     "new_figure",
     "save_figure",
+    "scaled_experiment",
     "sci",
     "write_json",
 ]
@@ -132,6 +144,29 @@ def new_figure(nrows: int = 1, ncols: int = 1, width: float = 6.0, height: float
     fig = Figure(figsize=(width * ncols, height * nrows), dpi=110, layout=layout)
     FigureCanvasAgg(fig)
     return fig, fig.subplots(nrows, ncols, squeeze=False, sharey=sharey)
+
+
+def label_axes(ax: Any, xlabel: str, ylabel: str, title: str | None = None, *, log_y: bool = False,
+               legend: float | None = 8) -> None:
+    """The usual finish of a plot: axis labels, title, a light grid and the legend.
+
+    Args:
+        ax: The axes.
+        xlabel: Label of the x axis.
+        ylabel: Label of the y axis.
+        title: Title of the axes (None = none).
+        log_y: Log-scale y axis, gridded at the minor ticks too.
+        legend: Font size of the legend (None = no legend).
+    """
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title is not None:
+        ax.set_title(title)
+    ax.grid(True, which="both" if log_y else "major", alpha=0.3)
+    if legend is not None:
+        ax.legend(fontsize=legend)
 
 
 def save_figure(fig: Any, path: str | Path) -> Path:
@@ -339,3 +374,53 @@ class Experiment:
                     log(f"  [{'yes' if c['holds'] else 'NO '}] {c['where']}: {c['claim']}")
             log(f"wrote {', '.join(str(p) for p in written)} in {results['meta']['elapsed_s']:.1f} s")
         return int(code)
+
+
+# ------------------------------------------------------------------------------ scaled experiments
+class ScaledSizes:
+    """Mixin of an experiment's frozen dataclass of message counts (one per stream)."""
+
+    def scaled(self, factor: float) -> Self:
+        """All sizes times ``factor`` (at least 1,000 messages each).
+
+        Raises:
+            ConfigError: ``factor`` is not a finite number > 0.
+        """
+        if not (factor > 0 and math.isfinite(factor)):
+            raise ConfigError(f"--scale must be a finite number > 0, got {factor!r}")
+        return type(self)(**{k: max(1_000, int(v * factor)) for k, v in asdict(self).items()})
+
+
+def scaled_experiment(
+    module: str, description: str | None, sizes: type[ScaledSizes], run_all: Callable[..., dict[str, Any]], *,
+    claims: Callable[[dict[str, Any]], Sequence[Any]], markdown: Callable[[dict[str, Any], str], str],
+    plots: Callable[[dict[str, Any], Path], Sequence[Path]], out: str, json_name: str, quick_scale: str,
+    scale_help: str = "multiply every stream's message count",
+) -> Experiment:
+    """An :class:`Experiment` whose own option is ``--scale``, the factor of its default sizes.
+
+    Args:
+        module: The module run as ``python -m``.
+        description: Its docstring.
+        sizes: The dataclass of the default message counts.
+        run_all: ``(sizes, seed, log=log) -> results``.
+        claims: ``results -> [Claim]``.
+        markdown: ``(results, command) -> str``.
+        plots: ``(results, out_dir) -> [paths]``.
+        out: Default of ``--out``.
+        json_name: The JSON file inside ``--out``.
+        quick_scale: The ``--scale`` of ``--quick``.
+        scale_help: The ``--help`` of ``--scale``.
+
+    Returns:
+        The experiment (``--seed`` defaults to 0).
+    """
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--scale", type=float, default=1.0, help=scale_help)
+
+    return Experiment(
+        module=module, description=description or "", out=out, json_name=json_name,
+        add_arguments=add_arguments, seed=0, quick=("--scale", quick_scale),
+        run=lambda args, log: run_all(sizes().scaled(args.scale), args.seed, log=log),
+        claims=claims, markdown=lambda res: markdown(res, res["meta"]["command"]), plots=plots,
+    )

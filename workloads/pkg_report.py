@@ -6,7 +6,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-from workloads.harness import Claim, claims_markdown, markdown_table, new_figure, save_figure, sci
+from workloads.harness import (
+    Claim,
+    claims_markdown,
+    label_axes,
+    markdown_table,
+    new_figure,
+    save_figure,
+    sci,
+)
 from workloads.imbalance import IMBALANCE_DOC
 from workloads.pkg_streams import BALANCED, PROBES_PER_STREAM, ZIPF_DATASETS, jaccard
 from workloads.pkg_streams import paper_value as _paper_value
@@ -197,13 +205,9 @@ def plot_choices(results: dict[str, Any], path: str | Path) -> Path:
         ax.plot(ch["choices"], [ch["bound"][str(W)][str(d)] or math.nan for d in ch["choices"]], linestyle=":",
                 color=f"C{k}")  # a zero bound is not drawn
     ax.axhline(BALANCED, color="gray", linewidth=0.8)
-    ax.set_yscale("log")
-    ax.set_xlabel("choices d")
-    ax.set_ylabel("imbalance I(n) / n")
-    ax.set_title(f"PKG with d choices, Zipf z={ch['stream']['z']}, K={ch['stream']['num_keys']:,} "
-                 f"(dots: draws; dotted: p1/d - 1/W; 0 drawn at 1e-10)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    label_axes(ax, "choices d", "imbalance I(n) / n",
+               f"PKG with d choices, Zipf z={ch['stream']['z']}, K={ch['stream']['num_keys']:,} "
+               f"(dots: draws; dotted: p1/d - 1/W; 0 drawn at 1e-10)", log_y=True)
     return save_figure(fig, path)
 
 
@@ -217,12 +221,8 @@ def plot_drift(results: dict[str, Any], path: str | Path) -> Path:
     period = dr["stream"]["period"]
     for x in range(period, dr["stream"]["messages"], period):
         ax.axvline(x, color="gray", linewidth=0.6, linestyle=":")
-    ax.set_yscale("log")
-    ax.set_xlabel("messages t (dotted: the hot key changes)")
-    ax.set_ylabel("I(t) / t")
-    ax.set_title(f"drifting hot key, W={dr['series_workers']}")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    label_axes(ax, "messages t (dotted: the hot key changes)", "I(t) / t", f"drifting hot key, W={dr['series_workers']}",
+               log_y=True)
     return save_figure(fig, path)
 
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -55,6 +55,7 @@ from workloads.generators import (
     zipf,
     zipf_probabilities,
 )
+from workloads.harness import ScaledSizes
 from workloads.imbalance import hash_keys, imbalance_of, imbalance_series, imbalance_summary
 
 __all__ = [
@@ -137,7 +138,7 @@ DRIFT_PERIODS = 10
 
 
 @dataclass(frozen=True)
-class Sizes:
+class Sizes(ScaledSizes):
     """Messages per stream of each experiment (defaults keep a run at ~2-3 minutes).
 
     Attributes:
@@ -153,12 +154,6 @@ class Sizes:
     sources: int = 1_000_000
     choices: int = 300_000
     drift: int = 1_000_000
-
-    def scaled(self, factor: float) -> Sizes:
-        """All sizes times ``factor`` (at least 1,000 messages each)."""
-        if not (factor > 0 and math.isfinite(factor)):
-            raise ConfigError(f"--scale must be a finite number > 0, got {factor!r}")
-        return Sizes(**{k: max(1_000, int(v * factor)) for k, v in asdict(self).items()})
 
 
 # ============================================================================ streams
