@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dpa.errors import ConfigError, SchemaError
-from dpa.int_sums import exact_int_sums, sum_may_overflow
+from dpa.int_sums import exact_int_sums, finalize_int_sums, sum_may_overflow
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +98,21 @@ class Reducer:
     def input_columns(self) -> list[str] | None:
         """Columns the reducer reads, or ``None`` for the whole record."""
         return None if self.column is None else [self.column]
+
+    def output_field(self, input_schema: pa.Schema | None) -> pa.Field | None:
+        """The Arrow field of the output column, given the input's Arrow schema.
+
+        Bridges (e.g. ``spark_bridge``) use it to type a result before the job runs.
+        A user-defined reducer returns ``None`` (the default): its output type is known
+        only from the finalized values, and is then taken from the result's schema.
+
+        Args:
+            input_schema: Schema of the input columns (at least :meth:`input_columns`).
+
+        Returns:
+            The output field (named :attr:`name`), or ``None`` if it is not known up front.
+        """
+        return None
 
     def validate(self, schema: pa.Schema | None) -> None:
         """Checks the reducer fits the input schema; raises :class:`SchemaError` if not."""
@@ -178,9 +193,45 @@ class ColumnarReducer(Reducer):
     def check_type(self, dtype: pa.DataType) -> None:
         """Raises :class:`SchemaError` if the column type cannot be aggregated."""
 
+    def output_field(self, input_schema: pa.Schema | None) -> pa.Field | None:
+        if self.column is None:
+            return pa.field(self.name, self.output_type(None), nullable=True)
+        if input_schema is None or self.column not in input_schema.names:
+            return None
+        dtype = input_schema.field(self.column).type
+        self.check_type(dtype)
+        return pa.field(self.name, self.output_type(dtype), nullable=True)
+
+    def output_type(self, input_type: pa.DataType | None) -> pa.DataType:
+        """Arrow type of the output for an input column of ``input_type``.
+
+        The default is the input's own type (min, max); aggregations that change the
+        type (count, sum, mean, lists) override it.
+        """
+        if input_type is None:
+            raise SchemaError(f"{self!r} needs an input column to have an output type")
+        return input_type
+
 
 def _is_numeric(dtype: pa.DataType) -> bool:
     return pa.types.is_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_decimal(dtype)
+
+
+def sum_type(dtype: pa.DataType) -> pa.DataType:
+    """Arrow type of a sum over values of ``dtype``, as Spark types ``sum``.
+
+    Signed integers -> int64, unsigned -> uint64, floating point -> float64,
+    ``decimal(p, s)`` -> ``decimal(min(38, p + 10), s)``; a column of nulls -> int64.
+    """
+    if pa.types.is_signed_integer(dtype) or pa.types.is_null(dtype):
+        return pa.int64()
+    if pa.types.is_unsigned_integer(dtype):
+        return pa.uint64()
+    if pa.types.is_floating(dtype):
+        return pa.float64()
+    if pa.types.is_decimal(dtype):
+        return pa.decimal128(min(38, dtype.precision + 10), dtype.scale)
+    raise SchemaError(f"cannot sum values of type {dtype}; sum needs a numeric column")
 
 
 class Count(ColumnarReducer):
@@ -212,6 +263,9 @@ class Count(ColumnarReducer):
     def merge_aggregations(self) -> list[tuple[str, str]]:
         return [("count", "sum")]
 
+    def output_field(self, input_schema: pa.Schema | None) -> pa.Field:
+        return pa.field(self.name, pa.int64(), nullable=False)  # never null, as Spark's count
+
     def __repr__(self) -> str:
         return "Count()"
 
@@ -228,22 +282,23 @@ class _ColumnReducer(ColumnarReducer):
 class Sum(_ColumnReducer):
     """Sum of ``column`` per key (nulls ignored; all-null groups give null, as in SQL).
 
-    The result type is Arrow's: int64 for signed integer columns (of any width), uint64
-    for unsigned ones, float64 for floating point ones, the column's decimal type for
-    decimals. A column whose type changes between input blocks sums in the promoted type
+    The result type is Spark's (:func:`sum_type`): int64 for signed integer columns (of any
+    width), uint64 for unsigned ones, float64 for floating point ones, and for
+    ``decimal(p, s)`` the wider ``decimal(min(38, p + 10), s)``, so that sums of many values
+    keep their digits. A column whose type changes between input blocks sums in the promoted type
     (int64 then float64 -> float64; partial integer sums round to float64 there, as a
     float sum does).
 
-    Integer sums never wrap around: a sum that leaves the int64 (uint64) range raises
+    Integer sums never wrap around: a key whose sum leaves the int64 (uint64) range raises
     :class:`~dpa.errors.ArithmeticOverflowError` naming the column and the key, like
     Spark's ANSI mode; cast the column to float64 or decimal to sum beyond int64. (An
     exact answer beyond int64 would need another output type, e.g. decimal, for every
     integer sum.) The check is cheap (:func:`sum_may_overflow`): a batch of records, or of
     partial sums being merged, with ``rows * min(x)`` and ``rows * max(x)`` inside the
     range (one min/max pass), or else a float64 sum of ``|x|`` below 2**62, cannot
-    overflow; only other batches are summed exactly, as decimal128(38, 0), and checked. A
-    partial sum (of one input block, or of the states one reducer holds) that overflows
-    raises even if later values would bring the total back into range.
+    overflow; only other batches are summed exactly. A partial sum out of range is kept
+    exact (:func:`dpa.int_sums.exact_int_sums`), so only the key's final sum decides: it
+    may come back into range, or the column may turn out to hold floats.
     """
 
     kind = "sum"
@@ -266,9 +321,23 @@ class Sum(_ColumnReducer):
     def check_type(self, dtype: pa.DataType) -> None:
         if not (_is_numeric(dtype) or pa.types.is_null(dtype)):
             raise SchemaError(
-                f"Sum({self.column!r}) needs a numeric column, but {self.column!r} has type {dtype}; "
-                "cast it to a number first or use Count/Collect"
+                f"{type(self).__name__}({self.column!r}) needs a numeric column, but {self.column!r} has "
+                f"type {dtype}; cast it to a number first or use Count/Collect"
             )
+
+    def output_type(self, input_type: pa.DataType | None) -> pa.DataType:
+        if input_type is None:
+            return super().output_type(input_type)
+        return sum_type(input_type)
+
+    def prepare(self, table: pa.Table) -> pa.Table:
+        # Decimals widen before summing (Arrow would keep decimal(p, s) and let the sum
+        # outgrow p digits); other types are summed by Arrow in the output type already.
+        if self.column in table.column_names and pa.types.is_decimal(table.schema.field(self.column).type):
+            idx = table.schema.get_field_index(self.column)
+            wide = sum_type(table.schema.field(self.column).type)
+            return table.set_column(idx, self.column, pc.cast(table[self.column], wide))
+        return table
 
     def state_aggregations(self) -> list[tuple[str | None, str, str]]:
         return [(self.column, "sum", "sum")]
@@ -285,6 +354,9 @@ class Sum(_ColumnReducer):
             return exact_int_sums(table, group_cols, "sum", [("sum", "sum")], list(group_cols) + ["sum"], self.column,
                                   HASH_COL)
         return super().merge_partials(table, group_cols)
+
+    def finalize_table(self, table: pa.Table, key_cols: list[str]) -> pa.Table:
+        return finalize_int_sums(super().finalize_table(table, key_cols), self.name, key_cols, self.column)
 
 
 class Min(_ColumnReducer):
@@ -356,6 +428,9 @@ class Mean(_ColumnReducer):
         idx = table.schema.get_field_index(self.column)
         return table.set_column(idx, self.column, pc.cast(table[self.column], pa.float64(), safe=False))
 
+    def output_type(self, input_type: pa.DataType | None) -> pa.DataType:
+        return pa.float64()
+
     def state_aggregations(self) -> list[tuple[str | None, str, str]]:
         return [(self.column, "sum", "msum"), (self.column, "count", "mcount")]
 
@@ -388,6 +463,9 @@ class Collect(_ColumnReducer):
 
     def merge(self, a: list[Any], b: list[Any]) -> list[Any]:
         return a + b
+
+    def output_type(self, input_type: pa.DataType | None) -> pa.DataType:
+        return pa.list_(ColumnarReducer.output_type(self, input_type))
 
     def state_aggregations(self) -> list[tuple[str | None, str, str]]:
         return [(self.column, "list", "items")]
@@ -427,6 +505,7 @@ class TopK(_ColumnReducer):
         return heapq.nlargest(self.k, a + b)
 
     check_type = Min.check_type
+    output_type = Collect.output_type
 
     def state_aggregations(self) -> list[tuple[str | None, str, str]]:
         return [(self.column, "list", "items")]
@@ -505,6 +584,9 @@ class WithCost(Reducer):
 
     def validate(self, schema: pa.Schema | None) -> None:
         self.inner.validate(schema)
+
+    def output_field(self, input_schema: pa.Schema | None) -> pa.Field | None:
+        return self.inner.output_field(input_schema)
 
     def __repr__(self) -> str:
         return f"WithCost({self.inner!r}, {self.seconds_per_record}, mode={self.mode!r})"

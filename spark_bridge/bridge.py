@@ -13,7 +13,6 @@ from .convert import (
     release_spark_dataset,
     result_spark_schema,
     spark_to_arrow_refs,
-    validate_columns,
 )
 from .pushdown import parquet_scan
 
@@ -41,17 +40,6 @@ def _key_columns(key: str | Sequence[str]) -> list[str]:
     if duplicates:
         raise ConfigError(f"key lists column(s) {duplicates} more than once")
     return columns
-
-
-def _reducer_outputs(reducer: Any) -> list[tuple[str, str, str | None]]:
-    """Read ``(name, kind, column)`` from the reducer's attributes."""
-    missing = [attr for attr in ("name", "kind") if not hasattr(reducer, attr)]
-    if missing:
-        raise ConfigError(
-            f"reducer {reducer!r} lacks attribute(s) {missing}; dpa reducers expose "
-            "`name`, `kind` and `column`"
-        )
-    return [(reducer.name, reducer.kind, getattr(reducer, "column", None))]
 
 
 def _schema_after_map(input_schema: Any, key_columns: list[str], arrow_schema: Any) -> Any:
@@ -148,7 +136,8 @@ def run_with_result(
     Args:
         df: Input DataFrame (RayDP session).
         key: Grouping column name or list of names.
-        reducer: A ``dpa.reducers`` reducer (exposes ``name``, ``kind``, ``column``).
+        reducer: A ``dpa.Reducer``; it types its own output column
+            (:meth:`dpa.Reducer.output_field`).
         map_fn: Optional per-row/batch function dpa applies before reducing. When given, the
             reducer's input column may be produced by it; such outputs are typed from the
             result's Arrow schema.
@@ -177,14 +166,12 @@ def run_with_result(
             a DataFrame that is not a plain parquet scan.
     """
     key_columns = _key_columns(key)
-    outputs = _reducer_outputs(reducer)
     input_schema = df.schema
     columns = [f.name for f in input_schema.fields]
 
     # Validate before any Spark job or Ray work starts.
     if map_fn is None:
-        validate_columns(columns, [*key_columns, *(c for _, _, c in outputs)])
-        result_spark_schema(input_schema, key_columns, outputs)  # kind/type checks, fail fast
+        result_spark_schema(input_schema, key_columns, reducer)  # column and type checks, fail fast
     # With a map_fn the key and input columns may be ones it creates: dpa.run checks them
     # on a dry run over the first rows, still before any actor starts.
 
@@ -236,7 +223,7 @@ def run_with_result(
     logger.info("dpa.run finished: %s", getattr(result, "stats", None))
 
     if map_fn is None:
-        out_schema = result_spark_schema(input_schema, key_columns, outputs, result.schema)
+        out_schema = result_spark_schema(input_schema, key_columns, reducer, result.schema)
     else:
         out_schema = _schema_after_map(input_schema, key_columns, result.schema)
     return arrow_refs_to_spark(spark, list(result.arrow_refs), out_schema), result

@@ -19,23 +19,23 @@ import logging
 import uuid
 import weakref
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
 
 from dpa.errors import ConfigError, SchemaError
 
 if TYPE_CHECKING:  # pragma: no cover - imported for type hints only
-    import pyarrow as pa
     import ray
     import ray.data
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import DataType, StructType
+    from pyspark.sql.types import DataType, StructField, StructType
 
     from dpa.sources import ArrowRefs
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "OUTPUT_KINDS",
     "arrow_refs_to_spark",
     "release_spark_dataset",
     "result_spark_schema",
@@ -43,11 +43,6 @@ __all__ = [
     "spark_to_ray_dataset",
     "validate_columns",
 ]
-
-#: Reducer output kinds :func:`result_spark_schema` knows how to type.
-OUTPUT_KINDS: frozenset[str] = frozenset(
-    {"count", "sum", "min", "max", "mean", "collect", "top_k", "custom"}
-)
 
 # Attempts of a partition fetch task (also bounds lineage reconstruction of a lost block).
 _FETCH_RETRIES = 5
@@ -351,133 +346,102 @@ def arrow_refs_to_spark(
 # --------------------------------------------------------------------------- result schema
 
 
-def _sum_type(dtype: DataType, column: str) -> DataType:
-    from pyspark.sql.types import (
-        ByteType,
-        DecimalType,
-        DoubleType,
-        FloatType,
-        IntegerType,
-        LongType,
-        ShortType,
-    )
+def _output_spark_type(arrow_type: pa.DataType, input_field: StructField | None) -> DataType:
+    """Spark type of an output column from its Arrow type.
 
-    if isinstance(dtype, (ByteType, ShortType, IntegerType, LongType)):
-        return LongType()
-    if isinstance(dtype, (FloatType, DoubleType)):
-        return DoubleType()
-    if isinstance(dtype, DecimalType):
-        return DecimalType(min(38, dtype.precision + 10), dtype.scale)
-    raise SchemaError(
-        f"cannot sum column {column!r} of type {dtype.simpleString()}; sum needs a numeric "
-        "column (integral, float/double or decimal)"
-    )
+    An output whose Arrow type is the input column's own (min, max), or a list of it
+    (collect, top-k), keeps the input's exact Spark type; others convert from Arrow.
+    """
+    from pyspark.sql.pandas.types import from_arrow_type, to_arrow_type
+    from pyspark.sql.types import ArrayType
 
-
-def _is_numeric(dtype: DataType) -> bool:
-    from pyspark.sql.types import NumericType
-
-    return isinstance(dtype, NumericType)
+    if input_field is not None:
+        try:
+            input_arrow = to_arrow_type(input_field.dataType)
+        except TypeError:
+            input_arrow = None
+        if input_arrow is not None and arrow_type.equals(input_arrow):
+            return input_field.dataType
+        if input_arrow is not None and pa.types.is_list(arrow_type) and arrow_type.value_type.equals(input_arrow):
+            return ArrayType(input_field.dataType, containsNull=True)
+    try:
+        return from_arrow_type(arrow_type)
+    except TypeError as exc:
+        raise SchemaError(f"the reducer's output type {arrow_type} has no Spark type: {exc}") from exc
 
 
 def result_spark_schema(
     input_schema: StructType,
     key_columns: Sequence[str],
-    outputs: Sequence[tuple[str, str, str | None]],
+    reducer: Any,
     arrow_schema: pa.Schema | None = None,
 ) -> StructType:
-    """Spark schema of a dpa result: key columns, then one column per reducer output.
+    """Spark schema of a dpa result: key columns, then the reducer's output column.
 
-    Key columns keep their Spark type and nullability. Outputs ``(name, kind, column)`` are
-    typed like Spark's own aggregates:
-
-    ========  =====================================================================
-    count     ``LongType``
-    sum       integral -> ``LongType``; float/double -> ``DoubleType``;
-              ``decimal(p, s)`` -> ``decimal(min(38, p + 10), s)``
-    mean      ``DoubleType``
-    min/max   the input column's type
-    collect   ``ArrayType(<input type>)``
-    top_k     ``ArrayType(<input type>)``
-    custom    taken from ``arrow_schema`` if given, else ``NullType`` (placeholder
-              meaning "take from Arrow")
-    ========  =====================================================================
-
-    Output columns are nullable (a sum/min/mean over only nulls is null).
+    Key columns keep their Spark type and nullability. The output column is typed by the
+    reducer itself (:meth:`dpa.Reducer.output_field`, given the input columns as Arrow),
+    which types the built-ins like Spark's own aggregates: count -> ``LongType`` (not
+    nullable); sum -> ``LongType`` / ``DoubleType`` / ``decimal(min(38, p + 10), s)``;
+    mean -> ``DoubleType``; min / max -> the input's type; collect / top-k -> an array of
+    it. A reducer that cannot tell before it runs (a user-defined one) is typed from
+    ``arrow_schema``, the result's; without it the column is a ``NullType`` placeholder.
 
     Args:
         input_schema: Schema of the input DataFrame.
         key_columns: Grouping columns, in result order.
-        outputs: ``(output_name, kind, input_column)`` per reducer output.
-        arrow_schema: Arrow schema of the result, used to type ``custom`` outputs.
+        reducer: A ``dpa.Reducer`` (its ``name``, ``column`` and ``output_field``).
+        arrow_schema: Arrow schema of the result, used when the reducer cannot type its
+            output up front.
 
     Returns:
         The result StructType.
 
     Raises:
-        SchemaError: A key or input column is missing, or a column type does not fit the
-            kind (e.g. sum of strings).
-        ConfigError: Unknown kind or duplicate / clashing output names.
+        SchemaError: A key or input column is missing, or the input column's type does
+            not fit the reducer (e.g. a sum of strings).
+        ConfigError: The output name is empty or clashes with a key column.
     """
-    from pyspark.sql.types import (
-        ArrayType,
-        DoubleType,
-        LongType,
-        NullType,
-        StructField,
-        StructType,
-    )
+    from pyspark.sql.pandas.types import to_arrow_type
+    from pyspark.sql.types import NullType, StructField, StructType
 
+    from dpa.reducers import Reducer
+
+    if not isinstance(reducer, Reducer):
+        raise ConfigError(
+            f"reducer must be a dpa.Reducer (e.g. dpa.Count(), dpa.Sum('x')), got {type(reducer).__name__}"
+        )
+    name, column = reducer.name, reducer.column
     by_name = {f.name: f for f in input_schema.fields}
-    validate_columns(by_name, [*key_columns, *(column for _, _, column in outputs)])
+    validate_columns(by_name, [*key_columns, *(reducer.input_columns() or [])])
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"output names must be non-empty strings, got {name!r}")
+    if name in key_columns:
+        raise ConfigError(f"output name {name!r} clashes with a key column; give the reducer another name")
 
-    fields = [by_name[k] for k in key_columns]
-    seen = set(key_columns)
-    for name, kind, column in outputs:
-        if kind not in OUTPUT_KINDS:
-            raise ConfigError(
-                f"output {name!r} has unknown kind {kind!r}; expected one of {sorted(OUTPUT_KINDS)}"
-            )
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f"output names must be non-empty strings, got {name!r}")
-        if name in seen:
-            raise ConfigError(
-                f"output name {name!r} is used twice (or clashes with a key column); "
-                "give each output a distinct name"
-            )
-        seen.add(name)
-        if kind in ("sum", "mean", "min", "max", "collect", "top_k") and column is None:
-            raise ConfigError(f"output {name!r} ({kind}) needs an input column")
-        if kind == "count":
-            dtype: DataType = LongType()
-        elif kind == "sum":
-            dtype = _sum_type(by_name[column].dataType, column)
-        elif kind == "mean":
-            if not _is_numeric(by_name[column].dataType):
-                raise SchemaError(
-                    f"cannot average column {column!r} of type "
-                    f"{by_name[column].dataType.simpleString()}; mean needs a numeric column"
-                )
-            dtype = DoubleType()
-        elif kind in ("min", "max"):
-            dtype = by_name[column].dataType
-        elif kind in ("collect", "top_k"):
-            dtype = ArrayType(by_name[column].dataType, containsNull=True)
-        else:  # custom
-            dtype = NullType()
-            if arrow_schema is not None:
-                dtype = _arrow_field_type(arrow_schema, name)
-        # Spark types count(*) as non-nullable; every other aggregate may be null.
-        fields.append(StructField(name, dtype, nullable=kind != "count"))
-    return StructType(fields)
+    arrow_inputs = []
+    for input_name in reducer.input_columns() or []:
+        try:
+            arrow_inputs.append(pa.field(input_name, to_arrow_type(by_name[input_name].dataType)))
+        except TypeError as exc:
+            raise SchemaError(
+                f"column {input_name!r} has type {by_name[input_name].dataType.simpleString()}, which dpa "
+                f"cannot read through Arrow ({exc}); cast or drop it first"
+            ) from exc
+    field = reducer.output_field(pa.schema(arrow_inputs))  # raises SchemaError on a bad type
+    if field is None and arrow_schema is not None:
+        field = _arrow_field(arrow_schema, name)
+    if field is None:
+        dtype: DataType = NullType()  # placeholder: type it from the result's Arrow schema
+    else:
+        dtype = _output_spark_type(field.type, by_name.get(column) if column is not None else None)
+    output = StructField(name, dtype, nullable=True if field is None else field.nullable)
+    return StructType([by_name[k] for k in key_columns] + [output])
 
 
-def _arrow_field_type(arrow_schema: pa.Schema, name: str) -> DataType:
-    from pyspark.sql.pandas.types import from_arrow_type
-
+def _arrow_field(arrow_schema: pa.Schema, name: str) -> pa.Field:
     index = arrow_schema.get_field_index(name)
     if index < 0:
         raise SchemaError(
             f"the result has no column {name!r}; result columns: {arrow_schema.names}"
         )
-    return from_arrow_type(arrow_schema.field(index).type)
+    return arrow_schema.field(index)

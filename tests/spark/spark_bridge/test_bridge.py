@@ -118,6 +118,20 @@ def test_reducer_that_does_not_fit_the_column_type(spark):
         run(df, key="k", reducer=dpa.Sum("s"))
 
 
+@pytest.mark.parametrize("precombine", [False, True])
+def test_decimal_sum_widens_like_spark(spark, precombine):
+    """A sum of decimal(3, 0) values is a decimal(13, 0), as in Spark: 999 + 999 keeps its digits."""
+    from decimal import Decimal
+
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame([(1, Decimal(999)), (1, Decimal(999)), (2, Decimal(-5))], "k int, v decimal(3,0)")
+    out = run(df, key="k", reducer=dpa.Sum("v"), precombine=precombine)
+    expected = df.groupBy("k").agg(F.sum("v").alias("sum"))
+    assert out.schema == expected.schema
+    assert sorted(out.collect()) == sorted(expected.collect()) == [(1, Decimal(1998)), (2, Decimal(-5))]
+
+
 def test_vectorised_map_fn_word_count(spark):
     import pyarrow as pa
     import pyarrow.compute as pc

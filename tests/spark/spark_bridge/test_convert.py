@@ -22,6 +22,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+import dpa
 from dpa.errors import ConfigError, SchemaError
 from spark_bridge.convert import (
     arrow_refs_to_spark,
@@ -210,79 +211,77 @@ def _types(schema: StructType) -> dict:
 
 
 def test_result_schema_keys_keep_type_and_nullability() -> None:
-    schema = result_spark_schema(INPUT, ["k2", "k"], [("n", "count", None)])
+    schema = result_spark_schema(INPUT, ["k2", "k"], dpa.Count("n"))
     assert schema.names == ["k2", "k", "n"]
     assert schema["k"] == StructField("k", StringType(), False)
     assert schema["k2"] == StructField("k2", IntegerType(), True)
-    assert schema["n"].dataType == LongType()
-
-
-def test_result_schema_kinds() -> None:
-    outputs = [
-        ("cnt", "count", None),
-        ("cnt_s", "count", "s"),
-        ("sum_b", "sum", "b"),
-        ("sum_i", "sum", "i"),
-        ("sum_l", "sum", "l"),
-        ("sum_f", "sum", "f"),
-        ("sum_d", "sum", "d"),
-        ("sum_dec", "sum", "dec"),
-        ("sum_bigdec", "sum", "bigdec"),
-        ("mean_i", "mean", "i"),
-        ("mean_dec", "mean", "dec"),
-        ("min_s", "min", "s"),
-        ("max_day", "max", "day"),
-        ("min_dec", "min", "dec"),
-        ("all_s", "collect", "s"),
-        ("top_d", "top_k", "d"),
-        ("mine", "custom", None),
-    ]
-    types = _types(result_spark_schema(INPUT, ["k"], outputs))
-    assert types["cnt"] == LongType() and types["cnt_s"] == LongType()
-    assert types["sum_b"] == types["sum_i"] == types["sum_l"] == LongType()
-    assert types["sum_f"] == types["sum_d"] == DoubleType()
-    assert types["sum_dec"] == DecimalType(20, 2)
-    assert types["sum_bigdec"] == DecimalType(38, 4)
-    assert types["mean_i"] == types["mean_dec"] == DoubleType()
-    assert types["min_s"] == StringType()
-    assert types["max_day"] == DateType()
-    assert types["min_dec"] == DecimalType(10, 2)
-    assert types["all_s"] == ArrayType(StringType(), True)
-    assert types["top_d"] == ArrayType(DoubleType(), True)
-    assert types["mine"] == NullType()  # placeholder: "take from Arrow"
-
-
-def test_result_schema_custom_from_arrow() -> None:
-    arrow = pa.schema([("k", pa.string()), ("mine", pa.list_(pa.int64()))])
-    schema = result_spark_schema(INPUT, ["k"], [("mine", "custom", None)], arrow_schema=arrow)
-    assert schema["mine"].dataType == ArrayType(LongType(), True)
-    with pytest.raises(SchemaError, match="mine"):
-        result_spark_schema(
-            INPUT, ["k"], [("mine", "custom", None)], pa.schema([("k", pa.string())])
-        )
+    assert schema["n"] == StructField("n", LongType(), False)  # count(*) is never null, as in Spark
 
 
 @pytest.mark.parametrize(
-    ("outputs", "error", "match"),
+    ("reducer", "expected"),
     [
-        ([("x", "sum", "s")], SchemaError, "cannot sum column 's' of type string"),
-        ([("x", "sum", "flag")], SchemaError, "cannot sum"),
-        ([("x", "mean", "day")], SchemaError, "cannot average"),
-        ([("x", "median", "d")], ConfigError, "unknown kind 'median'"),
-        ([("x", "min", None)], ConfigError, "needs an input column"),
-        ([("k", "count", None)], ConfigError, "clashes with a key"),
-        ([("x", "count", None), ("x", "sum", "d")], ConfigError, "used twice"),
-        ([("x", "max", "nope")], SchemaError, "nope"),
+        (dpa.Count(), LongType()),
+        (dpa.Sum("b"), LongType()),
+        (dpa.Sum("i"), LongType()),
+        (dpa.Sum("l"), LongType()),
+        (dpa.Sum("f"), DoubleType()),
+        (dpa.Sum("d"), DoubleType()),
+        (dpa.Sum("dec"), DecimalType(20, 2)),  # Spark widens a decimal sum by 10 digits
+        (dpa.Sum("bigdec"), DecimalType(38, 4)),
+        (dpa.Mean("i"), DoubleType()),
+        (dpa.Mean("dec"), DoubleType()),
+        (dpa.Min("s"), StringType()),
+        (dpa.Max("day"), DateType()),
+        (dpa.Min("dec"), DecimalType(10, 2)),
+        (dpa.Collect("s"), ArrayType(StringType(), True)),
+        (dpa.TopK("d", k=3), ArrayType(DoubleType(), True)),
+        (dpa.WithCost(dpa.Sum("dec"), 0.001), DecimalType(20, 2)),
+    ],
+    ids=repr,
+)
+def test_result_schema_asks_the_reducer(reducer, expected) -> None:
+    schema = result_spark_schema(INPUT, ["k"], reducer)
+    assert schema[reducer.name].dataType == expected
+
+
+class _Custom(dpa.Reducer):
+    def create(self):
+        return []
+
+    def add(self, acc, value):
+        return [*acc, value]
+
+
+def test_result_schema_custom_from_arrow() -> None:
+    mine = _Custom("l", name="mine")
+    assert result_spark_schema(INPUT, ["k"], mine)["mine"].dataType == NullType()  # placeholder
+    arrow = pa.schema([("k", pa.string()), ("mine", pa.list_(pa.int64()))])
+    schema = result_spark_schema(INPUT, ["k"], mine, arrow_schema=arrow)
+    assert schema["mine"].dataType == ArrayType(LongType(), True)
+    with pytest.raises(SchemaError, match="mine"):
+        result_spark_schema(INPUT, ["k"], mine, pa.schema([("k", pa.string())]))
+
+
+@pytest.mark.parametrize(
+    ("reducer", "error", "match"),
+    [
+        (dpa.Sum("s"), SchemaError, "Sum\\('s'\\) needs a numeric column, but 's' has type string"),
+        (dpa.Sum("flag"), SchemaError, "needs a numeric column"),
+        (dpa.Mean("day"), SchemaError, "Mean\\('day'\\) needs a numeric column"),
+        (dpa.Count("k"), ConfigError, "clashes with a key"),
+        (dpa.Max("nope"), SchemaError, "nope"),
+        ("count", ConfigError, "must be a dpa.Reducer"),
     ],
 )
-def test_result_schema_errors(outputs, error, match) -> None:
+def test_result_schema_errors(reducer, error, match) -> None:
     with pytest.raises(error, match=match):
-        result_spark_schema(INPUT, ["k"], outputs)
+        result_spark_schema(INPUT, ["k"], reducer)
 
 
 def test_result_schema_missing_key() -> None:
     with pytest.raises(SchemaError, match="user_id") as info:
-        result_spark_schema(INPUT, ["user_id"], [("n", "count", None)])
+        result_spark_schema(INPUT, ["user_id"], dpa.Count("n"))
     assert "available columns" in str(info.value)
 
 

@@ -325,6 +325,25 @@ def test_sum_near_the_int64_limits_is_exact():
         assert res.to_arrow().schema.field("sum").type == pa.int64()
 
 
+def test_a_partial_sum_out_of_range_may_come_back():
+    # Steps and blocks see 2**62, 2**62 (out of int64) before -2**62, -2**62: the key's sum is 0.
+    records = [{"k": "a", "v": 2**62}] * 2 + [{"k": "a", "v": -(2**62)}] * 2 + [{"k": "b", "v": 1}]
+    for config in (local(), local(batch_size=1), local(batch_size=2, map_side_combine=False)):
+        res = dpa.run(records, key="k", reducer=dpa.Sum("v"), config=config)
+        assert res.to_dict() == {"a": 0, "b": 1}
+        assert res.to_arrow().schema.field("sum").type == pa.int64()
+
+
+def test_decimal_sum_widens_by_ten_digits_like_spark():
+    from decimal import Decimal
+
+    table = pa.table({"k": [1, 1, 2], "v": pa.array([Decimal(999), Decimal(999), Decimal(-5)], pa.decimal128(3, 0))})
+    for config in (local(), local(batch_size=1), local(map_side_combine=False)):
+        res = dpa.run(table, key="k", reducer=dpa.Sum("v"), config=config)
+        assert res.to_arrow().schema.field("sum").type == pa.decimal128(13, 0)
+        assert res.to_dict() == {1: Decimal(1998), 2: Decimal(-5)}
+
+
 def test_sum_negative_overflow_raises():
     with raises_in_job(ArithmeticOverflowError, match="reached -9223372036854775809"):
         dpa.run([{"k": "a", "v": -(2**63)}, {"k": "a", "v": -1}], key="k", reducer=dpa.Sum("v"), config=local())

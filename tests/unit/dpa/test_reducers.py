@@ -174,3 +174,45 @@ def test_counter_reference_sanity():
     data = [("a", 1), ("b", 2), ("a", 3)]
     assert run_split(dpa.Count(), data, [1], 2) == dict(collections.Counter(k for k, _ in data))
     assert math.isclose(run_split(dpa.Mean("v"), data, [2], 2)["a"], 2.0)
+
+
+# --------------------------------------------------------------------------- output types
+
+_TYPES = [pa.int8(), pa.int32(), pa.int64(), pa.uint16(), pa.float32(), pa.float64(), pa.decimal128(3, 0),
+          pa.decimal128(30, 4), pa.string(), pa.date32(), pa.bool_()]
+
+
+@pytest.mark.parametrize("reducer", [dpa.Count(), dpa.Sum("v"), dpa.Min("v"), dpa.Max("v"), dpa.Mean("v"),
+                                     dpa.Collect("v"), dpa.TopK("v", k=2)], ids=repr)
+@pytest.mark.parametrize("dtype", _TYPES, ids=str)
+def test_output_field_is_the_type_the_reducer_produces(reducer, dtype):
+    """What a reducer says it outputs (what bridges type results by) is what it outputs."""
+    schema = pa.schema([("v", dtype)])
+    try:
+        field = reducer.output_field(schema)
+    except SchemaError:
+        assert isinstance(reducer, (dpa.Sum, dpa.Mean)) and not pa.types.is_integer(dtype)
+        return
+    if pa.types.is_string(dtype) or pa.types.is_date(dtype) or pa.types.is_boolean(dtype):
+        values = pa.nulls(3, dtype)
+    else:
+        values = pa.array([1, 2, None], pa.int8()).cast(dtype)
+    table = pa.table({"k": [1, 1, 2], "v": values})
+    part = reducer.partial_from_batch(table, ["k"])
+    out = reducer.finalize_table(reducer.merge_partials(pa.concat_tables([part, part]), ["k"]), ["k"])
+    assert field.name == reducer.name
+    assert out.schema.field(reducer.name).type == field.type
+
+
+def test_output_field_of_wrappers_and_user_reducers():
+    schema = pa.schema([("v", pa.decimal128(5, 2))])
+    assert dpa.WithCost(dpa.Sum("v"), 0.001).output_field(schema).type == pa.decimal128(15, 2)
+    assert not dpa.Count().output_field(None).nullable
+
+    class Mine(Reducer):
+        def create(self):
+            return 0
+
+    assert Mine("v").output_field(schema) is None  # known only from its results
+    with pytest.raises(SchemaError, match="Sum\\('v'\\) needs a numeric column"):
+        dpa.Sum("v").output_field(pa.schema([("v", pa.string())]))
