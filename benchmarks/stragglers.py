@@ -243,6 +243,102 @@ def run_spark_subprocess(args: Any, argv: list[str]) -> dict[str, Any] | None:
             return json.load(fh)
 
 
+# ----------------------------------------------------------------------------- defaults mode
+class CpuReducer:
+    """Builds a user-defined ``dpa.Reducer`` whose ``add`` burns real CPU (no ``WithCost``).
+
+    Each record costs ``rounds`` rounds of SHA-256 on a small buffer (about 1 us each), so
+    the balancer can only know what a record costs from the reducer's own measurement.
+    """
+
+    @staticmethod
+    def make(rounds: int) -> Any:
+        import hashlib
+
+        import dpa
+
+        class BurnCount(dpa.Reducer):
+            def __init__(self) -> None:
+                super().__init__(None, "count")
+
+            def create(self) -> int:
+                return 0
+
+            def add(self, acc: int, value: Any) -> int:
+                digest = b"dpa"
+                for _ in range(rounds):
+                    digest = hashlib.sha256(digest).digest()
+                return acc + 1
+
+            def merge(self, a: int, b: int) -> int:
+                return a + b
+
+        return BurnCount()
+
+
+def run_defaults_once(table: pa.Table, policy: str | None, reducer: Any, ref: dict[int, int]) -> dict[str, Any]:
+    """One job with ``JobConfig()`` defaults: only ``num_reducers=8`` (and ``policy`` if named)."""
+    import dpa
+    from dpa.metrics import imbalance
+
+    fields: dict[str, Any] = {"num_reducers": 8}
+    if policy is not None:
+        fields["policy"] = policy
+    cfg = dpa.JobConfig(**fields)
+    t0 = time.perf_counter()
+    res = dpa.run(table, key="key", reducer=reducer, config=cfg)
+    out = res.to_arrow()
+    makespan = time.perf_counter() - t0
+    processed = res.stats.processed
+    return {"policy": policy or f"default ({cfg.policy_name})", "makespan_s": makespan,
+            "S": imbalance(processed), "max_over_mean": max(processed) / (sum(processed) / len(processed)),
+            "rebalances": len(res.stats.rebalances), "forwarded": sum(res.stats.forwarded),
+            "status": same_counts(out["key"].to_pylist(), out["count"].to_pylist(), ref),
+            "load_avg_1m": os.getloadavg()[0]}
+
+
+def run_defaults(args: Any) -> dict[str, Any]:
+    """Issue #12's targets with ``JobConfig()`` defaults (only ``num_reducers=8`` and the policy)."""
+    import dpa
+    from workloads.generators import zipf
+
+    cost = args.cost_ms / 1000.0
+    with_cost = dpa.WithCost(dpa.Count(), cost, mode="sleep")
+    zipf_table = zipf(args.z, args.keys, args.rows, seed=args.seed)
+    hot_table = pa.table({"key": np.zeros(args.hot_rows, dtype=np.int64)})
+    cpu_table = zipf(args.z, args.keys, args.cpu_rows, seed=args.seed)
+    workloads = [
+        ("zipf", zipf_table, with_cost, args.rows * cost / 8, [None, "doubling", "halving", "hybrid", "pkg"]),
+        ("one-hot-key", hot_table, with_cost, args.hot_rows * cost / 8, [None, "doubling"]),
+        ("user-cpu-reducer", cpu_table, CpuReducer.make(args.cpu_rounds), None, [None, "hash"]),
+    ]
+    info: dict[str, Any] = {"ray_init_s": init_ray()}
+    warm = zipf_table.slice(0, 2000)
+    run_defaults_once(warm, None, dpa.Count(), reference(warm))  # start the actors (untimed)
+    rows = []
+    for name, table, reducer, ideal, policies in workloads:
+        if name not in args.workloads:
+            continue
+        ref = reference(table)
+        for policy in policies:
+            runs = [run_defaults_once(table, policy, reducer, ref) for _ in range(args.reps)]
+            ms = [r["makespan_s"] for r in runs]
+            row = {"workload": name, **runs[0], "makespan_s": median(ms), "spread_s": max(ms) - min(ms),
+                   "S": median(r["S"] for r in runs), "rebalances": median(r["rebalances"] for r in runs),
+                   "x_ideal": None if ideal is None else median(ms) / ideal,
+                   "status": next((r["status"] for r in runs if r["status"] != "ok"), "ok")}
+            rows.append(row)
+            versus = "" if ideal is None else f" = {row['x_ideal']:.2f}x ideal"
+            print(f"{name:<17} {row['policy']:<20} {row['makespan_s']:6.2f}s (spread {row['spread_s']:.2f}){versus}"
+                  f"  S {row['S']:.3f}  rebalances {row['rebalances']}  {row['status']}  load {row['load_avg_1m']:.1f}",
+                  flush=True)
+    stop_ray()
+    print_table(rows, ["workload", "policy", "makespan_s", "spread_s", "x_ideal", "S", "max_over_mean", "rebalances",
+                       "forwarded", "status"],
+                title=f"stragglers with JobConfig() defaults (num_reducers=8), median of {args.reps}")
+    return {"command": command_line(), "defaults": rows, "startup": info}
+
+
 # ----------------------------------------------------------------------------- dpa
 def job_config(args: Any, fields: dict[str, Any], chunk_size: int | None = None,
                batch_size: int | None = None) -> Any:
@@ -396,12 +492,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--sweep", action="store_true", help="also sweep chunk/batch sizes for the best policy")
     p.add_argument("--sweep-chunks", type=parse_int, nargs="+", default=[8, 16, 64, 256, 4096, 65536])
     p.add_argument("--sweep-batches", type=parse_int, nargs="+", default=[512, 262144])
+    p.add_argument("--defaults", action="store_true",
+                   help="issue #12's mode: JobConfig() defaults (only num_reducers=8 and the policy) on a Zipf "
+                        "workload, one hot key and a user-defined CPU-bound reducer; no Spark")
+    p.add_argument("--workloads", nargs="+", default=["zipf", "one-hot-key", "user-cpu-reducer"],
+                   help="with --defaults: which workloads")
+    p.add_argument("--hot-rows", type=parse_int, default=20_000, help="with --defaults: records of the one hot key")
+    p.add_argument("--cpu-rows", type=parse_int, default=20_000, help="with --defaults: records for the CPU reducer")
+    p.add_argument("--cpu-rounds", type=int, default=200, help="with --defaults: SHA-256 rounds per record")
     p.add_argument("--spark-child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help="write the figures as JSON to this file")
     args = p.parse_args(argv)
     if args.spark_child:
         spark_child(args)
         return {}
+    if args.defaults:
+        payload = run_defaults(args)
+        write_json(args.out, payload)
+        return payload
 
     cost = args.cost_ms / 1000.0
     ideal = args.rows * cost / args.reducers

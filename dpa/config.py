@@ -46,8 +46,14 @@ class JobConfig:
         queue_capacity: Bound of each reducer's input queue, in records. Mappers wait
             (backpressure) while the target queue is full.
         batch_size: Records per input block handed to mappers.
-        chunk_size: Most records a reducer takes from its queue in one step. Smaller
-            chunks make the balancer react faster when each record is expensive.
+        step_time_s: Target seconds of work of one reducer step. A reducer takes off its
+            queue the rows that fit this time at its measured cost per row (any reducer,
+            user-defined ones included): an expensive reducer takes a few records at a
+            time, so the rest stay queued and can be forwarded when the balancer moves
+            their key, and a cheap one (Count over map-side combined batches) takes large
+            steps. It also sets the balancer's default ``min_gap_s``.
+        chunk_size: Most rows a reducer takes from its queue in one step, whatever their
+            cost (the time-based step size is capped by it; 1 = one record at a time).
         runtime: ``"ray"`` (actors) or ``"local"`` (the same logic in-process, no Ray;
             the correctness oracle and a deterministic simulator).
         reuse_actors: Keep the job's actors warm for the next job of this driver
@@ -61,8 +67,9 @@ class JobConfig:
         map_side_combine: Let mappers pre-aggregate each block per key and ship partial
             states weighted by their record counts (queue lengths and all counters stay in
             records). Applies to built-in reducers without a :class:`~dpa.reducers.WithCost`
-            cost under policies that route by key alone (``doubling``, ``halving``, ``hash``);
-            load-aware routers (PKG, shuffle, DKG, ...) always see every record.
+            cost under policies that accept combined rows (``hybrid``, ``doubling``,
+            ``halving``, ``hash``, ...: :attr:`dpa.policy.PolicySpec.combinable`);
+            load-aware routers (PKG, shuffle, DKG) always see every record.
         input_combined: The source already holds map-side partial states: the key
             columns, the reducer's state columns and a record-count column
             ``dpa.reducers.WEIGHT_COL``, as made by ``reducer.partial_from_batch(table,
@@ -82,6 +89,7 @@ class JobConfig:
     report_interval_s: float = 0.005
     queue_capacity: int = 1_000_000
     batch_size: int = 1_048_576
+    step_time_s: float = 0.03
     chunk_size: int = 65_536
     runtime: str = "ray"
     reuse_actors: bool = True
@@ -109,7 +117,7 @@ class JobConfig:
                 f"JobConfig.initial_tokens must be a power of two >= 1 for token halving, got "
                 f"{tokens!r}; try {lower} or {lower * 2}"
             )
-        for name in ("lb_interval_s", "report_interval_s"):
+        for name in ("lb_interval_s", "report_interval_s", "step_time_s"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigError(f"JobConfig.{name} must be a positive number of seconds, got {value!r}")

@@ -32,6 +32,11 @@ logger = logging.getLogger(__name__)
 #: Earlier snapshots a reducer keeps, to judge batches routed under them.
 _HISTORY = 16
 
+#: Rows of a reducer's first step, before it has measured what a row costs.
+FIRST_STEP_ROWS = 16
+#: Weight of the newest step in the reducer's moving estimate of its cost per row.
+COST_SMOOTHING = 0.3
+
 
 def top_key_counts(hashes: np.ndarray, weights: np.ndarray | None, top: int) -> tuple[np.ndarray, np.ndarray, int]:
     """The ``top`` most frequent key hashes of a batch of arrivals (a reducer's key report).
@@ -100,11 +105,19 @@ class MapperLogic:
 
 @dataclass
 class Chunk:
-    """Work taken from a reducer's queue: records it owns and records to forward."""
+    """Work taken from a reducer's queue: records it owns and records to forward.
+
+    Attributes:
+        owned: The records to fold into the state (None if every record is forwarded).
+        forwards: Records to send to the reducers that own them now.
+        cost_s: The :class:`~dpa.reducers.WithCost` cost to pay before applying.
+        rows: Rows taken off the queue (what the reducer's cost estimate is per).
+    """
 
     owned: pa.Table | None
     forwards: list[Forward]
     cost_s: float
+    rows: int = 0
 
     @property
     def num_owned(self) -> int:
@@ -126,6 +139,15 @@ class ReducerLogic:
     wait while :meth:`has_room` is false). Forwarded records are always accepted: they
     are already inside the system, whose total is bounded by the capacities, and refusing
     them could deadlock two full reducers forwarding to each other.
+
+    Steps are sized in time: the shell tells :meth:`on_step` how long each step took (its
+    real work: splitting, the per-record cost, folding into the state), the reducer keeps
+    a moving estimate of the seconds per row, and :meth:`take_chunk` takes the rows that
+    fit ``step_time_s`` (at least one, at most ``chunk_size``). Records still queued can
+    be forwarded when the balancer moves their key; those taken cannot, so an expensive
+    reducer takes few records at a time and a cheap one (Count over combined batches)
+    large steps. :attr:`backlog_s` is the queue in seconds of work, what the balancer
+    compares.
     """
 
     def __init__(self, reducer_id: int, plan: JobPlan, snapshot: Any) -> None:
@@ -143,6 +165,9 @@ class ReducerLogic:
         self.routed: deque[int] = deque()
         self._history: dict[int, Any] = {}  # recent earlier snapshots by version
         self.queued = 0
+        self.queued_rows = 0  # rows of the queue (a combined row stands for many records)
+        self.cost_per_row: float | None = None  # moving estimate, seconds; None = not measured yet
+        self.steps = 0
         self.processed = 0
         self.in_process = 0  # records of the chunk taken off the queue and not yet applied
         self.forwarded = 0
@@ -188,6 +213,7 @@ class ReducerLogic:
         self.queue.append(batch)
         self.routed.append(-1 if version is None else version)
         self.queued += n
+        self.queued_rows += batch.num_rows
         self.peak_queue = max(self.peak_queue, self.queued)
         if forwarded:
             self.received_forwards += n
@@ -273,14 +299,44 @@ class ReducerLogic:
         moved = sum(weight(t) for _, t in forwards)
         self.queue = kept
         self.queued -= moved
+        self.queued_rows -= sum(t.num_rows for _, t in forwards)
         self.forwarded += moved
         return forwards
 
+    # -- step sizing ----------------------------------------------------------------
+    @property
+    def step_rows(self) -> int:
+        """Rows the next step takes: what fits ``step_time_s`` at the estimated cost per row."""
+        cap = self.plan.chunk_size
+        if self.cost_per_row is None:
+            return min(cap, FIRST_STEP_ROWS)
+        if self.cost_per_row <= 0:
+            return cap
+        return int(max(1, min(cap, self.plan.step_time_s / self.cost_per_row)))
+
+    def on_step(self, rows: int, seconds: float) -> None:
+        """The shell's measurement of a step: ``rows`` taken, done in ``seconds``."""
+        if rows <= 0 or seconds < 0:
+            return
+        sample = seconds / rows
+        self.steps += 1
+        if self.cost_per_row is None:
+            self.cost_per_row = sample
+        else:
+            self.cost_per_row += COST_SMOOTHING * (sample - self.cost_per_row)
+
+    @property
+    def backlog_s(self) -> float | None:
+        """The queue in estimated seconds of work (None until a step was measured)."""
+        if self.cost_per_row is None:
+            return None
+        return self.queued_rows * self.cost_per_row
+
     def take_chunk(self) -> Chunk | None:
-        """Takes up to ``chunk_size`` records off the queue and splits owned vs forwarded."""
+        """Takes :attr:`step_rows` rows off the queue and splits owned vs forwarded."""
         if not self.queue:
             return None
-        limit = self.plan.chunk_size
+        limit = self.step_rows
         taken: list[pa.Table] = []
         current = True  # every taken batch was routed under the current snapshot
         n = 0  # rows
@@ -300,9 +356,10 @@ class ReducerLogic:
         # promote them exactly instead of failing.
         batch = taken[0] if len(taken) == 1 else unify(taken, float_rounding=self.float_rounding)
         self.queued -= weight(batch)
+        self.queued_rows -= n
         owned, forwards = (batch, []) if current else self._split(batch)
         self.forwarded += sum(weight(t) for _, t in forwards)
-        chunk = Chunk(owned, forwards, 0.0)
+        chunk = Chunk(owned, forwards, 0.0, n)
         chunk.cost_s = chunk.num_owned * self.cost_per_record
         self.in_process = 0 if owned is None else weight(owned)
         return chunk
@@ -371,14 +428,18 @@ class BalancerLogic:
         return self.planner is not None
 
     def report(self, reducer: int, queue_length: int, version: int,
-               keys: tuple[np.ndarray, np.ndarray, int, int] | None = None) -> None:
-        """A reducer's queue length under ``version``, with its key arrivals if collected."""
+               keys: tuple[np.ndarray, np.ndarray, int, int] | None = None,
+               backlog_s: float | None = None) -> None:
+        """A reducer's queue length under ``version``, with its key arrivals if collected
+        and its backlog in estimated seconds of work if measured."""
         self.queue_lengths[reducer] = int(queue_length)
         if self.planner is not None:
             if keys is not None:
                 hashes, counts, total, held = keys
                 self.planner.observe_keys(reducer, hashes, counts, total)
                 self.planner.observe_held(reducer, held)
+            if backlog_s is not None:
+                self.planner.observe_work(reducer, float(backlog_s), version)
             self.planner.observe(reducer, queue_length, version)
 
     def sample(self, now: float) -> None:

@@ -84,6 +84,8 @@ class JobPlan:
     # Arrow type of each key column as far as known when planning (None: unknown yet, e.g.
     # all null in the sample). A key column keeps its key class for the whole job.
     key_types: list[pa.DataType | None] | None = None
+    # Target seconds of work per reducer step (JobConfig.step_time_s).
+    step_time_s: float = 0.03
     # The driver already checked the types of every block against each other (a source
     # read on the driver, no map_fn, no key function): mappers only re-check the keys.
     checked_upstream: bool = False
@@ -308,8 +310,9 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
         keep_cols=keep, reducer=bound, policy=policy, num_mappers=config.num_mappers,
         num_reducers=config.num_reducers, queue_capacity=config.queue_capacity, chunk_size=config.chunk_size,
         lb_interval_s=config.lb_interval_s, report_interval_s=config.report_interval_s,
+        step_time_s=float(config.step_time_s),
         output_schema=output_schema, input_schema=schema, job_id=uuid.uuid4().hex[:8],
-        combine=(bool(config.map_side_combine) and policy.routes_by_key and isinstance(inner, ColumnarReducer)
+        combine=(bool(config.map_side_combine) and policy.combinable and isinstance(inner, ColumnarReducer)
                  and unwrap(bound)[1] == 0 and not config.input_combined),
         input_combined=bool(config.input_combined),
         key_types=[t if t is not None and not pa.types.is_null(t) else None for t in key_types] or None,
@@ -331,8 +334,8 @@ def _check_combined_input(config: JobConfig, policy: Any, bound: Reducer, map_fn
         problems.append(f"a built-in reducer without cost (got {bound!r})")
     if map_fn is not None or key_fn is not None:
         problems.append("no map_fn and a column key")
-    if not policy.routes_by_key:
-        problems.append(f"a policy that routes by key alone (got {policy.name!r})")
+    if not policy.combinable:
+        problems.append(f"a policy that accepts map-side combined rows, e.g. hybrid, doubling, halving or hash (got {policy.name!r})")
     if problems:
         raise ConfigError("input_combined=True needs " + "; ".join(problems))
     if schema is not None:

@@ -110,6 +110,15 @@ class Planner:
         """
         return None
 
+    def observe_work(self, reducer: int, backlog_s: float, version: int) -> None:
+        """Records a reducer's backlog in estimated seconds of work (queued rows times its
+        measured cost per row), reported under routing ``version`` with its queue length.
+
+        Sent once the reducer has measured a step; planners that compare work rather than
+        records use it. The default ignores it.
+        """
+        return None
+
     def observe_held(self, reducer: int, held: int) -> None:
         """Records processed or queued at ``reducer`` now (after forwarding), sent with key stats."""
         return None
@@ -134,7 +143,7 @@ class PolicySpec:
     #: One key may be routed to several reducers at once (final merge, no forwarding).
     splits_keys: bool = False
     #: Routing depends only on the key's hash and the snapshot, never on how many records
-    #: were routed, so mappers may pre-aggregate a block per key (``map_side_combine``).
+    #: were routed.
     routes_by_key: bool = False
     #: The planner wants per-key arrival counts (:meth:`Planner.observe_keys`); reducers
     #: then count the keys they receive and send them with their queue reports.
@@ -180,6 +189,16 @@ class PolicySpec:
         return dest
 
     @property
+    def combinable(self) -> bool:
+        """Whether mappers may pre-aggregate a block per key before routing
+        (``map_side_combine``): the policy then routes one partial-state row per key and
+        block, weighted by its records. True for policies that route by key alone; a
+        policy that splits keys by planned shares may accept it too (its reducers merge
+        partial states anyway), one that balances single records (PKG, shuffle) may not.
+        """
+        return self.routes_by_key
+
+    @property
     def needs_merge(self) -> bool:
         """Whether the reducer must implement ``merge`` for this policy."""
         return self.moves_keys or self.splits_keys
@@ -194,12 +213,14 @@ class JobShape:
         num_reducers: Reducer actors (``JobConfig.num_reducers``).
         batch_size: Records per input block (``JobConfig.batch_size``).
         seed: Seed for randomised policies (``JobConfig.seed``).
+        step_time_s: Target seconds of work per reducer step (``JobConfig.step_time_s``).
     """
 
     num_mappers: int = 1
     num_reducers: int = 1
     batch_size: int = 1
     seed: int = 0
+    step_time_s: float = 0.03
 
     @property
     def block_share(self) -> int:

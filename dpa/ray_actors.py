@@ -243,7 +243,7 @@ class ReducerActor(_JobMember):
             return
         self.last_sent, self.last_report = sent, now
         self.balancer.report.remote(self.job_id, self.reducer_id, logic.queued, logic.snapshot.version,
-                                    logic.take_key_stats())
+                                    logic.take_key_stats(), logic.backlog_s)
         if logic.queued == 0 or now - self.last_progress >= PROGRESS_INTERVAL_S:
             if logic.processed != self.last_progress_value:
                 self.last_progress, self.last_progress_value = now, logic.processed
@@ -267,6 +267,7 @@ class ReducerActor(_JobMember):
         reporter = asyncio.ensure_future(self._reporter(job_id))
         try:
             while True:
+                step_started = time.perf_counter()
                 chunk = logic.take_chunk()
                 if chunk is None:
                     self.room.set()
@@ -291,6 +292,7 @@ class ReducerActor(_JobMember):
                 except Exception as exc:
                     key = getattr(logic.state, "current_key", None)
                     raise ActorFailure(self.name, exc, key) from exc
+                logic.on_step(chunk.rows, time.perf_counter() - step_started)
                 self._report()
                 await asyncio.sleep(0)
         finally:
@@ -378,9 +380,10 @@ class BalancerActor(_JobMember):
         self.fresh.set()
 
     @quiet_method
-    async def report(self, job_id: str, reducer: int, queue_length: int, version: int, keys: Any = None) -> None:
+    async def report(self, job_id: str, reducer: int, queue_length: int, version: int, keys: Any = None,
+                     backlog_s: float | None = None) -> None:
         if self._serving(job_id):
-            self.logic.report(reducer, queue_length, version, keys)
+            self.logic.report(reducer, queue_length, version, keys, backlog_s)
             self.fresh.set()
 
     @quiet_method

@@ -222,7 +222,8 @@ def policy_settings(config: JobConfig) -> PolicySettings:
 def job_shape(config: JobConfig) -> JobShape:
     """The job's shape as policy factories see it."""
     return JobShape(num_mappers=int(config.num_mappers), num_reducers=int(config.num_reducers),
-                    batch_size=int(config.batch_size), seed=int(config.seed))
+                    batch_size=int(config.batch_size), seed=int(config.seed),
+                    step_time_s=float(config.step_time_s))
 
 
 def make_policy(config: JobConfig) -> PolicySpec:

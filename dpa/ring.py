@@ -40,6 +40,10 @@ __all__ = [
 ]
 
 DEFAULT_HALVING_TOKENS = 16
+#: Most tokens a ring may hold: token doubling grows the ring geometrically (every round
+#: doubles all but one reducer's tokens), so a doubling that would pass this is refused
+#: (the planner logs the reducer's rounds as exhausted).
+MAX_RING_TOKENS = 1 << 16
 """Initial tokens per reducer for the halving method.
 
 A power of two, so that every halving keeps an integer number of tokens, and large
@@ -390,6 +394,9 @@ class HashRing:
 
     def _double_except(self, node_id: int) -> bool:
         node_id = self._check_node(node_id)
+        grown = sum(2 * t if i != node_id else t for i, t in enumerate(self._counts))
+        if grown > MAX_RING_TOKENS:
+            return False  # exhausted: the ring would outgrow its bound (doubling grows it geometrically)
         changed = False
         for i, t in enumerate(self._counts):
             if i != node_id and t > 0:

@@ -53,7 +53,8 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
     next_mapper = itertools.cycle(range(M))
 
     def report(r: int) -> None:
-        balancer.report(r, reducers[r].queued, reducers[r].snapshot.version, reducers[r].take_key_stats())
+        balancer.report(r, reducers[r].queued, reducers[r].snapshot.version, reducers[r].take_key_stats(),
+                        reducers[r].backlog_s)
         coord.on_progress(r, reducers[r].processed)
 
     def deliver(forwards: list[Forward]) -> None:
@@ -134,6 +135,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
             chunk = busy[r]
             busy[r] = None
             reducers[r].apply(chunk)
+            reducers[r].on_step(chunk.rows, chunk.cost_s)  # virtual time: the cost is the step's time
             report(r)
             start(r)
             feed()

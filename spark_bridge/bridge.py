@@ -82,7 +82,7 @@ def can_precombine(reducer: Any, map_fn: Any, config: Any) -> bool:
 
     inner, cost, _ = unwrap(reducer)
     return (map_fn is None and isinstance(inner, ColumnarReducer) and not cost
-            and bool(config.map_side_combine) and make_policy(config).routes_by_key)
+            and bool(config.map_side_combine) and make_policy(config).combinable)
 
 
 def precombined(df: DataFrame, key_columns: list[str], reducer: Any) -> DataFrame:
@@ -147,7 +147,7 @@ def run_with_result(
             to Ray; dpa's mappers then only hash and route
             (``JobConfig.input_combined``). ``None`` (default) = whenever dpa itself would
             combine on the map side (built-in reducer without cost, no ``map_fn``,
-            ``map_side_combine``, a policy that routes by key alone); ``False`` = ship
+            ``map_side_combine``, a policy that accepts combined rows); ``False`` = ship
             every row. Queue lengths, loads and ``processed`` stay in records either way.
         pushdown: Let dpa's mappers read the parquet files of a DataFrame that is a plain
             parquet scan (``spark.read.parquet(...)``, possibly with a ``select`` of
@@ -200,7 +200,7 @@ def run_with_result(
         if not possible:
             raise ConfigError(
                 "precombine=True needs a built-in reducer without cost, no map_fn, "
-                "map_side_combine=True and a policy that routes by key alone (e.g. doubling, halving, hash)"
+                "map_side_combine=True and a policy that accepts map-side combined rows (e.g. hybrid, doubling, halving, hash)"
             )
         from dataclasses import replace
 

@@ -65,7 +65,7 @@ __all__ = [
 ]
 
 RUNTIMES = ("ray", "local")
-#: The paper's policies: Table 1 runs them with its straggler rule exactly (``min_gap=0``).
+#: The paper's policies: Table 1 runs them with its straggler rule exactly (records, ``min_gap=0``).
 RING_POLICIES = ("halving", "doubling")
 
 logger = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ def job_config(method: str, max_rounds: int, runtime: str, settings: Settings,
         num_reducers=settings.num_reducers,
         policy=method,
         # The paper's straggler rule exactly (eq. 1, no minimum gap between queues).
-        policy_options={**({"min_gap": 0} if method in RING_POLICIES else {}), **(policy_options or {})},
+        policy_options={**({"min_gap": 0, "balance_on": "records"} if method in RING_POLICIES else {}), **(policy_options or {})},
         tau=settings.tau,
         max_rounds=max_rounds,
         batch_size=settings.batch_size,

@@ -169,7 +169,7 @@ class HybridPlanner(DPAPlanner):
 
     def __init__(self, policy: HybridPolicy, num_reducers: int) -> None:
         super().__init__(policy.method, policy.tau, policy.max_rounds, policy.ring(num_reducers), policy.patience,
-                         policy.min_gap)
+                         policy.min_gap, policy.balance_on, policy.min_gap_s)
         self.policy = policy
         self.theta = policy.threshold(num_reducers)
         self.sketch = SpaceSaving(policy.capacity)
@@ -376,6 +376,9 @@ class HybridPlanner(DPAPlanner):
     def check(self, now: float) -> list[Decision]:
         if min(self.report_versions) < self._snapshot.version:
             return []
+        loads, gap = self.loads()
+        if max(loads) <= gap and not self.hot:
+            return []  # no backlog worth moving (a cheap job): splitting cannot pay off
         wanted = self.plan(self._hot_set()) if self.sketch.n else {}
         # New shares, a new hot set and hand-overs of queued records go out together.
         moves = self._transfers(wanted)
@@ -404,7 +407,7 @@ class HybridSettings(RingSettings):
 
     Args:
         method: Ring method for the tail: ``"halving"`` (default) or ``"doubling"``.
-        tau, max_rounds, initial_tokens, patience, min_gap: The ring's, see
+        tau, max_rounds, initial_tokens, patience, min_gap, balance_on, min_gap_s: The ring's, see
             :class:`RingSettings` (``max_rounds=0``: hot-key splitting only).
         theta: A key is hot at ``theta`` of all records (default ``1 / (4 R)``).
         min_width: Fewest reducers a hot key is split over.
@@ -451,11 +454,15 @@ class HybridPolicy(HybridSettings, PolicySpec):
     """
 
     min_gap: int = 0
+    min_gap_s: float = 0.0
     num_mappers: int = 1
 
     moves_keys = True
     splits_keys = True
     wants_key_stats = True
+    #: Mappers may combine: a hot key's partial-state rows are split by the planned shares
+    #: like records (its reducers merge partial states at the end anyway).
+    combinable = True
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -24,6 +24,10 @@ __all__ = ["DPAPlanner", "DPAPolicy", "RingRouter", "RingSettings", "build_ring_
 logger = logging.getLogger(__name__)
 
 METHODS = ("halving", "doubling")
+#: What the straggler rule compares: seconds of work, or records (the paper).
+BALANCE_ON = ("work", "records")
+#: The default ``min_gap_s`` in reducer steps (``JobShape.step_time_s``).
+MIN_GAP_STEPS = 2
 
 
 def _is_power_of_two(n: int) -> bool:
@@ -49,14 +53,26 @@ class DPAPlanner(Planner):
       the queued records they no longer own). Without this, the stale long queue of the
       reducer just relieved would trigger further rounds before forwarding had happened.
     * Reducers that have not reported yet count as queue length 0.
-    * Halving a reducer that has one token left changes nothing: the event log records
+    * Halving a reducer that has one token left, or doubling past the ring's bound
+      (:data:`~dpa.ring.MAX_RING_TOKENS`), changes nothing: the event log records
       ``"exhausted"`` once and the reducer's rounds are used up.
     * ``patience`` (default 1, the paper's rule) asks the predicate to name the same
       reducer on that many consecutive checks before acting. Queue lengths are
       instantaneous and arrive in whole batches, so with large batches and cheap records a
       reducer that just received a batch looks like a straggler for a moment even when keys
       are uniform; a patience of a few checks filters out such bursts.
-    * ``min_gap`` (records): the longest queue must also exceed the second by more than
+    * What is compared (``balance_on``): ``"work"`` (the default) compares the backlogs in
+      estimated seconds of work that reducers report with their queue lengths (queued
+      rows times each reducer's measured cost per row; a reducer that has not measured
+      yet is valued at the mean rate of those that have), so an expensive reducer's short
+      queue counts for what it costs; until some reducer has reported work the records
+      rule applies. ``"records"`` compares queue lengths in records, the paper's rule.
+    * ``min_gap_s`` (seconds, with ``"work"``): the largest backlog must also exceed the
+      second by more than this; :class:`RingSettings` defaults it to
+      :data:`MIN_GAP_STEPS` reducer steps (``JobConfig.step_time_s``), the granularity at
+      which backlogs move. Cheap jobs, whose whole queues are worth milliseconds, are
+      left alone: moving their keys cannot pay off.
+    * ``min_gap`` (records, with ``"records"``): the longest queue must also exceed the second by more than
       this. Mappers push whole input blocks, so queue lengths move in steps of about a
       block's share per reducer (``batch_size / R`` records); a difference smaller than
       one such step per mapper (all ``M`` mappers may have pushed into one queue while the
@@ -66,7 +82,7 @@ class DPAPlanner(Planner):
     """
 
     def __init__(self, method: str, tau: float, max_rounds: int, ring: HashRing, patience: int = 1,
-                 min_gap: int = 0) -> None:
+                 min_gap: int = 0, balance_on: str = "records", min_gap_s: float = 0.0) -> None:
         self.method = method
         self.tau = float(tau)
         self.max_rounds = int(max_rounds)
@@ -77,6 +93,9 @@ class DPAPlanner(Planner):
         self._snapshot = ring.snapshot()
         self.patience = int(patience)
         self.min_gap = int(min_gap)
+        self.balance_on = balance_on
+        self.min_gap_s = float(min_gap_s)
+        self.backlogs: list[float | None] = [None] * ring.num_reducers
         self._candidate: int | None = None
         self._streak = 0
 
@@ -89,16 +108,39 @@ class DPAPlanner(Planner):
             self.report_versions[reducer] = version
             self.queue_lengths[reducer] = int(queue_length)
 
+    def observe_work(self, reducer: int, backlog_s: float, version: int) -> None:
+        if version >= self.report_versions[reducer]:
+            self.backlogs[reducer] = float(backlog_s)
+
+    def loads(self) -> tuple[list[float], float]:
+        """What the rule compares, per reducer, and the gap it needs beyond ``tau``.
+
+        With ``balance_on="work"`` and some backlog reported: seconds of work (a reducer
+        without an estimate valued at the mean seconds per record of the others) and
+        ``min_gap_s``; otherwise queue lengths in records and ``min_gap``.
+        """
+        known = [(b, q) for b, q in zip(self.backlogs, self.queue_lengths) if b is not None]
+        if self.balance_on != "work" or not known:
+            return [float(q) for q in self.queue_lengths], float(self.min_gap)
+        rated = [b / q for b, q in known if q > 0]
+        rate = sum(rated) / len(rated) if rated else 0.0
+        work = [q * rate if b is None else b for b, q in zip(self.backlogs, self.queue_lengths)]
+        return work, self.min_gap_s
+
     @staticmethod
-    def straggler(queue_lengths: list[int], tau: float, min_gap: int = 0) -> int | None:
+    def straggler(queue_lengths: list[float], tau: float, min_gap: float = 0) -> int | None:
         """The reducer satisfying ``Q_max > Q_s (1 + tau)`` (paper eq. 1) and
-        ``Q_max - Q_s > min_gap``, or None."""
+        ``Q_max - Q_s > min_gap``, or None (``Q`` in records or in seconds of work)."""
         if len(queue_lengths) < 2:
             return None
         x = int(np.argmax(queue_lengths))
         q_max = queue_lengths[x]
         q_s = max(q for i, q in enumerate(queue_lengths) if i != x)
         return x if q_max > q_s * (1.0 + tau) and q_max - q_s > min_gap else None
+
+    def _rule_inputs(self) -> tuple[list[float], float, float]:
+        loads, gap = self.loads()
+        return loads, self.tau, gap
 
     def _ring_changed(self) -> Any:
         """The snapshot to publish after the ring changed (subclasses wrap the ring)."""
@@ -107,7 +149,7 @@ class DPAPlanner(Planner):
     def check(self, now: float) -> list[Decision]:
         if min(self.report_versions) < self._snapshot.version:
             return []
-        x = self.straggler(self.queue_lengths, self.tau, self.min_gap)
+        x = self.straggler(*self._rule_inputs())
         self._streak = self._streak + 1 if x is not None and x == self._candidate else int(x is not None)
         self._candidate = x
         if x is None or self.rounds[x] >= self.max_rounds or self._streak < self.patience:
@@ -119,7 +161,7 @@ class DPAPlanner(Planner):
         if not changed:
             self.rounds[x] = self.max_rounds
             event = RebalanceEvent(now, x, "exhausted", seen, self.ring.token_counts, self._snapshot.version)
-            logger.info("halving exhausted for reducer %d (1 token left)", x)
+            logger.info("%s exhausted for reducer %d", self.method, x)
             return [Decision(None, event)]
         self._snapshot = self._ring_changed()
         action = "halve" if self.method == "halving" else "double"
@@ -143,8 +185,15 @@ class RingSettings(PolicySettings):
         initial_tokens: Tokens per reducer for halving (a power of two; 16 allows 4
             halvings).
         patience: Consecutive checks the same straggler must persist (1 = the paper).
-        min_gap: Records the longest queue must exceed the second by; None = one block's
-            share per mapper (:attr:`~dpa.policy.JobShape.block_share`), 0 = the paper.
+        balance_on: ``"work"`` (default): compare the reducers' backlogs in estimated
+            seconds of work; ``"records"``: compare queue lengths in records (the paper's
+            rule; with ``min_gap=0`` exactly the paper's).
+        min_gap_s: With ``"work"``: seconds of work the largest backlog must exceed the
+            second by; None = :data:`MIN_GAP_STEPS` reducer steps
+            (``JobConfig.step_time_s``).
+        min_gap: With ``"records"``: records the longest queue must exceed the second by;
+            None = one block's share per mapper
+            (:attr:`~dpa.policy.JobShape.block_share`), 0 = the paper.
 
     Raises:
         ConfigError: An option is out of range (the message says which and what is valid).
@@ -156,6 +205,8 @@ class RingSettings(PolicySettings):
     initial_tokens: int = 16
     patience: int = 1
     min_gap: int | None = None
+    balance_on: str = "work"
+    min_gap_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -174,6 +225,14 @@ class RingSettings(PolicySettings):
         check_int_option("patience", self.patience, 1, self.name)
         if self.min_gap is not None:
             check_int_option("min_gap", self.min_gap, 0, self.name)
+        if self.balance_on not in BALANCE_ON:
+            raise ConfigError(
+                f"policy {self.name!r}: balance_on must be one of {BALANCE_ON} (compare seconds of work, "
+                f"or queue lengths in records as the paper does), got {self.balance_on!r}"
+            )
+        g = self.min_gap_s
+        if g is not None and (isinstance(g, bool) or not isinstance(g, (int, float)) or not (g >= 0 and math.isfinite(g))):
+            raise ConfigError(f"policy {self.name!r}: min_gap_s must be a number of seconds >= 0, got {g!r}")
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -191,17 +250,18 @@ class DPAPolicy(RingSettings, PolicySpec):
     """The DPA load balancer: consistent-hash ring with token halving or doubling.
 
     Its fields are :class:`RingSettings`' with ``min_gap`` resolved to a number of
-    records (default 0, the paper's rule).
+    records (default 0, the paper's rule) and ``min_gap_s`` to seconds (default 0).
     """
 
     routes_by_key = True
 
     min_gap: int = 0
+    min_gap_s: float = 0.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.min_gap is None:
-            raise ConfigError("DPAPolicy.min_gap must be a number of records; build it with build_ring_policy")
+        if self.min_gap is None or self.min_gap_s is None:
+            raise ConfigError("DPAPolicy.min_gap and min_gap_s must be numbers; build it with build_ring_policy")
 
     @property
     def moves_keys(self) -> bool:  # type: ignore[override]
@@ -223,14 +283,16 @@ class DPAPolicy(RingSettings, PolicySpec):
         if self.max_rounds == 0:
             return None
         return DPAPlanner(self.method, self.tau, self.max_rounds, self._ring(num_reducers), self.patience,
-                          self.min_gap)
+                          self.min_gap, self.balance_on, self.min_gap_s)
 
 
 def resolved_fields(settings: RingSettings, shape: JobShape) -> dict[str, Any]:
-    """The settings' fields with ``min_gap`` resolved against the job's shape."""
+    """The settings' fields with ``min_gap`` and ``min_gap_s`` resolved against the job's shape."""
     fields = asdict(settings)
     if fields["min_gap"] is None:
         fields["min_gap"] = shape.block_share
+    if fields["min_gap_s"] is None:
+        fields["min_gap_s"] = MIN_GAP_STEPS * shape.step_time_s
     return fields
 
 
