@@ -37,7 +37,7 @@ def test_bad_combined_input_is_refused_before_running():
     with pytest.raises(SchemaError, match=WEIGHT_COL):
         dpa.run(partial.drop_columns([WEIGHT_COL]), key="k",
                 config=dpa.JobConfig(runtime="local", input_combined=True))
-    with pytest.raises(ConfigError, match="routes by key"):
+    with pytest.raises(ConfigError, match="accepts map-side combined rows.*got .pkg."):
         dpa.run(partial, key="k", config=dpa.JobConfig(runtime="local", policy="pkg", input_combined=True))
     with pytest.raises(ConfigError, match="without cost"):
         dpa.run(partial, key="k", reducer=dpa.WithCost(dpa.Count(), 0.001),
