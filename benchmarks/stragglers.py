@@ -279,7 +279,7 @@ class CpuReducer:
 def run_defaults_once(table: pa.Table, policy: str | None, reducer: Any, ref: dict[int, int]) -> dict[str, Any]:
     """One job with ``JobConfig()`` defaults: only ``num_reducers=8`` (and ``policy`` if named)."""
     import dpa
-    from dpa.metrics import imbalance
+    from dpa.metrics import skew
 
     fields: dict[str, Any] = {"num_reducers": 8}
     if policy is not None:
@@ -291,7 +291,7 @@ def run_defaults_once(table: pa.Table, policy: str | None, reducer: Any, ref: di
     makespan = time.perf_counter() - t0
     processed = res.stats.processed
     return {"policy": policy or f"default ({cfg.policy_name})", "makespan_s": makespan,
-            "S": imbalance(processed), "max_over_mean": max(processed) / (sum(processed) / len(processed)),
+            "S": skew(processed), "max_over_mean": max(processed) / (sum(processed) / len(processed)),
             "rebalances": len(res.stats.rebalances), "forwarded": sum(res.stats.forwarded),
             "status": same_counts(out["key"].to_pylist(), out["count"].to_pylist(), ref),
             "load_avg_1m": os.getloadavg()[0]}

@@ -3,7 +3,7 @@
 An in-memory Zipf table (default 10M records, z=1.1, K=100k keys) is counted per key by
 
 * ``dpa.run(..., reducer=dpa.Count())`` with 4 mappers x 4 reducers, for the policies
-  "no-lb" (doubling ring, ``max_rounds=0``), "halving" and "doubling" (``max_rounds=1``),
+  "default" (``JobConfig()``'s, ``hybrid``), "no-lb" (doubling ring, ``max_rounds=0``), "halving" and "doubling" (``max_rounds=1``),
   and "no-lb,no-combine" / "doubling,no-combine" (``map_side_combine=False``);
 * ``table.group_by("key").aggregate([([], "count_all")])`` in this process (pyarrow);
 * Spark: ``df.groupBy("key").count().collect()`` on a cached DataFrame read from a
@@ -48,6 +48,7 @@ from benchmarks.common import (
 )
 
 POLICIES = {
+    "default": {},  # JobConfig() as users run it (policy "hybrid")
     "no-lb": {"policy": "doubling", "max_rounds": 0},
     "halving": {"policy": "halving", "max_rounds": 1},
     "doubling": {"policy": "doubling", "max_rounds": 1},

@@ -123,7 +123,7 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
         tables = None
     if report is not None:
         report(sum(out.processed))
-    stats = Stats.from_output(out, runtime=config.runtime, policy=config.policy_name, job_id=plan.job_id)
+    stats = Stats.from_output(out, runtime=config.runtime, policy=plan.policy.name, job_id=plan.job_id)
     result = Result(tables, empty, plan.key_cols, plan.reducer.name, stats, arrow_refs=out.arrow_refs)
     if tables is not None:
         stats.num_keys = len(result)

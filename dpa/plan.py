@@ -21,7 +21,7 @@ import itertools
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -37,7 +37,7 @@ from dpa.block_types import (
     is_record_iterable,
     key_columns_for,
 )
-from dpa.config import JobConfig
+from dpa.config import DefaultPolicyName, JobConfig
 from dpa.errors import ConfigError, KeyEncodingError, SchemaError, UserCodeError
 from dpa.policy import PolicySpec
 from dpa.records import (
@@ -229,6 +229,11 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
 
     bound = bind_reducer(reducer, record_kind)
     inner, _, _ = unwrap(bound)
+    if policy.needs_merge and not bound.can_merge and isinstance(config.policy, DefaultPolicyName):
+        logger.info("%r does not implement merge(): the default policy %r falls back to 'hash' (each key on "
+                    "one reducer, no load balancing); implement merge() to balance", bound, str(config.policy))
+        config = replace(config, policy="hash", policy_options={})
+        policy = make_policy(config)
     if policy.needs_merge and not bound.can_merge:
         raise ConfigError(
             f"{bound!r} does not implement merge(), but policy {policy.name!r}"

@@ -142,6 +142,9 @@ class PolicySpec:
     moves_keys: bool = False
     #: One key may be routed to several reducers at once (final merge, no forwarding).
     splits_keys: bool = False
+    #: Keys are split only under snapshots the planner publishes: a job whose routing
+    #: never changed needs no final merge.
+    splits_by_plan: bool = False
     #: Routing depends only on the key's hash and the snapshot, never on how many records
     #: were routed.
     routes_by_key: bool = False

@@ -49,8 +49,11 @@ class RunOutput:
 def needs_final_merge(policy: Any, initial_snapshot: Any, final_snapshot: Any) -> bool:
     """Whether partial states of one key may sit on several reducers at the end.
 
-    True when the policy splits keys by design, or when the routing changed during the job
-    (a moved key was processed by its old and its new owner). Otherwise every key stayed on
-    one reducer, and the partitioned final merge is skipped.
+    True when the policy splits keys by design (unless it splits them only under snapshots
+    its planner publishes, :attr:`~dpa.policy.PolicySpec.splits_by_plan`), or when the
+    routing changed during the job (a moved key was processed by its old and its new
+    owner). Otherwise every key stayed on one reducer, and the partitioned final merge is
+    skipped.
     """
-    return bool(policy.splits_keys) or final_snapshot.version != initial_snapshot.version
+    always = bool(policy.splits_keys) and not getattr(policy, "splits_by_plan", False)
+    return always or final_snapshot.version != initial_snapshot.version

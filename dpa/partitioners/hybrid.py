@@ -459,6 +459,7 @@ class HybridPolicy(HybridSettings, PolicySpec):
 
     moves_keys = True
     splits_keys = True
+    splits_by_plan = True
     wants_key_stats = True
     #: Mappers may combine: a hot key's partial-state rows are split by the planned shares
     #: like records (its reducers merge partial states at the end anyway).

@@ -239,3 +239,21 @@ def test_parquet_files_are_read_by_the_mappers(tmp_path):
     assert res.to_dict() == dict(collections.Counter(keys))
     assert sum(res.stats.processed) == 5000
     assert sum(res.stats.blocks_per_mapper) == len(files.pieces(1000)) > 3  # blocks are row-group runs
+
+
+# --------------------------------------------------------------------------- balancing by default
+
+
+def test_default_config_spreads_one_hot_key_over_every_reducer():
+    table = pa.table({"key": [7] * 3000})
+    res = dpa.run(table, key="key", reducer=dpa.WithCost(dpa.Count(), 1e-3), config=dpa.JobConfig(num_reducers=4))
+    assert res.to_dict() == {7: 3000}
+    assert all(p > 0 for p in res.stats.processed), res.stats.processed
+    assert dpa.metrics.skew(res.stats.processed) <= 0.2
+
+
+def test_default_config_rebalances_a_skewed_job():
+    words = skewed_words(3000)
+    res = dpa.run(words, reducer=dpa.WithCost(dpa.Count(), 1e-3), config=dpa.JobConfig(num_reducers=4))
+    assert res.to_dict() == dict(collections.Counter(words))
+    assert res.stats.rebalances and dpa.metrics.skew(res.stats.processed) <= 0.2

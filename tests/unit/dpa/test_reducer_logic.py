@@ -96,3 +96,51 @@ def test_held_counts_the_chunk_being_processed_and_adoption_applies_the_handover
     moved = red.on_snapshot(dataclasses.replace(snap, version=snap.version + 1))  # same owners
     assert [(r, t.num_rows) for r, t in moved] == [(1, 2)]
     assert red.queued == queued - 2 and red.held == mine.num_rows - 2
+
+
+# --------------------------------------------------------------------------- time-based steps
+
+
+def _queued_reducer(step_time_s=0.03, chunk_size=65_536):
+    policy = DPAPolicy("doubling", 0.2, 1)
+    plan, table = _plan(policy)
+    plan = dataclasses.replace(plan, step_time_s=step_time_s, chunk_size=chunk_size)
+    snap = policy.initial_snapshot(plan.num_reducers)
+    red = ReducerLogic(0, plan, snap)
+    red.enqueue(table.append_column("__dpa_h", pa.array([0] * table.num_rows, pa.uint32())), version=snap.version)
+    return red
+
+
+def test_step_size_follows_the_measured_cost_per_row():
+    red = _queued_reducer()
+    assert red.backlog_s is None and red.step_rows == 16  # nothing measured: a small first step
+    chunk = red.take_chunk()
+    assert chunk.rows == 16
+    red.apply(chunk)
+    red.on_step(chunk.rows, 16 * 1e-3)  # 1 ms a row: 30 ms steps take 30 rows
+    assert red.cost_per_row == 1e-3 and red.step_rows == 30
+    assert red.backlog_s == (1000 - 16) * 1e-3
+    red.on_step(30, 30 * 2e-3)  # a dearer step moves the estimate part of the way
+    assert 1e-3 < red.cost_per_row < 2e-3 and 15 < red.step_rows < 30
+    for _ in range(50):
+        red.on_step(100, 100 * 1e-7)  # cheap work: steps grow to chunk_size
+    assert red.step_rows == 65_536 or red.step_rows == int(0.03 / red.cost_per_row)
+    red.on_step(10, 0.0)
+    assert red.step_rows >= 1
+
+
+def test_chunk_size_caps_the_step_and_expensive_rows_still_take_one():
+    red = _queued_reducer(chunk_size=8)
+    red.on_step(1, 1e-9)
+    assert red.step_rows == 8
+    red = _queued_reducer()
+    red.on_step(1, 10.0)  # one row costs more than a step: one row at a time
+    assert red.step_rows == 1
+    assert red.take_chunk().rows == 1
+
+
+def test_queued_rows_follow_takes_and_forwards():
+    red = _queued_reducer()
+    total = red.queued_rows
+    chunk = red.take_chunk()
+    assert red.queued_rows == total - chunk.rows == red.queued

@@ -131,7 +131,7 @@ def test_bad_input_errors_before_running():
             def add(self, a, v):
                 return a + 1
 
-        dpa.run(t, key="a", reducer=NoMerge(), config=local(max_rounds=1))
+        dpa.run(t, key="a", reducer=NoMerge(), config=local(policy="doubling", max_rounds=1))
     with pytest.raises(ConfigError, match="source must be"):
         dpa.run(42, config=local())
     with pytest.raises(ConfigError, match="iterable of records"):
@@ -154,6 +154,11 @@ def test_reducer_without_merge_runs_without_lb():
 
     res = dpa.run(["a", "b", "a"], reducer=NoMerge(), config=local(max_rounds=0))
     assert res.to_dict() == {"a": 2, "b": 1}
+    # The default policy falls back to one that keeps keys whole; a named one is never replaced.
+    res = dpa.run(["a", "b", "a"], reducer=NoMerge(), config=local())
+    assert res.to_dict() == {"a": 2, "b": 1} and res.stats.policy == "hash"
+    with pytest.raises(ConfigError, match="does not implement merge"):
+        dpa.run(["a"], reducer=NoMerge(), config=local(policy="hybrid"))
 
 
 def test_bounded_queues_and_forwarding_do_not_deadlock():
@@ -162,3 +167,64 @@ def test_bounded_queues_and_forwarding_do_not_deadlock():
                   config=local(policy="doubling", max_rounds=4, batch_size=50, chunk_size=10, queue_capacity=60))
     assert res.to_dict() == dict(collections.Counter(words))
     assert max(res.stats.peak_queue) <= 60 + 50 + sum(res.stats.forwarded)
+
+
+# --------------------------------------------------------------------------- balancing by default
+
+
+def _zipf_keys(n, k=2000, z=1.1, seed=5):
+    import numpy as np
+
+    p = 1.0 / np.arange(1, k + 1) ** z
+    return np.random.default_rng(seed).choice(k, size=n, p=p / p.sum())
+
+
+def test_default_config_splits_one_hot_key_over_every_reducer():
+    import numpy as np
+
+    table = pa.table({"key": np.zeros(4000, dtype=np.int64)})
+    res = dpa.run(table, key="key", reducer=dpa.WithCost(dpa.Count(), 1e-3),
+                  config=dpa.JobConfig(num_reducers=8, runtime="local"))
+    assert res.to_dict() == {0: 4000}
+    assert dpa.metrics.skew(res.stats.processed) <= 0.05
+    assert res.stats.virtual_time_s <= 1.2 * 4000 * 1e-3 / 8 + 0.1
+
+
+@pytest.mark.parametrize("policy", [None, "doubling", "halving"])
+def test_default_config_rebalances_a_zipf_job(policy):
+    keys = _zipf_keys(8000)
+    fields = {"num_reducers": 8, "runtime": "local", **({"policy": policy} if policy else {})}
+    res = dpa.run(pa.table({"key": keys}), key="key", reducer=dpa.WithCost(dpa.Count(), 1e-3),
+                  config=dpa.JobConfig(**fields))
+    assert res.to_dict() == dict(collections.Counter(keys.tolist()))
+    assert res.stats.rebalances
+    if policy is None:
+        assert res.stats.virtual_time_s <= 1.15 * 8000 * 1e-3 / 8
+
+
+def test_cheap_jobs_are_left_alone_by_default():
+    keys = _zipf_keys(50_000)
+    res = dpa.run(pa.table({"key": keys}), key="key", config=dpa.JobConfig(num_reducers=8, runtime="local"))
+    assert res.to_dict() == dict(collections.Counter(keys.tolist()))
+    assert not res.stats.rebalances and not res.stats.merged  # milliseconds of work: nothing worth moving
+
+
+def test_a_user_reducer_is_balanced_on_its_measured_cost():
+    """No WithCost: the local runtime's virtual step time is the cost the reducer declares
+    through WithCost only, so a user reducer's cost is measured on Ray (benchmarks.stragglers
+    --defaults); here the rule on work still treats it like any other."""
+    class Total(dpa.Reducer):
+        def create(self):
+            return 0
+
+        def add(self, acc, value):
+            return acc + 1
+
+        def merge(self, a, b):
+            return a + b
+
+    keys = _zipf_keys(4000)
+    res = dpa.run(pa.table({"key": keys}), key="key", reducer=dpa.WithCost(Total(), 1e-3),
+                  config=dpa.JobConfig(num_reducers=4, runtime="local"))
+    assert res.to_dict() == dict(collections.Counter(keys.tolist()))
+    assert res.stats.rebalances

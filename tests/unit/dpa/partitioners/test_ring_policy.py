@@ -133,3 +133,63 @@ def test_patience_option_is_validated():
     with pytest.raises(ConfigError, match="patience"):
         make_policy(dpa.JobConfig(policy="halving", policy_options={"patience": 0}))
     assert make_policy(dpa.JobConfig(policy="halving", policy_options={"patience": 4})).patience == 4
+
+
+# --------------------------------------------------------------------------- the rule on work
+
+
+def test_the_rule_compares_seconds_of_work_when_reported():
+    p = DPAPlanner("doubling", 0.2, 1, HashRing.for_doubling(3), balance_on="work", min_gap_s=0.05)
+    for r, q in enumerate((100, 100, 100)):
+        p.observe(r, q, 0)
+    assert p.check(0.0) == []  # equal queues in records, no work reported: nothing to do
+    p.observe_work(0, 0.1, 0)  # the same 100 records cost 1 ms each on reducer 0
+    p.observe_work(1, 0.01, 0)
+    p.observe_work(2, 0.01, 0)
+    (decision,) = p.check(1.0)
+    assert decision.event.reducer == 0 and decision.event.action == "double"
+
+
+def test_the_work_rule_needs_the_gap_in_seconds_and_values_unmeasured_reducers_at_the_mean_rate():
+    p = DPAPlanner("doubling", 0.2, 1, HashRing.for_doubling(3), balance_on="work", min_gap_s=0.5)
+    for r, q in enumerate((1000, 100, 100)):
+        p.observe(r, q, 0)
+    p.observe_work(0, 0.3, 0)  # 0.3 s against 0.03 s: 10x, but the gap is below 0.5 s
+    assert p.loads()[0] == pytest.approx([0.3, 0.03, 0.03])  # 1 and 2 at the rate of reducer 0
+    assert p.check(0.0) == []
+    p.observe_work(0, 3.0, 0)
+    assert [d.event.reducer for d in p.check(1.0)] == [0]
+
+
+def test_records_rule_without_work_reports_and_on_request():
+    p = DPAPlanner("doubling", 0.2, 1, HashRing.for_doubling(3), balance_on="work", min_gap_s=100.0)
+    for r, q in enumerate((1000, 100, 100)):
+        p.observe(r, q, 0)
+    assert [d.event.reducer for d in p.check(0.0)] == [0]  # no work known yet: records decide
+    paper = DPAPlanner("doubling", 0.2, 1, HashRing.for_doubling(3), balance_on="records")
+    for r, q in enumerate((100, 100, 100)):
+        paper.observe(r, q, 0)
+        paper.observe_work(r, [10.0, 0.1, 0.1][r], 0)
+    assert paper.check(0.0) == []  # the paper's rule ignores work
+
+
+def test_settings_resolve_min_gap_s_from_the_step_time():
+    policy = make_policy(dpa.JobConfig(policy="halving", step_time_s=0.04))
+    assert policy.balance_on == "work" and policy.min_gap_s == pytest.approx(0.08)
+    paper = make_policy(dpa.JobConfig(policy="halving", policy_options={"balance_on": "records", "min_gap": 0}))
+    assert paper.balance_on == "records" and paper.min_gap == 0
+    with pytest.raises(ConfigError, match="balance_on"):
+        make_policy(dpa.JobConfig(policy="halving", policy_options={"balance_on": "seconds"}))
+    with pytest.raises(ConfigError, match="min_gap_s"):
+        make_policy(dpa.JobConfig(policy="doubling", policy_options={"min_gap_s": -1}))
+
+
+def test_doubling_stops_at_the_ring_bound():
+    from dpa.ring import MAX_RING_TOKENS
+
+    ring = HashRing.for_doubling(4)
+    rounds = 0
+    while ring.redistribute(0, "doubling"):
+        rounds += 1
+        assert sum(ring.token_counts) <= MAX_RING_TOKENS
+    assert rounds >= 10 and not ring.redistribute(0, "doubling")
