@@ -1,7 +1,8 @@
 """Overhead of the DPA load balancer when there is nothing to balance.
 
 Uniform keys (default 10M records over K=100k keys) are counted with the balancer on
-(doubling, ``max_rounds=1``, ``tau=0.2``) and off (``max_rounds=0``), alternating on/off
+(``--policy``: hybrid, the default policy, or doubling / halving with ``max_rounds=1``,
+``tau=0.2``) and off (``max_rounds=0``; for hybrid its halving ring alone), alternating on/off
 for ``--reps`` pairs so that drifting machine load hits both alike. Reported: median wall
 time per mode, the overhead ``(on - off) / off``, the CPU seconds of all job processes
 per run (less sensitive to other load than wall time), and how often the balancer fired.
@@ -39,6 +40,8 @@ from benchmarks.common import (
 )
 
 MODES = {"off": {"max_rounds": 0}, "on": {"max_rounds": 1}}
+#: ``--policy hybrid`` (the default policy): off = its ring alone (halving, no rebalancing).
+HYBRID_MODES = {"off": {"policy": "halving", "max_rounds": 0}, "on": {"max_rounds": 1}}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -46,7 +49,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--keys", type=int, default=100_000)
     p.add_argument("--reps", type=int, default=5, help="on/off pairs")
     p.add_argument("--tau", type=float, default=0.2)
-    p.add_argument("--policy", choices=["doubling", "halving"], default="doubling")
+    p.add_argument("--policy", choices=["hybrid", "doubling", "halving"], default="hybrid",
+                   help="hybrid (the default policy; off = its halving ring without rebalancing), doubling, halving")
     p.add_argument("--patience", type=int, default=1,
                    help="checks the straggler must persist before the balancer acts (1 = the paper's rule)")
     args = p.parse_args(argv)
@@ -58,7 +62,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     distinct = pc.count_distinct(table["key"]).as_py()
     base = {"num_mappers": args.mappers, "num_reducers": args.reducers, "policy": args.policy,
             "tau": args.tau, "policy_options": {"patience": args.patience}, **config_overrides(args)}
-    configs = {mode: dpa.JobConfig(**base, **extra) for mode, extra in MODES.items()}
+    modes = HYBRID_MODES if args.policy == "hybrid" else MODES
+    configs = {mode: dpa.JobConfig(**{**base, **extra}) for mode, extra in modes.items()}
     startup = {"ray_init_s": init_ray()}
     runs: list[dict[str, Any]] = []
     try:

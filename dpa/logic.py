@@ -167,6 +167,9 @@ class ReducerLogic:
         self.queued = 0
         self.queued_rows = 0  # rows of the queue (a combined row stands for many records)
         self.cost_per_row: float | None = None  # moving estimate, seconds; None = not measured yet
+        # Whether a step of full size was measured: small first steps are dominated by the
+        # fixed cost of a step and overstate the cost per row of cheap reducers.
+        self.calibrated = False
         self.steps = 0
         self.processed = 0
         self.in_process = 0  # records of the chunk taken off the queue and not yet applied
@@ -221,8 +224,9 @@ class ReducerLogic:
 
     @property
     def has_key_stats(self) -> bool:
-        """Whether key arrivals are waiting to be reported."""
-        return bool(self._arrivals)
+        """Whether key arrivals are waiting to be reported (not while they are kept until the
+        reducer has measured its cost)."""
+        return bool(self._arrivals) and self._keys_worth_counting() is not None
 
     def take_key_stats(self) -> tuple[np.ndarray, np.ndarray, int, int] | None:
         """The interval's key arrivals: top hashes, their record counts, all records, holdings.
@@ -236,11 +240,29 @@ class ReducerLogic:
             return None
         if not self._arrivals:
             return np.zeros(0, np.uint32), np.zeros(0, np.int64), 0, self.held
+        worth = self._keys_worth_counting()
+        if worth is None:  # not measured yet: keep the arrivals for later
+            return np.zeros(0, np.uint32), np.zeros(0, np.int64), 0, self.held
+        if not worth:
+            # Counting keys costs a sort of the arrivals: skip it while the backlog is not
+            # worth balancing (a cheap job), reporting only how many records arrived.
+            total = sum(len(h) if w is None else int(w.sum()) for h, w in self._arrivals)
+            self._arrivals = []
+            return np.zeros(0, np.uint32), np.zeros(0, np.int64), total, self.held
         hs = np.concatenate([h for h, _ in self._arrivals])
         ws = np.concatenate([np.ones(len(h), np.int64) if w is None else w.astype(np.int64) for h, w in self._arrivals])
         self._arrivals = []
         keys, counts, total = top_key_counts(hs, ws, int(getattr(self.plan.policy, "key_stats_top", 1024)))
         return keys, counts, total, self.held
+
+    def _keys_worth_counting(self) -> bool | None:
+        """Whether to count the keys that arrived now: always, unless the policy counts them
+        only for backlogs worth balancing (:attr:`dpa.policy.PolicySpec.key_stats_when_backlogged`,
+        two steps of work or more); None = not known until a full-size step was measured."""
+        if not getattr(self.plan.policy, "key_stats_when_backlogged", False):
+            return True
+        backlog = self.backlog_s
+        return None if backlog is None else backlog >= 2 * self.plan.step_time_s
 
     @property
     def held(self) -> int:
@@ -320,15 +342,18 @@ class ReducerLogic:
             return
         sample = seconds / rows
         self.steps += 1
-        if self.cost_per_row is None:
-            self.cost_per_row = sample
+        full = seconds >= self.plan.step_time_s / 2 or rows >= self.plan.chunk_size
+        if self.cost_per_row is None or (full and not self.calibrated):
+            self.cost_per_row = sample  # the first full-size step replaces the warm-up guesses
         else:
             self.cost_per_row += COST_SMOOTHING * (sample - self.cost_per_row)
+        self.calibrated = self.calibrated or full
 
     @property
     def backlog_s(self) -> float | None:
-        """The queue in estimated seconds of work (None until a step was measured)."""
-        if self.cost_per_row is None:
+        """The queue in estimated seconds of work (None until a full-size step was measured:
+        the first, small steps of a cheap reducer measure mostly the fixed cost of a step)."""
+        if self.cost_per_row is None or not self.calibrated:
             return None
         return self.queued_rows * self.cost_per_row
 

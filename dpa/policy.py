@@ -151,6 +151,10 @@ class PolicySpec:
     #: The planner wants per-key arrival counts (:meth:`Planner.observe_keys`); reducers
     #: then count the keys they receive and send them with their queue reports.
     wants_key_stats: bool = False
+    #: With ``wants_key_stats``: reducers count keys only while their backlog is worth
+    #: balancing (two steps of work or more); otherwise they report just how many records
+    #: arrived. Spares cheap jobs the cost of counting keys.
+    key_stats_when_backlogged: bool = False
     #: Most key hashes a reducer sends per report when ``wants_key_stats``.
     key_stats_top: int = 1024
 

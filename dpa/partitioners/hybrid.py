@@ -461,6 +461,7 @@ class HybridPolicy(HybridSettings, PolicySpec):
     splits_keys = True
     splits_by_plan = True
     wants_key_stats = True
+    key_stats_when_backlogged = True
     #: Mappers may combine: a hot key's partial-state rows are split by the planned shares
     #: like records (its reducers merge partial states at the end anyway).
     combinable = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pyarrow as pa
+import pytest
 
 import dpa
 from dpa.logic import MapperLogic, ReducerLogic
@@ -144,3 +145,12 @@ def test_queued_rows_follow_takes_and_forwards():
     total = red.queued_rows
     chunk = red.take_chunk()
     assert red.queued_rows == total - chunk.rows == red.queued
+
+
+def test_backlog_waits_for_a_full_size_step_of_a_cheap_reducer():
+    red = _queued_reducer(chunk_size=256)
+    red.on_step(16, 0.001)  # 16 rows in 1 ms: mostly the step's fixed cost
+    assert red.backlog_s is None and red.step_rows > 16  # not reported, but the steps grow
+    red.on_step(256, 0.0005)  # a full-size step (chunk_size) replaces the warm-up guess
+    assert red.calibrated and red.cost_per_row == pytest.approx(0.0005 / 256)
+    assert red.backlog_s == pytest.approx(red.queued_rows * 0.0005 / 256)
