@@ -257,3 +257,24 @@ def test_default_config_rebalances_a_skewed_job():
     res = dpa.run(words, reducer=dpa.WithCost(dpa.Count(), 1e-3), config=dpa.JobConfig(num_reducers=4))
     assert res.to_dict() == dict(collections.Counter(words))
     assert res.stats.rebalances and dpa.metrics.skew(res.stats.processed) <= 0.2
+
+
+def test_default_config_balances_a_user_reducer_on_its_measured_cost():
+    class SlowCount(dpa.Reducer):
+        """Records that really cost time (no WithCost): the reducers measure it.
+        (Defined here: workers cannot import test modules, so it is pickled by value.)"""
+
+        def create(self):
+            return 0
+
+        def add(self, acc, value):
+            time.sleep(0.0005)
+            return acc + 1
+
+        def merge(self, a, b):
+            return a + b
+
+    words = skewed_words(3000)
+    res = dpa.run(words, reducer=SlowCount(), config=dpa.JobConfig(num_reducers=4))
+    assert res.to_dict() == dict(collections.Counter(words))
+    assert res.stats.rebalances and dpa.metrics.skew(res.stats.processed) <= 0.2

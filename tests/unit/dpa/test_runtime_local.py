@@ -207,24 +207,3 @@ def test_cheap_jobs_are_left_alone_by_default():
     res = dpa.run(pa.table({"key": keys}), key="key", config=dpa.JobConfig(num_reducers=8, runtime="local"))
     assert res.to_dict() == dict(collections.Counter(keys.tolist()))
     assert not res.stats.rebalances and not res.stats.merged  # milliseconds of work: nothing worth moving
-
-
-def test_a_user_reducer_is_balanced_on_its_measured_cost():
-    """No WithCost: the local runtime's virtual step time is the cost the reducer declares
-    through WithCost only, so a user reducer's cost is measured on Ray (benchmarks.stragglers
-    --defaults); here the rule on work still treats it like any other."""
-    class Total(dpa.Reducer):
-        def create(self):
-            return 0
-
-        def add(self, acc, value):
-            return acc + 1
-
-        def merge(self, a, b):
-            return a + b
-
-    keys = _zipf_keys(4000)
-    res = dpa.run(pa.table({"key": keys}), key="key", reducer=dpa.WithCost(Total(), 1e-3),
-                  config=dpa.JobConfig(num_reducers=4, runtime="local"))
-    assert res.to_dict() == dict(collections.Counter(keys.tolist()))
-    assert res.stats.rebalances
