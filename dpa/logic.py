@@ -170,7 +170,6 @@ class ReducerLogic:
         # Whether a step of full size was measured: small first steps are dominated by the
         # fixed cost of a step and overstate the cost per row of cheap reducers.
         self.calibrated = False
-        self.steps = 0
         self.processed = 0
         self.in_process = 0  # records of the chunk taken off the queue and not yet applied
         self.forwarded = 0
@@ -341,7 +340,6 @@ class ReducerLogic:
         if rows <= 0 or seconds < 0:
             return
         sample = seconds / rows
-        self.steps += 1
         full = seconds >= self.plan.step_time_s / 2 or rows >= self.plan.chunk_size
         if self.cost_per_row is None or (full and not self.calibrated):
             self.cost_per_row = sample  # the first full-size step replaces the warm-up guesses
