@@ -60,8 +60,8 @@ class JobConfig:
         max_rounds: Shortcut, like ``tau``: maximum rebalances per reducer (the paper's
             Experiment 2 "rounds"). ``0`` is the paper's "No LB" baseline with the method's
             initial ring.
-        initial_tokens: Shortcut, like ``tau``: tokens per reducer for ``halving`` (a power
-            of two). Default 16.
+        initial_tokens: Shortcut, like ``tau``: tokens per reducer on the ring policies'
+            first ring (a power of two). Default 16; the paper's doubling starts from 1.
         lb_interval_s: How often the balancer evaluates the straggler predicate (when new
             reports came in).
         report_interval_s: How often a busy reducer reports its queue length (an idle one
@@ -70,6 +70,13 @@ class JobConfig:
             job 1.33x its ideal time against 1.18x with 50 ms (``benchmarks.stragglers``).
         queue_capacity: Bound of each reducer's input queue, in records. Mappers wait
             (backpressure) while the target queue is full.
+        queue_time_s: Bound of each reducer's input queue in estimated seconds of work
+            (its rows at the reducer's measured cost per row). Mappers wait while a queue
+            holds more, and route a block in pushes that start small and grow while no
+            queue makes them wait (like TCP's slow start), each with the newest routing
+            snapshot: the input the balancer has not seen yet stays unrouted, so a
+            rebalance applies to it without forwarding, and a job never queues more than
+            this much work on a reducer. A cheap reducer never reaches it.
         batch_size: Records per input block handed to mappers.
         step_time_s: Target seconds of work of one reducer step. A reducer takes off its
             queue the rows that fit this time at its measured cost per row (any reducer,
@@ -113,6 +120,7 @@ class JobConfig:
     lb_interval_s: float = 0.05
     report_interval_s: float = 0.05
     queue_capacity: int = 1_000_000
+    queue_time_s: float = 1.0
     batch_size: int = 1_048_576
     step_time_s: float = 0.03
     chunk_size: int = 65_536
@@ -139,10 +147,10 @@ class JobConfig:
         if isinstance(tokens, bool) or not isinstance(tokens, int) or not _is_power_of_two(tokens):
             lower = 1 << max(0, int(tokens).bit_length() - 1) if isinstance(tokens, int) and tokens > 0 else 1
             raise ConfigError(
-                f"JobConfig.initial_tokens must be a power of two >= 1 for token halving, got "
+                f"JobConfig.initial_tokens must be a power of two >= 1 (halving halves it), got "
                 f"{tokens!r}; try {lower} or {lower * 2}"
             )
-        for name in ("lb_interval_s", "report_interval_s", "step_time_s"):
+        for name in ("lb_interval_s", "report_interval_s", "step_time_s", "queue_time_s"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigError(f"JobConfig.{name} must be a positive number of seconds, got {value!r}")

@@ -34,6 +34,16 @@ _HISTORY = 16
 
 #: Rows of a reducer's first step, before it has measured what a row costs.
 FIRST_STEP_ROWS = 16
+#: Rows of a mapper's first push in a job (:class:`MapperLogic`'s slow start).
+FIRST_PUSH_ROWS = 2048
+#: Growth of a mapper's push after one no reducer made wait.
+PUSH_GROWTH = 8
+#: What a reducer tells a mapper about its push: accepted at once by a reducer that knows
+#: its cost (the mapper may grow its pushes), accepted while the cost was still unknown
+#: (keep the size), or made to wait by a full queue (shrink).
+PUSH_GROW, PUSH_KEEP, PUSH_SHRINK = 0, 1, 2
+#: A push never needs more rows than this (a whole block fits).
+MAX_PUSH_ROWS = 1 << 40
 #: Weight of the newest step in the reducer's moving estimate of its cost per row.
 COST_SMOOTHING = 0.3
 
@@ -61,7 +71,16 @@ def top_key_counts(hashes: np.ndarray, weights: np.ndarray | None, top: int) -> 
 
 
 class MapperLogic:
-    """Maps input blocks and routes the output, batch by batch, with a local ring snapshot."""
+    """Maps input blocks and routes the output, push by push, with a local ring snapshot.
+
+    A block is mapped (``map_fn``, key, map-side combine) and hashed once, then routed in
+    pushes (:meth:`next_pushes`), each under the newest snapshot the mapper has. The
+    pushes of a job start at :data:`FIRST_PUSH_ROWS` rows and grow
+    :data:`PUSH_GROWTH`-fold after each push no reducer made wait, halving after one
+    that waited (TCP's slow start, clocked by the reducers' time-bounded queues): a cheap
+    job soon routes whole blocks at once, an expensive one keeps the input it has not
+    routed yet where a rebalance reaches it without forwarding.
+    """
 
     def __init__(self, mapper_id: int, plan: JobPlan, snapshot: Any) -> None:
         self.mapper_id = mapper_id
@@ -71,36 +90,76 @@ class MapperLogic:
         self.cache = KeyHashCache()
         self.emitted = 0
         self.blocks = 0
+        self.pushes = 0
         self.combiner = unwrap(plan.reducer)[0] if plan.combine else None
+        self.window = FIRST_PUSH_ROWS  # rows of the next push
+        self._table: pa.Table | None = None  # the block being routed (with HASH_COL)
+        self._hashes: np.ndarray | None = None
+        self._offset = 0
 
     def on_snapshot(self, snapshot: Any) -> None:
         """Adopts a newer routing snapshot (older or equal versions are ignored)."""
         if snapshot.version > self.snapshot.version:
             self.snapshot = snapshot
 
-    def map_block(self, block: pa.Table) -> list[Push]:
-        """Applies ``map_fn`` and the key, hashes and routes; returns one :class:`Push` per reducer."""
+    def start_block(self, block: pa.Table) -> None:
+        """Applies ``map_fn`` and the key, combines and hashes a block, ready to route."""
         self.blocks += 1
         if self.plan.input_combined:  # partial states already: hash and route only
             self.emitted += weight(block)
-            return self._route(block)
-        table = self.plan.prepare(block)
-        self.emitted += table.num_rows
-        if self.combiner is not None and table.num_rows:
-            # One partial-state row per key (plus its record count): hashing, routing and
-            # shipping then cost per distinct key instead of per record.
-            table = self.combiner.partial_from_batch(table, self.plan.key_cols, WEIGHT_COL)
-        return self._route(table)
-
-    def _route(self, table: pa.Table) -> list[Push]:
-        """Hashes the key columns and splits the table by destination reducer."""
+            table = block
+        else:
+            table = self.plan.prepare(block)
+            self.emitted += table.num_rows
+            if self.combiner is not None and table.num_rows:
+                # One partial-state row per key (plus its record count): hashing, routing and
+                # shipping then cost per distinct key instead of per record.
+                table = self.combiner.partial_from_batch(table, self.plan.key_cols, WEIGHT_COL)
         if table.num_rows == 0:
-            return []
+            self._table, self._hashes, self._offset = None, None, 0
+            return
         hashes = hash_key_columns(table, self.plan.key_cols, cache=self.cache)
-        table = table.append_column(HASH_COL, pa.array(hashes, pa.uint32()))
-        dest = np.asarray(self.router.route(hashes, self.snapshot), dtype=np.int64)
-        parts = split_by(table, dest, self.plan.num_reducers)
+        self._table = table.append_column(HASH_COL, pa.array(hashes, pa.uint32()))
+        self._hashes, self._offset = hashes, 0
+
+    @property
+    def routing(self) -> bool:
+        """Whether rows of the current block are still to be routed."""
+        return self._table is not None
+
+    def next_pushes(self, rows: int | None = None) -> list[Push]:
+        """Routes the next push (``rows`` rows, default the window) under the current snapshot.
+
+        Returns one :class:`Push` per reducer that gets rows (empty when the block is done).
+        """
+        table = self._table
+        if table is None:
+            return []
+        n = self.window if rows is None else rows
+        start, end = self._offset, min(table.num_rows, self._offset + max(1, n))
+        part = table if start == 0 and end == table.num_rows else table.slice(start, end - start)
+        dest = np.asarray(self.router.route(self._hashes[start:end], self.snapshot), dtype=np.int64)
+        self._offset = end
+        if end >= table.num_rows:
+            self._table, self._hashes, self._offset = None, None, 0
+        parts = split_by(part, dest, self.plan.num_reducers)
+        self.pushes += 1
         return [Push(r, p) for r, p in enumerate(parts) if p.num_rows]
+
+    def on_pushed(self, outcome: int) -> None:
+        """The shell's news that a push was accepted: the worst :meth:`ReducerLogic.push_outcome`
+        of its reducers (``PUSH_GROW``, ``PUSH_KEEP`` or ``PUSH_SHRINK``; a bool is read as
+        waited or not)."""
+        outcome = int(outcome) * PUSH_SHRINK if isinstance(outcome, bool) else int(outcome)
+        if outcome >= PUSH_SHRINK:
+            self.window = max(FIRST_PUSH_ROWS, self.window // 2)
+        elif outcome == PUSH_GROW and self.window < MAX_PUSH_ROWS:
+            self.window *= PUSH_GROWTH
+
+    def map_block(self, block: pa.Table) -> list[Push]:
+        """Maps and routes a whole block at once; returns one :class:`Push` per reducer."""
+        self.start_block(block)
+        return self.next_pushes(rows=MAX_PUSH_ROWS) if self._table is not None else []
 
 
 @dataclass
@@ -181,8 +240,36 @@ class ReducerLogic:
 
     # -- queue ----------------------------------------------------------------------
     def has_room(self) -> bool:
-        """Whether a mapper may push now (the queue is below capacity)."""
-        return self.queued < self.plan.queue_capacity
+        """Whether a mapper may push now.
+
+        An empty queue always has room. Otherwise the queue must be below
+        ``queue_capacity`` records and, once a full-size step measured the cost per row
+        (:attr:`calibrated`), below ``queue_time_s`` seconds of work at that cost. Before
+        the first step has measured anything, a queue that holds something has no room
+        (a reducer takes no more work than it knows the cost of); the first, small steps
+        of a cheap reducer overstate its cost, so they bound nothing.
+        """
+        if not self.queued_rows:
+            return True
+        if self.queued >= self.plan.queue_capacity or self.cost_per_row is None:
+            return False
+        if not self.calibrated:  # small steps overstate a cheap reducer's cost: no bound in time yet
+            return True
+        return self.queued_rows * self.cost_per_row < self.plan.queue_time_s
+
+    def push_outcome(self, waited_full: bool) -> int:
+        """What a mapper's push tells the mapper (:data:`PUSH_GROW` / ``KEEP`` / ``SHRINK``),
+        given whether it waited for a full queue (:attr:`congested`)."""
+        if waited_full:
+            return PUSH_SHRINK
+        return PUSH_KEEP if self.cost_per_row is None else PUSH_GROW
+
+    @property
+    def congested(self) -> bool:
+        """Whether a mapper that must wait now waits for work (a full queue), not for the
+        reducer's first measurements of its cost (which overstate a cheap reducer's): only
+        then does it shrink its pushes."""
+        return not self.has_room() and (self.calibrated or self.queued >= self.plan.queue_capacity)
 
     def enqueue(self, batch: pa.Table, forwarded: bool = False,
                 version: int | None = None) -> list[Forward]:

@@ -86,6 +86,8 @@ class JobPlan:
     key_types: list[pa.DataType | None] | None = None
     # Target seconds of work per reducer step (JobConfig.step_time_s).
     step_time_s: float = 0.03
+    # Bound of each reducer's queue in estimated seconds of work (JobConfig.queue_time_s).
+    queue_time_s: float = 1.0
     # The driver already checked the types of every block against each other (a source
     # read on the driver, no map_fn, no key function): mappers only re-check the keys.
     checked_upstream: bool = False
@@ -315,7 +317,7 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
         keep_cols=keep, reducer=bound, policy=policy, num_mappers=config.num_mappers,
         num_reducers=config.num_reducers, queue_capacity=config.queue_capacity, chunk_size=config.chunk_size,
         lb_interval_s=config.lb_interval_s, report_interval_s=config.report_interval_s,
-        step_time_s=float(config.step_time_s),
+        step_time_s=float(config.step_time_s), queue_time_s=float(config.queue_time_s),
         output_schema=output_schema, input_schema=schema, job_id=uuid.uuid4().hex[:8],
         combine=(bool(config.map_side_combine) and policy.combinable and isinstance(inner, ColumnarReducer)
                  and unwrap(bound)[1] == 0 and not config.input_combined),

@@ -31,7 +31,7 @@ import pyarrow as pa
 import ray
 
 from dpa.instructions import Forward
-from dpa.logic import BalancerLogic, MapperLogic, ReducerLogic
+from dpa.logic import PUSH_KEEP, BalancerLogic, MapperLogic, ReducerLogic
 from dpa.plan import JobPlan, empty_input_table
 from dpa.sources import ParquetPiece
 from dpa.telemetry import ReducerTelemetry, metric
@@ -143,14 +143,17 @@ class MapperActor(_JobMember):
                 block = _as_table(await ref)
                 if row_slice is not None:
                     block = block.slice(row_slice[0], row_slice[1] - row_slice[0])
-                routed = logic.map_block(block)
+                before = logic.emitted
+                logic.start_block(block)
             except Exception as exc:
                 raise ActorFailure(self.name, exc, getattr(exc, "key", None)) from exc
-            version = logic.snapshot.version
-            await asyncio.gather(*[self.reducers[r].push.remote(job_id, b, version) for r, b in routed])
-            emitted = sum(b.num_rows for _, b in routed)
-            if emitted:
-                metric("dpa_records_emitted").inc(emitted, tags=self.tags)
+            while logic.routing:  # push by push, each under the newest ring (update_ring runs between)
+                routed = logic.next_pushes()
+                version = logic.snapshot.version
+                outcomes = await asyncio.gather(*[self.reducers[r].push.remote(job_id, b, version) for r, b in routed])
+                logic.on_pushed(max(outcomes, default=PUSH_KEEP))
+            if logic.emitted > before:
+                metric("dpa_records_emitted").inc(logic.emitted - before, tags=self.tags)
         await self.coordinator.mapper_done.remote(job_id, self.mapper_id, logic.emitted)
         self.job_id, self.task = None, None  # the job is over for this mapper: later news is dropped
         return logic.emitted
@@ -194,25 +197,33 @@ class ReducerActor(_JobMember):
 
     # -- inputs ---------------------------------------------------------------------
     @quiet_method
-    async def push(self, job_id: str, batch: pa.Table, version: int, forwarded: bool = False) -> None:
+    async def push(self, job_id: str, batch: pa.Table, version: int, forwarded: bool = False) -> int:
+        """Queues a batch; a mapper's push waits while the queue is full. Returns what the
+        mapper should do with its push size (:meth:`~dpa.logic.ReducerLogic.push_outcome`)."""
         if not self._serving(job_id):
-            return
+            return PUSH_KEEP
         logic = self.logic
         if version > logic.snapshot.version:
             snapshot = await self.balancer.snapshot.remote(job_id)
             if not self._serving(job_id):
-                return
+                return PUSH_KEEP
             if snapshot is not None:
                 self._adopt(snapshot)
+        outcome = PUSH_KEEP
         if not forwarded:
+            waited = False
+            outcome = logic.push_outcome(False)
             while not logic.has_room():
+                waited = waited or logic.congested
                 self.room.clear()
                 await self.room.wait()
                 if not self._serving(job_id):
-                    return
+                    return PUSH_KEEP
+            outcome = max(outcome, logic.push_outcome(waited))
         self._send(logic.enqueue(batch, forwarded, version))
         self.wake.set()
         self._report()
+        return outcome
 
     @quiet_method
     async def update_ring(self, job_id: str, snapshot: Any) -> None:
@@ -293,6 +304,8 @@ class ReducerActor(_JobMember):
                     key = getattr(logic.state, "current_key", None)
                     raise ActorFailure(self.name, exc, key) from exc
                 logic.on_step(chunk.rows, time.perf_counter() - step_started)
+                if logic.has_room():  # the step may have revised what the queue's work is worth
+                    self.room.set()
                 self._report()
                 await asyncio.sleep(0)
         finally:

@@ -272,20 +272,25 @@ class HashRing:
         return cls([int(t)] * int(num_reducers))
 
     @classmethod
-    def for_doubling(cls, num_reducers: int) -> HashRing:
-        """A ring for the token doubling method: one token per reducer.
+    def for_doubling(cls, num_reducers: int, initial_tokens: int = 1) -> HashRing:
+        """A ring for the token doubling method: ``initial_tokens`` per reducer (the paper: 1).
 
         Args:
             num_reducers: Number of reducers (>= 1).
+            initial_tokens: Tokens per reducer, >= 1. One token each (the paper) leaves
+                arcs that differ several-fold; more even the first ring out.
 
         Returns:
             The ring.
 
         Raises:
-            ConfigError: If ``num_reducers < 1``.
+            ConfigError: If ``num_reducers < 1`` or ``initial_tokens < 1``.
         """
         _check_num_reducers(num_reducers)
-        return cls([1] * int(num_reducers))
+        t = initial_tokens
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1:
+            raise ConfigError(f"initial_tokens for the doubling method must be an integer >= 1, got {t!r}")
+        return cls([int(t)] * int(num_reducers))
 
     @classmethod
     def for_method(
@@ -296,8 +301,8 @@ class HashRing:
         Args:
             method: ``"halving"`` or ``"doubling"``.
             num_reducers: Number of reducers (>= 1).
-            initial_tokens: For halving, tokens per reducer (default
-                :data:`DEFAULT_HALVING_TOKENS`); must be ``None`` or 1 for doubling.
+            initial_tokens: Tokens per reducer; default :data:`DEFAULT_HALVING_TOKENS` for
+                halving and 1 (the paper) for doubling.
 
         Returns:
             The ring.
@@ -311,12 +316,7 @@ class HashRing:
                 num_reducers,
                 DEFAULT_HALVING_TOKENS if initial_tokens is None else initial_tokens,
             )
-        if initial_tokens not in (None, 1):
-            raise ConfigError(
-                f"the doubling method starts every reducer with 1 token, got initial_tokens="
-                f"{initial_tokens!r}; leave it unset"
-            )
-        return cls.for_doubling(num_reducers)
+        return cls.for_doubling(num_reducers, 1 if initial_tokens is None else initial_tokens)
 
     @property
     def num_reducers(self) -> int:

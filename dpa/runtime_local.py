@@ -21,7 +21,15 @@ from typing import Any
 import pyarrow as pa
 
 from dpa.instructions import Forward, Push
-from dpa.logic import BalancerLogic, Chunk, CoordinatorLogic, MapperLogic, ReducerLogic
+from dpa.logic import (
+    PUSH_GROW,
+    PUSH_SHRINK,
+    BalancerLogic,
+    Chunk,
+    CoordinatorLogic,
+    MapperLogic,
+    ReducerLogic,
+)
 from dpa.plan import JobPlan
 from dpa.run_output import DRIVER_PROGRESS_INTERVAL_S, RunOutput, needs_final_merge
 
@@ -85,17 +93,38 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
             deliver(forwards[r])
             report(r)
 
+    outcome = [PUSH_GROW] * M  # what mapper m's current push tells it so far (ReducerLogic.push_outcome)
+    tried = [False] * M  # whether the head of mapper m's pending batches reached its reducer
+    outstanding = [False] * M  # whether mapper m has a push not yet fully accepted
+
     def push_pending(m: int) -> bool:
-        """Pushes mapper m's routed batches while queues have room; True when all sent."""
-        while pending[m]:
-            dest, batch = pending[m][0]
-            if not reducers[dest].has_room():
-                return False
-            pending[m].pop(0)
-            deliver(reducers[dest].enqueue(batch, version=versions[m]))
-            start(dest)
-            report(dest)
-        return True
+        """Pushes mapper m's routed batches while queues have room, routing its next push
+        (under the newest snapshot) when one is done; True when its block is all sent."""
+        mapper = mappers[m]
+        while True:
+            while pending[m]:
+                dest, batch = pending[m][0]
+                red = reducers[dest]
+                if not tried[m]:  # what the reducer knew when the batch arrived
+                    outcome[m] = max(outcome[m], red.push_outcome(False))
+                    tried[m] = True
+                if not red.has_room():
+                    if red.congested:
+                        outcome[m] = PUSH_SHRINK
+                    return False
+                pending[m].pop(0)
+                tried[m] = False
+                deliver(reducers[dest].enqueue(batch, version=versions[m]))
+                start(dest)
+                report(dest)
+            if outstanding[m]:
+                mapper.on_pushed(outcome[m])
+                outstanding[m], outcome[m] = False, PUSH_GROW
+            if not mapper.routing:
+                return True
+            pending[m] = mapper.next_pushes()
+            versions[m] = mapper.snapshot.version
+            outstanding[m] = True
 
     def feed() -> None:
         """Lets mappers pull and route blocks until input ends or every mapper is blocked."""
@@ -113,8 +142,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
                     progress = True
                     continue
                 coord.on_block_taken(m)
-                pending[m] = mappers[m].map_block(block)
-                versions[m] = mappers[m].snapshot.version
+                mappers[m].start_block(block)
                 push_pending(m)
                 progress = True
 

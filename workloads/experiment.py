@@ -122,6 +122,7 @@ def job_config(method: str, max_rounds: int, runtime: str, settings: Settings,
         policy_options={**({"min_gap": 0, "balance_on": "records"} if method in RING_POLICIES else {}), **(policy_options or {})},
         tau=settings.tau,
         max_rounds=max_rounds,
+        initial_tokens=1 if method == "doubling" else 16,  # the paper's first rings
         batch_size=settings.batch_size,
         chunk_size=settings.chunk_size,
         lb_interval_s=settings.lb_interval_s,

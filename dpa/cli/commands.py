@@ -205,7 +205,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         files = write_report(result, args.report, baseline_stats=None if baseline is None else baseline.stats,
                              title=f"{inp.name} {config.policy}",
-                             initial_tokens=args.initial_tokens if config.policy == "halving" else None)
+                             initial_tokens=args.initial_tokens if config.policy in ("halving", "doubling") else None)
         print(f"report: {len(files)} files in {args.report}/ ({', '.join(f.name for f in files)})", file=out)
     if args.dashboard:
         hold_dashboard(url)

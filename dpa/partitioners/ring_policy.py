@@ -177,13 +177,13 @@ class RingSettings(PolicySettings):
     """Settings of the DPA ring policies (``halving``, ``doubling``; ``hybrid`` extends them).
 
     Args:
-        method: ``"halving"`` (start with ``initial_tokens`` per reducer and halve the
-            straggler's) or ``"doubling"`` (start with 1 token per reducer and double the
-            others'). Also the registered name.
+        method: ``"halving"`` (halve the straggler's tokens) or ``"doubling"`` (double
+            the others'). Also the registered name.
         tau: Straggler threshold: act when ``Q_max > Q_second * (1 + tau)``; ``>= 0``.
         max_rounds: Rebalances allowed per reducer; 0 = the paper's "No LB".
-        initial_tokens: Tokens per reducer for halving (a power of two; 16 allows 4
-            halvings).
+        initial_tokens: Tokens per reducer on the first ring (a power of two; 16 allows
+            4 halvings). The paper starts doubling from 1 token per reducer, whose arcs
+            differ several-fold; 16 even them out (``benchmarks.stragglers --defaults``).
         patience: Consecutive checks the same straggler must persist (1 = the paper).
         balance_on: ``"work"`` (default): compare the reducers' backlogs in estimated
             seconds of work; ``"records"``: compare queue lengths in records (the paper's
@@ -240,9 +240,7 @@ class RingSettings(PolicySettings):
 
     def ring(self, num_reducers: int) -> HashRing:
         """The initial ring for ``num_reducers`` reducers."""
-        if self.method == "halving":
-            return HashRing.for_halving(num_reducers, self.initial_tokens)
-        return HashRing.for_doubling(num_reducers)
+        return HashRing.for_method(self.method, num_reducers, self.initial_tokens)
 
 
 @dataclass(frozen=True)

@@ -203,12 +203,20 @@ def test_halving_tokens_must_be_power_of_two(tokens: int, suggestion: str) -> No
         lambda: RingSnapshot.build([]),
         lambda: HashRing.for_doubling(2).redistribute(0, "tripling"),
         lambda: HashRing.for_doubling(2).halve(2),
-        lambda: HashRing.for_method("doubling", 2, initial_tokens=4),
+        lambda: HashRing.for_method("doubling", 2, initial_tokens=0),
+        lambda: HashRing.for_doubling(2, initial_tokens=True),
     ],
 )
 def test_config_errors(make) -> None:  # noqa: ANN001
     with pytest.raises(ConfigError):
         make()
+
+
+def test_doubling_starts_from_the_tokens_asked_for() -> None:
+    assert HashRing.for_method("doubling", 3).token_counts == (1, 1, 1)  # the paper
+    ring = HashRing.for_method("doubling", 3, initial_tokens=4)
+    assert ring.token_counts == (4, 4, 4)
+    assert ring.redistribute(0, "doubling") and ring.token_counts == (4, 8, 8)
 
 
 def test_for_method() -> None:
