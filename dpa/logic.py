@@ -147,10 +147,8 @@ class MapperLogic:
         return [Push(r, p) for r, p in enumerate(parts) if p.num_rows]
 
     def on_pushed(self, outcome: int) -> None:
-        """The shell's news that a push was accepted: the worst :meth:`ReducerLogic.push_outcome`
-        of its reducers (``PUSH_GROW``, ``PUSH_KEEP`` or ``PUSH_SHRINK``; a bool is read as
-        waited or not)."""
-        outcome = int(outcome) * PUSH_SHRINK if isinstance(outcome, bool) else int(outcome)
+        """The shell's news that a push was accepted: the worst outcome among its reducers
+        (:data:`PUSH_GROW`, :data:`PUSH_KEEP` or :data:`PUSH_SHRINK`)."""
         if outcome >= PUSH_SHRINK:
             self.window = max(FIRST_PUSH_ROWS, self.window // 2)
         elif outcome == PUSH_GROW and self.window < MAX_PUSH_ROWS:
@@ -159,7 +157,7 @@ class MapperLogic:
     def map_block(self, block: pa.Table) -> list[Push]:
         """Maps and routes a whole block at once; returns one :class:`Push` per reducer."""
         self.start_block(block)
-        return self.next_pushes(rows=MAX_PUSH_ROWS) if self._table is not None else []
+        return self.next_pushes(rows=MAX_PUSH_ROWS)
 
 
 @dataclass
@@ -257,11 +255,10 @@ class ReducerLogic:
             return True
         return self.queued_rows * self.cost_per_row < self.plan.queue_time_s
 
-    def push_outcome(self, waited_full: bool) -> int:
-        """What a mapper's push tells the mapper (:data:`PUSH_GROW` / ``KEEP`` / ``SHRINK``),
-        given whether it waited for a full queue (:attr:`congested`)."""
-        if waited_full:
-            return PUSH_SHRINK
+    def push_outcome(self) -> int:
+        """What a mapper's push arriving now tells the mapper: :data:`PUSH_GROW` once the
+        reducer has measured its cost, :data:`PUSH_KEEP` before. The shell turns it into
+        :data:`PUSH_SHRINK` if the push then waits while the queue is :attr:`congested`."""
         return PUSH_KEEP if self.cost_per_row is None else PUSH_GROW
 
     @property

@@ -31,7 +31,7 @@ import pyarrow as pa
 import ray
 
 from dpa.instructions import Forward
-from dpa.logic import PUSH_KEEP, BalancerLogic, MapperLogic, ReducerLogic
+from dpa.logic import PUSH_KEEP, PUSH_SHRINK, BalancerLogic, MapperLogic, ReducerLogic
 from dpa.plan import JobPlan, empty_input_table
 from dpa.sources import ParquetPiece
 from dpa.telemetry import ReducerTelemetry, metric
@@ -211,15 +211,14 @@ class ReducerActor(_JobMember):
                 self._adopt(snapshot)
         outcome = PUSH_KEEP
         if not forwarded:
-            waited = False
-            outcome = logic.push_outcome(False)
+            outcome = logic.push_outcome()
             while not logic.has_room():
-                waited = waited or logic.congested
+                if logic.congested:
+                    outcome = PUSH_SHRINK
                 self.room.clear()
                 await self.room.wait()
                 if not self._serving(job_id):
                     return PUSH_KEEP
-            outcome = max(outcome, logic.push_outcome(waited))
         self._send(logic.enqueue(batch, forwarded, version))
         self.wake.set()
         self._report()

@@ -106,7 +106,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
                 dest, batch = pending[m][0]
                 red = reducers[dest]
                 if not tried[m]:  # what the reducer knew when the batch arrived
-                    outcome[m] = max(outcome[m], red.push_outcome(False))
+                    outcome[m] = max(outcome[m], red.push_outcome())
                     tried[m] = True
                 if not red.has_room():
                     if red.congested:

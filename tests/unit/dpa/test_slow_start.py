@@ -57,7 +57,7 @@ def test_the_window_never_drops_below_the_first_push():
     plan, _ = _plan(10)
     mapper = MapperLogic(0, plan, plan.policy.initial_snapshot(plan.num_reducers))
     for _ in range(5):
-        mapper.on_pushed(True)
+        mapper.on_pushed(PUSH_SHRINK)
     assert mapper.window == FIRST_PUSH_ROWS
 
 
@@ -73,7 +73,7 @@ def test_each_push_is_routed_under_the_snapshot_the_mapper_has_then():
     planner.ring.redistribute(hot, "doubling")
     newer = planner.ring.snapshot()
     mapper.on_snapshot(newer)
-    mapper.on_pushed(False)
+    mapper.on_pushed(PUSH_GROW)
     for reducer, batch in mapper.next_pushes():
         hashes = batch[HASH_COL].to_numpy()
         assert (newer.lookup_batch(hashes) == reducer).all()
