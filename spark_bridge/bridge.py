@@ -14,6 +14,7 @@ from .convert import (
     result_spark_schema,
     spark_to_arrow_refs,
 )
+from .partials import native_partials
 from .pushdown import parquet_scan
 
 if TYPE_CHECKING:  # pragma: no cover - imported for type hints only
@@ -21,7 +22,10 @@ if TYPE_CHECKING:  # pragma: no cover - imported for type hints only
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["can_precombine", "precombined", "run", "run_with_result"]
+__all__ = ["PRECOMBINE_MODES", "can_precombine", "precombined", "run", "run_with_result"]
+
+#: Values of ``run_with_result(precombine=...)`` besides ``None`` / ``True`` / ``False``.
+PRECOMBINE_MODES = ("sql", "arrow")
 
 
 def _key_columns(key: str | Sequence[str]) -> list[str]:
@@ -64,7 +68,7 @@ def run(
     reducer: Any,
     map_fn: Callable[..., Any] | None = None,
     config: Any = None,
-    precombine: bool | None = None,
+    precombine: bool | str | None = None,
     pushdown: bool | None = None,
 ) -> DataFrame:
     """Aggregates ``df`` by ``key`` with dpa; returns a Spark DataFrame.
@@ -123,7 +127,7 @@ def run_with_result(
     reducer: Any,
     map_fn: Callable[..., Any] | None = None,
     config: Any = None,
-    precombine: bool | None = None,
+    precombine: bool | str | None = None,
     pushdown: bool | None = None,
 ) -> tuple[DataFrame, Any]:
     """Aggregate ``df`` by ``key`` with a dpa reducer running on Ray actors.
@@ -142,13 +146,18 @@ def run_with_result(
             reducer's input column may be produced by it; such outputs are typed from the
             result's Arrow schema.
         config: dpa run configuration, passed to ``dpa.run`` (default ``dpa.JobConfig()``).
-        precombine: Let Spark's tasks do dpa's map-side combine (:func:`precombined`) so
-            that one partial row per key and partition, not every row, moves from Spark
-            to Ray; dpa's mappers then only hash and route
-            (``JobConfig.input_combined``). ``None`` (default) = whenever dpa itself would
-            combine on the map side (built-in reducer without cost, no ``map_fn``,
-            ``map_side_combine``, a policy that accepts combined rows); ``False`` = ship
-            every row. Queue lengths, loads and ``processed`` stay in records either way.
+        precombine: Let Spark do dpa's map-side combine so that one partial row per key
+            and partition, not every row, moves from Spark to Ray; dpa's mappers then only
+            hash and route (``JobConfig.input_combined``). Spark computes the partial
+            states with its own SQL aggregates where the reducer has a formulation
+            (:func:`spark_bridge.partials.native_partials`: every built-in, with the
+            exceptions listed there), else its tasks run the reducer's Arrow combine in
+            Python (:func:`precombined`, ``mapInArrow``). ``None`` (default) = whenever
+            dpa itself would combine on the map side (built-in reducer without cost, no
+            ``map_fn``, ``map_side_combine``, a policy that accepts combined rows);
+            ``True`` = require it; ``"sql"`` = require the SQL aggregates; ``"arrow"`` =
+            require ``mapInArrow``; ``False`` = ship every row. Queue lengths, loads and
+            ``processed`` stay in records either way.
         pushdown: Let dpa's mappers read the parquet files of a DataFrame that is a plain
             parquet scan (``spark.read.parquet(...)``, possibly with a ``select`` of
             columns) themselves (:func:`spark_bridge.pushdown.parquet_scan`): the rows skip
@@ -192,22 +201,35 @@ def run_with_result(
             "files (spark.read.parquet(path), optionally .select(columns)) and no map_fn; "
             "use pushdown=None to fall back to reading through Spark"
         )
+    if not (precombine is None or isinstance(precombine, bool) or precombine in PRECOMBINE_MODES):
+        raise ConfigError(f"precombine must be None, True, False, 'sql' or 'arrow', got {precombine!r}")
     possible = can_precombine(reducer, map_fn, config)
     use_pre = scan is None and (possible if precombine is None else bool(precombine))
+    finish = None
     if scan is not None:
         source = None
     elif use_pre:
         if not possible:
             raise ConfigError(
-                "precombine=True needs a built-in reducer without cost, no map_fn, "
+                f"precombine={precombine!r} needs a built-in reducer without cost, no map_fn, "
                 "map_side_combine=True and a policy that accepts map-side combined rows (e.g. hybrid, doubling, halving, hash)"
             )
         from dataclasses import replace
 
-        source, config = precombined(df, key_columns, reducer), replace(config, input_combined=True)
+        native = None if precombine == "arrow" else native_partials(df, key_columns, reducer)
+        if native is None and precombine == "sql":
+            raise ConfigError(
+                f"precombine='sql': {reducer!r} over this column type has no Spark SQL formulation "
+                "(see spark_bridge.partials); use precombine=True to fall back to mapInArrow"
+            )
+        source, finish = native if native is not None else (precombined(df, key_columns, reducer), None)
+        config = replace(config, input_combined=True)
     else:
         source = df
-    dataset: Any = scan if source is None else spark_to_arrow_refs(source)
+    if source is None:
+        dataset: Any = scan
+    else:
+        dataset = spark_to_arrow_refs(source, transform=finish, schema=None if finish is None else finish.schema)
     if map_fn is not None:  # a Ray Dataset gives dpa a sample to dry-run map_fn on
         import ray.data
 

@@ -18,7 +18,7 @@ import functools
 import logging
 import uuid
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -91,6 +91,7 @@ def _fetch_partition(
     partition_id: int,
     schema_json: str,
     driver_agent_url: str,
+    transform: Callable[[pa.Table], pa.Table] | None = None,
 ) -> pa.Table:
     """Ray task body: read one cached Spark partition (Arrow IPC) from its executor actor.
 
@@ -98,6 +99,7 @@ def _fetch_partition(
     own fetch task sets it and leaves it set, after which that worker imports every later task's
     module by name instead of unpickling it -- re-running a driver script's top level for
     functions defined in ``__main__``. Here the flag is restored as soon as the call returns.
+    ``transform``, if given, is applied to the table here, in the fetch task.
     """
     import pyarrow as pa
     import ray
@@ -114,7 +116,8 @@ def _fetch_partition(
     ipc_bytes = ray.get(call)
     table = pa.ipc.open_stream(pa.BufferReader(ipc_bytes)).read_all()
     # Spark attaches schema metadata; blocks are cleaner (and unify better) without it.
-    return table.replace_schema_metadata()
+    table = table.replace_schema_metadata()
+    return table if transform is None else transform(table)
 
 
 @functools.cache
@@ -124,7 +127,12 @@ def _remote_fetch():
     return ray.remote(max_retries=_FETCH_RETRIES)(_fetch_partition)
 
 
-def spark_to_arrow_refs(df: DataFrame, num_blocks: int | None = None) -> ArrowRefs:
+def spark_to_arrow_refs(
+    df: DataFrame,
+    num_blocks: int | None = None,
+    transform: Callable[[pa.Table], pa.Table] | None = None,
+    schema: pa.Schema | None = None,
+) -> ArrowRefs:
     """Puts a Spark-on-Ray DataFrame's partitions into Ray's object store as Arrow tables.
 
     Same mechanism as :func:`ray.data.from_spark` in raydp 1.6.5 (the "recoverable" path):
@@ -143,10 +151,18 @@ def spark_to_arrow_refs(df: DataFrame, num_blocks: int | None = None) -> ArrowRe
     dataset with no blocks and *no schema*; here it yields one empty Arrow table with the
     DataFrame's schema instead. :func:`spark_to_ray_dataset` wraps the refs as a Ray Dataset.
 
+    Nothing passes through the driver or a Ray Data pipeline: the executors hold the
+    Arrow bytes and the fetch tasks, scheduled anywhere in the cluster, ask the executor
+    actors (by name) for them, so the refs work on a multi-node cluster as on one machine.
+
     Args:
         df: DataFrame of a RayDP SparkSession.
         num_blocks: Repartition to this many blocks first (default: keep Spark's
             partitioning, one block per partition).
+        transform: A picklable function applied to every table inside its fetch task
+            (e.g. :class:`spark_bridge.partials.PartialFinish`), so the blocks in the
+            object store are already transformed.
+        schema: The tables' schema after ``transform`` (required with ``transform``).
 
     Returns:
         A :class:`dpa.ArrowRefs`.
@@ -161,12 +177,16 @@ def spark_to_arrow_refs(df: DataFrame, num_blocks: int | None = None) -> ArrowRe
         isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1
     ):
         raise ConfigError(f"num_blocks must be a positive int, got {num_blocks!r}")
+    if transform is not None and schema is None:
+        raise ConfigError("spark_to_arrow_refs(transform=...) needs the transformed tables' schema")
     source = df
     if num_blocks is not None and num_blocks != df.rdd.getNumPartitions():
         df = df.repartition(num_blocks)
     if df.rdd.getNumPartitions() == 0:
         logger.debug("DataFrame has no partitions; building an empty dataset from its schema")
         empty = _empty_table(df.schema)
+        if transform is not None:
+            empty = transform(empty)
         return ArrowRefs([ray.put(empty)], empty.schema)
 
     sc = df.sparkSession.sparkContext
@@ -187,11 +207,11 @@ def spark_to_arrow_refs(df: DataFrame, num_blocks: int | None = None) -> ArrowRe
     schema_json = info.schemaJson()
     agent_url = info.driverAgentUrl()
     refs = [
-        fetch.remote(f"raydp-executor-{executor_id}", rdd_id, i, schema_json, agent_url)
+        fetch.remote(f"raydp-executor-{executor_id}", rdd_id, i, schema_json, agent_url, transform)
         for i, executor_id in enumerate(info.locations())
     ]
     logger.debug("Spark -> Ray: %d partitions of cached RDD %d", len(refs), rdd_id)
-    return ArrowRefs(refs, to_arrow_schema(df.schema))
+    return ArrowRefs(refs, to_arrow_schema(df.schema) if schema is None else schema)
 
 
 def spark_to_ray_dataset(df: DataFrame, num_blocks: int | None = None) -> ray.data.Dataset:

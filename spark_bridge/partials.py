@@ -1,0 +1,260 @@
+"""dpa's map-side combine as Spark SQL aggregates (no Python UDF).
+
+:func:`native_partials` writes a built-in reducer's partial state as Spark aggregate
+expressions grouped by ``(spark_partition_id(), key columns...)``: one row per key and
+input partition, as a dpa mapper's combine of that partition would give, computed by
+Spark's own (code-generated) hash aggregation. The rows then move to Ray as Arrow
+(:func:`spark_bridge.convert.spark_to_arrow_refs`), where :class:`PartialFinish`, run by
+the fetch task of each partition, gives them exactly the columns and Arrow types dpa's
+reducers merge (``JobConfig.input_combined``): the key columns, the reducer's state
+columns (:meth:`dpa.reducers.ColumnarReducer.state_columns`) and
+:data:`dpa.reducers.WEIGHT_COL`, the number of input records per row, so that queue
+lengths and the load balancer still count records.
+
+Per reducer (``c`` is the reducer's column):
+
+========== ========================================================================
+``Count``  ``count(1)``
+``Sum``    byte/short/int: ``sum(c)`` (a long; exact below 2**32 rows per group);
+           long: ``sum(c >> 32)`` and ``sum(c & 0xFFFFFFFF)``, recombined exactly in
+           :class:`PartialFinish` (an int64, or dpa's exact "pending" decimal when the
+           partial sum leaves int64, so that only the key's final sum decides, as in
+           dpa's own combine, and an overflow raises
+           :class:`~dpa.errors.ArithmeticOverflowError` instead of wrapping as Spark's
+           non-ANSI ``sum`` would); float/double: ``sum(c)`` (a double);
+           ``decimal(p, s)`` with ``p <= 28``: ``sum(c)``, a ``decimal(p + 10, s)`` as
+           dpa widens it
+``Min``    ``min(c)``; for float/double ``coalesce(min(nanvl(c, null)), max(c))``:
+           NaN only when a partition holds nothing else, as Arrow's (dpa's) ``min``
+``Max``    as ``Min`` with ``max``
+``Mean``   ``sum(cast(c as double))``, ``count(c)``
+``Collect`` ``transform(collect_list(struct(c)), s -> s.c)`` (nulls kept, as dpa keeps
+           them; ``collect_list`` alone drops them)
+``TopK``   ``slice(sort_array(collect_list(c), false), 1, k)`` (nulls ignored, largest
+           first)
+========== ========================================================================
+
+Everything else returns ``None`` and the bridge keeps its ``mapInArrow`` precombine
+(:func:`spark_bridge.bridge.precombined`): subclasses of the built-ins (they may change
+the aggregation), decimal sums wider than 28 digits (Spark's ``decimal(38)`` sum turns an
+overflow into null outside ANSI mode), and column types these expressions do not cover.
+"""
+
+from __future__ import annotations
+
+import decimal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from dpa.errors import ArithmeticOverflowError
+from dpa.int_sums import pending_type
+
+if TYPE_CHECKING:  # pragma: no cover - imported for type hints only
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType
+
+__all__ = ["PartialFinish", "native_partials"]
+
+#: Internal columns of the Spark partial aggregation (dropped by :class:`PartialFinish`).
+PARTITION_COL = "__dpa_pid"
+SUM_HIGH_COL = "__dpa_sum_hi"
+SUM_LOW_COL = "__dpa_sum_lo"
+
+#: Rows per group below which the halves of a long sum cannot wrap in Spark: the low
+#: halves are < 2**32 each, so 2**31 of them sum to < 2**63.
+_MAX_SPLIT_ROWS = 2**31
+_LOW_MASK = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class PartialFinish:
+    """Turns one Arrow table of Spark's partial aggregates into dpa partial states.
+
+    Run by the Ray task that fetches each Spark partition
+    (:func:`spark_bridge.convert.spark_to_arrow_refs`), so the driver never sees the rows.
+
+    Attributes:
+        schema: The partial-state schema dpa receives: key columns, state columns,
+            :data:`dpa.reducers.WEIGHT_COL`.
+        split_sum: Name of a state column Spark computed as two halves
+            (:data:`SUM_HIGH_COL`, :data:`SUM_LOW_COL`) of a long sum, or ``None``.
+        input_column: The reducer's input column (named in overflow errors).
+        weight_col: Name of the record-count column.
+    """
+
+    schema: pa.Schema
+    split_sum: str | None = None
+    input_column: str | None = None
+    weight_col: str = "__dpa_w"
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        """Returns ``table`` with exactly :attr:`schema`'s columns and types.
+
+        Raises:
+            ArithmeticOverflowError: A partition held 2**31 rows or more of one key whose
+                long column is summed (Spark could have wrapped a half of the sum).
+        """
+        if self.split_sum is not None:
+            table = table.append_column(self.split_sum, self._joined_sum(table))
+        columns = []
+        for field in self.schema:
+            column = table[field.name]
+            if self.split_sum is not None and field.name == self.split_sum:
+                columns.append(column)  # int64 or pending decimal: kept as it is
+            else:
+                columns.append(column.cast(field.type))
+        return pa.Table.from_arrays(columns, names=self.schema.names)
+
+    def _joined_sum(self, table: pa.Table) -> pa.ChunkedArray | pa.Array:
+        """``high * 2**32 + low`` per row: int64 where every sum fits, else dpa's pending decimal."""
+        weights = table[self.weight_col].to_numpy()
+        if len(weights) and int(weights.max()) >= _MAX_SPLIT_ROWS:
+            raise ArithmeticOverflowError(
+                f"Sum({self.input_column!r}): a Spark partition holds {int(weights.max())} rows of one key, "
+                f"too many to sum exactly in Spark (at most {_MAX_SPLIT_ROWS - 1}); repartition the DataFrame "
+                "or run with precombine=False",
+                column=self.input_column,
+            )
+        high_col = table[SUM_HIGH_COL].combine_chunks()
+        valid = high_col.is_valid().to_numpy(zero_copy_only=False)
+        high = high_col.fill_null(0).to_numpy()
+        low = table[SUM_LOW_COL].combine_chunks().fill_null(0).to_numpy()
+        # Carry the low halves' overflow into the high half: low < 2**32 afterwards.
+        high = high + (low >> 32)
+        low = low & _LOW_MASK
+        fits = (high >= -(2**31)) & (high < 2**31)
+        mask = ~valid
+        if bool(fits.all()):
+            return pa.array((high << 32) | low, pa.int64(), mask=mask)
+        # Some partial sum left int64: keep every sum exact, as dpa's own combine does;
+        # the key's final sum decides (dpa.int_sums.finalize_int_sums).
+        values = [None if not ok else decimal.Decimal(int(h) * 2**32 + int(lo))
+                  for ok, h, lo in zip(valid, high.tolist(), low.tolist())]
+        return pa.array(values, pending_type(pa.int64()))
+
+
+def _col(name: str) -> Column:
+    """A column by its exact name (dots, spaces and backticks taken literally)."""
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def _state_expressions(inner: Any, dtype: DataType | None) -> tuple[list[Column], str | None] | None:
+    """Spark aggregates of ``inner``'s state columns (aliased), and the split-sum column, or None."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from dpa.reducers import Collect, Count, Max, Mean, Min, Sum, TopK
+
+    kind = type(inner)
+    if kind is Count:
+        return [F.count(F.lit(1)).alias("count")], None
+    column = inner.column
+    if column is None or dtype is None:
+        return None
+    c = _col(column)
+    atomic = (T.NumericType, T.StringType, T.BinaryType, T.BooleanType, T.DateType, T.TimestampType,
+              T.TimestampNTZType)
+    if kind is Sum:
+        if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType)):
+            return [F.sum(c).alias("sum")], None
+        if isinstance(dtype, T.LongType):
+            return [F.sum(F.shiftright(c, 32)).alias(SUM_HIGH_COL),
+                    F.sum(c.bitwiseAND(F.lit(_LOW_MASK))).alias(SUM_LOW_COL)], "sum"
+        if isinstance(dtype, (T.FloatType, T.DoubleType)):
+            return [F.sum(c.cast("double")).alias("sum")], None
+        if isinstance(dtype, T.DecimalType) and dtype.precision <= 28:
+            return [F.sum(c).alias("sum")], None
+        return None
+    if kind in (Min, Max):
+        if not isinstance(dtype, atomic):
+            return None
+        first, other = (F.min, F.max) if kind is Min else (F.max, F.min)
+        if isinstance(dtype, (T.FloatType, T.DoubleType)):
+            # Arrow's min/max (dpa's) skip NaN unless a group holds nothing else.
+            non_nan = F.when(F.isnan(c), F.lit(None)).otherwise(c)
+            return [F.coalesce(first(non_nan), other(c)).alias(kind.kind)], None
+        return [first(c).alias(kind.kind)], None
+    if kind is Mean:
+        if not isinstance(dtype, T.NumericType):
+            return None
+        return [F.sum(c.cast("double")).alias("msum"), F.count(c).alias("mcount")], None
+    if kind is Collect:
+        if isinstance(dtype, (T.MapType,)):
+            return None
+        wrapped = F.collect_list(F.struct(c.alias("v")))  # a struct is never null: nulls survive
+        return [F.transform(wrapped, lambda s: s["v"]).alias("items")], None
+    if kind is TopK:
+        if not isinstance(dtype, atomic):
+            return None
+        return [F.slice(F.sort_array(F.collect_list(c), asc=False), 1, inner.k).alias("items")], None
+    return None
+
+
+def _state_arrow_types(inner: Any, input_type: pa.DataType | None) -> dict[str, pa.DataType]:
+    """Arrow types of ``inner``'s state columns as dpa's reducers merge them."""
+    from dpa.reducers import Collect, Count, Max, Mean, Min, Sum, TopK, sum_type
+
+    kind = type(inner)
+    if kind is Count:
+        return {"count": pa.int64()}
+    if kind is Sum:
+        return {"sum": sum_type(input_type)}
+    if kind in (Min, Max):
+        return {kind.kind: input_type}
+    if kind is Mean:
+        return {"msum": pa.float64(), "mcount": pa.int64()}
+    if kind in (Collect, TopK):
+        return {"items": pa.list_(input_type)}
+    raise AssertionError(f"no state types for {kind.__name__}")  # _state_expressions returned None
+
+
+def native_partials(
+    df: DataFrame, key_columns: list[str], reducer: Any
+) -> tuple[DataFrame, PartialFinish] | None:
+    """``df``'s dpa partial states per Spark partition, as Spark SQL aggregates.
+
+    Args:
+        df: The input DataFrame.
+        key_columns: Grouping columns.
+        reducer: The job's reducer (a built-in, possibly inside ``WithCost``; the caller
+            checks it may precombine at all).
+
+    Returns:
+        ``(frame, finish)``: ``frame`` has the key columns, Spark's state columns and
+        :data:`dpa.reducers.WEIGHT_COL` (one row per key and input partition); ``finish``
+        turns each of its partitions, as Arrow, into the partial states dpa expects.
+        ``None`` when the reducer or its column type has no native formulation here
+        (see the module docstring); the caller then precombines with ``mapInArrow``.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    from dpa.reducers import WEIGHT_COL, unwrap
+
+    inner = unwrap(reducer)[0]
+    fields = {f.name: f for f in df.schema.fields}
+    column = getattr(inner, "column", None)
+    dtype = fields[column].dataType if column in fields else None
+    built = _state_expressions(inner, dtype)
+    if built is None:
+        return None
+    states, split_sum = built
+    try:
+        key_types = [to_arrow_type(fields[k].dataType) for k in key_columns]
+        input_type = None if dtype is None else to_arrow_type(dtype)
+    except TypeError:
+        return None
+    state_types = _state_arrow_types(inner, input_type)
+
+    grouping = [F.spark_partition_id().alias(PARTITION_COL), *(_col(k) for k in key_columns)]
+    frame = df.groupBy(*grouping).agg(*states, F.count(F.lit(1)).alias(WEIGHT_COL)).drop(PARTITION_COL)
+    schema = pa.schema(
+        [pa.field(k, t) for k, t in zip(key_columns, key_types)]
+        + [pa.field(name, t) for name, t in state_types.items()]
+        + [pa.field(WEIGHT_COL, pa.int64())]
+    )
+    return frame, PartialFinish(schema, split_sum, column, WEIGHT_COL)

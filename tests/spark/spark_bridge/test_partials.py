@@ -1,0 +1,205 @@
+"""Spark-native precombine (spark_bridge.partials): every built-in reducer equals Spark's own
+groupBy/agg (or, where Spark has no such aggregate, a plain Python computation) on
+DataFrames that are not plain scans, with null, unicode and multi-column keys."""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import defaultdict
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+
+import dpa
+from dpa.errors import ArithmeticOverflowError, JobFailedError
+from spark_bridge import run, run_with_result
+from spark_bridge.partials import SUM_HIGH_COL, SUM_LOW_COL, PartialFinish, native_partials
+
+KEYS = ["s", "i"]
+
+
+def _norm(value):
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else float(f"{value:.12g}")  # summation order may differ
+    if isinstance(value, list):
+        return sorted((_norm(v) for v in value), key=repr)
+    return value
+
+
+def _rows(rows, ordered_lists=False):
+    out = []
+    for row in rows:
+        items = []
+        for k, v in row.asDict().items():
+            items.append((k, list(map(_norm, v)) if ordered_lists and isinstance(v, list) else _norm(v)))
+        out.append(tuple(items))
+    return sorted(out, key=repr)
+
+
+@pytest.fixture(scope="module")
+def derived(spark):
+    """3000 rows in 3 partitions, derived columns (not a scan): unicode/null keys and typed values."""
+    from pyspark.sql import functions as F
+
+    words = F.array(*(F.lit(w) for w in ["ä", "日本語", "🙂 emoji", "", "plain"]))
+    base = spark.range(0, 3000, 1, 3)
+    return base.select(
+        F.when(F.col("id") % 11 == 0, F.lit(None)).otherwise(F.element_at(words, (F.col("id") % 5 + 1).cast("int")))
+        .alias("s"),
+        F.when(F.col("id") % 13 == 0, F.lit(None)).otherwise(F.col("id") % 4).cast("int").alias("i"),
+        (F.col("id") * 7919 % 1000 - 500).cast("int").alias("n_int"),
+        F.when(F.col("id") % 17 == 0, F.lit(None)).otherwise(F.col("id") * 3_000_000_000_007).alias("n_long"),
+        (F.col("id") / 7.0).alias("n_double"),
+        (F.col("id") % 1000 / 8).cast("decimal(7,3)").alias("n_dec"),
+        F.when(F.col("id") % 19 == 0, F.lit(None)).otherwise(F.concat(F.lit("v✓"), (F.col("id") % 97).cast("string")))
+        .alias("text"),
+    ).filter(F.col("n_int") != 3)
+
+
+def _spark_agg(kind, column):
+    from pyspark.sql import functions as F
+
+    if kind == "count":
+        return F.count("*")
+    if kind == "mean":
+        return F.avg(F.col(column).cast("double"))  # dpa's mean is a double, also of decimals
+    return {"sum": F.sum, "min": F.min, "max": F.max}[kind](column)
+
+
+SPARK_COMPARED = [
+    (dpa.Count(), "count", None),
+    (dpa.Sum("n_int"), "sum", "n_int"),
+    (dpa.Sum("n_long"), "sum", "n_long"),
+    (dpa.Sum("n_double"), "sum", "n_double"),
+    (dpa.Sum("n_dec"), "sum", "n_dec"),
+    (dpa.Min("n_long"), "min", "n_long"),
+    (dpa.Max("n_double"), "max", "n_double"),
+    (dpa.Min("text"), "min", "text"),
+    (dpa.Max("text"), "max", "text"),
+    (dpa.Mean("n_long"), "mean", "n_long"),
+    (dpa.Mean("n_dec"), "mean", "n_dec"),
+]
+
+
+@pytest.mark.parametrize("reducer,kind,column", SPARK_COMPARED, ids=lambda x: repr(x) if isinstance(x, dpa.Reducer) else None)
+@pytest.mark.parametrize("key", [KEYS, "s"], ids=["two-keys", "unicode-key"])
+def test_native_partials_equal_spark_groupby(spark, derived, reducer, kind, column, key):
+    assert native_partials(derived, [key] if isinstance(key, str) else key, reducer) is not None
+    out, result = run_with_result(derived, key=key, reducer=reducer, precombine="sql",
+                                  config=dpa.JobConfig(max_rounds=1))
+    expected = derived.groupBy(key).agg(_spark_agg(kind, column).alias(reducer.name))
+    assert out.schema == expected.schema
+    assert _rows(out.collect()) == _rows(expected.collect())
+    assert sum(result.stats.processed) == derived.count()  # the weight column carried every record
+
+
+def _python_groups(df, key_columns, column):
+    groups = defaultdict(list)
+    for row in df.select(*key_columns, column).collect():
+        groups[tuple(row[k] for k in key_columns)].append(row[column])
+    return groups
+
+
+def test_native_collect_keeps_nulls_per_key(spark, derived):
+    out = run(derived, key=KEYS, reducer=dpa.Collect("text"), precombine="sql")
+    expected = _python_groups(derived, KEYS, "text")
+    got = {(r["s"], r["i"]): r["collect"] for r in out.collect()}
+    assert got.keys() == expected.keys()
+    assert any(None in v for v in got.values())  # nulls survive (Spark's collect_list would drop them)
+    assert {k: sorted(map(repr, v)) for k, v in got.items()} == {k: sorted(map(repr, v)) for k, v in expected.items()}
+
+
+@pytest.mark.parametrize("column", ["n_long", "text"])
+def test_native_top_k_is_largest_first_per_key(spark, derived, column):
+    out = run(derived, key=KEYS, reducer=dpa.TopK(column, k=4), precombine="sql")
+    expected = {k: heapq.nlargest(4, [v for v in vs if v is not None])
+                for k, vs in _python_groups(derived, KEYS, column).items()}
+    assert {(r["s"], r["i"]): r["top_k"] for r in out.collect()} == expected
+
+
+def test_native_equals_dpa_own_combine_with_nan(spark):
+    """Float min/max follow dpa's (Arrow's) rule: NaN only where a key has nothing else."""
+    nan = float("nan")
+    df = spark.createDataFrame([(1, nan), (1, 2.5), (2, nan), (2, None), (3, None), (1, -1.0)], "k int, x double")
+    df = df.repartition(2).selectExpr("k", "x")
+    for reducer in (dpa.Min("x"), dpa.Max("x"), dpa.Sum("x"), dpa.TopK("x", 1)):
+        native = run(df, key="k", reducer=reducer, precombine="sql")
+        own = run(df, key="k", reducer=reducer, precombine=False)
+        assert _rows(native.collect(), ordered_lists=True) == _rows(own.collect(), ordered_lists=True), reducer
+
+
+def _long_sums(spark, values_by_partition):
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    rows = [(p, v) for p, values in enumerate(values_by_partition) for v in values]
+    schema = StructType([StructField("p", LongType()), StructField("v", LongType())])
+    df = spark.createDataFrame(rows, schema).repartition(len(values_by_partition), "p")
+    return df.select(F.lit(7).alias("k"), "v")
+
+
+def test_long_partial_sum_out_of_range_comes_back_exactly(spark):
+    df = _long_sums(spark, [[2**62] * 3, [-(2**62)] * 2])  # one partition's partial sum is 3 * 2**62
+    out = run(df, key="k", reducer=dpa.Sum("v"), precombine="sql")
+    assert [tuple(r) for r in out.collect()] == [(7, 2**62)]
+
+
+def test_long_sum_overflow_raises_never_wraps(spark):
+    df = _long_sums(spark, [[2**62] * 2, [2**62] * 2])  # 2**64: Spark's non-ANSI sum would say 0
+    # As in dpa's own jobs on Ray, the reducer's error may arrive wrapped in JobFailedError.
+    with pytest.raises((ArithmeticOverflowError, JobFailedError), match=r"overflowed int64.*reached 18446744073709551616"):
+        run(df, key="k", reducer=dpa.Sum("v"), precombine="sql").collect()
+
+
+def test_filtered_to_nothing_gives_empty_typed_result(spark, derived):
+    from pyspark.sql import functions as F
+
+    empty = derived.filter(F.col("i") > 100)
+    out = run(empty, key=KEYS, reducer=dpa.Sum("n_long"), precombine="sql")
+    assert out.count() == 0
+    assert out.schema == empty.groupBy(KEYS).agg(F.sum("n_long").alias("sum")).schema
+
+
+def test_wide_decimal_sum_falls_back_to_map_in_arrow(spark):
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame([(1, Decimal("1.5")), (1, Decimal("2.25")), (2, None)], "k int, v decimal(30,2)")
+    assert native_partials(df, ["k"], dpa.Sum("v")) is None
+    with pytest.raises(dpa.ConfigError, match="sql"):
+        run(df, key="k", reducer=dpa.Sum("v"), precombine="sql")
+    out = run(df, key="k", reducer=dpa.Sum("v"))  # default: mapInArrow precombine
+    assert _rows(out.collect()) == _rows(df.groupBy("k").agg(F.sum("v").alias("sum")).collect())
+
+
+def test_arrow_and_sql_precombine_agree(spark, derived):
+    for reducer in (dpa.Count(), dpa.Sum("n_long"), dpa.Mean("n_double")):
+        sql = run(derived, key=KEYS, reducer=reducer, precombine="sql")
+        arrow = run(derived, key=KEYS, reducer=reducer, precombine="arrow")
+        assert _rows(sql.collect()) == _rows(arrow.collect())
+
+
+def test_bad_precombine_value(spark, derived):
+    with pytest.raises(dpa.ConfigError, match="precombine"):
+        run(derived, key=KEYS, reducer=dpa.Count(), precombine="python")
+
+
+def test_partial_finish_joins_long_sum_halves_exactly():
+    groups = [[2**62] * 3, [-(2**63), -1], [None], [5, -7], [2**63 - 1, 0]]
+    high, low, weight = [], [], []
+    for values in groups:
+        present = [v for v in values if v is not None]
+        high.append(sum(v >> 32 for v in present) if present else None)
+        low.append(sum(v & 0xFFFFFFFF for v in present) if present else None)
+        weight.append(len(values))
+    table = pa.table({"k": list(range(len(groups))), SUM_HIGH_COL: pa.array(high, pa.int64()),
+                      SUM_LOW_COL: pa.array(low, pa.int64()), "__dpa_w": pa.array(weight, pa.int64())})
+    schema = pa.schema([("k", pa.int64()), ("sum", pa.int64()), ("__dpa_w", pa.int64())])
+    finish = PartialFinish(schema, "sum", "v")
+    wide = finish(table)
+    assert wide.column_names == ["k", "sum", "__dpa_w"]
+    assert wide["sum"].to_pylist() == [3 * 2**62, -(2**63) - 1, None, -2, 2**63 - 1]
+    narrow = finish(table.slice(2))  # every sum in range: plain int64
+    assert narrow.schema == schema
+    assert narrow["sum"].to_pylist() == [None, -2, 2**63 - 1]
