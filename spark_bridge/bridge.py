@@ -90,9 +90,11 @@ def can_precombine(reducer: Any, map_fn: Any, config: Any) -> bool:
 
 
 def precombined(df: DataFrame, key_columns: list[str], reducer: Any) -> DataFrame:
-    """``df`` pre-aggregated per Spark partition into dpa partial states, inside Spark.
+    """``df`` pre-aggregated per Spark partition into dpa partial states, in Spark's Python.
 
-    Each Spark task runs the reducer's own map-side combine
+    The fallback of :func:`spark_bridge.partials.native_partials` (Spark SQL aggregates,
+    several times faster) for the reducers and column types it does not cover, and
+    ``precombine="arrow"``. Each Spark task runs the reducer's own map-side combine
     (``reducer.partial_from_batch(partition, key_columns, WEIGHT_COL)``) on its partition
     as Arrow (``mapInArrow``): the same step a dpa mapper would do on a block, done where
     the data already is, so only one partial row per key and partition leaves Spark.
