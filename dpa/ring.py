@@ -13,6 +13,14 @@ fully determined by its tuple of per-reducer token counts:
 * *halving* reducer ``i`` removes its highest half of token indices (``T_i -> T_i // 2``);
 * *doubling* adds indices ``T_i .. 2 T_i - 1`` to every reducer except the overloaded one.
 
+Token spacing. With ``even_tokens=E`` (:class:`HashRing`), the first ``E`` tokens of the
+first ring's reducers keep the *order* their hashes give them around the ring but sit at
+evenly spaced positions (``(k + 1/2) / (R E)`` of the hash space for the ``k``-th of them):
+every reducer then owns exactly ``1 / R`` of the hash space, where hashed positions leave
+arcs that differ by tens of percent (8 reducers x 16 tokens: the largest share is 1.27
+fair shares). Halving still hands a removed token's arc to a pseudo-random successor, and
+tokens added by doubling (``j >= E``) are hashed as always. ``E = 0`` is the paper's ring.
+
 :class:`HashRing` is the mutable, authoritative ring kept by the load balancer;
 :class:`RingSnapshot` is an immutable, picklable view of one version of it with
 precomputed sorted arrays, shipped to mappers and reducers.
@@ -68,6 +76,26 @@ def token_position(reducer: int, j: int) -> int:
     return hash_bytes(f"token-{reducer}-{j}".encode())
 
 
+@lru_cache(maxsize=64)
+def _even_positions(num_reducers: int, tokens: int) -> dict[tuple[int, int], int]:
+    """Evenly spaced positions of tokens ``(i, j < tokens)``, in their hashed order."""
+    order = sorted((token_position(i, j), i, j) for i in range(num_reducers) for j in range(tokens))
+    step = (1 << 32) / len(order)
+    return {(i, j): int((k + 0.5) * step) for k, (_, i, j) in enumerate(order)}
+
+
+def _position_function(num_reducers: int, even_tokens: int) -> Any:
+    if even_tokens <= 0:
+        return token_position
+    even = _even_positions(num_reducers, even_tokens)
+
+    def position(i: int, j: int) -> int:
+        p = even.get((i, j))
+        return token_position(i, j) if p is None else p
+
+    return position
+
+
 def _check_counts(token_counts: Sequence[int]) -> tuple[int, ...]:
     try:
         counts = tuple(int(t) for t in token_counts)
@@ -115,13 +143,15 @@ class RingSnapshot:
         object.__setattr__(self, "_own_list", self.owners.tolist())
 
     @classmethod
-    def build(cls, token_counts: Sequence[int], version: int = 0) -> RingSnapshot:
+    def build(cls, token_counts: Sequence[int], version: int = 0, even: tuple[int, int] = (0, 0)) -> RingSnapshot:
         """Builds the snapshot of the ring with the given token counts.
 
         Args:
             token_counts: Tokens per reducer; reducer ``i`` owns tokens ``0 .. T_i - 1``.
                 Zero is allowed (that reducer owns no keys) if the total is positive.
             version: Version number to record.
+            even: ``(R, E)``: tokens ``j < E`` of reducers ``i < R`` are evenly spaced
+                (see the module docstring); ``(0, 0)`` = every token hashed (the paper).
 
         Returns:
             The snapshot.
@@ -132,13 +162,14 @@ class RingSnapshot:
         """
         counts = _check_counts(token_counts)
         total = sum(counts)
+        position = _position_function(*even)
         pos = np.empty(total, dtype=np.uint32)
         owner = np.empty(total, dtype=np.int32)
         index = np.empty(total, dtype=np.int64)
         k = 0
         for i, t in enumerate(counts):
             for j in range(t):
-                pos[k] = token_position(i, j)
+                pos[k] = position(i, j)
                 owner[k] = i
                 index[k] = j
                 k += 1
@@ -231,25 +262,37 @@ class HashRing:
 
     Args:
         token_counts: Initial tokens per reducer.
+        even_tokens: Tokens ``j < even_tokens`` of these reducers are evenly spaced in
+            their hashed order (see the module docstring); 0 = all hashed (the paper).
 
     Raises:
         ConfigError: If the token counts are invalid (see :meth:`RingSnapshot.build`).
     """
 
-    def __init__(self, token_counts: Sequence[int]) -> None:
+    def __init__(self, token_counts: Sequence[int], even_tokens: int = 0) -> None:
         self._counts = list(_check_counts(token_counts))
+        if isinstance(even_tokens, bool) or not isinstance(even_tokens, (int, np.integer)) or even_tokens < 0:
+            raise ConfigError(f"even_tokens must be an integer >= 0, got {even_tokens!r}")
+        self._even = (len(self._counts), int(even_tokens)) if even_tokens else (0, 0)
         self._version = 0
         self._snapshot: RingSnapshot | None = None
 
+    def copy(self) -> HashRing:
+        """An independent ring with the same tokens, spacing and version."""
+        ring = HashRing(self._counts)
+        ring._even, ring._version, ring._snapshot = self._even, self._version, self._snapshot
+        return ring
+
     @classmethod
     def for_halving(
-        cls, num_reducers: int, initial_tokens: int = DEFAULT_HALVING_TOKENS
+        cls, num_reducers: int, initial_tokens: int = DEFAULT_HALVING_TOKENS, even: bool = False
     ) -> HashRing:
         """A ring for the token halving method: ``initial_tokens`` tokens per reducer.
 
         Args:
             num_reducers: Number of reducers (>= 1).
             initial_tokens: Tokens per reducer; a power of two >= 1.
+            even: Space these tokens evenly (see the module docstring); False = hashed.
 
         Returns:
             The ring.
@@ -269,16 +312,17 @@ class HashRing:
                 f"every halving keeps a whole number of tokens, got {t!r}; "
                 f"use e.g. {suggestion}"
             )
-        return cls([int(t)] * int(num_reducers))
+        return cls([int(t)] * int(num_reducers), int(t) if even else 0)
 
     @classmethod
-    def for_doubling(cls, num_reducers: int, initial_tokens: int = 1) -> HashRing:
+    def for_doubling(cls, num_reducers: int, initial_tokens: int = 1, even: bool = False) -> HashRing:
         """A ring for the token doubling method: ``initial_tokens`` per reducer (the paper: 1).
 
         Args:
             num_reducers: Number of reducers (>= 1).
             initial_tokens: Tokens per reducer, >= 1. One token each (the paper) leaves
                 arcs that differ several-fold; more even the first ring out.
+            even: Space these tokens evenly (see the module docstring); False = hashed.
 
         Returns:
             The ring.
@@ -290,11 +334,11 @@ class HashRing:
         t = initial_tokens
         if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1:
             raise ConfigError(f"initial_tokens for the doubling method must be an integer >= 1, got {t!r}")
-        return cls([int(t)] * int(num_reducers))
+        return cls([int(t)] * int(num_reducers), int(t) if even else 0)
 
     @classmethod
     def for_method(
-        cls, method: str, num_reducers: int, initial_tokens: int | None = None
+        cls, method: str, num_reducers: int, initial_tokens: int | None = None, even: bool = False
     ) -> HashRing:
         """The initial ring of a redistribution method (``"halving"`` or ``"doubling"``).
 
@@ -303,6 +347,7 @@ class HashRing:
             num_reducers: Number of reducers (>= 1).
             initial_tokens: Tokens per reducer; default :data:`DEFAULT_HALVING_TOKENS` for
                 halving and 1 (the paper) for doubling.
+            even: Space the first ring's tokens evenly (see the module docstring).
 
         Returns:
             The ring.
@@ -315,8 +360,9 @@ class HashRing:
             return cls.for_halving(
                 num_reducers,
                 DEFAULT_HALVING_TOKENS if initial_tokens is None else initial_tokens,
+                even,
             )
-        return cls.for_doubling(num_reducers, 1 if initial_tokens is None else initial_tokens)
+        return cls.for_doubling(num_reducers, 1 if initial_tokens is None else initial_tokens, even)
 
     @property
     def num_reducers(self) -> int:
@@ -336,7 +382,7 @@ class HashRing:
     def snapshot(self) -> RingSnapshot:
         """Returns the immutable snapshot of the current version (cached)."""
         if self._snapshot is None or self._snapshot.version != self._version:
-            self._snapshot = RingSnapshot.build(self._counts, version=self._version)
+            self._snapshot = RingSnapshot.build(self._counts, version=self._version, even=self._even)
         return self._snapshot
 
     def key_lookup(self, key: Any) -> int:

@@ -109,6 +109,9 @@ class Settings:
 
 
 DEFAULT_SETTINGS = Settings()
+#: The paper's ring and rule: records compared with no gap, hashed tokens, no lookahead.
+PAPER_RING_OPTIONS: dict[str, Any] = {"min_gap": 0, "balance_on": "records", "token_spacing": "hashed",
+                                      "lookahead": False}
 
 
 def job_config(method: str, max_rounds: int, runtime: str, settings: Settings,
@@ -118,8 +121,9 @@ def job_config(method: str, max_rounds: int, runtime: str, settings: Settings,
         num_mappers=settings.num_mappers,
         num_reducers=settings.num_reducers,
         policy=method,
-        # The paper's straggler rule exactly (eq. 1, no minimum gap between queues).
-        policy_options={**({"min_gap": 0, "balance_on": "records"} if method in RING_POLICIES else {}), **(policy_options or {})},
+        # The paper's straggler rule exactly (eq. 1, no minimum gap between queues), on its
+        # hashed ring, one round per trigger.
+        policy_options={**(PAPER_RING_OPTIONS if method in RING_POLICIES else {}), **(policy_options or {})},
         tau=settings.tau,
         max_rounds=max_rounds,
         initial_tokens=1 if method == "doubling" else 16,  # the paper's first rings

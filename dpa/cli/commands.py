@@ -80,6 +80,8 @@ def _config(args: argparse.Namespace, **changes: Any) -> Any:
         fields["batch_size"] = args.batch_size
     if args.chunk_size is not None:
         fields["chunk_size"] = args.chunk_size
+    if args.token_spacing is not None:
+        fields["policy_options"] = {"token_spacing": args.token_spacing}
     fields.update(changes)
     return dpa.JobConfig(**fields)
 

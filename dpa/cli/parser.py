@@ -75,6 +75,9 @@ def _add_job(p: argparse.ArgumentParser) -> None:
     g.add_argument("--mappers", type=int, default=4)
     g.add_argument("--reducers", type=int, default=4)
     g.add_argument("--initial-tokens", type=int, default=16, help="ring policies: tokens per reducer on the first ring (power of two; the paper's doubling: 1)")
+    g.add_argument("--token-spacing", choices=("even", "hashed"), default=None,
+                   help="ring policies: first ring's tokens evenly spaced (default) or at their hashes "
+                        "(the paper's ring, which its workloads WL1-WL5 are built for)")
     g.add_argument("--batch-size", type=parse_count, default=None, help="records per input block")
     g.add_argument("--chunk-size", type=parse_count, default=None, help="records a reducer takes per step")
     g.add_argument("--reducer", default="count", choices=commands.REDUCERS, help="aggregation (default count)")

@@ -21,6 +21,7 @@ import numpy as np
 
 from dpa.errors import ConfigError
 from dpa.partitioners.common import check_int_option
+from dpa.partitioners.ring_lookahead import KeyLoads
 from dpa.partitioners.ring_policy import DPAPlanner, RingSettings, resolved_fields
 from dpa.policy import Decision, JobShape, PolicySpec, RebalanceEvent, Router
 from dpa.ring import RingSnapshot
@@ -169,7 +170,7 @@ class HybridPlanner(DPAPlanner):
 
     def __init__(self, policy: HybridPolicy, num_reducers: int) -> None:
         super().__init__(policy.method, policy.tau, policy.max_rounds, policy.ring(num_reducers), policy.patience,
-                         policy.min_gap, policy.balance_on, policy.min_gap_s)
+                         policy.min_gap, policy.balance_on, policy.min_gap_s, policy.lookahead)
         self.policy = policy
         self.theta = policy.threshold(num_reducers)
         self.sketch = SpaceSaving(policy.capacity)
@@ -193,6 +194,13 @@ class HybridPlanner(DPAPlanner):
 
     def observe_held(self, reducer: int, held: int) -> None:
         self.held[reducer] = held
+
+    def key_loads(self) -> KeyLoads:
+        """The ring lookahead's estimate without the hot keys: they are split by plan, so
+        ring rounds do not move their load."""
+        loads = super().key_loads()  # hot keys are named: they hold far more than a named key's share
+        kept = np.fromiter((h not in self.hot for h in loads.hashes.tolist()), dtype=bool, count=len(loads.hashes))
+        return KeyLoads(loads.hashes[kept], loads.counts[kept], loads.tail)
 
     def _hot_set(self) -> dict[int, list[int]]:
         """Hot keys (threshold with hysteresis); a new one starts at its ring owner."""

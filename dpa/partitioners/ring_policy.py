@@ -16,8 +16,10 @@ import numpy as np
 
 from dpa.errors import ConfigError
 from dpa.partitioners.common import SnapshotRouter, check_int_option
+from dpa.partitioners.ring_lookahead import KeyLoads, plan_rounds
 from dpa.policy import Decision, JobShape, Planner, PolicySettings, PolicySpec, RebalanceEvent
 from dpa.ring import HashRing, RingSnapshot
+from dpa.sketches import SpaceSaving
 
 __all__ = ["DPAPlanner", "DPAPolicy", "RingRouter", "RingSettings", "build_ring_policy"]
 
@@ -26,8 +28,17 @@ logger = logging.getLogger(__name__)
 METHODS = ("halving", "doubling")
 #: What the straggler rule compares: seconds of work, or records (the paper).
 BALANCE_ON = ("work", "records")
+#: Where the first ring's tokens sit (:attr:`RingSettings.token_spacing`).
+SPACINGS = ("even", "hashed")
 #: The default ``min_gap_s`` in reducer steps (``JobShape.step_time_s``).
 MIN_GAP_STEPS = 2
+#: Keys the lookahead names one by one hold at least this fraction of a fair share
+#: (``1 / R`` of the records); the rest is a uniform tail (:class:`KeyLoads`).
+NAMED_KEY_SHARE = 1 / 16
+#: Counters of the lookahead's SpaceSaving sketch of the reported keys.
+LOOKAHEAD_CAPACITY = 4096
+#: The lookahead looks again after a refusal once the records counted grew by this factor.
+LOOKAHEAD_REGROW = 1.25
 
 
 def _is_power_of_two(n: int) -> bool:
@@ -79,10 +90,18 @@ class DPAPlanner(Planner):
       others drained theirs) is the noise of arrivals, not a straggler. :class:`RingSettings`
       defaults it to ``M * batch_size // R`` (:attr:`~dpa.policy.JobShape.block_share`);
       ``min_gap=0`` is the paper's rule exactly (the Table 1 reproduction uses it).
+    * ``lookahead`` (off here, on by default in :class:`RingSettings`): once the rule
+      names a straggler, the rounds to apply are chosen on the reducers' key reports
+      (:mod:`dpa.partitioners.ring_lookahead`): the rule is run forward on the predicted
+      loads of the records still to come and the best prefix of rounds is published at
+      once, or nothing when no prefix is predicted to lower the largest share by 5% of a
+      fair share (a refusal uses no round; the rule looks again once a quarter more
+      records were counted). Until some keys were reported, the paper's single round.
     """
 
     def __init__(self, method: str, tau: float, max_rounds: int, ring: HashRing, patience: int = 1,
-                 min_gap: int = 0, balance_on: str = "records", min_gap_s: float = 0.0) -> None:
+                 min_gap: int = 0, balance_on: str = "records", min_gap_s: float = 0.0,
+                 lookahead: bool = False) -> None:
         self.method = method
         self.tau = float(tau)
         self.max_rounds = int(max_rounds)
@@ -98,10 +117,26 @@ class DPAPlanner(Planner):
         self.backlogs: list[float | None] = [None] * ring.num_reducers
         self._candidate: int | None = None
         self._streak = 0
+        self.lookahead = bool(lookahead)
+        self.sketch = SpaceSaving(LOOKAHEAD_CAPACITY)
+        self._refused_at = 0.0  # records counted when the lookahead last kept the ring
 
     @property
     def snapshot(self) -> RingSnapshot:
         return self._snapshot
+
+    def observe_keys(self, reducer: int, hashes: np.ndarray, counts: np.ndarray, total: int) -> None:
+        if self.lookahead:
+            self.sketch.update(hashes, counts, total=int(total))
+
+    def key_loads(self) -> KeyLoads:
+        """The lookahead's estimate: keys of at least :data:`NAMED_KEY_SHARE` of a fair
+        share by name (SpaceSaving counts), every other record as a uniform tail."""
+        n = float(self.sketch.n)
+        hashes, counts = self.sketch.top()
+        named = np.asarray(counts, dtype=np.float64) >= n * NAMED_KEY_SHARE / self.ring.num_reducers
+        h, c = np.asarray(hashes, dtype=np.uint32)[named], np.asarray(counts, dtype=np.float64)[named]
+        return KeyLoads(h, c, max(0.0, n - float(c.sum())))
 
     def observe(self, reducer: int, queue_length: int, version: int) -> None:
         if version >= self.report_versions[reducer]:
@@ -155,6 +190,8 @@ class DPAPlanner(Planner):
         if x is None or self.rounds[x] >= self.max_rounds or self._streak < self.patience:
             return []
         self._streak = 0
+        if self.lookahead and self.sketch.n:
+            return self._look_ahead(x, now)
         seen = tuple(self.queue_lengths)
         self.rounds[x] += 1
         changed = self.ring.redistribute(x, self.method)
@@ -170,6 +207,30 @@ class DPAPlanner(Planner):
                     self.ring.token_counts, self._snapshot.version)
         return [Decision(self._snapshot, event)]
 
+    def _look_ahead(self, x: int, now: float) -> list[Decision]:
+        """Rounds chosen on predicted key loads (see the class docstring)."""
+        n = float(self.sketch.n)
+        if self._refused_at and n < self._refused_at * LOOKAHEAD_REGROW:
+            return []
+        plan = plan_rounds(self.ring, self.method, x,
+                           [self.max_rounds - r for r in self.rounds], self.key_loads())
+        if not plan.relieved:
+            self._refused_at = n
+            logger.debug("lookahead keeps the ring: predicted largest share %.2f, straggler %d", plan.before, x)
+            return []
+        self._refused_at = 0.0
+        seen = tuple(self.queue_lengths)
+        action = "halve" if self.method == "halving" else "double"
+        events = []
+        for r in plan.relieved:  # one event per round, each with the ring after it
+            self.rounds[r] += 1
+            self.ring.redistribute(r, self.method)
+            events.append(RebalanceEvent(now, r, action, seen, self.ring.token_counts, self.ring.version))
+        self._snapshot = self._ring_changed()
+        logger.info("rebalance: %s reducers %s (lookahead: largest share %.2f -> %.2f), queues %s -> tokens %s (v%d)",
+                    action, list(plan.relieved), plan.before, plan.after, seen, self.ring.token_counts,
+                    self._snapshot.version)
+        return [Decision(None, e) for e in events[:-1]] + [Decision(self._snapshot, events[-1])]
 
 
 @dataclass(frozen=True)
@@ -194,6 +255,14 @@ class RingSettings(PolicySettings):
         min_gap: With ``"records"``: records the longest queue must exceed the second by;
             None = one block's share per mapper
             (:attr:`~dpa.policy.JobShape.block_share`), 0 = the paper.
+        token_spacing: ``"even"`` (default): the first ring's tokens sit evenly spaced in
+            their hashed order, so every reducer starts with exactly ``1 / R`` of the hash
+            space; ``"hashed"``: at their hashes, the paper's ring, whose arcs differ by
+            tens of percent (8 reducers x 16 tokens: the largest is 1.27 fair shares). See
+            :mod:`dpa.ring`.
+        lookahead: Choose the rounds on the reducers' key reports before acting
+            (:class:`DPAPlanner`; default True); False = apply one round per trigger, as
+            the paper does. ``hybrid`` ignores it: it splits hot keys instead.
 
     Raises:
         ConfigError: An option is out of range (the message says which and what is valid).
@@ -207,6 +276,8 @@ class RingSettings(PolicySettings):
     min_gap: int | None = None
     balance_on: str = "work"
     min_gap_s: float | None = None
+    token_spacing: str = "even"
+    lookahead: bool = True
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -233,6 +304,13 @@ class RingSettings(PolicySettings):
         g = self.min_gap_s
         if g is not None and (isinstance(g, bool) or not isinstance(g, (int, float)) or not (g >= 0 and math.isfinite(g))):
             raise ConfigError(f"policy {self.name!r}: min_gap_s must be a number of seconds >= 0, got {g!r}")
+        if self.token_spacing not in SPACINGS:
+            raise ConfigError(
+                f"policy {self.name!r}: token_spacing must be one of {SPACINGS} (evenly spaced first tokens, "
+                f"or at their hashes as in the paper), got {self.token_spacing!r}"
+            )
+        if not isinstance(self.lookahead, bool):
+            raise ConfigError(f"policy {self.name!r}: lookahead must be True or False, got {self.lookahead!r}")
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -240,7 +318,7 @@ class RingSettings(PolicySettings):
 
     def ring(self, num_reducers: int) -> HashRing:
         """The initial ring for ``num_reducers`` reducers."""
-        return HashRing.for_method(self.method, num_reducers, self.initial_tokens)
+        return HashRing.for_method(self.method, num_reducers, self.initial_tokens, self.token_spacing == "even")
 
 
 @dataclass(frozen=True)
@@ -252,6 +330,8 @@ class DPAPolicy(RingSettings, PolicySpec):
     """
 
     routes_by_key = True
+    #: With ``lookahead``, reducers count keys, but only while backlogged.
+    key_stats_when_backlogged = True
 
     min_gap: int = 0
     min_gap_s: float = 0.0
@@ -264,6 +344,10 @@ class DPAPolicy(RingSettings, PolicySpec):
     @property
     def moves_keys(self) -> bool:  # type: ignore[override]
         return self.max_rounds > 0
+
+    @property
+    def wants_key_stats(self) -> bool:  # type: ignore[override]
+        return self.lookahead and self.max_rounds > 0
 
     def _ring(self, num_reducers: int) -> HashRing:
         return self.ring(num_reducers)
@@ -281,7 +365,7 @@ class DPAPolicy(RingSettings, PolicySpec):
         if self.max_rounds == 0:
             return None
         return DPAPlanner(self.method, self.tau, self.max_rounds, self._ring(num_reducers), self.patience,
-                          self.min_gap, self.balance_on, self.min_gap_s)
+                          self.min_gap, self.balance_on, self.min_gap_s, self.lookahead)
 
 
 def resolved_fields(settings: RingSettings, shape: JobShape) -> dict[str, Any]:

@@ -39,7 +39,8 @@ def test_metrics_match_stats_and_show_the_straggler(ray_session):
     # A slow, patient balancer (first round after ~1.5 s) keeps the straggler visible for
     # longer than Ray's 1 s metrics export interval; the job still rebalances and forwards.
     cfg = dpa.JobConfig(policy="halving", max_rounds=4, batch_size=20, chunk_size=1, tau=0.2,
-                        lb_interval_s=0.5, policy_options={"patience": 3})
+                        lb_interval_s=0.5,
+                        policy_options={"patience": 3, "token_spacing": "hashed"})  # the paper's ring
     reducer = dpa.WithCost(dpa.Count(), 0.01)
     dpa.run(words[:20], reducer=reducer, config=cfg)  # warm pool
     during: list = []

@@ -223,3 +223,53 @@ def test_for_method() -> None:
     assert HashRing.for_method("halving", 3).token_counts == (16, 16, 16)
     assert HashRing.for_method("halving", 2, 8).token_counts == (8, 8)
     assert HashRing.for_method("doubling", 2).token_counts == (1, 1)
+
+
+# --------------------------------------------------------------------------- even token spacing
+
+
+@pytest.mark.parametrize("reducers,tokens", [(4, 16), (8, 16), (8, 1), (16, 4)])
+def test_even_spacing_gives_every_reducer_exactly_its_share(reducers, tokens):
+    from dpa.partitioners.ring_lookahead import arc_shares
+
+    even = arc_shares(HashRing([tokens] * reducers, even_tokens=tokens).snapshot())
+    hashed = arc_shares(HashRing([tokens] * reducers).snapshot())
+    assert even == pytest.approx(np.full(reducers, 1 / reducers), abs=1e-6)
+    assert hashed.max() > 1.1 / reducers  # the paper's ring is far from even
+
+
+def test_even_spacing_keeps_the_hashed_order_of_the_tokens():
+    even = HashRing([16] * 8, even_tokens=16).snapshot()
+    hashed = HashRing([16] * 8).snapshot()
+    assert even.owners.tolist() == hashed.owners.tolist()
+    assert np.all(np.diff(even.positions.astype(np.int64)) > 0)
+
+
+def test_even_spacing_survives_halving_and_doubling():
+    ring = HashRing.for_method("halving", 4, 16, even=True)
+    before = ring.snapshot()
+    assert ring.halve(0)
+    after = ring.snapshot()
+    kept = np.isin(after.positions, before.positions)
+    assert kept.all() and after.token_counts == (8, 16, 16, 16)  # halving only removes tokens
+    doubled = HashRing.for_method("doubling", 4, 16, even=True)
+    doubled.redistribute(0, "doubling")
+    snap = doubled.snapshot()
+    new = snap.positions[~np.isin(snap.positions, before.positions)]
+    assert len(new) == 3 * 16
+    assert set(new.tolist()) == {token_position(i, j) for i in (1, 2, 3) for j in range(16, 32)}  # hashed
+
+
+def test_copy_is_independent_and_keeps_the_spacing():
+    ring = HashRing([4, 4, 4], even_tokens=4)
+    twin = ring.copy()
+    twin.halve(1)
+    assert ring.token_counts == (4, 4, 4) and twin.token_counts == (4, 2, 4)
+    assert twin.version == ring.version + 1
+    assert np.isin(twin.snapshot().positions, ring.snapshot().positions).all()
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "4"])
+def test_even_tokens_must_be_a_count(bad):
+    with pytest.raises(ConfigError, match="even_tokens"):
+        HashRing([4, 4], even_tokens=bad)

@@ -18,6 +18,11 @@ def local(**kw):
     return dpa.JobConfig(runtime="local", **kw)
 
 
+def paper(**kw):
+    """The paper's ring (hashed tokens), which its workloads WL1-WL5 are built for."""
+    return local(policy_options={"token_spacing": "hashed"}, **kw)
+
+
 def skewed_words(n=3000, seed=1):
     rng = random.Random(seed)
     vocab = [f"w{i}" for i in range(40)]
@@ -37,7 +42,7 @@ def test_word_count_equals_counter(policy, rounds):
 def test_forced_rebalance_forwards_and_merges_exactly():
     words = workload("WL4")  # 85/5/5/5 under halving: reducer 0 is the straggler
     res = dpa.run(words, reducer=dpa.WithCost(dpa.Count(), 0.01),
-                  config=local(policy="halving", max_rounds=2, batch_size=5, chunk_size=1))
+                  config=paper(policy="halving", max_rounds=2, batch_size=5, chunk_size=1))
     assert res.to_dict() == dict(collections.Counter(words))
     assert res.stats.rebalances and res.stats.rebalances[0].action == "halve"
     assert sum(res.stats.forwarded) > 0 and res.stats.merged
@@ -46,13 +51,13 @@ def test_forced_rebalance_forwards_and_merges_exactly():
 
 
 def test_no_lb_skew_matches_paper_construction():
-    res = dpa.run(workload("WL4"), config=local(policy="halving", max_rounds=0))
+    res = dpa.run(workload("WL4"), config=paper(policy="halving", max_rounds=0))
     assert sorted(res.stats.processed) == [5, 5, 5, 85]
     assert abs(res.stats.skew - 0.80) < 1e-9 and res.stats.rebalances == [] and not res.stats.merged
 
 
 def test_deterministic():
-    cfg = local(policy="doubling", max_rounds=3, batch_size=7, chunk_size=2)
+    cfg = paper(policy="doubling", max_rounds=3, batch_size=7, chunk_size=2)
     runs = [dpa.run(workload("WL5"), reducer=dpa.WithCost(dpa.Count(), 0.01), config=cfg) for _ in range(2)]
     assert runs[0].stats.processed == runs[1].stats.processed
     assert [e.to_dict() for e in runs[0].stats.rebalances] == [e.to_dict() for e in runs[1].stats.rebalances]
@@ -197,7 +202,19 @@ def test_default_config_rebalances_a_zipf_job(policy):
     res = dpa.run(pa.table({"key": keys}), key="key", reducer=dpa.WithCost(dpa.Count(), 1e-3),
                   config=dpa.JobConfig(**fields))
     assert res.to_dict() == dict(collections.Counter(keys.tolist()))
-    assert res.stats.rebalances
+    no_lb = dpa.run(pa.table({"key": keys}), key="key", reducer=dpa.WithCost(dpa.Count(), 1e-3),
+                    config=dpa.JobConfig(**fields, max_rounds=0))
+    assert res.stats.virtual_time_s <= no_lb.stats.virtual_time_s * 1.01  # balancing never made it slower
+    if policy == "halving":
+        # Halving this ring's straggler would hand its top key (1.4 fair shares) to another
+        # loaded reducer: the lookahead sees it and keeps the ring; without it, the paper's
+        # single round does halve it.
+        assert not res.stats.rebalances
+        paper = dpa.run(pa.table({"key": keys}), key="key", reducer=dpa.WithCost(dpa.Count(), 1e-3),
+                        config=dpa.JobConfig(**fields, policy_options={"lookahead": False}))
+        assert paper.stats.rebalances
+    else:
+        assert res.stats.rebalances
     if policy is None:
         assert res.stats.virtual_time_s <= 1.15 * 8000 * 1e-3 / 8
 

@@ -51,7 +51,7 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> N
         assert needle in lines[0], lines[0]
 
 
-WL4_FORCED = ["--policy", "halving", "--rounds", "2", "--cost-us", "10000", "--batch-size", "5", "--chunk-size", "1"]
+WL4_FORCED = ["--policy", "halving", "--token-spacing", "hashed", "--rounds", "2", "--cost-us", "10000", "--batch-size", "5", "--chunk-size", "1"]
 
 
 def test_run_local_with_report_output_and_json(tmp_path):

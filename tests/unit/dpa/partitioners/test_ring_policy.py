@@ -193,3 +193,23 @@ def test_doubling_stops_at_the_ring_bound():
         rounds += 1
         assert sum(ring.token_counts) <= MAX_RING_TOKENS
     assert rounds >= 10 and not ring.redistribute(0, "doubling")
+
+
+def test_ring_settings_default_to_an_even_ring_with_lookahead_and_keep_the_papers_on_request():
+    from dpa.partitioners.ring_lookahead import arc_shares
+
+    policy = make_policy(dpa.JobConfig(policy="doubling", num_reducers=8))
+    assert policy.token_spacing == "even" and policy.lookahead and policy.wants_key_stats
+    assert arc_shares(policy.initial_snapshot(8)) == pytest.approx(np.full(8, 1 / 8), abs=1e-6)
+    paper = make_policy(dpa.JobConfig(policy="doubling", initial_tokens=1,
+                                      policy_options={"token_spacing": "hashed", "lookahead": False}))
+    assert paper.initial_snapshot(4).positions.tolist() == HashRing.for_doubling(4).snapshot().positions.tolist()
+    assert not paper.wants_key_stats and not paper.make_planner(4).lookahead
+    assert not make_policy(dpa.JobConfig(policy="halving", max_rounds=0)).wants_key_stats
+
+
+@pytest.mark.parametrize("options,needle", [({"token_spacing": "random"}, "token_spacing"),
+                                            ({"lookahead": 1}, "lookahead")])
+def test_ring_settings_reject_bad_spacing_and_lookahead(options, needle):
+    with pytest.raises(ConfigError, match=needle):
+        make_policy(dpa.JobConfig(policy="halving", policy_options=options))
