@@ -297,6 +297,35 @@ def run_defaults_once(table: pa.Table, policy: str | None, reducer: Any, ref: di
             "load_avg_1m": os.getloadavg()[0]}
 
 
+def doubling_bound(table: pa.Table, num_reducers: int = 8, rounds: int = 1) -> float:
+    """The lowest largest share (in fair shares) of any ring token doubling can reach.
+
+    Doubling rounds commute (each doubles every reducer's tokens but one), so a ring is
+    fixed by how often each reducer was relieved: every combination of up to ``rounds``
+    per reducer on the default first ring is tried, with the table's exact key counts.
+    The ``doubling`` makespan cannot beat this times the ideal.
+    """
+    import itertools
+
+    import dpa
+    from dpa.key_columns import hash_key_columns
+    from dpa.partitioners.ring_lookahead import KeyLoads, predicted_loads
+    from dpa.registry import make_policy
+    from dpa.ring import MAX_RING_TOKENS, HashRing
+
+    counts = table.group_by("key").aggregate([([], "count_all")])
+    loads = KeyLoads(hash_key_columns(counts, ["key"]), counts["count_all"].to_numpy().astype(np.float64), 0.0)
+    policy = make_policy(dpa.JobConfig(policy="doubling", num_reducers=num_reducers))
+    base, even = policy.initial_tokens, policy.token_spacing == "even"
+    best = float("inf")
+    for relieved in itertools.product(range(rounds + 1), repeat=num_reducers):
+        tokens = [base << (sum(relieved) - r) for r in relieved]
+        if sum(tokens) <= MAX_RING_TOKENS:
+            ring = HashRing(tokens, base if even else 0)
+            best = min(best, float(predicted_loads(ring.snapshot(), loads).max()) * num_reducers / loads.total)
+    return best
+
+
 def run_defaults(args: Any) -> dict[str, Any]:
     """Issue #12's targets with ``JobConfig()`` defaults (only ``num_reducers=8`` and the policy)."""
     import dpa
@@ -307,12 +336,18 @@ def run_defaults(args: Any) -> dict[str, Any]:
     zipf_table = zipf(args.z, args.keys, args.rows, seed=args.seed)
     hot_table = pa.table({"key": np.zeros(args.hot_rows, dtype=np.int64)})
     cpu_table = zipf(args.z, args.keys, args.cpu_rows, seed=args.seed)
+    uniform_table = pa.table({"key": np.random.default_rng(args.seed).integers(0, args.keys, args.rows)})
     workloads = [
         ("zipf", zipf_table, with_cost, args.rows * cost / 8, [None, "doubling", "halving", "hybrid", "pkg"]),
+        ("uniform", uniform_table, with_cost, args.rows * cost / 8, [None, "doubling", "halving", "hash"]),
         ("one-hot-key", hot_table, with_cost, args.hot_rows * cost / 8, [None, "doubling"]),
         ("user-cpu-reducer", cpu_table, CpuReducer.make(args.cpu_rounds), None, [None, "hash"]),
     ]
     info: dict[str, Any] = {"ray_init_s": init_ray()}
+    if "zipf" in args.workloads:
+        info["doubling_bound"] = doubling_bound(zipf_table)
+        print(f"zipf: the best ring any set of doubling rounds (one per reducer) reaches holds "
+              f"{info['doubling_bound']:.2f}x a fair share on its largest reducer (before any overhead)", flush=True)
     warm = zipf_table.slice(0, 2000)
     run_defaults_once(warm, None, dpa.Count(), reference(warm))  # start the actors (untimed)
     rows = []
@@ -495,7 +530,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--defaults", action="store_true",
                    help="issue #12's mode: JobConfig() defaults (only num_reducers=8 and the policy) on a Zipf "
                         "workload, one hot key and a user-defined CPU-bound reducer; no Spark")
-    p.add_argument("--workloads", nargs="+", default=["zipf", "one-hot-key", "user-cpu-reducer"],
+    p.add_argument("--workloads", nargs="+", default=["zipf", "uniform", "one-hot-key", "user-cpu-reducer"],
                    help="with --defaults: which workloads")
     p.add_argument("--hot-rows", type=parse_int, default=20_000, help="with --defaults: records of the one hot key")
     p.add_argument("--cpu-rows", type=parse_int, default=20_000, help="with --defaults: records for the CPU reducer")

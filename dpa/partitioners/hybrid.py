@@ -196,11 +196,14 @@ class HybridPlanner(DPAPlanner):
         self.held[reducer] = held
 
     def key_loads(self) -> KeyLoads:
-        """The ring lookahead's estimate without the hot keys: they are split by plan, so
-        ring rounds do not move their load."""
+        """The ring lookahead's estimate, hot keys as loads no ring round moves: they are
+        split over their candidates by the planned shares."""
         loads = super().key_loads()  # hot keys are named: they hold far more than a named key's share
         kept = np.fromiter((h not in self.hot for h in loads.hashes.tolist()), dtype=bool, count=len(loads.hashes))
-        return KeyLoads(loads.hashes[kept], loads.counts[kept], loads.tail)
+        fixed = np.zeros(self.ring.num_reducers)
+        for h, cands in self.hot.items():
+            fixed[cands] += self.sketch.estimate(h) * self.shares.get(h, np.full(len(cands), 1.0 / len(cands)))
+        return KeyLoads(loads.hashes[kept], loads.counts[kept], loads.tail, fixed)
 
     def _hot_set(self) -> dict[int, list[int]]:
         """Hot keys (threshold with hysteresis); a new one starts at its ring owner."""

@@ -38,16 +38,19 @@ class KeyLoads:
         hashes: ``uint32`` hashes of the keys counted one by one.
         counts: Their estimated records (``float64``, aligned with ``hashes``).
         tail: Records of all other keys, assumed spread evenly over the hash space.
+        fixed: Records per reducer that no ring round moves (e.g. ``hybrid``'s split hot
+            keys, placed by their planned shares), or None.
     """
 
     hashes: np.ndarray
     counts: np.ndarray
     tail: float
+    fixed: np.ndarray | None = None
 
     @property
     def total(self) -> float:
         """All records the estimate covers."""
-        return float(self.counts.sum()) + self.tail
+        return float(self.counts.sum()) + self.tail + (0.0 if self.fixed is None else float(self.fixed.sum()))
 
 
 def arc_shares(snapshot: RingSnapshot) -> np.ndarray:
@@ -65,7 +68,8 @@ def predicted_loads(snapshot: RingSnapshot, loads: KeyLoads) -> np.ndarray:
     """Records each reducer would get under ``snapshot`` (named keys exactly, tail by arc)."""
     named = np.bincount(snapshot.lookup_batch(loads.hashes), weights=loads.counts,
                         minlength=snapshot.num_reducers)
-    return named + loads.tail * arc_shares(snapshot)
+    out = named + loads.tail * arc_shares(snapshot)
+    return out if loads.fixed is None else out + loads.fixed
 
 
 @dataclass(frozen=True)

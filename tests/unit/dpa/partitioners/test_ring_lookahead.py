@@ -142,3 +142,27 @@ def test_several_rounds_go_out_as_one_snapshot_with_one_event_each():
     assert decisions[-1].event.tokens_after == plan.token_counts == p.ring.token_counts
     versions = [d.event.version for d in decisions]
     assert versions == sorted(versions) and versions[-1] == decisions[-1].snapshot.version
+
+
+def test_fixed_loads_count_but_never_move():
+    ring = HashRing.for_method("halving", 4, 16, even=True)
+    loads = KeyLoads(np.zeros(0, np.uint32), np.zeros(0), 40.0, np.array([0.0, 0.0, 0.0, 60.0]))
+    assert loads.total == 100.0
+    assert predicted_loads(ring.snapshot(), loads) == pytest.approx([10, 10, 10, 70])
+    # relieving reducer 3 can only shed its tail, never the fixed load
+    plan = plan_rounds(ring, "halving", 3, [0, 0, 0, 4], loads)
+    assert plan.after >= 60 / 25
+
+
+def test_hybrid_predicts_its_split_hot_keys_by_their_shares():
+    import dpa
+    from dpa.registry import make_policy
+
+    planner = make_policy(dpa.JobConfig(policy="hybrid", num_reducers=4)).make_planner(4)
+    hot = int(RNG_HASHES[0])
+    planner.observe_keys(0, np.array([hot, int(RNG_HASHES[1])], np.uint32), np.array([600, 100]), 1000)
+    planner.hot = {hot: [2, 3]}
+    planner.shares = {hot: np.array([0.25, 0.75])}
+    loads = planner.key_loads()
+    assert hot not in loads.hashes.tolist() and int(RNG_HASHES[1]) in loads.hashes.tolist()
+    assert loads.fixed == pytest.approx([0, 0, 150, 450]) and loads.total == pytest.approx(1000)
