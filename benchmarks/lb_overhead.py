@@ -6,9 +6,10 @@ Uniform keys (default 10M records over K=100k keys) are counted with the balance
 for ``--reps`` pairs so that drifting machine load hits both alike. Reported: median wall
 time per mode, the overhead ``(on - off) / off``, the CPU seconds of all job processes
 per run (less sensitive to other load than wall time), and how often the balancer fired.
-Note that uniform keys do not mean uniform load under "doubling": its ring starts with one
-token per reducer, so the reducers' arcs (and the no-LB skew) differ, and the balancer may
-legitimately fire; ``--policy halving`` (16 tokens each) starts much closer to even.
+The ring policies' first ring has evenly spaced tokens (``token_spacing="even"``), so
+uniform keys are uniform load on every policy; with the paper's hashed ring
+(``token_spacing="hashed"``) the reducers' arcs differ by tens of percent and the balancer
+may legitimately fire.
 
 Run (small)::
 
