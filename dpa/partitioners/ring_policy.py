@@ -192,20 +192,13 @@ class DPAPlanner(Planner):
         self._streak = 0
         if self.lookahead and self.sketch.n:
             return self._look_ahead(x, now)
-        seen = tuple(self.queue_lengths)
-        self.rounds[x] += 1
-        changed = self.ring.redistribute(x, self.method)
-        if not changed:
+        if not self.ring.copy().redistribute(x, self.method):
             self.rounds[x] = self.max_rounds
-            event = RebalanceEvent(now, x, "exhausted", seen, self.ring.token_counts, self._snapshot.version)
+            event = RebalanceEvent(now, x, "exhausted", tuple(self.queue_lengths), self.ring.token_counts,
+                                   self._snapshot.version)
             logger.info("%s exhausted for reducer %d", self.method, x)
             return [Decision(None, event)]
-        self._snapshot = self._ring_changed()
-        action = "halve" if self.method == "halving" else "double"
-        event = RebalanceEvent(now, x, action, seen, self.ring.token_counts, self._snapshot.version)
-        logger.info("rebalance: %s reducer %d, queues %s -> tokens %s (v%d)", action, x, seen,
-                    self.ring.token_counts, self._snapshot.version)
-        return [Decision(self._snapshot, event)]
+        return self._relieve((x,), now)
 
     def _look_ahead(self, x: int, now: float) -> list[Decision]:
         """Rounds chosen on predicted key loads (see the class docstring)."""
@@ -219,17 +212,24 @@ class DPAPlanner(Planner):
             logger.debug("lookahead keeps the ring: predicted largest share %.2f, straggler %d", plan.before, x)
             return []
         self._refused_at = 0.0
+        logger.info("lookahead: largest predicted share %.2f -> %.2f", plan.before, plan.after)
+        return self._relieve(plan.relieved, now)
+
+    def _relieve(self, relieved: tuple[int, ...], now: float) -> list[Decision]:
+        """Applies the rounds and publishes the ring once: one event per round (with the
+        tokens after it), all under the published version."""
         seen = tuple(self.queue_lengths)
         action = "halve" if self.method == "halving" else "double"
-        events = []
-        for r in plan.relieved:  # one event per round, each with the ring after it
+        tokens = []
+        for r in relieved:
             self.rounds[r] += 1
             self.ring.redistribute(r, self.method)
-            events.append(RebalanceEvent(now, r, action, seen, self.ring.token_counts, self.ring.version))
+            tokens.append(self.ring.token_counts)
         self._snapshot = self._ring_changed()
-        logger.info("rebalance: %s reducers %s (lookahead: largest share %.2f -> %.2f), queues %s -> tokens %s (v%d)",
-                    action, list(plan.relieved), plan.before, plan.after, seen, self.ring.token_counts,
-                    self._snapshot.version)
+        version = self._snapshot.version
+        events = [RebalanceEvent(now, r, action, seen, t, version) for r, t in zip(relieved, tokens)]
+        logger.info("rebalance: %s reducer(s) %s, queues %s -> tokens %s (v%d)", action, list(relieved), seen,
+                    self.ring.token_counts, version)
         return [Decision(None, e) for e in events[:-1]] + [Decision(self._snapshot, events[-1])]
 
 
@@ -262,7 +262,8 @@ class RingSettings(PolicySettings):
             :mod:`dpa.ring`.
         lookahead: Choose the rounds on the reducers' key reports before acting
             (:class:`DPAPlanner`; default True); False = apply one round per trigger, as
-            the paper does. ``hybrid`` ignores it: it splits hot keys instead.
+            the paper does. In ``hybrid`` it plans the ring for the tail, its split hot
+            keys counted where their planned shares put them.
 
     Raises:
         ConfigError: An option is out of range (the message says which and what is valid).
