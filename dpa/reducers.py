@@ -478,8 +478,19 @@ class Collect(_ColumnReducer):
         return out.rename_columns(list(group_cols) + ["items"])
 
 
+def _rank(value: Any) -> tuple[bool, Any]:
+    """TopK's order: NaN below every number (like Min/Max, which take NaN only when a key
+    has nothing else), so the result never depends on the order records arrived in."""
+    return (value == value, value)
+
+
+def _top(k: int, values: list[Any]) -> list[Any]:
+    return heapq.nlargest(k, values, key=_rank)
+
+
 class TopK(_ColumnReducer):
-    """The ``k`` largest values of ``column`` per key, largest first (nulls ignored)."""
+    """The ``k`` largest values of ``column`` per key, largest first (nulls ignored; NaN
+    ranks below every number)."""
 
     kind = "top_k"
     default_name = "top_k"
@@ -496,13 +507,13 @@ class TopK(_ColumnReducer):
     def add(self, acc: list[Any], value: Any) -> list[Any]:
         if value is None:
             return acc
-        return heapq.nlargest(self.k, acc + [value])
+        return _top(self.k, acc + [value])
 
     def add_batch(self, acc: list[Any], values: list[Any]) -> list[Any]:
-        return heapq.nlargest(self.k, acc + [v for v in values if v is not None])
+        return _top(self.k, acc + [v for v in values if v is not None])
 
     def merge(self, a: list[Any], b: list[Any]) -> list[Any]:
-        return heapq.nlargest(self.k, a + b)
+        return _top(self.k, a + b)
 
     check_type = Min.check_type
     output_type = Collect.output_type
@@ -513,7 +524,7 @@ class TopK(_ColumnReducer):
     def _truncate(self, table: pa.Table) -> pa.Table:
         items = table["items"]
         dtype = items.type.value_type
-        top = [heapq.nlargest(self.k, [v for v in row if v is not None]) for row in items.to_pylist()]
+        top = [_top(self.k, [v for v in row if v is not None]) for row in items.to_pylist()]
         return table.set_column(table.schema.get_field_index("items"), "items", pa.array(top, pa.list_(dtype)))
 
     def partial_from_batch(self, table: pa.Table, group_cols: list[str], weight_col: str | None = None) -> pa.Table:
@@ -525,7 +536,7 @@ class TopK(_ColumnReducer):
         merged: dict[tuple[Any, ...], list[Any]] = {}
         group_values = list(zip(*(table[c].to_pylist() for c in group_cols)))
         for group, items in zip(group_values, table["items"].to_pylist()):
-            merged[group] = heapq.nlargest(self.k, merged.get(group, []) + items)
+            merged[group] = _top(self.k, merged.get(group, []) + items)
         groups = list(merged)
         arrays = [pa.array([g[i] for g in groups], table.schema.field(c).type) for i, c in enumerate(group_cols)]
         arrays.append(pa.array(list(merged.values()), table.schema.field("items").type))

@@ -31,7 +31,7 @@ Per reducer (``c`` is the reducer's column):
 ``Collect`` ``transform(collect_list(struct(c)), s -> s.c)`` (nulls kept, as dpa keeps
            them; ``collect_list`` alone drops them)
 ``TopK``   ``slice(sort_array(collect_list(c), false), 1, k)`` (nulls ignored, largest
-           first)
+           first; float NaNs placed last, where dpa ranks them)
 ========== ========================================================================
 
 Everything else returns ``None`` and the bridge keeps its ``mapInArrow`` precombine
@@ -190,7 +190,14 @@ def _state_expressions(inner: Any, dtype: DataType | None) -> tuple[list[Column]
     if kind is TopK:
         if not isinstance(dtype, atomic):
             return None
-        return [F.slice(F.sort_array(F.collect_list(c), asc=False), 1, inner.k).alias("items")], None
+        values = F.collect_list(c)
+        if isinstance(dtype, (T.FloatType, T.DoubleType)):
+            # dpa ranks NaN below every number (Spark's sort_array: above): NaNs go last.
+            numbers = F.sort_array(F.filter(values, lambda v: ~F.isnan(v)), asc=False)
+            values = F.concat(numbers, F.filter(values, lambda v: F.isnan(v)))
+        else:
+            values = F.sort_array(values, asc=False)
+        return [F.slice(values, 1, inner.k).alias("items")], None
     return None
 
 

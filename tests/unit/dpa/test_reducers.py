@@ -216,3 +216,18 @@ def test_output_field_of_wrappers_and_user_reducers():
     assert Mine("v").output_field(schema) is None  # known only from its results
     with pytest.raises(SchemaError, match="Sum\\('v'\\) needs a numeric column"):
         dpa.Sum("v").output_field(pa.schema([("v", pa.string())]))
+
+
+def test_topk_ranks_nan_below_every_number_whatever_the_order():
+    import itertools
+
+    nan = float("nan")
+    for order in itertools.permutations([nan, 2.5, -1.0, nan]):
+        r = dpa.TopK("x", 2)
+        acc = r.create()
+        for v in order:
+            acc = r.add(acc, v)
+        assert acc == [2.5, -1.0]
+        assert r.merge(r.add_batch(r.create(), list(order[:2])), r.add_batch(r.create(), list(order[2:])))[:2] == [2.5, -1.0]
+    only = dpa.TopK("x", 2).add_batch([], [nan, None])
+    assert len(only) == 1 and math.isnan(only[0])
