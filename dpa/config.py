@@ -92,6 +92,16 @@ class JobConfig:
             (actor start-up costs seconds); ``dpa.shutdown()`` releases them. They are
             always torn down when a job fails.
         timeout_s: Fail the job if it has not finished after this many seconds.
+        checkpoint_interval_s: Fault recovery (Ray runtime): input blocks are handed out
+            in epochs of this many seconds, and the reducers' states are checkpointed
+            into the coordinator's object store as each epoch completes, without pausing
+            the job. When a member actor (or its node) dies, the job rolls back to the
+            last checkpoint on replaced actors and replays the blocks after it: the
+            result stays exact. ``0`` turns checkpoints off (a failure then replays the
+            whole input). See ``docs/fault_recovery.md``.
+        max_recoveries: Failures a job recovers from before it fails with
+            :class:`~dpa.errors.JobFailedError` naming every one (``0`` = fail at the
+            first, as before). Errors in user code are never retried.
         seed: Seed for any randomised policy.
         policy_options: Options of a policy given by name: the fields of its settings
             class (e.g. ``{"d": 3}`` for ``pkg``, ``{"patience": 3}`` for ``halving``);
@@ -127,6 +137,8 @@ class JobConfig:
     runtime: str = "ray"
     reuse_actors: bool = True
     timeout_s: float | None = None
+    checkpoint_interval_s: float = 0.5
+    max_recoveries: int = 3
     seed: int = 0
     policy_options: dict[str, Any] = field(default_factory=dict)
     map_side_combine: bool = True
@@ -158,6 +170,14 @@ class JobConfig:
             raise ConfigError(f"JobConfig.runtime must be 'ray' or 'local', got {self.runtime!r}")
         if self.timeout_s is not None and not self.timeout_s > 0:
             raise ConfigError(f"JobConfig.timeout_s must be > 0 or None, got {self.timeout_s!r}")
+        value = self.checkpoint_interval_s
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ConfigError(
+                f"JobConfig.checkpoint_interval_s must be a number of seconds >= 0 (0 = no checkpoints), got {value!r}")
+        value = self.max_recoveries
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(
+                f"JobConfig.max_recoveries must be an integer >= 0 (0 = fail at the first failure), got {value!r}")
         if self.policy_options is None:
             self.policy_options = {}
         if not isinstance(self.policy_options, dict):

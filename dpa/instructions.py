@@ -22,10 +22,12 @@ class Push(NamedTuple):
 
 class Forward(NamedTuple):
     """Reducer -> reducer ``dest``: queued records whose key the sender no longer owns
-    (always accepted: they are already inside the bounded system)."""
+    (always accepted: they are already inside the bounded system), of input ``epoch``
+    (:mod:`dpa.epochs`)."""
 
     dest: int
     batch: pa.Table
+    epoch: int = 0
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dpa.epochs import EpochLedger
 from dpa.instructions import Forward, Publish, Push
 from dpa.key_columns import hash_key_columns
 from dpa.keys import KeyHashCache
@@ -175,6 +176,7 @@ class Chunk:
     forwards: list[Forward]
     cost_s: float
     rows: int = 0
+    epoch: int = 0
 
     @property
     def num_owned(self) -> int:
@@ -205,6 +207,11 @@ class ReducerLogic:
     reducer takes few records at a time and a cheap one (Count over combined batches)
     large steps. :attr:`backlog_s` is the queue in seconds of work, what the balancer
     compares.
+
+    Every batch belongs to an input epoch (:mod:`dpa.epochs`). With checkpoints on
+    (``plan.checkpoint_interval_s > 0``) the reducer keeps one partial state per open epoch
+    besides its base state; :meth:`checkpoint` folds the epochs the coordinator closes
+    into the base and returns a copy of it, and :meth:`restore` starts from one.
     """
 
     def __init__(self, reducer_id: int, plan: JobPlan, snapshot: Any) -> None:
@@ -216,6 +223,11 @@ class ReducerLogic:
         # Sums may round ints to float64 where a column is int in some blocks and float in others.
         self.float_rounding = bool(getattr(inner, "float_rounding", False))
         self.queue: deque[pa.Table] = deque()
+        self.queue_epochs: deque[int] = deque()  # the input epoch of each queued batch
+        self.epochs_on = plan.checkpoint_interval_s > 0
+        self.open_states: dict[int, Any] = {}  # epoch -> partial state (epochs after `closed`)
+        self.closed = -1  # the last epoch folded into `state` (checkpointed)
+        self.by_epoch: dict[int, int] = {}  # records absorbed per epoch after `closed`
         # Per queued batch: the snapshot version its routing is known to agree with (-1 =
         # unknown). A batch routed under the reducer's current version needs no
         # ownership check when it is taken.
@@ -269,7 +281,7 @@ class ReducerLogic:
         return not self.has_room() and (self.calibrated or self.queued >= self.plan.queue_capacity)
 
     def enqueue(self, batch: pa.Table, forwarded: bool = False,
-                version: int | None = None) -> list[Forward]:
+                version: int | None = None, epoch: int = 0) -> list[Forward]:
         """Appends a batch to the queue; returns the records to forward at once.
 
         A mapper's batch routed under an older snapshot ``version`` than this reducer's is
@@ -289,14 +301,15 @@ class ReducerLogic:
             version = self.snapshot.version  # what is kept below agrees with it
             dest = self.plan.policy.destinations(self.snapshot, batch[HASH_COL].to_numpy(), self.reducer_id,
                                                  True, routed_under)
-            kept, forwards = self._split(batch, None if dest is None else np.asarray(dest, dtype=np.int64))
-            moved = sum(weight(t) for _, t in forwards)
+            kept, forwards = self._split(batch, None if dest is None else np.asarray(dest, dtype=np.int64), epoch)
+            moved = sum(weight(f.batch) for f in forwards)
             self.forwarded += moved
             if kept is None:
                 return forwards
             batch = kept
         n = weight(batch)
         self.queue.append(batch)
+        self.queue_epochs.append(epoch)
         self.routed.append(-1 if version is None else version)
         self.queued += n
         self.queued_rows += batch.num_rows
@@ -352,7 +365,8 @@ class ReducerLogic:
         """Records this reducer holds: processed, being processed or queued."""
         return self.processed + self.in_process + self.queued
 
-    def _split(self, batch: pa.Table, owners: np.ndarray | None = None) -> tuple[pa.Table | None, list[Forward]]:
+    def _split(self, batch: pa.Table, owners: np.ndarray | None = None,
+               epoch: int = 0) -> tuple[pa.Table | None, list[Forward]]:
         """Splits a batch into the part this reducer keeps and the parts to forward."""
         if owners is None:
             owners = self.plan.policy.destinations(self.snapshot, batch[HASH_COL].to_numpy(), self.reducer_id, False)
@@ -362,7 +376,7 @@ class ReducerLogic:
         if mine.all():
             return batch, []
         parts = split_by(batch, np.asarray(owners, dtype=np.int64), self.plan.num_reducers)
-        forwards = [Forward(r, p) for r, p in enumerate(parts) if p.num_rows and r != self.reducer_id]
+        forwards = [Forward(r, p, epoch) for r, p in enumerate(parts) if p.num_rows and r != self.reducer_id]
         owned = parts[self.reducer_id] if parts[self.reducer_id].num_rows else None
         return owned, forwards
 
@@ -390,21 +404,23 @@ class ReducerLogic:
             return []
         dest = policy.handover(snapshot, hashes, np.asarray(dest, dtype=np.int64), self.reducer_id)
         kept: deque[pa.Table] = deque()
+        kept_epochs: deque[int] = deque()
         forwards: list[Forward] = []
         offset = 0
         self.routed = deque()
-        for batch in self.queue:
+        for batch, epoch in zip(self.queue, self.queue_epochs):
             part = np.asarray(dest[offset : offset + batch.num_rows], dtype=np.int64)
             offset += batch.num_rows
-            owned, fwd = self._split(batch, part)
+            owned, fwd = self._split(batch, part, epoch)
             if owned is not None:
                 kept.append(owned)
+                kept_epochs.append(epoch)
                 self.routed.append(snapshot.version)
             forwards.extend(fwd)
-        moved = sum(weight(t) for _, t in forwards)
-        self.queue = kept
+        moved = sum(weight(f.batch) for f in forwards)
+        self.queue, self.queue_epochs = kept, kept_epochs
         self.queued -= moved
-        self.queued_rows -= sum(t.num_rows for _, t in forwards)
+        self.queued_rows -= sum(f.batch.num_rows for f in forwards)
         self.forwarded += moved
         return forwards
 
@@ -440,20 +456,23 @@ class ReducerLogic:
         return self.queued_rows * self.cost_per_row
 
     def take_chunk(self) -> Chunk | None:
-        """Takes :attr:`step_rows` rows off the queue and splits owned vs forwarded."""
+        """Takes :attr:`step_rows` rows off the queue and splits owned vs forwarded (a
+        chunk holds records of one input epoch: it stops where the next epoch starts)."""
         if not self.queue:
             return None
         limit = self.step_rows
         taken: list[pa.Table] = []
         current = True  # every taken batch was routed under the current snapshot
         n = 0  # rows
-        while self.queue and n < limit:
+        epoch = self.queue_epochs[0]
+        while self.queue and n < limit and self.queue_epochs[0] == epoch:
             head = self.queue[0]
             room = limit - n
             current = current and self.routed[0] == self.snapshot.version
             if head.num_rows <= room:
                 taken.append(self.queue.popleft())
                 self.routed.popleft()
+                self.queue_epochs.popleft()
                 n += head.num_rows
             else:
                 taken.append(head.slice(0, room))
@@ -464,9 +483,9 @@ class ReducerLogic:
         batch = taken[0] if len(taken) == 1 else unify(taken, float_rounding=self.float_rounding)
         self.queued -= weight(batch)
         self.queued_rows -= n
-        owned, forwards = (batch, []) if current else self._split(batch)
-        self.forwarded += sum(weight(t) for _, t in forwards)
-        chunk = Chunk(owned, forwards, 0.0, n)
+        owned, forwards = (batch, []) if current else self._split(batch, None, epoch)
+        self.forwarded += sum(weight(f.batch) for f in forwards)
+        chunk = Chunk(owned, forwards, 0.0, n, epoch)
         chunk.cost_s = chunk.num_owned * self.cost_per_record
         self.in_process = 0 if owned is None else weight(owned)
         return chunk
@@ -476,16 +495,63 @@ class ReducerLogic:
         self.in_process = 0
         if chunk.owned is not None:
             owned = chunk.owned
+            state = self._applying = self._state_for(chunk.epoch)
             if WEIGHT_COL in owned.column_names:
-                self.processed += weight(owned)
-                self.state.add_combined(owned)
+                n = weight(owned)
+                state.add_combined(owned)
             else:
-                self.state.add(owned)
-                self.processed += owned.num_rows
+                state.add(owned)
+                n = owned.num_rows
+            self.processed += n
+            self.by_epoch[chunk.epoch] = self.by_epoch.get(chunk.epoch, 0) + n
+
+    @property
+    def current_key(self) -> Any:
+        """The key a user reducer was working on when it raised (None if unknown)."""
+        state = getattr(self, "_applying", None) or self.state
+        return getattr(state, "current_key", None)
+
+    # -- epochs and checkpoints -------------------------------------------------------
+    def _state_for(self, epoch: int) -> Any:
+        if not self.epochs_on or epoch <= self.closed:
+            return self.state
+        state = self.open_states.get(epoch)
+        if state is None:
+            inner = unwrap(self.plan.reducer)[0]
+            state = self.open_states[epoch] = make_state(inner, self.plan.key_cols, self.plan.record_kind)
+        return state
+
+    def _fold(self, upto: int | None = None) -> None:
+        """Folds the open epochs' states (up to ``upto``; None = all) into the base state."""
+        for epoch in sorted(self.open_states):
+            if upto is not None and epoch > upto:
+                break
+            self.state.fold(self.open_states.pop(epoch))
+
+    def checkpoint(self, epoch: int) -> tuple[Any, int]:
+        """Closes the epochs up to ``epoch`` (the coordinator found all their records
+        absorbed): folds their states into the base state.
+
+        Returns:
+            ``(state, records)``: a copy of the base state (:meth:`restore` takes it) and
+            the records it holds.
+        """
+        self._fold(epoch)
+        self.closed = max(self.closed, epoch)
+        for e in [e for e in self.by_epoch if e <= epoch]:
+            del self.by_epoch[e]
+        return self.state.export(), self.processed - sum(self.by_epoch.values())
+
+    def restore(self, exported: Any, records: int, epoch: int) -> None:
+        """Starts from a checkpoint's base state (made by :meth:`checkpoint`) of ``epoch``."""
+        self.state.restore(exported)
+        self.processed += int(records)
+        self.closed = epoch
 
     # -- final merge ----------------------------------------------------------------
     def partition_state(self) -> list[Any]:
         """Splits the state by ``hash % R`` for the partitioned final merge."""
+        self._fold()
         return self.state.partition(self.plan.num_reducers)
 
     def merge_partial(self, partial: Any) -> None:
@@ -494,6 +560,7 @@ class ReducerLogic:
 
     def finalize(self) -> pa.Table | None:
         """The reducer's share of the result (None if it holds no keys)."""
+        self._fold()
         return self.state.finalize()
 
     def counters(self) -> dict[str, int]:
@@ -582,35 +649,69 @@ class BalancerLogic:
 class CoordinatorLogic:
     """Block hand-out bookkeeping and termination by conservation.
 
-    The job is complete when the input is exhausted, every mapper has finished, and the
-    records processed by reducers equal the records emitted by mappers (a forwarded record
-    is counted once, by the reducer that processes it).
+    The job is complete when the input is exhausted, every mapper has finished, every
+    block handed out was mapped and pushed, and the records the reducers absorbed equal
+    the records those blocks emitted, epoch by epoch (:class:`~dpa.epochs.EpochLedger`; a
+    forwarded record is counted once, by the reducer that absorbs it).
     """
 
-    def __init__(self, num_mappers: int, num_reducers: int) -> None:
+    def __init__(self, num_mappers: int, num_reducers: int, checkpoint_interval_s: float = 0.0) -> None:
         self.num_mappers = num_mappers
         self.num_reducers = num_reducers
         self.input_done = False
         self.blocks_offered = 0
         self.mappers_done: set[int] = set()
-        self.emitted = [0] * num_mappers
         self.blocks_per_mapper = [0] * num_mappers
-        self.processed = [0] * num_reducers
+        self.processed = [0] * num_reducers  # records each reducer holds (its checkpoint included)
+        self.ledger = EpochLedger(num_reducers, checkpoint_interval_s)
+        self._emitted_closed = [0] * num_mappers  # records of checkpointed blocks, per mapper
+        self._emitted_open: dict[int, list[int]] = {}  # epoch -> per mapper
 
-    def on_block_taken(self, mapper: int) -> None:
+    def on_block_taken(self, mapper: int, item: Any = None, now: float = 0.0) -> int:
+        """A mapper took a block (``item``, kept for replay) at ``now``; returns its epoch."""
         self.blocks_per_mapper[mapper] += 1
+        return self.ledger.hand_out(item, now)
 
-    def on_mapper_done(self, mapper: int, emitted: int) -> None:
+    def on_block_done(self, mapper: int, epoch: int, emitted: int) -> None:
+        """A mapper pushed every record of a block of ``epoch``: ``emitted`` records."""
+        if epoch in self.ledger._open:
+            self._emitted_open.setdefault(epoch, [0] * self.num_mappers)[mapper] += int(emitted)
+        self.ledger.block_done(epoch, emitted)
+
+    def on_mapper_done(self, mapper: int) -> None:
         self.mappers_done.add(mapper)
-        self.emitted[mapper] = emitted
 
-    def on_progress(self, reducer: int, processed: int) -> None:
+    def on_progress(self, reducer: int, processed: int, by_epoch: dict[int, int]) -> None:
+        """A reducer's records held in all and absorbed per open epoch."""
         self.processed[reducer] = max(self.processed[reducer], processed)
+        self.ledger.on_progress(reducer, by_epoch)
+
+    @property
+    def emitted(self) -> list[int]:
+        """Records emitted per mapper by the blocks the result holds (replays not counted twice)."""
+        out = list(self._emitted_closed)
+        for per in self._emitted_open.values():
+            out = [a + b for a, b in zip(out, per)]
+        return out
+
+    def on_checkpoint(self, epoch: int) -> None:
+        """The checkpoint of ``epoch`` is stored."""
+        self.ledger.end_close(epoch)
+        for e in [e for e in self._emitted_open if e <= epoch]:
+            self._emitted_closed = [a + b for a, b in zip(self._emitted_closed, self._emitted_open.pop(e))]
+
+    def rollback(self, processed: list[int]) -> list[Any]:
+        """Rolls back to the last checkpoint, whose reducers hold ``processed`` records;
+        returns the blocks to hand out again (in their first order)."""
+        self._emitted_open = {}
+        self.mappers_done = set()
+        self.processed = list(processed)
+        return self.ledger.rollback()
 
     @property
     def mapping_done(self) -> bool:
         return self.input_done and len(self.mappers_done) == self.num_mappers
 
     def complete(self) -> bool:
-        """Conservation: all mappers done and every emitted record processed."""
-        return self.mapping_done and sum(self.processed) == sum(self.emitted)
+        """Conservation: all mappers done and every record their blocks emitted absorbed."""
+        return self.mapping_done and self.ledger.all_done

@@ -88,6 +88,10 @@ class JobPlan:
     step_time_s: float = 0.03
     # Bound of each reducer's queue in estimated seconds of work (JobConfig.queue_time_s).
     queue_time_s: float = 1.0
+    # Seconds per input epoch; 0 = no checkpoints (JobConfig.checkpoint_interval_s).
+    checkpoint_interval_s: float = 0.0
+    # Failures a job recovers from (JobConfig.max_recoveries).
+    max_recoveries: int = 0
     # The driver already checked the types of every block against each other (a source
     # read on the driver, no map_fn, no key function): mappers only re-check the keys.
     checked_upstream: bool = False
@@ -318,6 +322,7 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
         num_reducers=config.num_reducers, queue_capacity=config.queue_capacity, chunk_size=config.chunk_size,
         lb_interval_s=config.lb_interval_s, report_interval_s=config.report_interval_s,
         step_time_s=float(config.step_time_s), queue_time_s=float(config.queue_time_s),
+        checkpoint_interval_s=float(config.checkpoint_interval_s), max_recoveries=int(config.max_recoveries),
         output_schema=output_schema, input_schema=schema, job_id=uuid.uuid4().hex[:8],
         combine=(bool(config.map_side_combine) and policy.combinable and isinstance(inner, ColumnarReducer)
                  and unwrap(bound)[1] == 0 and not config.input_combined),

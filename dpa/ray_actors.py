@@ -89,8 +89,9 @@ class _JobMember:
     def _serving(self, job_id: str) -> bool:
         return job_id is not None and job_id == self.job_id
 
-    async def ping(self) -> bool:
-        return True
+    async def ping(self) -> str:
+        """The id of the Ray node this member runs on (a live member answers)."""
+        return ray.get_runtime_context().get_node_id()
 
     async def abort(self, job_id: str) -> None:
         """Stops serving ``job_id``: its loop is cancelled and its late messages dropped."""
@@ -115,8 +116,10 @@ class MapperActor(_JobMember):
         self.name = name
         self.logic: MapperLogic | None = None
 
-    async def start_job(self, plan: JobPlan, snapshot: Any, coordinator: Any, reducers: list[Any]) -> None:
-        self.job_id = plan.job_id
+    async def start_job(self, plan: JobPlan, snapshot: Any, coordinator: Any, reducers: list[Any],
+                        job_id: str | None = None) -> None:
+        """Starts serving ``job_id`` (default ``plan.job_id``; a recovered job's run id)."""
+        self.job_id = job_id or plan.job_id
         self.logic = MapperLogic(self.mapper_id, plan, snapshot)
         self.tags = {"job_id": plan.job_id, "mapper": str(self.mapper_id)}
         self.coordinator = coordinator
@@ -138,7 +141,7 @@ class MapperActor(_JobMember):
             if item is None:
                 break
             pending = self.coordinator.next_block.remote(job_id, self.mapper_id)  # prefetch
-            ref, row_slice = item[0]
+            (ref, row_slice), epoch = item
             try:
                 block = _as_table(await ref)
                 if row_slice is not None:
@@ -150,11 +153,15 @@ class MapperActor(_JobMember):
             while logic.routing:  # push by push, each under the newest ring (update_ring runs between)
                 routed = logic.next_pushes()
                 version = logic.snapshot.version
-                outcomes = await asyncio.gather(*[self.reducers[r].push.remote(job_id, b, version) for r, b in routed])
+                outcomes = await asyncio.gather(*[self.reducers[r].push.remote(job_id, b, version, False, epoch)
+                                                  for r, b in routed])
                 logic.on_pushed(max(outcomes, default=PUSH_KEEP))
+            # Every record of the block is in a reducer's queue now: the coordinator may
+            # count the block's epoch as mapped (dpa.epochs).
+            self.coordinator.block_done.remote(job_id, self.mapper_id, epoch, logic.emitted - before)
             if logic.emitted > before:
                 metric("dpa_records_emitted").inc(logic.emitted - before, tags=self.tags)
-        await self.coordinator.mapper_done.remote(job_id, self.mapper_id, logic.emitted)
+        await self.coordinator.mapper_done.remote(job_id, self.mapper_id)
         self.job_id, self.task = None, None  # the job is over for this mapper: later news is dropped
         return logic.emitted
 
@@ -169,9 +176,16 @@ class ReducerActor(_JobMember):
         self.logic: ReducerLogic | None = None
         self.result: pa.Table | None = None
 
-    async def start_job(self, plan: JobPlan, snapshot: Any, peers: list[Any], balancer: Any, coordinator: Any) -> None:
-        self.job_id = plan.job_id
+    async def start_job(self, plan: JobPlan, snapshot: Any, peers: list[Any], balancer: Any, coordinator: Any,
+                        job_id: str | None = None, state: Any = None, records: int = 0, epoch: int = -1) -> None:
+        """Starts serving ``job_id`` (default ``plan.job_id``), from a checkpoint's base
+        ``state`` holding ``records`` records of the epochs up to ``epoch`` if given."""
+        self.job_id = job_id or plan.job_id
         self.logic = ReducerLogic(self.reducer_id, plan, snapshot)
+        if state is not None or records:
+            self.logic.restore(state, records, epoch)
+        else:
+            self.logic.closed = epoch
         self.plan = plan
         self.peers = peers
         self.balancer = balancer
@@ -197,7 +211,7 @@ class ReducerActor(_JobMember):
 
     # -- inputs ---------------------------------------------------------------------
     @quiet_method
-    async def push(self, job_id: str, batch: pa.Table, version: int, forwarded: bool = False) -> int:
+    async def push(self, job_id: str, batch: pa.Table, version: int, forwarded: bool = False, epoch: int = 0) -> int:
         """Queues a batch; a mapper's push waits while the queue is full. Returns what the
         mapper should do with its push size (:meth:`~dpa.logic.ReducerLogic.push_outcome`)."""
         if not self._serving(job_id):
@@ -219,7 +233,7 @@ class ReducerActor(_JobMember):
                 await self.room.wait()
                 if not self._serving(job_id):
                     return PUSH_KEEP
-        self._send(logic.enqueue(batch, forwarded, version))
+        self._send(logic.enqueue(batch, forwarded, version, epoch))
         self.wake.set()
         self._report()
         return outcome
@@ -235,8 +249,8 @@ class ReducerActor(_JobMember):
 
     def _send(self, forwards: list[Forward]) -> None:
         version = self.logic.snapshot.version
-        for dest, batch in forwards:
-            self.inflight.append(self.peers[dest].push.remote(self.job_id, batch, version, True))
+        for dest, batch, epoch in forwards:
+            self.inflight.append(self.peers[dest].push.remote(self.job_id, batch, version, True, epoch))
         if len(self.inflight) > 64:
             self.inflight = [r for r in self.inflight if not _ready(r)]
 
@@ -257,7 +271,7 @@ class ReducerActor(_JobMember):
         if logic.queued == 0 or now - self.last_progress >= PROGRESS_INTERVAL_S:
             if logic.processed != self.last_progress_value:
                 self.last_progress, self.last_progress_value = now, logic.processed
-                self.coordinator.progress.remote(self.job_id, self.reducer_id, logic.processed)
+                self.coordinator.progress.remote(self.job_id, self.reducer_id, logic.processed, dict(logic.by_epoch))
         counts = getattr(logic.snapshot, "token_counts", None)
         self.telemetry.update(logic.queued, logic.processed, logic.forwarded,
                               None if counts is None else counts[self.reducer_id])
@@ -300,7 +314,7 @@ class ReducerActor(_JobMember):
                 try:
                     logic.apply(chunk)
                 except Exception as exc:
-                    key = getattr(logic.state, "current_key", None)
+                    key = logic.current_key
                     raise ActorFailure(self.name, exc, key) from exc
                 logic.on_step(chunk.rows, time.perf_counter() - step_started)
                 if logic.has_room():  # the step may have revised what the queue's work is worth
@@ -321,6 +335,14 @@ class ReducerActor(_JobMember):
         self.wake.set()
         self.last_sent = None
         self._report(force=True)
+
+    # -- checkpoints ------------------------------------------------------------------
+    async def checkpoint(self, job_id: str, epoch: int) -> tuple[Any, int] | None:
+        """Closes the epochs up to ``epoch``; returns a copy of the base state and its
+        records (:meth:`~dpa.logic.ReducerLogic.checkpoint`), or None if not serving."""
+        if not self._serving(job_id):
+            return None
+        return self.logic.checkpoint(epoch)
 
     # -- final merge and result -----------------------------------------------------
     async def exchange(self, job_id: str) -> None:
@@ -377,15 +399,22 @@ class BalancerActor(_JobMember):
         self.name = name
         self.logic: BalancerLogic | None = None
 
-    async def start_job(self, plan: JobPlan, snapshot: Any, mappers: list[Any], reducers: list[Any]) -> None:
-        self.job_id = plan.job_id
-        self.logic = BalancerLogic(plan, snapshot)
+    async def start_job(self, plan: JobPlan, snapshot: Any, mappers: list[Any], reducers: list[Any],
+                        job_id: str | None = None, resume: bool = False) -> Any:
+        """Starts serving ``job_id`` (default ``plan.job_id``); with ``resume`` (a job
+        recovering from a failure this balancer survived) it keeps its planner, event log
+        and published snapshot. Returns the snapshot the job's members start from."""
+        keep = resume and self.logic is not None and self.logic.plan.job_id == plan.job_id
+        self.job_id = job_id or plan.job_id
+        if not keep:
+            self.logic = BalancerLogic(plan, snapshot)
+            self.t0 = time.monotonic()
+            self.exported = 0
         self.plan = plan
         self.targets = list(mappers) + list(reducers)
         self.running = True
-        self.exported = 0
-        self.t0 = time.monotonic()
         self.fresh = asyncio.Event()
+        return self.logic.snapshot
 
     def _on_abort(self) -> None:
         self.running = False
@@ -413,7 +442,6 @@ class BalancerActor(_JobMember):
         if not self._serving(job_id):
             return
         self.task = asyncio.current_task()
-        self.exported = 0
         self._export_events()
         fresh = self.fresh  # this job's: the next job's start_job makes a new one
         while self.running and self._serving(job_id):

@@ -4,7 +4,15 @@ It creates the balancer, reducers and mappers (it owns them), replaces members t
 or hung between jobs, hands input blocks to mappers when they ask, decides termination by
 conservation (:class:`~dpa.logic.CoordinatorLogic`), drives the partitioned final merge
 and the finalize step, and fails the job, aborting it on every member, if any of them
-raises or dies.
+raises.
+
+Fault recovery (:mod:`dpa.epochs`): it hands blocks out in epochs, keeps the refs of the
+blocks after the last checkpoint, and stores each checkpoint's reducer states in its own
+object store. When a member dies (or its node, or an object it needed) the job is not
+failed: the members' loops are stopped, the dead ones replaced, every reducer restarts
+from the checkpoint and the blocks after it are handed out again, as a new *run* of the
+job (``<job id>.<n>``: members drop the messages of an earlier run). Errors raised by user
+code still fail the job at once.
 """
 
 from __future__ import annotations
@@ -12,11 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from typing import Any
 
 import ray
 
+from dpa.epochs import Checkpoint, Recovery
 from dpa.errors import JobFailedError
 from dpa.logic import CoordinatorLogic
 from dpa.plan import JobPlan
@@ -41,6 +51,34 @@ PING_TIMEOUT_S = 10.0
 #: How long an abort waits for the members to acknowledge.
 ABORT_TIMEOUT_S = 1.0
 
+#: Errors that mean a member, its node or an object it needed is gone (the job recovers),
+#: unlike an error raised by user code (the job fails).
+_LOST = tuple(getattr(ray.exceptions, name) for name in (
+    "RayActorError", "ObjectLostError", "WorkerCrashedError", "NodeDiedError", "ObjectFetchTimedOutError",
+    "LocalRayletDiedError", "RaySystemError") if hasattr(ray.exceptions, name))
+
+
+def member_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` (possibly wrapped by Ray) says that a member, a node or an object
+    is gone, rather than that user code raised."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, ActorFailure):
+            return False
+        if isinstance(exc, _LOST):
+            return True
+        exc = getattr(exc, "cause", None) or exc.__cause__
+    return False
+
+
+class _Lost(Exception):
+    """A run of the job lost a member (recoverable)."""
+
+    def __init__(self, actor: str, exc: BaseException) -> None:
+        super().__init__(f"{actor}: {describe(exc).splitlines()[0]}")
+        self.actor = actor
+
 
 @ray.remote(num_cpus=0)
 class CoordinatorActor:
@@ -60,7 +98,10 @@ class CoordinatorActor:
         self.reducers = [self._create(f"reducer-{i}") for i in range(num_reducers)]
         self.mappers = [self._create(f"mapper-{i}") for i in range(num_mappers)]
         self.logic: CoordinatorLogic | None = None
+        self.nodes: dict[str, str] = {}  # role -> Ray node id (as its last ping said)
         self.job_id: str | None = None
+        self.run_id: str | None = None  # the run members serve now (None while recovering)
+        self.member_run: str | None = None  # the run members were last started with
         self.failed: str | None = None
         self.job_task: asyncio.Task | None = None
         self.cond = asyncio.Condition()
@@ -71,7 +112,9 @@ class CoordinatorActor:
         name = f"dpa:{self.pool_id}:{role}"
         if self.generation:  # a replacement: the dead actor's name may not be released yet
             name = f"{name}.{self.generation}"
-        opts = {"name": name, "namespace": NAMESPACE, "lifetime": None}
+        # Spread over the cluster's nodes (on one machine this changes nothing): a job uses
+        # every node, and losing one loses a few members, which recovery replaces.
+        opts = {"name": name, "namespace": NAMESPACE, "lifetime": None, "scheduling_strategy": "SPREAD"}
         if role == "balancer":
             return BalancerActor.options(**opts).remote(name)
         kind, index = role.split("-")
@@ -99,8 +142,11 @@ class CoordinatorActor:
             *[asyncio.wait_for(await_ref(actor.ping.remote()), PING_TIMEOUT_S if role in self.answered else None)
               for role, actor in members],
             return_exceptions=True)
-        self.answered.update(role for (role, _), ok in zip(members, results) if ok is True)
-        dead = [(role, actor, ok) for (role, actor), ok in zip(members, results) if ok is not True]
+        for (role, _), ok in zip(members, results):
+            if isinstance(ok, str):
+                self.answered.add(role)
+                self.nodes[role] = ok
+        dead = [(role, actor, ok) for (role, actor), ok in zip(members, results) if not isinstance(ok, str)]
         if dead:
             self.generation += 1
             for role, actor, why in dead:
@@ -117,8 +163,11 @@ class CoordinatorActor:
                     kind, index = role.split("-")
                     (self.reducers if kind == "reducer" else self.mappers)[int(index)] = fresh
             fresh = dict(self._members())
-            await asyncio.gather(*[await_ref(fresh[role].ping.remote()) for role, _, _ in dead])
+            lost_nodes = {role: self.nodes.pop(role, "") for role, _, _ in dead}
+            nodes = await asyncio.gather(*[await_ref(fresh[role].ping.remote()) for role, _, _ in dead])
             self.answered.update(role for role, _, _ in dead)
+            self.nodes.update({role: node for (role, _, _), node in zip(dead, nodes)})
+            self.lost_nodes = lost_nodes
         return self.balancer, self.reducers, self.mappers, [role for role, _, _ in dead]
 
     # -- block hand-out (driver -> coordinator -> mappers) --------------------------
@@ -146,25 +195,35 @@ class CoordinatorActor:
         self._check()
 
     @quiet_method
-    async def next_block(self, job_id: str, mapper: int) -> list[Any] | None:
-        if job_id != self.job_id:
+    async def next_block(self, run_id: str, mapper: int) -> list[Any] | None:
+        """The next input block for ``mapper``: ``[(block ref, row slice or None), epoch]``
+        (wrapped so Ray does not resolve the ref), or None when there is none (or the run
+        ended)."""
+        if run_id != self.run_id:
             return None
         async with self.cond:
             await self.cond.wait_for(lambda: self.blocks or self.logic.input_done or self.failed is not None
-                                     or job_id != self.job_id)
-            if self.failed is not None or job_id != self.job_id or not self.blocks:
+                                     or run_id != self.run_id)
+            if self.failed is not None or run_id != self.run_id or not self.blocks:
                 return None
-            ref = self.blocks.popleft()
-            self.logic.on_block_taken(mapper)
+            item = self.blocks.popleft()
+            epoch = self.logic.on_block_taken(mapper, item, time.monotonic())
             if self.logic.input_done:
                 taken = sum(self.logic.blocks_per_mapper)
                 metric("dpa_job_progress").set(taken / max(1, taken + len(self.blocks)), tags=self.job_tags)
             self.cond.notify_all()
-            return [ref]  # a (block ref, row slice or None) pair, wrapped so Ray does not resolve it
+            return [item, epoch]
 
-    async def mapper_done(self, job_id: str, mapper: int, emitted: int) -> None:
-        if job_id == self.job_id:
-            self.logic.on_mapper_done(mapper, emitted)
+    @quiet_method
+    async def block_done(self, run_id: str, mapper: int, epoch: int, emitted: int) -> None:
+        """``mapper`` pushed every record of a block of ``epoch``."""
+        if run_id == self.run_id:
+            self.logic.on_block_done(mapper, epoch, emitted)
+            self._check()
+
+    async def mapper_done(self, run_id: str, mapper: int) -> None:
+        if run_id == self.run_id:
+            self.logic.on_mapper_done(mapper)
             self._check()
 
     @quiet_method
@@ -173,15 +232,42 @@ class CoordinatorActor:
         return sum(self.logic.processed) if self.logic is not None else 0
 
     @quiet_method
-    async def progress(self, job_id: str, reducer: int, processed: int) -> None:
-        if self.logic is not None and job_id == self.job_id:
-            self.logic.on_progress(reducer, processed)
+    async def progress(self, run_id: str, reducer: int, processed: int, by_epoch: dict[int, int]) -> None:
+        if self.logic is not None and run_id == self.run_id:
+            self.logic.on_progress(reducer, processed, by_epoch)
             metric("dpa_job_records_processed").set(sum(self.logic.processed), tags=self.job_tags)
             self._check()
 
     def _check(self) -> None:
+        """Ends the run when it is complete; starts a checkpoint when an epoch can close."""
         if self.logic.complete():
             self.done.set()
+            return
+        epoch = self.logic.ledger.closable()
+        if epoch is not None and self.run_id is not None:
+            self.logic.ledger.begin_close(epoch)
+            asyncio.ensure_future(self._checkpoint(self.run_id, epoch))
+
+    async def _checkpoint(self, run_id: str, epoch: int) -> None:
+        """Takes the checkpoint of ``epoch``: every reducer folds the epochs up to it into
+        its base state and hands a copy over, which this actor puts in its own object store
+        (it outlives the reducers). A failure meanwhile abandons it (the run is lost anyway)."""
+        try:
+            parts = await asyncio.gather(*[r.checkpoint.remote(run_id, epoch) for r in self.reducers])
+            snapshot = await self.balancer.snapshot.remote(run_id)
+        except Exception:  # a member died: the run is recovered from the previous checkpoint
+            if run_id == self.run_id:
+                self.logic.ledger.abandon_close()
+            return
+        if run_id != self.run_id or any(p is None for p in parts):
+            return
+        self.checkpoint = Checkpoint(epoch, [None if p[0] is None else ray.put(p[0]) for p in parts],
+                                     [p[1] for p in parts], snapshot, self.logic.ledger.blocks_closed)
+        self.logic.on_checkpoint(epoch)
+        self.checkpoint.blocks = self.logic.ledger.blocks_closed
+        self.checkpoints += 1
+        metric("dpa_checkpoints").inc(1, tags=self.job_tags)
+        self._check()
 
     # -- the job --------------------------------------------------------------------
     async def prepare_job(self, plan: JobPlan, max_pending: int) -> tuple[Any, list[Any], list[Any], list[str]]:
@@ -195,7 +281,8 @@ class CoordinatorActor:
         handles = await self.repair()
         async with self.cond:
             self.job_id = plan.job_id
-            self.logic = CoordinatorLogic(plan.num_mappers, plan.num_reducers)
+            self.logic = CoordinatorLogic(plan.num_mappers, plan.num_reducers, plan.checkpoint_interval_s)
+            self.run_id = self.member_run = None
             self.job_tags = {"job_id": plan.job_id}
             metric("dpa_job_progress").set(0.0, tags=self.job_tags)
             self.blocks = deque()
@@ -207,54 +294,130 @@ class CoordinatorActor:
         return handles
 
     async def run_job(self, plan: JobPlan, snapshot: Any) -> dict[str, Any]:
-        """Runs the prepared job to its end; raises :class:`JobFailedError` if it fails."""
+        """Runs the prepared job to its end; raises :class:`JobFailedError` if it fails.
+
+        A run that loses a member is recovered (up to ``plan.max_recoveries`` times): see
+        the module docstring.
+        """
         job_id = plan.job_id
         if job_id != self.job_id:
             raise JobFailedError(f"job {job_id} was cancelled before it started")
         self.job_task = asyncio.current_task()
-        me = ray.get_runtime_context().current_actor
+        started = self.job_started = time.monotonic()
+        R = plan.num_reducers
+        initial = snapshot
+        self.checkpoint = Checkpoint(-1, [None] * R, [0] * R, snapshot)
+        self.checkpoints = 0
+        recoveries: list[Recovery] = []
+        failures: list[str] = []
         tasks: dict[asyncio.Future, str] = {}
+        attempt, resume = 0, False
         try:
-            await asyncio.gather(
-                self.balancer.start_job.remote(plan, snapshot, self.mappers, self.reducers),
-                *[r.start_job.remote(plan, snapshot, self.reducers, self.balancer, me) for r in self.reducers],
-                *[m.start_job.remote(plan, snapshot, me, self.reducers) for m in self.mappers],
-            )
-            for role, actor in self._members():
-                method = actor.run if role.startswith("mapper") else actor.serve
-                tasks[asyncio.ensure_future(await_ref(method.remote(job_id)))] = f"dpa:{self.pool_id}:{role}"
-            done_waiter = asyncio.ensure_future(self.done.wait())
-            pending = set(tasks) | {done_waiter}
-            while not self.done.is_set():
-                finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for fut in finished:
-                    if fut is not done_waiter and fut.exception() is not None:
-                        raise self._fail(tasks[fut], fut.exception())
-            await asyncio.gather(*[r.stop.remote(job_id) for r in self.reducers])
-            counters = await asyncio.gather(*[t for t, name in tasks.items() if "reducer" in name])
-            taken = sum(self.logic.blocks_per_mapper)
-            if taken != self.logic.blocks_offered:  # conservation of input blocks: never lose one silently
-                raise RuntimeError(f"{self.logic.blocks_offered} input blocks offered but {taken} taken by mappers")
-            metric("dpa_job_progress").set(1.0, tags=self.job_tags)
-            events, final, timeline = await self.balancer.stop.remote(job_id)
-            merged = needs_final_merge(plan.policy, snapshot, final)
-            if merged:
-                await asyncio.gather(*[r.exchange.remote(job_id) for r in self.reducers])
-            await asyncio.gather(*[r.finalize.remote(job_id) for r in self.reducers])
+            while True:
+                run_id = job_id if attempt == 0 else f"{job_id}.{attempt}"
+                tasks = {}
+                try:
+                    summary = await self._run(plan, snapshot, run_id, tasks, resume, recoveries)
+                    break
+                except _Lost as lost:
+                    detected = time.monotonic()
+                    failures.append(str(lost))
+                    self.run_id = None  # the lost run's late messages are dropped from now on
+                    if len(recoveries) >= plan.max_recoveries:
+                        raise JobFailedError(
+                            f"dpa job failed: {len(failures)} failure(s), more than max_recoveries="
+                            f"{plan.max_recoveries}: " + "; ".join(failures), actor=lost.actor) from None
+                    logger.warning("dpa job %s lost a member (%s); recovering from checkpoint epoch %d",
+                                   job_id, lost, self.checkpoint.epoch)
+                    snapshot, resume = await self._recover(plan, run_id, tasks, initial)
+                    replayed = self.logic.ledger.processed_open()
+                    items = self.logic.rollback(self.checkpoint.processed)
+                    async with self.cond:
+                        self.blocks.extendleft(reversed(items))
+                        self.done.clear()
+                        self.cond.notify_all()
+                    lost_nodes = getattr(self, "lost_nodes", {})
+                    recoveries.append(Recovery(
+                        detected - started, sorted(lost_nodes), sorted({n for n in lost_nodes.values() if n}),
+                        str(lost), self.checkpoint.epoch, len(items), replayed, 0.0))
+                    self.lost_nodes = {}
+                    metric("dpa_recoveries").inc(1, tags=self.job_tags)
+                    attempt += 1
         except asyncio.CancelledError:
-            await self._abort_members(job_id, tasks)
+            await self._abort_members(tasks)
             raise
         except JobFailedError:
-            await self._abort_members(job_id, tasks)
+            await self._abort_members(tasks)
             raise
         except Exception as exc:
             error = self._fail("coordinator", exc)
-            await self._abort_members(job_id, tasks)
+            await self._abort_members(tasks)
             raise error from None
         finally:
             async with self.cond:
                 self.cond.notify_all()
-        self.job_id = None  # done: late progress reports of this job are dropped
+        self.job_id = self.run_id = None  # done: late progress reports of this job are dropped
+        merged = bool(recoveries) or needs_final_merge(plan.policy, initial, summary["final_snapshot"])
+        return {**summary, "merged": merged, "recoveries": recoveries, "checkpoints": self.checkpoints,
+                "run_id": run_id, "handles": (self.balancer, self.reducers, self.mappers, [])}
+
+    async def _run(self, plan: JobPlan, snapshot: Any, run_id: str, tasks: dict[asyncio.Future, str],
+                   resume: bool, recoveries: list[Recovery]) -> dict[str, Any]:
+        """One run of the job, from the last checkpoint to the end; raises :class:`_Lost`
+        if a member, a node or an object is lost on the way."""
+        me = ray.get_runtime_context().current_actor
+        ck = self.checkpoint
+        self.member_run = run_id
+        try:
+            if resume:  # the balancer survived: the run starts from the snapshot it published
+                snapshot = await self.balancer.start_job.remote(plan, snapshot, self.mappers, self.reducers,
+                                                                run_id, True)
+            await asyncio.gather(
+                *([] if resume else [self.balancer.start_job.remote(plan, snapshot, self.mappers, self.reducers,
+                                                                    run_id)]),
+                *[r.start_job.remote(plan, snapshot, self.reducers, self.balancer, me, run_id, ck.states[i],
+                                     ck.processed[i], ck.epoch) for i, r in enumerate(self.reducers)],
+                *[m.start_job.remote(plan, snapshot, me, self.reducers, run_id) for m in self.mappers],
+            )
+        except Exception as exc:
+            if member_lost(exc):
+                raise _Lost("coordinator", exc) from exc
+            raise
+        async with self.cond:
+            self.run_id = run_id
+            self.cond.notify_all()
+        if recoveries:
+            recoveries[-1].recover_s = time.monotonic() - recoveries[-1].at_s - self.job_started
+        for role, actor in self._members():
+            method = actor.run if role.startswith("mapper") else actor.serve
+            tasks[asyncio.ensure_future(await_ref(method.remote(run_id)))] = f"dpa:{self.pool_id}:{role}"
+        self._check()  # (a restored run may have nothing left to do)
+        done_waiter = asyncio.ensure_future(self.done.wait())
+        pending = set(tasks) | {done_waiter}
+        while not self.done.is_set():
+            finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for fut in finished:
+                if fut is not done_waiter and fut.exception() is not None:
+                    if member_lost(fut.exception()):
+                        raise _Lost(tasks[fut], fut.exception())
+                    raise self._fail(tasks[fut], fut.exception())
+        try:
+            await asyncio.gather(*[r.stop.remote(run_id) for r in self.reducers])
+            counters = await asyncio.gather(*[t for t, name in tasks.items() if "reducer" in name])
+            if self.logic.ledger.blocks_done != self.logic.blocks_offered:
+                # conservation of input blocks: never lose one silently
+                raise RuntimeError(f"{self.logic.blocks_offered} input blocks offered but "
+                                   f"{self.logic.ledger.blocks_done} mapped")
+            metric("dpa_job_progress").set(1.0, tags=self.job_tags)
+            events, final, timeline = await self.balancer.stop.remote(run_id)
+            # Merge unless every key stayed on one reducer (after a rollback: always).
+            if run_id != plan.job_id or needs_final_merge(plan.policy, snapshot, final):
+                await asyncio.gather(*[r.exchange.remote(run_id) for r in self.reducers])
+            await asyncio.gather(*[r.finalize.remote(run_id) for r in self.reducers])
+        except Exception as exc:
+            if member_lost(exc):
+                raise _Lost("coordinator", exc) from exc
+            raise
         return {
             "processed": [c["processed"] for c in counters],
             "forwarded": [c["forwarded"] for c in counters],
@@ -264,8 +427,22 @@ class CoordinatorActor:
             "events": events,
             "timeline": timeline,
             "final_snapshot": final,
-            "merged": merged,
         }
+
+    async def _recover(self, plan: JobPlan, run_id: str, tasks: dict[asyncio.Future, str],
+                       initial: Any) -> tuple[Any, bool]:
+        """Stops the lost run on every member and replaces the dead ones.
+
+        Returns:
+            ``(snapshot, resume)``: the routing snapshot the next run starts from, and
+            whether the balancer survived (it then keeps its planner and snapshot).
+        """
+        await self._stop_members(run_id, tasks)
+        self.lost_nodes = {}
+        _, _, _, replaced = await self.repair()
+        if "balancer" in replaced:  # restarted from the policy's first snapshot
+            return plan.policy.initial_snapshot(plan.num_reducers), False
+        return initial, True
 
     async def cancel_job(self, job_id: str, reason: str) -> None:
         """Fails ``job_id`` from outside (the driver's timeout, a broken source) and aborts it."""
@@ -280,16 +457,26 @@ class CoordinatorActor:
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(asyncio.shield(task), ABORT_TIMEOUT_S * 2)
         else:
-            await self._abort_members(job_id, {})
+            await self._abort_members({})
 
-    async def _abort_members(self, job_id: str, tasks: dict[asyncio.Future, str]) -> None:
-        """Stops every member's work on ``job_id`` (bounded wait) and forgets the job."""
+    async def _abort_members(self, tasks: dict[asyncio.Future, str]) -> None:
+        """Stops every member's work on the job (bounded wait) and forgets the job."""
         self.failed = self.failed or "aborted"
+        self.run_id = None
+        async with self.cond:
+            self.cond.notify_all()
+        await self._stop_members(self.member_run or self.job_id, tasks)
+        self.job_id = None
+
+    async def _stop_members(self, run_id: str | None, tasks: dict[asyncio.Future, str]) -> None:
+        """Stops every member's work on ``run_id`` (bounded wait)."""
         async with self.cond:
             self.cond.notify_all()
         for fut in tasks:
             fut.cancel()
-        calls = [asyncio.ensure_future(await_ref(actor.abort.remote(job_id))) for _, actor in self._members()]
+        if run_id is None:
+            return
+        calls = [asyncio.ensure_future(await_ref(actor.abort.remote(run_id))) for _, actor in self._members()]
         if calls:
             await asyncio.wait(calls, timeout=ABORT_TIMEOUT_S)
         for call in calls:
@@ -297,7 +484,6 @@ class CoordinatorActor:
                 call.cancel()
             elif not call.cancelled():
                 call.exception()  # retrieved: a dead member is repaired before the next job
-        self.job_id = None
 
     def _fail(self, actor: str, exc: BaseException) -> JobFailedError:
         cause = getattr(exc, "cause", exc)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from dpa.ray_actors import NAMESPACE
 from dpa.ray_coordinator import CoordinatorActor
@@ -74,8 +75,11 @@ def acquire(num_mappers: int, num_reducers: int, reuse: bool) -> Pool:
                     return pool
         epoch = _EPOCH
     pool_id = uuid.uuid4().hex[:8]
-    coordinator = CoordinatorActor.options(name=f"dpa:{pool_id}:coordinator", namespace=NAMESPACE).remote(
-        pool_id, num_mappers, num_reducers)
+    # On the driver's node (alive while the driver is): losing another node loses members the
+    # coordinator recovers, never the coordinator and the checkpoints it holds.
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    coordinator = CoordinatorActor.options(name=f"dpa:{pool_id}:coordinator", namespace=NAMESPACE,
+                                           scheduling_strategy=here).remote(pool_id, num_mappers, num_reducers)
     pool = Pool(pool_id, session, num_mappers, num_reducers, coordinator, epoch=epoch)
     with _LOCK:
         _BUSY.add(pool_id)

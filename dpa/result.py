@@ -30,6 +30,10 @@ class Stats:
         peak_queue: Largest queue length seen per reducer, in records.
         runtime: ``"ray"`` or ``"local"``.
         policy: Policy name.
+        recoveries: The failures the job recovered from, oldest first
+            (:class:`dpa.Recovery`: time, dead actors, their nodes, the checkpoint epoch
+            rolled back to, blocks and records replayed, seconds to recover).
+        checkpoints: Checkpoints taken (``JobConfig.checkpoint_interval_s``).
     """
 
     processed: list[int]
@@ -48,6 +52,8 @@ class Stats:
     num_keys: int = 0
     job_id: str = ""
     timeline: list[Any] = field(default_factory=list)
+    recoveries: list[Any] = field(default_factory=list)
+    checkpoints: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -60,7 +66,8 @@ class Stats:
             final_tokens=list(snap.token_counts) if hasattr(snap, "token_counts") else None,
             ring_version=snap.version, merged=out.merged, wall_time_s=out.wall_time_s,
             virtual_time_s=out.virtual_time_s, peak_queue=out.peak_queue, runtime=runtime,
-            policy=policy, job_id=job_id, timeline=out.timeline,
+            policy=policy, job_id=job_id, timeline=out.timeline, recoveries=list(out.recoveries),
+            checkpoints=out.checkpoints,
         )
 
     @property
@@ -92,6 +99,8 @@ class Stats:
             "job_id": self.job_id,
             "skew": self.skew,
             "timeline": [{"time_s": t, "queue_lengths": list(q), "version": v} for t, q, v in self.timeline],
+            "recoveries": [r.as_dict() for r in self.recoveries],
+            "checkpoints": self.checkpoints,
             **self.extra,
         }
 

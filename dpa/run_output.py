@@ -29,6 +29,8 @@ class RunOutput:
         peak_queue: Largest queue length per reducer, in records.
         arrow_refs: Per-reducer result refs in Ray's object store (Ray runtime).
         timeline: ``(time, queue lengths, version)`` samples.
+        recoveries: The failures the job recovered from (:class:`~dpa.epochs.Recovery`).
+        checkpoints: Checkpoints taken.
     """
 
     tables: list[pa.Table | None]
@@ -44,6 +46,8 @@ class RunOutput:
     peak_queue: list[int] = field(default_factory=list)
     arrow_refs: list[Any] | None = None
     timeline: list[tuple[float, tuple[int, ...], int]] = field(default_factory=list)
+    recoveries: list[Any] = field(default_factory=list)
+    checkpoints: int = 0
 
 
 def needs_final_merge(policy: Any, initial_snapshot: Any, final_snapshot: Any) -> bool:

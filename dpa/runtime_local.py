@@ -11,15 +11,18 @@ and as a fast simulator of the load balancer.
 
 from __future__ import annotations
 
+import copy
 import heapq
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 
+from dpa.epochs import Checkpoint, Recovery
 from dpa.instructions import Forward, Push
 from dpa.logic import (
     PUSH_GROW,
@@ -37,10 +40,16 @@ logger = logging.getLogger(__name__)
 
 
 def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
-              progress: Callable[[int], None] | None = None) -> RunOutput:
+              progress: Callable[[int], None] | None = None,
+              faults: Sequence[tuple[float, str]] = ()) -> RunOutput:
     """Runs ``plan`` over ``blocks`` in-process and returns the per-reducer outputs.
 
     ``progress(records_processed)`` is called about every ``DRIVER_PROGRESS_INTERVAL_S``.
+    ``faults`` injects failures: at each virtual time a member (``"reducer-2"``,
+    ``"mapper-0"``, ``"balancer"``) dies, and the job recovers as on Ray: every member
+    rolls back to the last checkpoint (:mod:`dpa.epochs`; a dead balancer restarts from
+    the policy's first snapshot, a live one keeps its own) and the blocks after it are
+    handed out again.
     """
     started = time.perf_counter()
     last_progress = started
@@ -49,10 +58,17 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
     mappers = [MapperLogic(i, plan, snapshot) for i in range(M)]
     reducers = [ReducerLogic(i, plan, snapshot) for i in range(R)]
     balancer = BalancerLogic(plan, snapshot)
-    coord = CoordinatorLogic(M, R)
+    coord = CoordinatorLogic(M, R, plan.checkpoint_interval_s)
+    checkpoint = Checkpoint(-1, [None] * R, [0] * R, snapshot)
+    checkpoints = 0
+    recoveries: list[Recovery] = []
+    replay: deque[pa.Table] = deque()  # blocks to hand out again after a rollback
+    recovered = False
 
     seq = itertools.count()
     heap: list[tuple[float, int, str, int]] = []
+    for i, (at, _role) in enumerate(faults):
+        heapq.heappush(heap, (float(at), next(seq), "fault", i))
     busy: list[Chunk | None] = [None] * R
     now = 0.0
     pending: list[list[Push]] = [[] for _ in range(M)]  # blocked pushes per mapper
@@ -63,11 +79,11 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
     def report(r: int) -> None:
         balancer.report(r, reducers[r].queued, reducers[r].snapshot.version, reducers[r].take_key_stats(),
                         reducers[r].backlog_s)
-        coord.on_progress(r, reducers[r].processed)
+        coord.on_progress(r, reducers[r].processed, reducers[r].by_epoch)
 
     def deliver(forwards: list[Forward]) -> None:
-        for dest, batch in forwards:
-            reducers[dest].enqueue(batch, forwarded=True)
+        for dest, batch, epoch in forwards:
+            reducers[dest].enqueue(batch, forwarded=True, epoch=epoch)
             start(dest)
             report(dest)
 
@@ -93,9 +109,13 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
             deliver(forwards[r])
             report(r)
 
+    block_epoch = [0] * M  # the epoch of the block mapper m is routing
+    block_emitted = [-1] * M  # the records it emitted (-1 = no block)
+
     outcome = [PUSH_GROW] * M  # what mapper m's current push tells it so far (ReducerLogic.push_outcome)
     tried = [False] * M  # whether the head of mapper m's pending batches reached its reducer
     outstanding = [False] * M  # whether mapper m has a push not yet fully accepted
+    waiting: list[int | None] = [None] * M  # when mapper m's push began to wait for room (FIFO order)
 
     def push_pending(m: int) -> bool:
         """Pushes mapper m's routed batches while queues have room, routing its next push
@@ -111,16 +131,22 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
                 if not red.has_room():
                     if red.congested:
                         outcome[m] = PUSH_SHRINK
+                    if waiting[m] is None:
+                        waiting[m] = next(seq)
                     return False
+                waiting[m] = None
                 pending[m].pop(0)
                 tried[m] = False
-                deliver(reducers[dest].enqueue(batch, version=versions[m]))
+                deliver(reducers[dest].enqueue(batch, version=versions[m], epoch=block_epoch[m]))
                 start(dest)
                 report(dest)
             if outstanding[m]:
                 mapper.on_pushed(outcome[m])
                 outstanding[m], outcome[m] = False, PUSH_GROW
             if not mapper.routing:
+                if block_emitted[m] >= 0:
+                    coord.on_block_done(m, block_epoch[m], block_emitted[m])
+                    block_emitted[m] = -1
                 return True
             pending[m] = mapper.next_pushes()
             versions[m] = mapper.snapshot.version
@@ -131,20 +157,58 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
         progress = True
         while progress and not coord.mapping_done:
             progress = False
-            for _ in range(M):
-                m = next(next_mapper)
+            # Pushes waiting for room go first, oldest first (as Ray wakes waiters), then
+            # the other mappers round-robin: no mapper starves behind a full queue.
+            turn = [next(next_mapper) for _ in range(M)]
+            blocked = sorted((waiting[m], m) for m in range(M) if waiting[m] is not None)
+            for m in [m for _, m in blocked] + [m for m in turn if waiting[m] is None]:
                 if m in coord.mappers_done or not push_pending(m):
                     continue
-                block = next(block_iter, None)
+                block = replay.popleft() if replay else next(block_iter, None)
                 if block is None:
                     coord.input_done = True
-                    coord.on_mapper_done(m, mappers[m].emitted)
+                    coord.on_mapper_done(m)
                     progress = True
                     continue
-                coord.on_block_taken(m)
+                block_epoch[m] = coord.on_block_taken(m, block, now)
+                before = mappers[m].emitted
                 mappers[m].start_block(block)
+                block_emitted[m] = mappers[m].emitted - before
                 push_pending(m)
                 progress = True
+
+    def take_checkpoint() -> None:
+        nonlocal checkpoint, checkpoints
+        epoch = coord.ledger.closable()
+        if epoch is None:
+            return
+        parts = [red.checkpoint(epoch) for red in reducers]
+        checkpoint = Checkpoint(epoch, [p for p, _ in parts], [n for _, n in parts], balancer.snapshot,
+                                coord.ledger.blocks_closed)
+        coord.on_checkpoint(epoch)
+        checkpoints += 1
+
+    def recover(role: str) -> None:
+        """Every member rolls back to the last checkpoint; its later blocks go out again."""
+        nonlocal balancer, recovered
+        recovered = True
+        replayed_records = coord.ledger.processed_open()
+        items = coord.rollback(checkpoint.processed)
+        replay.extendleft(reversed(items))
+        if role == "balancer":
+            balancer = BalancerLogic(plan, policy.initial_snapshot(R))
+        snap = balancer.snapshot
+        reducers[:] = [ReducerLogic(i, plan, snap) for i in range(R)]
+        for i, red in enumerate(reducers):  # (a copy: the checkpoint may be restored again)
+            red.restore(copy.deepcopy(checkpoint.states[i]), checkpoint.processed[i], checkpoint.epoch)
+        mappers[:] = [MapperLogic(i, plan, snap) for i in range(M)]
+        busy[:] = [None] * R
+        heap[:] = [e for e in heap if e[2] != "done"]
+        heapq.heapify(heap)
+        for m in range(M):
+            pending[m], versions[m], block_emitted[m], waiting[m] = [], snap.version, -1, None
+            outcome[m], tried[m], outstanding[m] = PUSH_GROW, False, False
+        recoveries.append(Recovery(now, [role], [], "injected", checkpoint.epoch, len(items), replayed_records, 0.0))
 
     feed()
     heapq.heappush(heap, (plan.lb_interval_s, next(seq), "tick", -1))
@@ -165,6 +229,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
             reducers[r].apply(chunk)
             reducers[r].on_step(chunk.rows, chunk.cost_s)  # virtual time: the cost is the step's time
             report(r)
+            take_checkpoint()
             start(r)
             feed()
             if progress is not None and time.perf_counter() - last_progress >= DRIVER_PROGRESS_INTERVAL_S:
@@ -176,8 +241,16 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
                 publish(instruction.snapshot)
             if not coord.complete() and any(b is not None for b in busy):
                 heapq.heappush(heap, (now + plan.lb_interval_s, next(seq), "tick", -1))
+        elif kind == "fault":
+            recover(faults[r][1])
+            feed()
+            for i in range(R):
+                start(i)
+            if not any(e[2] == "tick" for e in heap):
+                heapq.heappush(heap, (now + plan.lb_interval_s, next(seq), "tick", -1))
 
-    merged = needs_final_merge(policy, snapshot, balancer.snapshot)
+    # After a rollback a key's records may have been absorbed under several routings.
+    merged = recovered or needs_final_merge(policy, snapshot, balancer.snapshot)
     if merged:
         parts = [red.partition_state() for red in reducers]
         for src in range(R):
@@ -188,7 +261,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
         tables=tables,
         processed=[red.processed for red in reducers],
         forwarded=[red.forwarded for red in reducers],
-        emitted=[m.emitted for m in mappers],
+        emitted=coord.emitted,
         blocks_per_mapper=list(coord.blocks_per_mapper),
         events=list(balancer.events),
         timeline=list(balancer.timeline),
@@ -197,4 +270,6 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
         wall_time_s=time.perf_counter() - started,
         virtual_time_s=now,
         peak_queue=[red.peak_queue for red in reducers],
+        recoveries=recoveries,
+        checkpoints=checkpoints,
     )

@@ -231,7 +231,8 @@ def run_ray(plan: JobPlan, blocks: Any, dataset: Any, config: Any, progress: Any
         except Exception as exc:  # the source itself raised
             raise JobFailedError(f"reading the input failed: {type(exc).__name__}: {exc}") from exc
         summary = _job_summary(job, deadline, poll)
-        refs = [r.result.remote(plan.job_id) for r in pool.reducers]
+        pool.adopt(summary["handles"])  # members replaced by a recovery
+        refs = [r.result.remote(summary["run_id"]) for r in pool.reducers]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=deadline.remaining(), fetch_local=False)
         if len(ready) < len(refs):
             raise deadline.error("collecting its result")
@@ -250,4 +251,5 @@ def run_ray(plan: JobPlan, blocks: Any, dataset: Any, config: Any, progress: Any
         blocks_per_mapper=summary["blocks_per_mapper"], events=summary["events"],
         final_snapshot=summary["final_snapshot"], merged=summary["merged"], timeline=summary["timeline"],
         wall_time_s=time.perf_counter() - started, peak_queue=summary["peak_queue"], arrow_refs=refs,
+        recoveries=summary["recoveries"], checkpoints=summary["checkpoints"],
     )

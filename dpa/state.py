@@ -15,6 +15,7 @@ partition ``j`` is shipped to reducer ``j``, which merges what it receives with
 
 from __future__ import annotations
 
+import copy
 import logging
 from typing import Any
 
@@ -137,6 +138,20 @@ class ColumnarState:
         table = self._compact()
         return 0 if table is None else table.num_rows
 
+    def export(self) -> pa.Table | None:
+        """The state as one partial table (a checkpoint; the state is kept)."""
+        return self._compact()
+
+    def restore(self, exported: pa.Table | None) -> None:
+        """Folds a table made by :meth:`export` in."""
+        self.add_partial(exported)
+
+    def fold(self, other: ColumnarState) -> None:
+        """Merges another store of the same reducer into this one (``other`` is emptied)."""
+        for part in other._parts:
+            self._append(part)
+        other._parts, other._rows_since_compact, other._compacted_rows = [], 0, 0
+
     def partition(self, n: int) -> list[pa.Table | None]:
         """Splits the state into ``n`` partial tables by ``hash % n`` and clears it."""
         table = self._compact()
@@ -238,6 +253,26 @@ class DictState:
     def num_keys(self) -> int:
         """Distinct keys held."""
         return len(self._accs)
+
+    def export(self) -> tuple[list[tuple[Any, int, Any]], pa.Schema | None]:
+        """The state as ``(triples, key schema)`` (a checkpoint; the state is kept). The
+        accumulators are deep copies: a user's accumulator may be mutated in place later."""
+        return copy.deepcopy([(k, h, acc) for k, (h, acc) in self._accs.items()]), self._key_schema
+
+    def restore(self, exported: tuple[list[tuple[Any, int, Any]], pa.Schema | None] | None) -> None:
+        """Folds what :meth:`export` made in."""
+        if exported is None:
+            return
+        triples, schema = exported
+        if schema is not None:
+            self._widen_key_schema(schema)
+        self.add_partial(triples)
+
+    def fold(self, other: DictState) -> None:
+        """Merges another store of the same reducer into this one (``other`` is emptied)."""
+        if other._key_schema is not None:
+            self._widen_key_schema(other._key_schema)
+        self.add_partial(other.partition(1)[0])
 
     def partition(self, n: int) -> list[list[tuple[Any, int, Any]] | None]:
         """Splits the state into ``n`` lists of ``(key, hash, acc)`` by ``hash % n``."""

@@ -145,9 +145,9 @@ def test_reducer_error_fails_job_names_actor_and_key():
     assert_pool_idle_and_reusable()
 
 
-def test_actor_death_mid_job_fails_fast_and_the_next_job_repairs_the_pool():
+def test_actor_death_mid_job_without_recoveries_fails_fast_and_the_next_job_repairs_the_pool():
     words = [f"k{i % 7}" for i in range(400)]
-    cfg = dpa.JobConfig(policy="hash", max_rounds=0, batch_size=10, chunk_size=5)
+    cfg = dpa.JobConfig(policy="hash", max_rounds=0, batch_size=10, chunk_size=5, max_recoveries=0)
     dpa.run(words[:10], config=cfg)  # warm the pool so we can find a reducer's pid
 
     def kill_a_reducer():

@@ -57,7 +57,7 @@ def test_unknown_or_stale_routing_is_checked_and_forwarded():
     step = red.step_rows
     chunk = red.take_chunk()
     assert policy.calls and chunk.owned is None
-    assert sum(p.num_rows for _, p in chunk.forwards) == min(other.num_rows, step)
+    assert sum(p.num_rows for _, p, _ in chunk.forwards) == min(other.num_rows, step)
     # a ring change makes the routing of what is queued stale: adoption re-checks it
     while red.take_chunk() is not None:
         pass
@@ -69,7 +69,7 @@ def test_unknown_or_stale_routing_is_checked_and_forwarded():
     before = red.queued
     moved = red.on_snapshot(planner.ring.snapshot())
     assert policy.calls and policy.calls[0][1] is True
-    assert red.queued + sum(t.num_rows for _, t in moved) == before
+    assert red.queued + sum(t.num_rows for _, t, _ in moved) == before
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +95,7 @@ def test_held_counts_the_chunk_being_processed_and_adoption_applies_the_handover
     assert red.held == mine.num_rows and red.processed == chunk.num_owned
     queued = red.queued
     moved = red.on_snapshot(dataclasses.replace(snap, version=snap.version + 1))  # same owners
-    assert [(r, t.num_rows) for r, t in moved] == [(1, 2)]
+    assert [(r, t.num_rows) for r, t, _ in moved] == [(1, 2)]
     assert red.queued == queued - 2 and red.held == mine.num_rows - 2
 
 

@@ -1,0 +1,243 @@
+"""Fault recovery: members killed mid-job, a node removed, and what checkpoints cost.
+
+Three parts (all with the default ``JobConfig`` except ``num_reducers=8`` and the policy):
+
+* **kills** (one local Ray): the straggler workload of ``benchmarks.stragglers`` (N=40k
+  records, Zipf(1.1) over 10k keys, 1 ms of sleep per record, 4 mappers x 8 reducers) for
+  the default policy and ``doubling``. Each is run fault-free ``--reps`` times; then, per
+  victim (``reducer-3``, ``mapper-1``), ``--reps`` runs in which the victim is killed with
+  ``ray.kill(no_restart=True)`` at half the fault-free median. Printed: makespan, its ratio
+  to the fault-free median, the seconds from the kill's detection until the job ran again
+  (``recover_s``), the checkpoint rolled back to, records replayed, and exactness against
+  pyarrow's ``group_by``. Targets: ratio <= 1.5, recover_s <= 5.
+* **cost**: the 10M-record Zipf Count of ``benchmarks.throughput`` (Zipf(1.1) over 100k
+  keys, 1M-row blocks), default checkpoints against ``checkpoint_interval_s=0``,
+  alternating, ``--reps`` each; the ratio of medians. Target <= 1.05.
+* **cluster** (``--cluster``): a 3-node ``ray.cluster_utils.Cluster`` in this process (head
+  and two workers, 1 CPU each); the straggler workload (smaller with ``--quick``); after a
+  fault-free run, one worker node is removed at half its time. Printed as ``node-removal``
+  with exactness and the recovery log.
+
+Run::
+
+    python -m benchmarks.recovery --reps 3            # kills and cost (~6 minutes)
+    python -m benchmarks.recovery --cluster [--quick] # node removal
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import statistics
+import sys
+import threading
+import time
+from typing import Any
+
+import pyarrow as pa
+
+import dpa
+
+COST_S = 1e-3
+
+
+def zipf_table(rows: int, keys: int, seed: int = 1) -> pa.Table:
+    from workloads.generators import zipf
+
+    return zipf(1.1, keys, rows, seed=seed)
+
+
+def reference(table: pa.Table) -> dict[Any, int]:
+    out = table.group_by("key").aggregate([([], "count_all")])
+    return dict(zip(out["key"].to_pylist(), out["count_all"].to_pylist()))
+
+
+def exact(result: dpa.Result, ref: dict[Any, int]) -> bool:
+    table = result.to_arrow()
+    got = dict(zip(table["key"].to_pylist(), table["count"].to_pylist()))
+    return len(got) == table.num_rows and got == ref
+
+
+def member(role: str) -> Any:
+    """The running job's actor ``role`` (``reducer-3``, ``mapper-1``...), by its name."""
+    import ray
+
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        name = entry["name"]
+        if name.startswith("dpa:") and (name.endswith(f":{role}") or f":{role}." in name):
+            return ray.get_actor(name, namespace=entry["namespace"])
+    return None
+
+
+def at(delay: float, action: Any) -> threading.Thread:
+    def run() -> None:
+        time.sleep(delay)
+        action()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def timed(table: pa.Table, reducer: Any, config: dpa.JobConfig) -> tuple[float, dpa.Result]:
+    started = time.perf_counter()
+    res = dpa.run(table, key="key", reducer=reducer, config=config)
+    res.to_arrow()
+    return time.perf_counter() - started, res
+
+
+def describe(res: dpa.Result) -> dict[str, Any]:
+    recs = res.stats.recoveries
+    if not recs:
+        return {"recoveries": 0}
+    r = recs[0]
+    return {"recoveries": len(recs), "recover_s": round(r.recover_s, 2), "at_s": round(r.at_s, 2),
+            "epoch": r.epoch, "replayed_records": r.replayed_records, "replayed_blocks": r.replayed_blocks,
+            "actors": ",".join(r.actors)}
+
+
+def kills(args: argparse.Namespace) -> None:
+    import ray
+
+    from benchmarks.common import init_ray
+
+    init_ray()
+    table = zipf_table(args.rows, 10_000)
+    ref = reference(table)
+    reducer = dpa.WithCost(dpa.Count(), COST_S)
+    for policy in ("default", "doubling"):
+        config = dpa.JobConfig(num_reducers=8) if policy == "default" else dpa.JobConfig(num_reducers=8,
+                                                                                          policy=policy)
+        timed(table, reducer, config)  # warm the pool
+        base = [timed(table, reducer, config)[0] for _ in range(args.reps)]
+        base_med = statistics.median(base)
+        print(f"{policy:9s} fault-free  makespan median {base_med:.2f} s (runs {', '.join(f'{b:.2f}' for b in base)})"
+              f"  checkpoints {timed(table, reducer, config)[1].stats.checkpoints}", flush=True)
+        for victim in ("reducer-3", "mapper-1"):
+            ratios, recover = [], []
+            for _ in range(args.reps):
+                def kill(victim: str = victim) -> None:
+                    actor = member(victim)
+                    if actor is not None:
+                        ray.kill(actor, no_restart=True)
+
+                thread = at(base_med / 2, kill)
+                seconds, res = timed(table, reducer, config)
+                thread.join()
+                info = describe(res)
+                ok = exact(res, ref)
+                ratios.append(seconds / base_med)
+                if info["recoveries"]:
+                    recover.append(info["recover_s"])
+                print(f"{policy:9s} kill {victim:9s} makespan {seconds:.2f} s  ratio {seconds / base_med:.2f}  "
+                      f"exact={ok}  {info}", flush=True)
+            print(f"{policy:9s} kill {victim:9s} SUMMARY ratio median {statistics.median(ratios):.2f} "
+                  f"(min {min(ratios):.2f}, max {max(ratios):.2f}); recover_s median "
+                  f"{statistics.median(recover) if recover else float('nan'):.2f} "
+                  f"(max {max(recover) if recover else float('nan'):.2f})", flush=True)
+
+
+def cost(args: argparse.Namespace) -> None:
+    from benchmarks.common import init_ray
+
+    init_ray()
+    table = zipf_table(args.cost_rows, 100_000)
+    on, off = dpa.JobConfig(batch_size=1 << 20), dpa.JobConfig(batch_size=1 << 20, checkpoint_interval_s=0)
+    timed(table, dpa.Count(), on)
+    timed(table, dpa.Count(), off)
+    times: dict[str, list[float]] = {"on": [], "off": []}
+    checkpoints = []
+    for _ in range(args.reps):
+        for name, config in (("on", on), ("off", off)):
+            seconds, res = timed(table, dpa.Count(), config)
+            times[name].append(seconds)
+            if name == "on":
+                checkpoints.append(res.stats.checkpoints)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    for name in ("on", "off"):
+        rate = args.cost_rows / med[name] / 1e6
+        print(f"cost {args.cost_rows:,} Zipf Count checkpoints {name:3s}: median {med[name]:.3f} s ({rate:.1f}M rec/s), "
+              f"runs {', '.join(f'{t:.3f}' for t in times[name])}", flush=True)
+    print(f"cost SUMMARY on/off {med['on'] / med['off']:.3f} (checkpoints per job {checkpoints})", flush=True)
+
+
+def cluster(args: argparse.Namespace) -> int:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    rows = 12_000 if args.quick else args.rows
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    workers = [c.add_node(num_cpus=1) for _ in range(2)]
+    ray.init(address=c.address, logging_level="ERROR")
+    if ray.get_runtime_context().get_node_id() != c.head_node.node_id:
+        # The driver attached to a worker's raylet (all share one IP): never remove that one.
+        workers.append(c.head_node)
+    failed = 0
+    try:
+        table = zipf_table(rows, 10_000)
+        ref = reference(table)
+        reducer = dpa.WithCost(dpa.Count(), COST_S)
+        for policy in ("default", "doubling"):
+            config = dpa.JobConfig(num_reducers=8, timeout_s=300) if policy == "default" else dpa.JobConfig(
+                num_reducers=8, policy=policy, timeout_s=300)
+            timed(table, reducer, config)
+            base, res = timed(table, reducer, config)
+            print(f"cluster {policy:9s} fault-free makespan {base:.2f} s exact={exact(res, ref)}", flush=True)
+            # Not the node this driver is attached to (and so not the coordinator's).
+            from dpa.ray_pool import idle_pools
+
+            here = ray.get_runtime_context().get_node_id()
+            where: collections.Counter = collections.Counter()
+            keep = {here}
+            for pool in idle_pools():
+                for actor in pool.all_actors():
+                    node = ray.get(actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()))
+                    where[("coordinator " if actor is pool.coordinator else "") + node[:8]] += 1
+                    if actor is pool.coordinator:
+                        keep.add(node)
+            victim = next(w for w in workers if w.node_id not in keep)
+            workers.remove(victim)
+            print(f"cluster {policy:9s} driver node {here[:8]}, members per node {dict(where)}, "
+                  f"removing {victim.node_id[:8]}", flush=True)
+            thread = at(base / 2, lambda victim=victim: c.remove_node(victim))
+            seconds, res = timed(table, reducer, config)
+            thread.join()
+            ok = exact(res, ref)
+            failed += not ok
+            info = describe(res)
+            print(f"cluster {policy:9s} node-removal makespan {seconds:.2f} s ratio {seconds / base:.2f} "
+                  f"exact={ok} {info} nodes={[r.nodes for r in res.stats.recoveries]}", flush=True)
+            if not res.stats.recoveries:
+                print(f"cluster {policy:9s} node-removal: no member ran on the removed node", flush=True)
+            workers.append(c.add_node(num_cpus=1))  # back to three nodes for the next policy
+            c.wait_for_nodes()
+    finally:
+        dpa.shutdown()
+        ray.shutdown()
+        c.shutdown()
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--rows", type=int, default=40_000)
+    parser.add_argument("--cost-rows", type=int, default=10_000_000)
+    parser.add_argument("--only", choices=["kills", "cost"], default=None)
+    parser.add_argument("--cluster", action="store_true", help="the node-removal run on a 3-node local cluster")
+    parser.add_argument("--quick", action="store_true", help="a smaller input (with --cluster)")
+    args = parser.parse_args(argv)
+    print(f"# {' '.join([sys.executable, '-m', 'benchmarks.recovery', *(argv or sys.argv[1:])])}  "
+          f"load {os.getloadavg()[0]:.1f}", flush=True)
+    if args.cluster:
+        return cluster(args)
+    if args.only in (None, "kills"):
+        kills(args)
+    if args.only in (None, "cost"):
+        cost(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""Epochs, checkpoints and replay: the bookkeeping of fault recovery, plain Python.
+
+The coordinator hands input blocks out in *epochs* of ``checkpoint_interval_s`` seconds:
+every block carries the epoch it was handed out in, and so does every record routed or
+forwarded from it. Reducers keep one partial state per open epoch. Epoch ``e`` can be
+*closed* once no block is handed out in it any more, every block of it (and of the
+epochs before) was mapped and pushed, and the reducers have absorbed every record those
+blocks emitted (conservation per epoch: a forwarded record still travelling is absorbed by
+nobody yet). Then each reducer folds its states of the epochs up to ``e`` into its base
+state and hands a copy to the coordinator: together they are a consistent checkpoint
+holding exactly the records of the blocks of epochs ``<= e``, taken without stopping or
+aligning anything (no barrier travels through the queues).
+
+After a failure every member rolls back to the last checkpoint: reducers restart from
+their checkpointed base states, and the blocks of the epochs after it — the coordinator
+kept their refs — are handed out again. Every record is then counted exactly once.
+
+:class:`EpochLedger` is that bookkeeping; :class:`Checkpoint` one checkpoint and
+:class:`Recovery` one entry of a job's recovery log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Checkpoint:
+    """A consistent cut of a job: every record of the input blocks of epochs ``<= epoch``.
+
+    Attributes:
+        epoch: The last epoch it holds (-1 = the empty start of the job).
+        states: Per reducer, its base state (on Ray an object ref owned by the
+            coordinator; None = no key).
+        processed: Per reducer, the records its base state holds.
+        snapshot: The routing snapshot published when it was taken.
+        blocks: Input blocks it holds.
+    """
+
+    epoch: int
+    states: list[Any]
+    processed: list[int]
+    snapshot: Any
+    blocks: int = 0
+
+
+@dataclass
+class Recovery:
+    """One failure a job recovered from (``Stats.recoveries``).
+
+    Attributes:
+        at_s: Seconds from the job's start to the failure's detection.
+        actors: The members found dead and replaced (``reducer-3``, ``mapper-0``, ...).
+        nodes: The Ray node ids the dead members ran on (where known).
+        error: What the failure looked like.
+        epoch: The checkpoint the job rolled back to (-1 = the start).
+        replayed_blocks: Input blocks handed out again.
+        replayed_records: Records that had been processed after the checkpoint and were
+            processed again.
+        recover_s: Seconds from the detection until the job ran again.
+    """
+
+    at_s: float
+    actors: list[str]
+    nodes: list[str]
+    error: str
+    epoch: int
+    replayed_blocks: int
+    replayed_records: int
+    recover_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"at_s": self.at_s, "actors": list(self.actors), "nodes": list(self.nodes), "error": self.error,
+                "epoch": self.epoch, "replayed_blocks": self.replayed_blocks,
+                "replayed_records": self.replayed_records, "recover_s": self.recover_s}
+
+
+@dataclass
+class _Epoch:
+    items: list[Any] = field(default_factory=list)  # what was handed out, for replay
+    done: int = 0  # blocks mapped and pushed
+    emitted: int = 0  # records those blocks emitted
+
+
+class EpochLedger:
+    """Which blocks went out in which epoch, and when an epoch may be checkpointed.
+
+    Args:
+        num_reducers: Reducers of the job.
+        interval_s: Seconds an epoch stays open for new blocks (0 = one epoch for the
+            whole job: no checkpoint, and a failure replays the whole input).
+    """
+
+    def __init__(self, num_reducers: int, interval_s: float) -> None:
+        self.num_reducers = num_reducers
+        self.interval_s = float(interval_s)
+        self.epoch = 0  # the epoch blocks are handed out in now
+        self.opened_at: float | None = None
+        self.closed = -1  # the last checkpointed epoch
+        self.closing: int | None = None  # a checkpoint being taken
+        self.blocks_closed = 0  # blocks in the checkpoint
+        self._open: dict[int, _Epoch] = {}
+        self._processed: list[dict[int, int]] = [{} for _ in range(num_reducers)]
+
+    # -- events ---------------------------------------------------------------------
+    def hand_out(self, item: Any, now: float) -> int:
+        """Records a block handed out at ``now``; returns its epoch (a new one when the
+        current one has been open for ``interval_s`` and holds blocks)."""
+        if self.opened_at is None:
+            self.opened_at = now
+        elif (self.interval_s > 0 and now - self.opened_at >= self.interval_s
+              and self.epoch in self._open):
+            self.epoch += 1
+            self.opened_at = now
+        self._open.setdefault(self.epoch, _Epoch()).items.append(item)
+        return self.epoch
+
+    def block_done(self, epoch: int, emitted: int) -> None:
+        """A mapper has pushed every record of a block of ``epoch`` (``emitted`` records)."""
+        slot = self._open.get(epoch)
+        if slot is not None:  # (a rolled-back epoch's late news is dropped)
+            slot.done += 1
+            slot.emitted += int(emitted)
+
+    def on_progress(self, reducer: int, by_epoch: dict[int, int]) -> None:
+        """A reducer's records absorbed per open epoch (cumulative; reports may arrive out
+        of order, so each count only grows)."""
+        mine = self._processed[reducer]
+        for epoch, count in by_epoch.items():
+            if epoch in self._open and count > mine.get(epoch, 0):
+                mine[epoch] = count
+
+    # -- queries --------------------------------------------------------------------
+    def _complete(self, epoch: int) -> bool:
+        slot = self._open[epoch]
+        return (slot.done == len(slot.items)
+                and sum(p.get(epoch, 0) for p in self._processed) == slot.emitted)
+
+    @property
+    def all_done(self) -> bool:
+        """Whether every block handed out was mapped and every record it emitted absorbed."""
+        return all(self._complete(e) for e in self._open)
+
+    @property
+    def open_blocks(self) -> int:
+        """Blocks handed out after the last checkpoint."""
+        return sum(len(s.items) for s in self._open.values())
+
+    @property
+    def blocks_done(self) -> int:
+        """Blocks mapped and pushed, the checkpointed ones included."""
+        return self.blocks_closed + sum(s.done for s in self._open.values())
+
+    def processed_open(self) -> int:
+        """Records absorbed after the last checkpoint (what a rollback discards)."""
+        return sum(sum(p.values()) for p in self._processed)
+
+    def closable(self) -> int | None:
+        """The newest epoch a checkpoint may be taken of now, or None.
+
+        Only an epoch no block is handed out in any more, whose blocks and all earlier
+        ones are done and absorbed; never while a checkpoint is being taken.
+        """
+        if self.interval_s <= 0 or self.closing is not None:
+            return None
+        best = None
+        for epoch in sorted(self._open):
+            if epoch >= self.epoch or not self._complete(epoch):
+                break
+            best = epoch
+        return best
+
+    # -- checkpoints and rollback -----------------------------------------------------
+    def begin_close(self, epoch: int) -> None:
+        """A checkpoint of ``epoch`` is being taken."""
+        self.closing = epoch
+
+    def end_close(self, epoch: int) -> None:
+        """The checkpoint of ``epoch`` is stored: its blocks need no replay any more."""
+        self.closing = None
+        for e in [e for e in self._open if e <= epoch]:
+            self.blocks_closed += len(self._open.pop(e).items)
+            for p in self._processed:
+                p.pop(e, None)
+        self.closed = max(self.closed, epoch)
+
+    def abandon_close(self) -> None:
+        """The checkpoint being taken was lost (a member failed meanwhile)."""
+        self.closing = None
+
+    def rollback(self) -> list[Any]:
+        """Forgets everything after the last checkpoint; returns the blocks to hand out
+        again, in the order they first went out. Later blocks get a new epoch."""
+        items = [item for e in sorted(self._open) for item in self._open[e].items]
+        self._open = {}
+        self._processed = [{} for _ in range(self.num_reducers)]
+        self.closing = None
+        self.epoch += 1
+        self.opened_at = None
+        return items

@@ -1,0 +1,154 @@
+"""Fault recovery on Ray: members killed mid-job, exact results (see dpa.epochs)."""
+
+from __future__ import annotations
+
+import collections
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import ray
+
+import dpa
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+ROOT = Path(__file__).resolve().parents[3]
+_RNG = np.random.default_rng(3)
+KEYS = (_RNG.zipf(1.3, 6_000) % 200).astype(np.int64)
+EXPECTED = collections.Counter(KEYS.tolist())
+COST = dpa.WithCost(dpa.Count(), 1e-3)
+
+
+def _config(**kw):
+    base = dict(num_mappers=2, num_reducers=4, batch_size=300, checkpoint_interval_s=0.3, timeout_s=120)
+    base.update(kw)
+    return dpa.JobConfig(**base)
+
+
+def _member(role: str):
+    """The running job's member ``role`` (``reducer-1``...), by its actor name."""
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        name = entry["name"]
+        if name.startswith("dpa:") and (name.endswith(f":{role}") or f":{role}." in name):
+            return ray.get_actor(name, namespace=entry["namespace"])
+    return None
+
+
+def _kill_later(role: str, delay: float, killed: list) -> threading.Thread:
+    def kill():
+        time.sleep(delay)
+        actor = _member(role)
+        if actor is not None:
+            ray.kill(actor, no_restart=True)
+            killed.append(role)
+
+    thread = threading.Thread(target=kill, daemon=True)
+    thread.start()
+    return thread
+
+
+def _counts(result):
+    table = result.to_arrow()
+    return collections.Counter(dict(zip(table["k"].to_pylist(), table["count"].to_pylist())))
+
+
+def test_members_killed_at_random_moments_across_many_jobs_never_change_the_result():
+    rnd = random.Random(11)
+    dpa.run(pa.table({"k": KEYS[:100]}), key="k", reducer=dpa.Count(), config=_config())  # warm pool
+    roles = ["reducer-0", "reducer-3", "mapper-0", "mapper-1", "balancer", "reducer-2"]
+    recovered = 0
+    for i, role in enumerate(roles):
+        policy = "doubling" if i % 2 else "hybrid"
+        killed: list = []
+        thread = _kill_later(role, rnd.uniform(0.1, 1.2), killed)
+        res = dpa.run(pa.table({"k": KEYS}), key="k", reducer=COST, config=_config(policy=policy))
+        thread.join()
+        assert _counts(res) == EXPECTED, (role, policy, res.stats.recoveries)
+        assert sum(res.stats.processed) == len(KEYS)
+        if killed and res.stats.recoveries:
+            recovered += 1
+            rec = res.stats.recoveries[0]
+            assert rec.actors == [role] and rec.nodes and rec.recover_s < 10
+    assert recovered >= 3  # most kills landed mid-job
+
+
+def test_a_one_shot_iterator_source_is_replayed_from_the_object_store():
+    records = [{"k": int(k)} for k in KEYS]
+    killed: list = []
+    dpa.run(pa.table({"k": KEYS[:100]}), key="k", reducer=dpa.Count(), config=_config())  # warm pool
+    thread = _kill_later("reducer-1", 0.8, killed)
+    res = dpa.run(iter(records), key="k", reducer=COST, config=_config(policy="doubling"))
+    thread.join()
+    assert killed and res.stats.recoveries
+    assert _counts(res) == EXPECTED
+
+
+def test_more_failures_than_max_recoveries_fail_the_job_naming_every_one():
+    dpa.run(pa.table({"k": KEYS[:100]}), key="k", reducer=dpa.Count(), config=_config(max_recoveries=1))
+    killed: list = []
+    threads = [_kill_later("reducer-0", 0.5, killed), _kill_later("mapper-1", 2.5, killed)]
+    with pytest.raises(dpa.JobFailedError) as err:
+        dpa.run(pa.table({"k": np.concatenate([KEYS, KEYS])}), key="k", reducer=COST,
+                config=_config(max_recoveries=1))
+    for thread in threads:
+        thread.join()
+    message = str(err.value)
+    assert "max_recoveries=1" in message and "reducer-0" in message and "mapper-1" in message
+
+
+def test_max_recoveries_zero_fails_at_the_first_failure_and_the_next_job_runs():
+    dpa.run(pa.table({"k": KEYS[:100]}), key="k", reducer=dpa.Count(), config=_config(max_recoveries=0))
+    killed: list = []
+    thread = _kill_later("reducer-2", 0.5, killed)
+    with pytest.raises(dpa.JobFailedError, match="reducer-2"):
+        dpa.run(pa.table({"k": KEYS}), key="k", reducer=COST, config=_config(max_recoveries=0))
+    thread.join()
+    res = dpa.run(pa.table({"k": KEYS}), key="k", reducer=dpa.Count(), config=_config(max_recoveries=0))
+    assert _counts(res) == EXPECTED
+
+
+def test_a_dead_coordinator_fails_the_job_loudly():
+    dpa.run(pa.table({"k": KEYS[:100]}), key="k", reducer=dpa.Count(), config=_config())
+    killed: list = []
+    thread = _kill_later("coordinator", 0.6, killed)
+    started = time.monotonic()
+    with pytest.raises(dpa.JobFailedError, match="coordinator"):
+        dpa.run(pa.table({"k": KEYS}), key="k", reducer=COST, config=_config())
+    thread.join()
+    assert time.monotonic() - started < 30
+
+
+def test_user_code_errors_are_not_retried():
+    class Boom(dpa.Reducer):
+        def create(self):
+            return 0
+
+        def add(self, acc, value):
+            if value == 7:
+                raise ValueError("seven")
+            return acc + 1
+
+        def merge(self, a, b):
+            return a + b
+
+        def finalize(self, acc):
+            return acc
+
+    with pytest.raises(dpa.JobFailedError, match="seven") as err:
+        dpa.run(pa.table({"k": KEYS}), key="k", reducer=Boom("k", name="n"), config=_config())
+    assert "max_recoveries" not in str(err.value)
+
+
+def test_a_node_removed_mid_job_on_a_three_node_cluster(tmp_path):
+    """Runs ``benchmarks.recovery --cluster`` in its own process (its own 3-node Ray)."""
+    out = subprocess.run([sys.executable, "-m", "benchmarks.recovery", "--cluster", "--quick"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "node-removal" in out.stdout and "exact=False" not in out.stdout

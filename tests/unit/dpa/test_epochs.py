@@ -1,0 +1,179 @@
+"""The epoch ledger and the reducer's per-epoch states: the checkpoint/replay protocol, no Ray."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+import dpa
+from dpa.epochs import EpochLedger
+from dpa.logic import CoordinatorLogic, ReducerLogic
+from dpa.plan import build_plan
+from dpa.reducers import HASH_COL
+from dpa.sources import normalize_source
+
+
+def test_an_epoch_closes_only_when_its_blocks_are_done_and_absorbed_and_a_newer_one_opened():
+    ledger = EpochLedger(num_reducers=2, interval_s=1.0)
+    assert ledger.hand_out("b0", 0.0) == 0
+    assert ledger.hand_out("b1", 0.5) == 0
+    ledger.block_done(0, 10)
+    ledger.block_done(0, 5)
+    ledger.on_progress(0, {0: 9})
+    ledger.on_progress(1, {0: 6})
+    assert ledger.closable() is None  # epoch 0 still takes blocks
+    assert ledger.hand_out("b2", 1.2) == 1
+    assert ledger.closable() == 0
+    ledger.on_progress(0, {0: 3})  # a late, older report never lowers a count
+    assert ledger.closable() == 0
+
+
+def test_records_in_flight_keep_an_epoch_open():
+    ledger = EpochLedger(num_reducers=2, interval_s=1.0)
+    ledger.hand_out("b0", 0.0)
+    ledger.hand_out("b1", 2.0)
+    ledger.block_done(0, 10)
+    ledger.on_progress(0, {0: 7})  # 3 records are being forwarded: absorbed by nobody yet
+    assert ledger.closable() is None
+    ledger.on_progress(1, {0: 3})
+    assert ledger.closable() == 0
+
+
+def test_a_block_not_yet_done_keeps_its_epoch_and_every_later_one_open():
+    ledger = EpochLedger(num_reducers=1, interval_s=1.0)
+    ledger.hand_out("b0", 0.0)
+    ledger.hand_out("b1", 1.0)
+    ledger.hand_out("b2", 2.0)
+    ledger.block_done(1, 4)
+    ledger.on_progress(0, {1: 4})
+    assert ledger.closable() is None  # epoch 1 is complete, but epoch 0 is not
+    ledger.block_done(0, 2)
+    ledger.on_progress(0, {0: 2})
+    assert ledger.closable() == 1
+
+
+def test_rollback_replays_exactly_the_blocks_after_the_checkpoint_in_their_order():
+    ledger = EpochLedger(num_reducers=1, interval_s=1.0)
+    for i, t in enumerate([0.0, 0.5, 1.0, 1.5, 2.0]):
+        ledger.hand_out(f"b{i}", t)
+    for epoch in (0, 0, 1, 1):
+        ledger.block_done(epoch, 1)
+    ledger.on_progress(0, {0: 2, 1: 1})
+    assert ledger.closable() == 0
+    ledger.begin_close(0)
+    assert ledger.closable() is None  # one checkpoint at a time
+    ledger.end_close(0)
+    assert ledger.blocks_closed == 2 and ledger.processed_open() == 1
+    assert ledger.rollback() == ["b2", "b3", "b4"]
+    assert ledger.epoch == 3 and ledger.open_blocks == 0
+    assert ledger.hand_out("b2", 9.0) == 3
+
+
+def test_no_checkpoints_when_the_interval_is_zero():
+    ledger = EpochLedger(num_reducers=1, interval_s=0)
+    assert {ledger.hand_out(i, float(i)) for i in range(5)} == {0}
+    for _ in range(5):
+        ledger.block_done(0, 1)
+    ledger.on_progress(0, {0: 5})
+    assert ledger.all_done and ledger.closable() is None
+    assert ledger.rollback() == [0, 1, 2, 3, 4]
+
+
+def test_coordinator_counts_emitted_records_once_across_a_rollback():
+    coord = CoordinatorLogic(num_mappers=2, num_reducers=1, checkpoint_interval_s=1.0)
+    assert coord.on_block_taken(0, "b0", 0.0) == 0
+    coord.on_block_done(0, 0, 10)
+    assert coord.on_block_taken(1, "b1", 1.5) == 1
+    coord.on_progress(0, 10, {0: 10})
+    assert coord.ledger.closable() == 0
+    coord.on_checkpoint(0)
+    coord.on_block_done(1, 1, 7)
+    coord.on_progress(0, 14, {1: 4})
+    assert coord.rollback([10]) == ["b1"]
+    assert coord.emitted == [10, 0] and coord.processed == [10]
+    coord.on_block_taken(1, "b1", 5.0)
+    coord.on_block_done(1, 2, 7)
+    coord.input_done = True
+    coord.on_mapper_done(0)
+    coord.on_mapper_done(1)
+    assert not coord.complete()
+    coord.on_progress(0, 17, {2: 7})
+    assert coord.complete() and coord.emitted == [10, 7]
+
+
+class Listing(dpa.Reducer):
+    """A user-defined reducer whose accumulator is mutated in place."""
+
+    def create(self):
+        return []
+
+    def add(self, acc, value):
+        acc.append(value)
+        return acc
+
+    def merge(self, a, b):
+        a.extend(b)
+        return a
+
+    def finalize(self, acc):
+        return sorted(acc)
+
+
+def _reducer(reducer, interval=1.0):
+    table = pa.table({"k": ["a", "b", "c"]})
+    config = dpa.JobConfig(policy="hash", runtime="local", checkpoint_interval_s=interval, map_side_combine=False)
+    plan, _ = build_plan(normalize_source(table, 10), "k", reducer, None, config)
+    return ReducerLogic(0, plan, plan.policy.initial_snapshot(plan.num_reducers))
+
+
+def _batch(keys):
+    return pa.table({"k": keys, HASH_COL: pa.array([dpa.hash_key(k) for k in keys], pa.uint32())})
+
+
+def _drain(red):
+    while (chunk := red.take_chunk()) is not None:
+        red.apply(chunk)
+
+
+@pytest.mark.parametrize("reducer", [dpa.Count(), Listing("k", name="all")], ids=["columnar", "user"])
+def test_a_reducer_keeps_epochs_apart_and_a_checkpoint_holds_the_closed_ones_only(reducer):
+    red = _reducer(reducer)
+    red.enqueue(_batch(["a", "b"]), epoch=0)
+    red.enqueue(_batch(["a", "c", "c"]), epoch=1)
+    chunk = red.take_chunk()
+    assert chunk.epoch == 0 and chunk.rows == 2  # a chunk stops where the next epoch starts
+    red.apply(chunk)
+    _drain(red)
+    assert red.by_epoch == {0: 2, 1: 3}
+    state, records = red.checkpoint(0)
+    assert records == 2 and red.by_epoch == {1: 3} and red.closed == 0
+
+    fresh = _reducer(reducer)
+    fresh.restore(state, records, 0)
+    assert fresh.processed == 2
+    full = red.finalize().sort_by("k").to_pylist()
+    restored = fresh.finalize().sort_by("k").to_pylist()
+    assert len(full) == 3 and len(restored) == 2
+    assert restored[0]["k"] == "a" and {r["k"] for r in restored} == {"a", "b"}
+    if isinstance(reducer, dpa.Count):
+        assert full == [{"k": "a", "count": 2}, {"k": "b", "count": 1}, {"k": "c", "count": 2}]
+        assert restored == [{"k": "a", "count": 1}, {"k": "b", "count": 1}]
+
+
+def test_a_checkpoint_of_a_user_reducer_is_a_copy_that_later_adds_do_not_change():
+    red = _reducer(Listing("k", name="all"))
+    red.enqueue(_batch(["a"]), epoch=0)
+    _drain(red)
+    state, _ = red.checkpoint(0)
+    red.enqueue(_batch(["a"]), epoch=1)
+    _drain(red)
+    red.checkpoint(1)
+    assert [acc for _, _, acc in state[0]] == [["a"]]
+
+
+def test_without_checkpoints_everything_goes_into_one_state():
+    red = _reducer(dpa.Count(), interval=0)
+    red.enqueue(_batch(["a"]))
+    red.enqueue(_batch(["a"]))
+    _drain(red)
+    assert red.open_states == {} and red.by_epoch == {0: 2}
