@@ -81,6 +81,7 @@ class _Epoch:
     items: list[Any] = field(default_factory=list)  # what was handed out, for replay
     done: int = 0  # blocks mapped and pushed
     emitted: int = 0  # records those blocks emitted
+    emitted_by: dict[int, int] = field(default_factory=dict)  # ... per mapper
 
 
 class EpochLedger:
@@ -100,6 +101,7 @@ class EpochLedger:
         self.closed = -1  # the last checkpointed epoch
         self.closing: int | None = None  # a checkpoint being taken
         self.blocks_closed = 0  # blocks in the checkpoint
+        self._emitted_closed: dict[int, int] = {}  # records of the checkpointed blocks, per mapper
         self._open: dict[int, _Epoch] = {}
         self._processed: list[dict[int, int]] = [{} for _ in range(num_reducers)]
 
@@ -116,12 +118,13 @@ class EpochLedger:
         self._open.setdefault(self.epoch, _Epoch()).items.append(item)
         return self.epoch
 
-    def block_done(self, epoch: int, emitted: int) -> None:
-        """A mapper has pushed every record of a block of ``epoch`` (``emitted`` records)."""
+    def block_done(self, epoch: int, emitted: int, mapper: int = 0) -> None:
+        """``mapper`` has pushed every record of a block of ``epoch`` (``emitted`` records)."""
         slot = self._open.get(epoch)
         if slot is not None:  # (a rolled-back epoch's late news is dropped)
             slot.done += 1
             slot.emitted += int(emitted)
+            slot.emitted_by[mapper] = slot.emitted_by.get(mapper, 0) + int(emitted)
 
     def on_progress(self, reducer: int, by_epoch: dict[int, int]) -> None:
         """A reducer's records absorbed per open epoch (cumulative; reports may arrive out
@@ -152,6 +155,15 @@ class EpochLedger:
         """Blocks mapped and pushed, the checkpointed ones included."""
         return self.blocks_closed + sum(s.done for s in self._open.values())
 
+    def emitted_by_mapper(self, num_mappers: int) -> list[int]:
+        """Records emitted per mapper by the blocks pushed, the checkpointed ones included
+        (a block replayed after a rollback counts once)."""
+        out = [self._emitted_closed.get(m, 0) for m in range(num_mappers)]
+        for slot in self._open.values():
+            for m, n in slot.emitted_by.items():
+                out[m] += n
+        return out
+
     def processed_open(self) -> int:
         """Records absorbed after the last checkpoint (what a rollback discards)."""
         return sum(sum(p.values()) for p in self._processed)
@@ -180,7 +192,10 @@ class EpochLedger:
         """The checkpoint of ``epoch`` is stored: its blocks need no replay any more."""
         self.closing = None
         for e in [e for e in self._open if e <= epoch]:
-            self.blocks_closed += len(self._open.pop(e).items)
+            slot = self._open.pop(e)
+            self.blocks_closed += len(slot.items)
+            for m, n in slot.emitted_by.items():
+                self._emitted_closed[m] = self._emitted_closed.get(m, 0) + n
             for p in self._processed:
                 p.pop(e, None)
         self.closed = max(self.closed, epoch)

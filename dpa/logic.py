@@ -664,8 +664,6 @@ class CoordinatorLogic:
         self.blocks_per_mapper = [0] * num_mappers
         self.processed = [0] * num_reducers  # records each reducer holds (its checkpoint included)
         self.ledger = EpochLedger(num_reducers, checkpoint_interval_s)
-        self._emitted_closed = [0] * num_mappers  # records of checkpointed blocks, per mapper
-        self._emitted_open: dict[int, list[int]] = {}  # epoch -> per mapper
 
     def on_block_taken(self, mapper: int, item: Any = None, now: float = 0.0) -> int:
         """A mapper took a block (``item``, kept for replay) at ``now``; returns its epoch."""
@@ -674,9 +672,7 @@ class CoordinatorLogic:
 
     def on_block_done(self, mapper: int, epoch: int, emitted: int) -> None:
         """A mapper pushed every record of a block of ``epoch``: ``emitted`` records."""
-        if epoch in self.ledger._open:
-            self._emitted_open.setdefault(epoch, [0] * self.num_mappers)[mapper] += int(emitted)
-        self.ledger.block_done(epoch, emitted)
+        self.ledger.block_done(epoch, emitted, mapper)
 
     def on_mapper_done(self, mapper: int) -> None:
         self.mappers_done.add(mapper)
@@ -689,21 +685,15 @@ class CoordinatorLogic:
     @property
     def emitted(self) -> list[int]:
         """Records emitted per mapper by the blocks the result holds (replays not counted twice)."""
-        out = list(self._emitted_closed)
-        for per in self._emitted_open.values():
-            out = [a + b for a, b in zip(out, per)]
-        return out
+        return self.ledger.emitted_by_mapper(self.num_mappers)
 
     def on_checkpoint(self, epoch: int) -> None:
         """The checkpoint of ``epoch`` is stored."""
         self.ledger.end_close(epoch)
-        for e in [e for e in self._emitted_open if e <= epoch]:
-            self._emitted_closed = [a + b for a, b in zip(self._emitted_closed, self._emitted_open.pop(e))]
 
     def rollback(self, processed: list[int]) -> list[Any]:
         """Rolls back to the last checkpoint, whose reducers hold ``processed`` records;
         returns the blocks to hand out again (in their first order)."""
-        self._emitted_open = {}
         self.mappers_done = set()
         self.processed = list(processed)
         return self.ledger.rollback()

@@ -182,10 +182,7 @@ class ReducerActor(_JobMember):
         ``state`` holding ``records`` records of the epochs up to ``epoch`` if given."""
         self.job_id = job_id or plan.job_id
         self.logic = ReducerLogic(self.reducer_id, plan, snapshot)
-        if state is not None or records:
-            self.logic.restore(state, records, epoch)
-        else:
-            self.logic.closed = epoch
+        self.logic.restore(state, records, epoch)
         self.plan = plan
         self.peers = peers
         self.balancer = balancer

@@ -163,11 +163,9 @@ class CoordinatorActor:
                     kind, index = role.split("-")
                     (self.reducers if kind == "reducer" else self.mappers)[int(index)] = fresh
             fresh = dict(self._members())
-            lost_nodes = {role: self.nodes.pop(role, "") for role, _, _ in dead}
             nodes = await asyncio.gather(*[await_ref(fresh[role].ping.remote()) for role, _, _ in dead])
             self.answered.update(role for role, _, _ in dead)
             self.nodes.update({role: node for (role, _, _), node in zip(dead, nodes)})
-            self.lost_nodes = lost_nodes
         return self.balancer, self.reducers, self.mappers, [role for role, _, _ in dead]
 
     # -- block hand-out (driver -> coordinator -> mappers) --------------------------
@@ -261,10 +259,9 @@ class CoordinatorActor:
             return
         if run_id != self.run_id or any(p is None for p in parts):
             return
+        self.logic.on_checkpoint(epoch)
         self.checkpoint = Checkpoint(epoch, [None if p[0] is None else ray.put(p[0]) for p in parts],
                                      [p[1] for p in parts], snapshot, self.logic.ledger.blocks_closed)
-        self.logic.on_checkpoint(epoch)
-        self.checkpoint.blocks = self.logic.ledger.blocks_closed
         self.checkpoints += 1
         metric("dpa_checkpoints").inc(1, tags=self.job_tags)
         self._check()
@@ -329,18 +326,16 @@ class CoordinatorActor:
                             f"{plan.max_recoveries}: " + "; ".join(failures), actor=lost.actor) from None
                     logger.warning("dpa job %s lost a member (%s); recovering from checkpoint epoch %d",
                                    job_id, lost, self.checkpoint.epoch)
-                    snapshot, resume = await self._recover(plan, run_id, tasks, initial)
+                    snapshot, resume, lost_nodes = await self._recover(plan, run_id, tasks, initial)
                     replayed = self.logic.ledger.processed_open()
                     items = self.logic.rollback(self.checkpoint.processed)
                     async with self.cond:
                         self.blocks.extendleft(reversed(items))
                         self.done.clear()
                         self.cond.notify_all()
-                    lost_nodes = getattr(self, "lost_nodes", {})
                     recoveries.append(Recovery(
                         detected - started, sorted(lost_nodes), sorted({n for n in lost_nodes.values() if n}),
                         str(lost), self.checkpoint.epoch, len(items), replayed, 0.0))
-                    self.lost_nodes = {}
                     metric("dpa_recoveries").inc(1, tags=self.job_tags)
                     attempt += 1
         except asyncio.CancelledError:
@@ -357,8 +352,7 @@ class CoordinatorActor:
             async with self.cond:
                 self.cond.notify_all()
         self.job_id = self.run_id = None  # done: late progress reports of this job are dropped
-        merged = bool(recoveries) or needs_final_merge(plan.policy, initial, summary["final_snapshot"])
-        return {**summary, "merged": merged, "recoveries": recoveries, "checkpoints": self.checkpoints,
+        return {**summary, "recoveries": recoveries, "checkpoints": self.checkpoints,
                 "run_id": run_id, "handles": (self.balancer, self.reducers, self.mappers, [])}
 
     async def _run(self, plan: JobPlan, snapshot: Any, run_id: str, tasks: dict[asyncio.Future, str],
@@ -411,7 +405,8 @@ class CoordinatorActor:
             metric("dpa_job_progress").set(1.0, tags=self.job_tags)
             events, final, timeline = await self.balancer.stop.remote(run_id)
             # Merge unless every key stayed on one reducer (after a rollback: always).
-            if run_id != plan.job_id or needs_final_merge(plan.policy, snapshot, final):
+            merged = run_id != plan.job_id or needs_final_merge(plan.policy, snapshot, final)
+            if merged:
                 await asyncio.gather(*[r.exchange.remote(run_id) for r in self.reducers])
             await asyncio.gather(*[r.finalize.remote(run_id) for r in self.reducers])
         except Exception as exc:
@@ -427,22 +422,25 @@ class CoordinatorActor:
             "events": events,
             "timeline": timeline,
             "final_snapshot": final,
+            "merged": merged,
         }
 
     async def _recover(self, plan: JobPlan, run_id: str, tasks: dict[asyncio.Future, str],
-                       initial: Any) -> tuple[Any, bool]:
+                       initial: Any) -> tuple[Any, bool, dict[str, str]]:
         """Stops the lost run on every member and replaces the dead ones.
 
         Returns:
-            ``(snapshot, resume)``: the routing snapshot the next run starts from, and
-            whether the balancer survived (it then keeps its planner and snapshot).
+            ``(snapshot, resume, lost)``: the routing snapshot the next run starts from,
+            whether the balancer survived (it then keeps its planner and snapshot), and
+            the replaced members with the node each ran on ("" if unknown).
         """
         await self._stop_members(run_id, tasks)
-        self.lost_nodes = {}
+        nodes = dict(self.nodes)
         _, _, _, replaced = await self.repair()
+        lost = {role: nodes.get(role, "") for role in replaced}
         if "balancer" in replaced:  # restarted from the policy's first snapshot
-            return plan.policy.initial_snapshot(plan.num_reducers), False
-        return initial, True
+            return plan.policy.initial_snapshot(plan.num_reducers), False, lost
+        return initial, True, lost
 
     async def cancel_job(self, job_id: str, reason: str) -> None:
         """Fails ``job_id`` from outside (the driver's timeout, a broken source) and aborts it."""
