@@ -11,9 +11,17 @@ state and hands a copy to the coordinator: together they are a consistent checkp
 holding exactly the records of the blocks of epochs ``<= e``, taken without stopping or
 aligning anything (no barrier travels through the queues).
 
+An epoch is finer than a block: a mapper still routing a block when its epoch's time is
+up hands the rest back (:class:`Rest`: the mapped, combined and hashed rows not routed
+yet), and the rest becomes an item of its own in the current epoch; the block counts as
+done with what it pushed. Without that one big block would keep its epoch, and every
+epoch after it, open until it is all routed, and a failure would replay it whole.
+
 After a failure every member rolls back to the last checkpoint: reducers restart from
 their checkpointed base states, and the blocks of the epochs after it — the coordinator
-kept their refs — are handed out again. Every record is then counted exactly once.
+kept their refs — are handed out again. A rest whose block is replayed is dropped (the
+block yields it again); a rest whose block is checkpointed is replayed itself. Every
+record is then counted exactly once.
 
 :class:`EpochLedger` is that bookkeeping; :class:`Checkpoint` one checkpoint and
 :class:`Recovery` one entry of a job's recovery log.
@@ -22,7 +30,18 @@ kept their refs — are handed out again. Every record is then counted exactly o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
+
+
+class Rest(NamedTuple):
+    """The rows of an input block a mapper had not routed when its epoch's time was up:
+    mapped, map-side combined and hashed (``HASH_COL``), to route as they are.
+
+    Attributes:
+        table: The rows (on Ray an object ref the coordinator owns).
+    """
+
+    table: Any
 
 
 @dataclass
@@ -79,6 +98,9 @@ class Recovery:
 @dataclass
 class _Epoch:
     items: list[Any] = field(default_factory=list)  # what was handed out, for replay
+    tokens: list[int] = field(default_factory=list)  # ... their tokens
+    parents: list[int | None] = field(default_factory=list)  # ... a rest's block's token
+    rests: int = 0  # rests among the items
     done: int = 0  # blocks mapped and pushed
     emitted: int = 0  # records those blocks emitted
     emitted_by: dict[int, int] = field(default_factory=dict)  # ... per mapper
@@ -103,20 +125,39 @@ class EpochLedger:
         self.blocks_closed = 0  # blocks in the checkpoint
         self._emitted_closed: dict[int, int] = {}  # records of the checkpointed blocks, per mapper
         self._open: dict[int, _Epoch] = {}
+        self._tokens = 0
         self._processed: list[dict[int, int]] = [{} for _ in range(num_reducers)]
 
     # -- events ---------------------------------------------------------------------
-    def hand_out(self, item: Any, now: float) -> int:
-        """Records a block handed out at ``now``; returns its epoch (a new one when the
-        current one has been open for ``interval_s`` and holds blocks)."""
+    def hand_out(self, item: Any, now: float, parent: int | None = None) -> tuple[int, int]:
+        """Records an item handed out at ``now``: an input block, or the :class:`Rest` of
+        the block (or rest) whose token is ``parent``.
+
+        Returns:
+            ``(epoch, token)``: its epoch (a new one when the current one has been open for
+            ``interval_s`` and holds items) and the token that names it as a parent.
+        """
         if self.opened_at is None:
             self.opened_at = now
         elif (self.interval_s > 0 and now - self.opened_at >= self.interval_s
               and self.epoch in self._open):
             self.epoch += 1
             self.opened_at = now
-        self._open.setdefault(self.epoch, _Epoch()).items.append(item)
-        return self.epoch
+        slot = self._open.setdefault(self.epoch, _Epoch())
+        self._tokens += 1
+        slot.items.append(item)
+        slot.tokens.append(self._tokens)
+        slot.parents.append(parent)
+        slot.rests += isinstance(item, Rest)
+        return self.epoch, self._tokens
+
+    def split(self, epoch: int, emitted: int, mapper: int, rest: Any, parent: int,
+              now: float) -> tuple[int, int]:
+        """``mapper`` pushed ``emitted`` records of the item ``parent`` (of ``epoch``) and
+        hands its unrouted ``rest`` back: the item is done, the rest is handed out anew
+        (returns its ``(epoch, token)``)."""
+        self.block_done(epoch, emitted, mapper)
+        return self.hand_out(rest, now, parent)
 
     def block_done(self, epoch: int, emitted: int, mapper: int = 0) -> None:
         """``mapper`` has pushed every record of a block of ``epoch`` (``emitted`` records)."""
@@ -152,8 +193,9 @@ class EpochLedger:
 
     @property
     def blocks_done(self) -> int:
-        """Blocks mapped and pushed, the checkpointed ones included."""
-        return self.blocks_closed + sum(s.done for s in self._open.values())
+        """Input blocks mapped and pushed, the checkpointed ones included (rests not
+        counted: exact once every item handed out is done)."""
+        return self.blocks_closed + sum(s.done - s.rests for s in self._open.values())
 
     def emitted_by_mapper(self, num_mappers: int) -> list[int]:
         """Records emitted per mapper by the blocks pushed, the checkpointed ones included
@@ -193,7 +235,7 @@ class EpochLedger:
         self.closing = None
         for e in [e for e in self._open if e <= epoch]:
             slot = self._open.pop(e)
-            self.blocks_closed += len(slot.items)
+            self.blocks_closed += len(slot.items) - slot.rests
             for m, n in slot.emitted_by.items():
                 self._emitted_closed[m] = self._emitted_closed.get(m, 0) + n
             for p in self._processed:
@@ -205,9 +247,14 @@ class EpochLedger:
         self.closing = None
 
     def rollback(self) -> list[Any]:
-        """Forgets everything after the last checkpoint; returns the blocks to hand out
-        again, in the order they first went out. Later blocks get a new epoch."""
-        items = [item for e in sorted(self._open) for item in self._open[e].items]
+        """Forgets everything after the last checkpoint; returns the items to hand out
+        again, in the order they first went out: every block, and every rest whose block
+        is checkpointed (a replayed block yields its rest again). Later items get a new
+        epoch."""
+        slots = [self._open[e] for e in sorted(self._open)]
+        replayed = {token for slot in slots for token in slot.tokens}
+        items = [item for slot in slots for item, parent in zip(slot.items, slot.parents)
+                 if parent not in replayed]
         self._open = {}
         self._processed = [{} for _ in range(self.num_reducers)]
         self.closing = None

@@ -18,13 +18,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dpa.epochs import EpochLedger
+from dpa.epochs import EpochLedger, Rest
 from dpa.instructions import Forward, Publish, Push
 from dpa.key_columns import hash_key_columns
 from dpa.keys import KeyHashCache
 from dpa.plan import JobPlan
 from dpa.policy import Decision, RebalanceEvent
-from dpa.records import unify
+from dpa.records import compact, unify
 from dpa.reducers import HASH_COL, WEIGHT_COL, unwrap
 from dpa.state import make_state, split_by
 
@@ -103,8 +103,16 @@ class MapperLogic:
         if snapshot.version > self.snapshot.version:
             self.snapshot = snapshot
 
-    def start_block(self, block: pa.Table) -> None:
-        """Applies ``map_fn`` and the key, combines and hashes a block, ready to route."""
+    def start_block(self, block: pa.Table, prepared: bool = False) -> None:
+        """Applies ``map_fn`` and the key, combines and hashes a block, ready to route.
+
+        A ``prepared`` block is the :meth:`rest` of one: routed as it is.
+        """
+        if prepared:
+            self.emitted += weight(block)
+            self._table, self._offset = block, 0
+            self._hashes = block[HASH_COL].to_numpy()
+            return
         self.blocks += 1
         if self.plan.input_combined:  # partial states already: hash and route only
             self.emitted += weight(block)
@@ -146,6 +154,16 @@ class MapperLogic:
         parts = split_by(part, dest, self.plan.num_reducers)
         self.pushes += 1
         return [Push(r, p) for r, p in enumerate(parts) if p.num_rows]
+
+    def rest(self) -> tuple[pa.Table, int] | None:
+        """The rows of the current block not routed yet (compact, ready for
+        ``start_block(..., prepared=True)``) and the records they stand for; None when the
+        block is done. Routing goes on from the same rows."""
+        table = self._table
+        if table is None:
+            return None
+        rest = compact(table.slice(self._offset))
+        return rest, weight(rest)
 
     def on_pushed(self, outcome: int) -> None:
         """The shell's news that a push was accepted: the worst outcome among its reducers
@@ -665,10 +683,19 @@ class CoordinatorLogic:
         self.processed = [0] * num_reducers  # records each reducer holds (its checkpoint included)
         self.ledger = EpochLedger(num_reducers, checkpoint_interval_s)
 
-    def on_block_taken(self, mapper: int, item: Any = None, now: float = 0.0) -> int:
-        """A mapper took a block (``item``, kept for replay) at ``now``; returns its epoch."""
-        self.blocks_per_mapper[mapper] += 1
+    def on_block_taken(self, mapper: int, item: Any = None, now: float = 0.0) -> tuple[int, int]:
+        """A mapper took an item (a block or a :class:`~dpa.epochs.Rest`, kept for replay)
+        at ``now``; returns its ``(epoch, token)``."""
+        if not isinstance(item, Rest):
+            self.blocks_per_mapper[mapper] += 1
         return self.ledger.hand_out(item, now)
+
+    def on_block_split(self, mapper: int, epoch: int, emitted: int, rest: Any, parent: int,
+                       now: float) -> tuple[int, int]:
+        """A mapper pushed ``emitted`` records of item ``parent`` (of ``epoch``) and goes on
+        routing its ``rest`` (a :class:`~dpa.epochs.Rest`, kept for replay) in the epoch
+        returned with its token."""
+        return self.ledger.split(epoch, emitted, mapper, rest, parent, now)
 
     def on_block_done(self, mapper: int, epoch: int, emitted: int) -> None:
         """A mapper pushed every record of a block of ``epoch``: ``emitted`` records."""

@@ -30,6 +30,7 @@ from typing import Any
 import pyarrow as pa
 import ray
 
+from dpa.epochs import Rest
 from dpa.instructions import Forward
 from dpa.logic import PUSH_KEEP, PUSH_SHRINK, BalancerLogic, MapperLogic, ReducerLogic
 from dpa.plan import JobPlan, empty_input_table
@@ -135,22 +136,37 @@ class MapperActor(_JobMember):
             return 0
         self.task = asyncio.current_task()
         logic = self.logic
+        interval = logic.plan.checkpoint_interval_s
         pending = self.coordinator.next_block.remote(job_id, self.mapper_id)
         while True:
             item = await pending
             if item is None:
                 break
             pending = self.coordinator.next_block.remote(job_id, self.mapper_id)  # prefetch
-            (ref, row_slice), epoch = item
+            item, epoch, token = item
             try:
-                block = _as_table(await ref)
-                if row_slice is not None:
-                    block = block.slice(row_slice[0], row_slice[1] - row_slice[0])
                 before = logic.emitted
-                logic.start_block(block)
+                if isinstance(item, Rest):
+                    logic.start_block(await item.table, prepared=True)
+                else:
+                    ref, row_slice = item
+                    block = _as_table(await ref)
+                    if row_slice is not None:
+                        block = block.slice(row_slice[0], row_slice[1] - row_slice[0])
+                    logic.start_block(block)
             except Exception as exc:
                 raise ActorFailure(self.name, exc, getattr(exc, "key", None)) from exc
+            since = time.monotonic()
             while logic.routing:  # push by push, each under the newest ring (update_ring runs between)
+                if interval > 0 and time.monotonic() - since >= interval:
+                    # The epoch's time is up: the rest of the block becomes an item of its
+                    # own, so that what was pushed can be checkpointed (dpa.epochs).
+                    rest, records = logic.rest()
+                    split = await self.coordinator.split_block.remote(
+                        job_id, self.mapper_id, epoch, logic.emitted - before - records, rest, token)
+                    if split is None:  # the run is over
+                        break
+                    (epoch, token), before, since = split, logic.emitted - records, time.monotonic()
                 routed = logic.next_pushes()
                 version = logic.snapshot.version
                 outcomes = await asyncio.gather(*[self.reducers[r].push.remote(job_id, b, version, False, epoch)

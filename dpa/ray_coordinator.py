@@ -26,7 +26,7 @@ from typing import Any
 
 import ray
 
-from dpa.epochs import Checkpoint, Recovery
+from dpa.epochs import Checkpoint, Recovery, Rest
 from dpa.errors import JobFailedError
 from dpa.logic import CoordinatorLogic
 from dpa.plan import JobPlan
@@ -194,9 +194,9 @@ class CoordinatorActor:
 
     @quiet_method
     async def next_block(self, run_id: str, mapper: int) -> list[Any] | None:
-        """The next input block for ``mapper``: ``[(block ref, row slice or None), epoch]``
-        (wrapped so Ray does not resolve the ref), or None when there is none (or the run
-        ended)."""
+        """The next item for ``mapper``: ``[item, epoch, token]``, the item a ``(block ref,
+        row slice or None)`` or a :class:`~dpa.epochs.Rest` (wrapped so Ray does not resolve
+        the ref); None when there is none (or the run ended)."""
         if run_id != self.run_id:
             return None
         async with self.cond:
@@ -205,12 +205,12 @@ class CoordinatorActor:
             if self.failed is not None or run_id != self.run_id or not self.blocks:
                 return None
             item = self.blocks.popleft()
-            epoch = self.logic.on_block_taken(mapper, item, time.monotonic())
+            epoch, token = self.logic.on_block_taken(mapper, item, time.monotonic())
             if self.logic.input_done:
                 taken = sum(self.logic.blocks_per_mapper)
                 metric("dpa_job_progress").set(taken / max(1, taken + len(self.blocks)), tags=self.job_tags)
             self.cond.notify_all()
-            return [item, epoch]
+            return [item, epoch, token]
 
     @quiet_method
     async def block_done(self, run_id: str, mapper: int, epoch: int, emitted: int) -> None:
@@ -218,6 +218,19 @@ class CoordinatorActor:
         if run_id == self.run_id:
             self.logic.on_block_done(mapper, epoch, emitted)
             self._check()
+
+    @quiet_method
+    async def split_block(self, run_id: str, mapper: int, epoch: int, emitted: int, rest: Any,
+                          parent: int) -> tuple[int, int] | None:
+        """``mapper`` pushed ``emitted`` records of item ``parent`` (of ``epoch``) and routes
+        the ``rest`` (a table) in a new item, which this actor stores for replay; returns the
+        rest's ``(epoch, token)``, or None if the run ended."""
+        if run_id != self.run_id:
+            return None
+        item = Rest(ray.put(rest))  # owned here: it outlives the mapper
+        split = self.logic.on_block_split(mapper, epoch, emitted, item, parent, time.monotonic())
+        self._check()
+        return split
 
     async def mapper_done(self, run_id: str, mapper: int) -> None:
         if run_id == self.run_id:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from dpa.epochs import Checkpoint, Recovery
+from dpa.epochs import Checkpoint, Recovery, Rest
 from dpa.instructions import Forward, Push
 from dpa.logic import (
     PUSH_GROW,
@@ -62,7 +62,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
     checkpoint = Checkpoint(-1, [None] * R, [0] * R, snapshot)
     checkpoints = 0
     recoveries: list[Recovery] = []
-    replay: deque[pa.Table] = deque()  # blocks to hand out again after a rollback
+    replay: deque[Any] = deque()  # blocks (and rests) to hand out again after a rollback
     recovered = False
 
     seq = itertools.count()
@@ -111,6 +111,9 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
 
     block_epoch = [0] * M  # the epoch of the block mapper m is routing
     block_emitted = [-1] * M  # the records it emitted (-1 = no block)
+    block_token = [0] * M  # its ledger token
+    block_since = [0.0] * M  # when it was handed out
+    interval = plan.checkpoint_interval_s
 
     outcome = [PUSH_GROW] * M  # what mapper m's current push tells it so far (ReducerLogic.push_outcome)
     tried = [False] * M  # whether the head of mapper m's pending batches reached its reducer
@@ -148,6 +151,12 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
                     coord.on_block_done(m, block_epoch[m], block_emitted[m])
                     block_emitted[m] = -1
                 return True
+            if interval > 0 and now - block_since[m] >= interval:
+                # The epoch's time is up: the rest of the block becomes an item of its own.
+                rest, records = mapper.rest()
+                block_epoch[m], block_token[m] = coord.on_block_split(
+                    m, block_epoch[m], block_emitted[m] - records, Rest(rest), block_token[m], now)
+                block_emitted[m], block_since[m] = records, now
             pending[m] = mapper.next_pushes()
             versions[m] = mapper.snapshot.version
             outstanding[m] = True
@@ -170,9 +179,13 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
                     coord.on_mapper_done(m)
                     progress = True
                     continue
-                block_epoch[m] = coord.on_block_taken(m, block, now)
+                block_epoch[m], block_token[m] = coord.on_block_taken(m, block, now)
+                block_since[m] = now
                 before = mappers[m].emitted
-                mappers[m].start_block(block)
+                if isinstance(block, Rest):
+                    mappers[m].start_block(block.table, prepared=True)
+                else:
+                    mappers[m].start_block(block)
                 block_emitted[m] = mappers[m].emitted - before
                 push_pending(m)
                 progress = True

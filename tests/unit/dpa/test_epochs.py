@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 import dpa
-from dpa.epochs import EpochLedger
+from dpa.epochs import EpochLedger, Rest
 from dpa.logic import CoordinatorLogic, ReducerLogic
 from dpa.plan import build_plan
 from dpa.reducers import HASH_COL
@@ -15,14 +15,14 @@ from dpa.sources import normalize_source
 
 def test_an_epoch_closes_only_when_its_blocks_are_done_and_absorbed_and_a_newer_one_opened():
     ledger = EpochLedger(num_reducers=2, interval_s=1.0)
-    assert ledger.hand_out("b0", 0.0) == 0
-    assert ledger.hand_out("b1", 0.5) == 0
+    assert ledger.hand_out("b0", 0.0)[0] == 0
+    assert ledger.hand_out("b1", 0.5)[0] == 0
     ledger.block_done(0, 10)
     ledger.block_done(0, 5)
     ledger.on_progress(0, {0: 9})
     ledger.on_progress(1, {0: 6})
     assert ledger.closable() is None  # epoch 0 still takes blocks
-    assert ledger.hand_out("b2", 1.2) == 1
+    assert ledger.hand_out("b2", 1.2)[0] == 1
     assert ledger.closable() == 0
     ledger.on_progress(0, {0: 3})  # a late, older report never lowers a count
     assert ledger.closable() == 0
@@ -66,12 +66,12 @@ def test_rollback_replays_exactly_the_blocks_after_the_checkpoint_in_their_order
     assert ledger.blocks_closed == 2 and ledger.processed_open() == 1
     assert ledger.rollback() == ["b2", "b3", "b4"]
     assert ledger.epoch == 3 and ledger.open_blocks == 0
-    assert ledger.hand_out("b2", 9.0) == 3
+    assert ledger.hand_out("b2", 9.0)[0] == 3
 
 
 def test_no_checkpoints_when_the_interval_is_zero():
     ledger = EpochLedger(num_reducers=1, interval_s=0)
-    assert {ledger.hand_out(i, float(i)) for i in range(5)} == {0}
+    assert {ledger.hand_out(i, float(i))[0] for i in range(5)} == {0}
     for _ in range(5):
         ledger.block_done(0, 1)
     ledger.on_progress(0, {0: 5})
@@ -81,9 +81,9 @@ def test_no_checkpoints_when_the_interval_is_zero():
 
 def test_coordinator_counts_emitted_records_once_across_a_rollback():
     coord = CoordinatorLogic(num_mappers=2, num_reducers=1, checkpoint_interval_s=1.0)
-    assert coord.on_block_taken(0, "b0", 0.0) == 0
+    assert coord.on_block_taken(0, "b0", 0.0)[0] == 0
     coord.on_block_done(0, 0, 10)
-    assert coord.on_block_taken(1, "b1", 1.5) == 1
+    assert coord.on_block_taken(1, "b1", 1.5)[0] == 1
     coord.on_progress(0, 10, {0: 10})
     assert coord.ledger.closable() == 0
     coord.on_checkpoint(0)
@@ -99,6 +99,51 @@ def test_coordinator_counts_emitted_records_once_across_a_rollback():
     assert not coord.complete()
     coord.on_progress(0, 17, {2: 7})
     assert coord.complete() and coord.emitted == [10, 7]
+
+
+def test_a_split_block_is_done_with_what_it_pushed_and_its_rest_opens_in_the_current_epoch():
+    ledger = EpochLedger(num_reducers=1, interval_s=1.0)
+    epoch, block = ledger.hand_out("b0", 0.0)
+    assert epoch == 0
+    epoch, rest = ledger.split(0, 6, 0, Rest("r0"), block, 1.0)  # the epoch's time is up
+    assert epoch == 1 and rest != block
+    ledger.on_progress(0, {0: 6})
+    assert ledger.closable() == 0  # the pushed part closes without waiting for the rest
+    ledger.block_done(1, 4)
+    ledger.on_progress(0, {1: 4})
+    assert ledger.all_done and ledger.blocks_done == 1  # a rest is not an input block
+    assert ledger.emitted_by_mapper(1) == [10]
+
+
+def test_rollback_replays_a_split_block_whole_and_drops_its_rests():
+    ledger = EpochLedger(num_reducers=1, interval_s=1.0)
+    _, b0 = ledger.hand_out("b0", 0.0)
+    _, r1 = ledger.split(0, 3, 0, Rest("b0/1"), b0, 1.0)
+    ledger.split(1, 3, 0, Rest("b0/2"), r1, 2.0)
+    ledger.hand_out("b1", 2.5)
+    assert ledger.rollback() == ["b0", "b1"]  # b0 yields its rests again
+
+
+def test_rollback_replays_the_rest_of_a_checkpointed_block():
+    ledger = EpochLedger(num_reducers=1, interval_s=1.0)
+    _, b0 = ledger.hand_out("b0", 0.0)
+    _, r1 = ledger.split(0, 3, 0, Rest("b0/1"), b0, 1.0)
+    ledger.on_progress(0, {0: 3})
+    ledger.end_close(ledger.closable())
+    ledger.split(1, 2, 0, Rest("b0/2"), r1, 2.0)
+    assert ledger.blocks_closed == 1
+    assert ledger.rollback() == [Rest("b0/1")]  # its own rest b0/2 comes back from it
+    ledger.hand_out(Rest("b0/1"), 3.0)  # replayed: still a rest, not an input block
+    ledger.block_done(ledger.epoch, 2)
+    assert ledger.blocks_done == 1
+
+
+def test_the_coordinator_counts_input_blocks_not_rests():
+    coord = CoordinatorLogic(num_mappers=1, num_reducers=1, checkpoint_interval_s=1.0)
+    _, token = coord.on_block_taken(0, "b0", 0.0)
+    coord.on_block_split(0, 0, 5, Rest("b0/1"), token, 1.5)
+    coord.on_block_taken(0, Rest("b0/1"), 3.0)  # (replayed)
+    assert coord.blocks_per_mapper == [1]
 
 
 class Listing(dpa.Reducer):

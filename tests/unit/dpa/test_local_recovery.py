@@ -20,12 +20,12 @@ KEYS = (_RNG.zipf(1.3, 30_000) % 300).astype(np.int64)
 EXPECTED = collections.Counter(KEYS.tolist())
 
 
-def _run(policy, faults, interval=0.5, reducer=None):
+def _run(policy, faults, interval=0.5, reducer=None, batch_size=400):
     table = pa.table({"k": KEYS})
-    config = dpa.JobConfig(num_reducers=6, policy=policy, batch_size=400, runtime="local",
+    config = dpa.JobConfig(num_reducers=6, policy=policy, batch_size=batch_size, runtime="local",
                            checkpoint_interval_s=interval)
-    plan, blocks = build_plan(normalize_source(table, 400), "k", reducer or dpa.WithCost(dpa.Count(), 1e-3),
-                              None, config)
+    plan, blocks = build_plan(normalize_source(table, batch_size), "k",
+                              reducer or dpa.WithCost(dpa.Count(), 1e-3), None, config)
     return run_local(plan, blocks, faults=faults)
 
 
@@ -55,6 +55,23 @@ def test_a_rollback_replays_only_what_came_after_the_last_checkpoint():
     whole = _run("doubling", [(6.0, "reducer-0")], interval=0)
     assert _counts(whole) == EXPECTED and whole.checkpoints == 0
     assert whole.recoveries[0].epoch == -1 and whole.recoveries[0].replayed_records > rec.replayed_records
+
+
+@pytest.mark.parametrize("policy", ["doubling", "hybrid"])
+def test_one_big_block_is_checkpointed_in_parts_so_a_late_failure_replays_only_its_tail(policy):
+    # The whole input is one block: mappers hand the unrouted rest back every interval,
+    # and the parts already absorbed are checkpointed.
+    one = _run(policy, [], batch_size=len(KEYS))
+    assert one.checkpoints >= 3 and sum(one.blocks_per_mapper) == 1
+    assert _counts(one) == EXPECTED
+    late = 0.7 * one.virtual_time_s
+    out = _run(policy, [(late, "reducer-1")], batch_size=len(KEYS))
+    assert _counts(out) == EXPECTED and sum(out.processed) == sum(out.emitted) == len(KEYS)
+    (rec,) = out.recoveries
+    assert rec.epoch >= 1 and rec.replayed_blocks == 1  # the rest of the block, not the block
+    assert rec.replayed_records < len(KEYS) / 3
+    twice = _run(policy, [(late, "mapper-0"), (late + 1.0, "reducer-1")], batch_size=len(KEYS))
+    assert _counts(twice) == EXPECTED and len(twice.recoveries) == 2
 
 
 def test_checkpoints_change_nothing_without_a_failure():
