@@ -2,14 +2,17 @@
 
 The coordinator hands input blocks out in *epochs* of ``checkpoint_interval_s`` seconds:
 every block carries the epoch it was handed out in, and so does every record routed or
-forwarded from it. Reducers keep one partial state per open epoch. Epoch ``e`` can be
-*closed* once no block is handed out in it any more, every block of it (and of the
-epochs before) was mapped and pushed, and the reducers have absorbed every record those
-blocks emitted (conservation per epoch: a forwarded record still travelling is absorbed by
-nobody yet). Then each reducer folds its states of the epochs up to ``e`` into its base
-state and hands a copy to the coordinator: together they are a consistent checkpoint
-holding exactly the records of the blocks of epochs ``<= e``, taken without stopping or
-aligning anything (no barrier travels through the queues).
+forwarded from it. Reducers keep one partial state per open epoch. A checkpoint of epoch
+``e`` may be taken once no block is handed out in it any more and every block of it (and
+of the epochs before) was mapped and pushed: then every record of those epochs is at a
+reducer — absorbed, queued, being applied — or travelling between two reducers (a
+forward). The checkpoint is *unaligned* (like Flink's unaligned checkpoints: records in
+queues are part of it, so it does not wait for the queues to drain) and takes two
+phases. First every reducer holds back its forwards of epochs ``<= e`` and says how many
+records of them it forwarded to each peer; then each reducer, once it has received that
+many, hands over its share: its base state with the epochs up to ``e`` folded in, and
+its pending records of those epochs (queued, being applied, held back) as batches. The
+coordinator checks that the shares add up to every record the epochs' blocks emitted.
 
 An epoch is finer than a block: a mapper still routing a block when its epoch's time is
 up hands the rest back (:class:`Rest`: the mapped, combined and hashed rows not routed
@@ -18,7 +21,7 @@ done with what it pushed. Without that one big block would keep its epoch, and e
 epoch after it, open until it is all routed, and a failure would replay it whole.
 
 After a failure every member rolls back to the last checkpoint: reducers restart from
-their checkpointed base states, and the blocks of the epochs after it — the coordinator
+their checkpointed base states with its pending records queued again, and the blocks of the epochs after it — the coordinator
 kept their refs — are handed out again. A rest whose block is replayed is dropped (the
 block yields it again); a rest whose block is checkpointed is replayed itself. Every
 record is then counted exactly once.
@@ -55,6 +58,9 @@ class Checkpoint:
         processed: Per reducer, the records its base state holds.
         snapshot: The routing snapshot published when it was taken.
         blocks: Input blocks it holds.
+        pending: Per reducer, its records of those epochs not absorbed yet:
+            ``(batch, epoch)`` pairs (on Ray object refs the coordinator owns; None =
+            none).
     """
 
     epoch: int
@@ -62,6 +68,7 @@ class Checkpoint:
     processed: list[int]
     snapshot: Any
     blocks: int = 0
+    pending: list[Any] | None = None
 
 
 @dataclass
@@ -75,8 +82,7 @@ class Recovery:
         error: What the failure looked like.
         epoch: The checkpoint the job rolled back to (-1 = the start).
         replayed_blocks: Input blocks handed out again.
-        replayed_records: Records that had been processed after the checkpoint and were
-            processed again.
+        replayed_records: Records processed after the checkpoint, processed again.
         recover_s: Seconds from the detection until the job ran again.
     """
 
@@ -122,11 +128,12 @@ class EpochLedger:
         self.opened_at: float | None = None
         self.closed = -1  # the last checkpointed epoch
         self.closing: int | None = None  # a checkpoint being taken
+        self.closed_at: float | None = None  # when the last one began
+        self.started_at: float | None = None  # the first hand-out (of this run)
         self.blocks_closed = 0  # blocks in the checkpoint
         self._emitted_closed: dict[int, int] = {}  # records of the checkpointed blocks, per mapper
         self._open: dict[int, _Epoch] = {}
         self._tokens = 0
-        self._processed: list[dict[int, int]] = [{} for _ in range(num_reducers)]
 
     # -- events ---------------------------------------------------------------------
     def hand_out(self, item: Any, now: float, parent: int | None = None) -> tuple[int, int]:
@@ -137,6 +144,8 @@ class EpochLedger:
             ``(epoch, token)``: its epoch (a new one when the current one has been open for
             ``interval_s`` and holds items) and the token that names it as a parent.
         """
+        if self.started_at is None:
+            self.started_at = now
         if self.opened_at is None:
             self.opened_at = now
         elif (self.interval_s > 0 and now - self.opened_at >= self.interval_s
@@ -167,24 +176,21 @@ class EpochLedger:
             slot.emitted += int(emitted)
             slot.emitted_by[mapper] = slot.emitted_by.get(mapper, 0) + int(emitted)
 
-    def on_progress(self, reducer: int, by_epoch: dict[int, int]) -> None:
-        """A reducer's records absorbed per open epoch (cumulative; reports may arrive out
-        of order, so each count only grows)."""
-        mine = self._processed[reducer]
-        for epoch, count in by_epoch.items():
-            if epoch in self._open and count > mine.get(epoch, 0):
-                mine[epoch] = count
-
     # -- queries --------------------------------------------------------------------
     def _complete(self, epoch: int) -> bool:
         slot = self._open[epoch]
-        return (slot.done == len(slot.items)
-                and sum(p.get(epoch, 0) for p in self._processed) == slot.emitted)
+        return slot.done == len(slot.items)
 
     @property
     def all_done(self) -> bool:
-        """Whether every block handed out was mapped and every record it emitted absorbed."""
+        """Whether every item handed out was mapped and pushed."""
         return all(self._complete(e) for e in self._open)
+
+    def emitted_upto(self, epoch: int) -> int:
+        """Records emitted by the blocks of the epochs up to ``epoch`` (the checkpointed
+        ones included): what a checkpoint of ``epoch`` must hold."""
+        return (sum(self._emitted_closed.values())
+                + sum(slot.emitted for e, slot in self._open.items() if e <= epoch))
 
     @property
     def open_blocks(self) -> int:
@@ -206,29 +212,38 @@ class EpochLedger:
                 out[m] += n
         return out
 
-    def processed_open(self) -> int:
-        """Records absorbed after the last checkpoint (what a rollback discards)."""
-        return sum(sum(p.values()) for p in self._processed)
+    def closable(self, now: float) -> int | None:
+        """The epoch a checkpoint may be taken of at ``now``, or None.
 
-    def closable(self) -> int | None:
-        """The newest epoch a checkpoint may be taken of now, or None.
-
-        Only an epoch no block is handed out in any more, whose blocks and all earlier
-        ones are done and absorbed; never while a checkpoint is being taken.
+        One checkpoint every ``interval_s`` at most, never two at a time. It is of the
+        newest epoch whose items, and all earlier ones, are mapped and pushed — the current
+        epoch included (taking the checkpoint starts a new one). If there is none after the
+        last checkpoint, of the last checkpoint's epoch again: its records absorbed since
+        are then no longer pending.
         """
         if self.interval_s <= 0 or self.closing is not None:
             return None
+        last = self.closed_at if self.closed_at is not None else self.started_at
+        if last is None or now - last < self.interval_s:
+            return None
         best = None
         for epoch in sorted(self._open):
-            if epoch >= self.epoch or not self._complete(epoch):
+            if not self._complete(epoch):
                 break
             best = epoch
+        if best is None and self.closed >= 0:
+            return self.closed
         return best
 
     # -- checkpoints and rollback -----------------------------------------------------
-    def begin_close(self, epoch: int) -> None:
-        """A checkpoint of ``epoch`` is being taken."""
+    def begin_close(self, epoch: int, now: float) -> None:
+        """A checkpoint of ``epoch`` is being taken at ``now`` (items handed out from now on
+        belong to a later epoch)."""
         self.closing = epoch
+        self.closed_at = now
+        if epoch >= self.epoch:
+            self.epoch = epoch + 1
+            self.opened_at = now
 
     def end_close(self, epoch: int) -> None:
         """The checkpoint of ``epoch`` is stored: its blocks need no replay any more."""
@@ -238,8 +253,6 @@ class EpochLedger:
             self.blocks_closed += len(slot.items) - slot.rests
             for m, n in slot.emitted_by.items():
                 self._emitted_closed[m] = self._emitted_closed.get(m, 0) + n
-            for p in self._processed:
-                p.pop(e, None)
         self.closed = max(self.closed, epoch)
 
     def abandon_close(self) -> None:
@@ -256,8 +269,7 @@ class EpochLedger:
         items = [item for slot in slots for item, parent in zip(slot.items, slot.parents)
                  if parent not in replayed]
         self._open = {}
-        self._processed = [{} for _ in range(self.num_reducers)]
-        self.closing = None
+        self.closing = self.closed_at = self.started_at = None
         self.epoch += 1
         self.opened_at = None
         return items

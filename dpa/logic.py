@@ -246,6 +246,13 @@ class ReducerLogic:
         self.open_states: dict[int, Any] = {}  # epoch -> partial state (epochs after `closed`)
         self.closed = -1  # the last epoch folded into `state` (checkpointed)
         self.by_epoch: dict[int, int] = {}  # records absorbed per epoch after `closed`
+        # Forwards per (destination, epoch) sent and per epoch received, in records: a
+        # checkpoint waits until every forward of its epochs sent before it has arrived.
+        self.fwd_sent: dict[tuple[int, int], int] = {}
+        self.fwd_received: dict[int, int] = {}
+        self.hold: int | None = None  # forwards of epochs <= hold wait in `outbox` (a checkpoint)
+        self.outbox: list[Forward] = []
+        self._taken: tuple[pa.Table, int] | None = None  # the owned rows of the chunk being applied
         # Per queued batch: the snapshot version its routing is known to agree with (-1 =
         # unknown). A batch routed under the reducer's current version needs no
         # ownership check when it is taken.
@@ -322,6 +329,7 @@ class ReducerLogic:
             kept, forwards = self._split(batch, None if dest is None else np.asarray(dest, dtype=np.int64), epoch)
             moved = sum(weight(f.batch) for f in forwards)
             self.forwarded += moved
+            forwards = self._release(forwards)
             if kept is None:
                 return forwards
             batch = kept
@@ -334,6 +342,7 @@ class ReducerLogic:
         self.peak_queue = max(self.peak_queue, self.queued)
         if forwarded:
             self.received_forwards += n
+            self.fwd_received[epoch] = self.fwd_received.get(epoch, 0) + n
         return forwards
 
     @property
@@ -440,7 +449,7 @@ class ReducerLogic:
         self.queued -= moved
         self.queued_rows -= sum(f.batch.num_rows for f in forwards)
         self.forwarded += moved
-        return forwards
+        return self._release(forwards)
 
     # -- step sizing ----------------------------------------------------------------
     @property
@@ -503,14 +512,16 @@ class ReducerLogic:
         self.queued_rows -= n
         owned, forwards = (batch, []) if current else self._split(batch, None, epoch)
         self.forwarded += sum(weight(f.batch) for f in forwards)
-        chunk = Chunk(owned, forwards, 0.0, n, epoch)
+        chunk = Chunk(owned, self._release(forwards), 0.0, n, epoch)
         chunk.cost_s = chunk.num_owned * self.cost_per_record
         self.in_process = 0 if owned is None else weight(owned)
+        self._taken = None if owned is None else (owned, epoch)
         return chunk
 
     def apply(self, chunk: Chunk) -> None:
         """Folds a chunk's owned records into the state (after its cost was paid)."""
         self.in_process = 0
+        self._taken = None
         if chunk.owned is not None:
             owned = chunk.owned
             state = self._applying = self._state_for(chunk.epoch)
@@ -546,25 +557,83 @@ class ReducerLogic:
                 break
             self.state.fold(self.open_states.pop(epoch))
 
-    def checkpoint(self, epoch: int) -> tuple[Any, int]:
-        """Closes the epochs up to ``epoch`` (the coordinator found all their records
-        absorbed): folds their states into the base state.
+    def _release(self, forwards: list[Forward]) -> list[Forward]:
+        """The forwards to send now (counted as sent); those a checkpoint holds (of epochs
+        up to :attr:`hold`) wait in :attr:`outbox`."""
+        if self.hold is not None:
+            held = [f for f in forwards if f.epoch <= self.hold]
+            if held:
+                self.outbox.extend(held)
+                forwards = [f for f in forwards if f.epoch > self.hold]
+        for f in forwards:
+            key = (f.dest, f.epoch)
+            self.fwd_sent[key] = self.fwd_sent.get(key, 0) + weight(f.batch)
+        return forwards
+
+    def prepare_checkpoint(self, epoch: int) -> list[int]:
+        """Phase one of a checkpoint of ``epoch``: from now on forwards of the epochs up to
+        it are held (:attr:`outbox`), so none is in flight once those sent before arrive.
 
         Returns:
-            ``(state, records)``: a copy of the base state (:meth:`restore` takes it) and
-            the records it holds.
+            Per reducer, the records of those epochs forwarded to it so far.
+        """
+        self.hold = epoch
+        sent = [0] * self.plan.num_reducers
+        for (dest, e), n in self.fwd_sent.items():
+            if e <= epoch:
+                sent[dest] += n
+        return sent
+
+    def release_held(self) -> list[Forward]:
+        """The checkpoint is taken (or given up): the forwards held for it, to send now."""
+        held, self.outbox, self.hold = self.outbox, [], None
+        return self._release(held)
+
+    def forwards_received(self, epoch: int) -> int:
+        """Records of the epochs up to ``epoch`` received from peers so far."""
+        return sum(n for e, n in self.fwd_received.items() if e <= epoch)
+
+    def checkpoint(self, epoch: int) -> tuple[Any, int, list[tuple[pa.Table, int]]]:
+        """Phase two: this reducer's share of a consistent cut of the epochs up to
+        ``epoch``, taken once every forward of them counted by :meth:`prepare_checkpoint`
+        (at every reducer) has arrived here.
+
+        Every record of those epochs this reducer holds is in the cut: absorbed ones in the
+        base state (their epochs' states are folded into it), and the pending ones (queued,
+        being applied, held in the outbox) as batches. No barrier is needed: the records
+        pending now are processed on as usual, and restored as pending. Forwards stay held
+        until every reducer has taken its share (:meth:`release_held`): one sent now could
+        reach a peer before its share and be counted twice.
+
+        Returns:
+            ``(state, records, pending)``: a copy of the base state, the records it holds,
+            and the pending ``(batch, epoch)`` pairs (compact copies).
         """
         self._fold(epoch)
         self.closed = max(self.closed, epoch)
         for e in [e for e in self.by_epoch if e <= epoch]:
             del self.by_epoch[e]
-        return self.state.export(), self.processed - sum(self.by_epoch.values())
+        pending = [(b, e) for b, e in zip(self.queue, self.queue_epochs) if e <= epoch]
+        if self._taken is not None and self._taken[1] <= epoch:
+            pending.append(self._taken)
+        pending.extend((f.batch, f.epoch) for f in self.outbox)
+        return (self.state.export(), self.processed - sum(self.by_epoch.values()),
+                [(compact(b), e) for b, e in pending])
 
-    def restore(self, exported: Any, records: int, epoch: int) -> None:
-        """Starts from a checkpoint's base state (made by :meth:`checkpoint`) of ``epoch``."""
+    def restore(self, exported: Any, records: int, epoch: int,
+                pending: list[tuple[pa.Table, int]] = ()) -> None:
+        """Starts from a checkpoint of ``epoch`` (made by :meth:`checkpoint`): its base
+        state, holding ``records`` records, and its ``pending`` batches, queued again."""
         self.state.restore(exported)
         self.processed += int(records)
         self.closed = epoch
+        for batch, e in pending:
+            n = weight(batch)
+            self.queue.append(batch)
+            self.queue_epochs.append(e)
+            self.routed.append(-1)
+            self.queued += n
+            self.queued_rows += batch.num_rows
 
     # -- final merge ----------------------------------------------------------------
     def partition_state(self) -> list[Any]:
@@ -668,9 +737,9 @@ class CoordinatorLogic:
     """Block hand-out bookkeeping and termination by conservation.
 
     The job is complete when the input is exhausted, every mapper has finished, every
-    block handed out was mapped and pushed, and the records the reducers absorbed equal
-    the records those blocks emitted, epoch by epoch (:class:`~dpa.epochs.EpochLedger`; a
-    forwarded record is counted once, by the reducer that absorbs it).
+    item handed out was mapped and pushed (:class:`~dpa.epochs.EpochLedger`), and the
+    records the reducers absorbed equal the records those items emitted (a forwarded
+    record is counted once, by the reducer that absorbs it).
     """
 
     def __init__(self, num_mappers: int, num_reducers: int, checkpoint_interval_s: float = 0.0) -> None:
@@ -682,6 +751,7 @@ class CoordinatorLogic:
         self.blocks_per_mapper = [0] * num_mappers
         self.processed = [0] * num_reducers  # records each reducer holds (its checkpoint included)
         self.ledger = EpochLedger(num_reducers, checkpoint_interval_s)
+        self._processed_at_close = -1
 
     def on_block_taken(self, mapper: int, item: Any = None, now: float = 0.0) -> tuple[int, int]:
         """A mapper took an item (a block or a :class:`~dpa.epochs.Rest`, kept for replay)
@@ -704,25 +774,46 @@ class CoordinatorLogic:
     def on_mapper_done(self, mapper: int) -> None:
         self.mappers_done.add(mapper)
 
-    def on_progress(self, reducer: int, processed: int, by_epoch: dict[int, int]) -> None:
-        """A reducer's records held in all and absorbed per open epoch."""
+    def on_progress(self, reducer: int, processed: int) -> None:
+        """A reducer's records absorbed so far (its checkpoint's included; reports may
+        arrive out of order, so the count only grows)."""
         self.processed[reducer] = max(self.processed[reducer], processed)
-        self.ledger.on_progress(reducer, by_epoch)
 
     @property
     def emitted(self) -> list[int]:
         """Records emitted per mapper by the blocks the result holds (replays not counted twice)."""
         return self.ledger.emitted_by_mapper(self.num_mappers)
 
-    def on_checkpoint(self, epoch: int) -> None:
-        """The checkpoint of ``epoch`` is stored."""
+    def checkpoint_due(self, now: float) -> int | None:
+        """The epoch to take a checkpoint of at ``now`` (:meth:`EpochLedger.closable`), or
+        None; not one that would hold nothing new. The caller takes it (begun here)."""
+        ledger = self.ledger
+        epoch = ledger.closable(now)
+        if epoch is None or (epoch == ledger.closed and sum(self.processed) == self._processed_at_close):
+            return None
+        ledger.begin_close(epoch, now)
+        self._processed_at_close = sum(self.processed)
+        return epoch
+
+    def on_checkpoint(self, epoch: int, held: int) -> bool:
+        """The reducers' shares of a checkpoint of ``epoch`` arrived, holding ``held``
+        records (absorbed and pending). True if that is every record the epochs' blocks
+        emitted: the checkpoint is stored. Otherwise it is dropped (a bug; logged)."""
+        expected = self.ledger.emitted_upto(epoch)
+        if held != expected:
+            logger.error("dpa checkpoint of epoch %d dropped: it holds %d records, its blocks emitted %d",
+                         epoch, held, expected)
+            self.ledger.abandon_close()
+            return False
         self.ledger.end_close(epoch)
+        return True
 
     def rollback(self, processed: list[int]) -> list[Any]:
         """Rolls back to the last checkpoint, whose reducers hold ``processed`` records;
         returns the blocks to hand out again (in their first order)."""
         self.mappers_done = set()
         self.processed = list(processed)
+        self._processed_at_close = -1
         return self.ledger.rollback()
 
     @property
@@ -731,4 +822,5 @@ class CoordinatorLogic:
 
     def complete(self) -> bool:
         """Conservation: all mappers done and every record their blocks emitted absorbed."""
-        return self.mapping_done and self.ledger.all_done
+        return (self.mapping_done and self.ledger.all_done
+                and sum(self.processed) == sum(self.ledger.emitted_by_mapper(self.num_mappers)))

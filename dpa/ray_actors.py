@@ -23,6 +23,7 @@ The small, frequent calls (pushes, reports, block hand-out) are declared with
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -193,17 +194,20 @@ class ReducerActor(_JobMember):
         self.result: pa.Table | None = None
 
     async def start_job(self, plan: JobPlan, snapshot: Any, peers: list[Any], balancer: Any, coordinator: Any,
-                        job_id: str | None = None, state: Any = None, records: int = 0, epoch: int = -1) -> None:
-        """Starts serving ``job_id`` (default ``plan.job_id``), from a checkpoint's base
-        ``state`` holding ``records`` records of the epochs up to ``epoch`` if given."""
+                        job_id: str | None = None, state: Any = None, records: int = 0, epoch: int = -1,
+                        pending: Any = None) -> None:
+        """Starts serving ``job_id`` (default ``plan.job_id``), from a checkpoint of the
+        epochs up to ``epoch`` if given: its base ``state`` holding ``records`` records and
+        its ``pending`` batches."""
         self.job_id = job_id or plan.job_id
         self.logic = ReducerLogic(self.reducer_id, plan, snapshot)
-        self.logic.restore(state, records, epoch)
+        self.logic.restore(state, records, epoch, pending or ())
         self.plan = plan
         self.peers = peers
         self.balancer = balancer
         self.coordinator = coordinator
         self.wake = asyncio.Event()
+        self.arrived = asyncio.Event()  # a forward arrived (a checkpoint may wait for it)
         self.room = asyncio.Event()
         self.room.set()
         self.stopping = False
@@ -219,6 +223,7 @@ class ReducerActor(_JobMember):
         self.stopping = True
         self.room.set()
         self.wake.set()
+        self.arrived.set()
         self.inflight = []
         self.result = None
 
@@ -247,6 +252,8 @@ class ReducerActor(_JobMember):
                 if not self._serving(job_id):
                     return PUSH_KEEP
         self._send(logic.enqueue(batch, forwarded, version, epoch))
+        if forwarded:
+            self.arrived.set()
         self.wake.set()
         self._report()
         return outcome
@@ -284,7 +291,7 @@ class ReducerActor(_JobMember):
         if logic.queued == 0 or now - self.last_progress >= PROGRESS_INTERVAL_S:
             if logic.processed != self.last_progress_value:
                 self.last_progress, self.last_progress_value = now, logic.processed
-                self.coordinator.progress.remote(self.job_id, self.reducer_id, logic.processed, dict(logic.by_epoch))
+                self.coordinator.progress.remote(self.job_id, self.reducer_id, logic.processed)
         counts = getattr(logic.snapshot, "token_counts", None)
         self.telemetry.update(logic.queued, logic.processed, logic.forwarded,
                               None if counts is None else counts[self.reducer_id])
@@ -350,12 +357,36 @@ class ReducerActor(_JobMember):
         self._report(force=True)
 
     # -- checkpoints ------------------------------------------------------------------
-    async def checkpoint(self, job_id: str, epoch: int) -> tuple[Any, int] | None:
-        """Closes the epochs up to ``epoch``; returns a copy of the base state and its
-        records (:meth:`~dpa.logic.ReducerLogic.checkpoint`), or None if not serving."""
+    async def prepare_checkpoint(self, job_id: str, epoch: int) -> list[int] | None:
+        """Phase one of a checkpoint (:meth:`~dpa.logic.ReducerLogic.prepare_checkpoint`):
+        holds forwards of the epochs up to ``epoch``; per peer, the records of them
+        forwarded so far. None if not serving."""
+        if not self._serving(job_id):
+            return None
+        return self.logic.prepare_checkpoint(epoch)
+
+    async def checkpoint(self, job_id: str, epoch: int, expected: int, timeout_s: float) -> Any:
+        """Phase two: once the ``expected`` records forwarded here of the epochs up to
+        ``epoch`` have arrived, this reducer's share of the checkpoint
+        (:meth:`~dpa.logic.ReducerLogic.checkpoint`: state, records, pending batches).
+        None if not serving or they did not arrive in time (the held forwards then go
+        out)."""
+        deadline = time.monotonic() + timeout_s
+        while self._serving(job_id) and self.logic.forwards_received(epoch) < expected:
+            if time.monotonic() > deadline:
+                self._send(self.logic.release_held())
+                return None
+            self.arrived.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.arrived.wait(), max(0.0, deadline - time.monotonic()))
         if not self._serving(job_id):
             return None
         return self.logic.checkpoint(epoch)
+
+    async def release_checkpoint(self, job_id: str) -> None:
+        """Phase three: every share is taken; the forwards held for it go out."""
+        if self._serving(job_id):
+            self._send(self.logic.release_held())
 
     # -- final merge and result -----------------------------------------------------
     async def exchange(self, job_id: str) -> None:

@@ -28,7 +28,7 @@ import ray
 
 from dpa.epochs import Checkpoint, Recovery, Rest
 from dpa.errors import JobFailedError
-from dpa.logic import CoordinatorLogic
+from dpa.logic import CoordinatorLogic, weight
 from dpa.plan import JobPlan
 from dpa.ray_actors import (
     NAMESPACE,
@@ -50,6 +50,8 @@ logger = logging.getLogger(__name__)
 PING_TIMEOUT_S = 10.0
 #: How long an abort waits for the members to acknowledge.
 ABORT_TIMEOUT_S = 1.0
+#: How long a reducer waits for the forwards a checkpoint counts before it gives it up.
+CHECKPOINT_WAIT_S = 10.0
 
 #: Errors that mean a member, its node or an object it needed is gone (the job recovers),
 #: unlike an error raised by user code (the job fails).
@@ -243,9 +245,9 @@ class CoordinatorActor:
         return sum(self.logic.processed) if self.logic is not None else 0
 
     @quiet_method
-    async def progress(self, run_id: str, reducer: int, processed: int, by_epoch: dict[int, int]) -> None:
+    async def progress(self, run_id: str, reducer: int, processed: int) -> None:
         if self.logic is not None and run_id == self.run_id:
-            self.logic.on_progress(reducer, processed, by_epoch)
+            self.logic.on_progress(reducer, processed)
             metric("dpa_job_records_processed").set(sum(self.logic.processed), tags=self.job_tags)
             self._check()
 
@@ -254,27 +256,43 @@ class CoordinatorActor:
         if self.logic.complete():
             self.done.set()
             return
-        epoch = self.logic.ledger.closable()
-        if epoch is not None and self.run_id is not None:
-            self.logic.ledger.begin_close(epoch)
+        epoch = None if self.run_id is None else self.logic.checkpoint_due(time.monotonic())
+        if epoch is not None:
             asyncio.ensure_future(self._checkpoint(self.run_id, epoch))
 
     async def _checkpoint(self, run_id: str, epoch: int) -> None:
-        """Takes the checkpoint of ``epoch``: every reducer folds the epochs up to it into
-        its base state and hands a copy over, which this actor puts in its own object store
-        (it outlives the reducers). A failure meanwhile abandons it (the run is lost anyway)."""
+        """Takes the checkpoint of ``epoch`` in three phases (:mod:`dpa.epochs`): every
+        reducer holds its forwards of the epochs up to it and counts those it sent; each
+        hands over its share once the forwards sent to it arrived; the held forwards go
+        out. The shares are put in this actor's object store (it outlives the reducers). A
+        failure meanwhile abandons it (the run is recovered from the previous one)."""
+        reducers = self.reducers
         try:
-            parts = await asyncio.gather(*[r.checkpoint.remote(run_id, epoch) for r in self.reducers])
+            sent = await asyncio.gather(*[r.prepare_checkpoint.remote(run_id, epoch) for r in reducers])
+            if run_id != self.run_id or any(s is None for s in sent):
+                return
+            parts = await asyncio.gather(*[
+                r.checkpoint.remote(run_id, epoch, sum(s[i] for s in sent), CHECKPOINT_WAIT_S)
+                for i, r in enumerate(reducers)])
+            await asyncio.gather(*[r.release_checkpoint.remote(run_id) for r in reducers])
             snapshot = await self.balancer.snapshot.remote(run_id)
         except Exception:  # a member died: the run is recovered from the previous checkpoint
             if run_id == self.run_id:
                 self.logic.ledger.abandon_close()
             return
-        if run_id != self.run_id or any(p is None for p in parts):
+        if run_id != self.run_id:
             return
-        self.logic.on_checkpoint(epoch)
+        if any(p is None for p in parts):
+            logger.warning("dpa checkpoint of epoch %d given up: forwards did not arrive in %.0f s",
+                           epoch, CHECKPOINT_WAIT_S)
+            self.logic.ledger.abandon_close()
+            return
+        held = sum(p[1] + sum(weight(b) for b, _ in p[2]) for p in parts)
+        if not self.logic.on_checkpoint(epoch, held):
+            return
         self.checkpoint = Checkpoint(epoch, [None if p[0] is None else ray.put(p[0]) for p in parts],
-                                     [p[1] for p in parts], snapshot, self.logic.ledger.blocks_closed)
+                                     [p[1] for p in parts], snapshot, self.logic.ledger.blocks_closed,
+                                     [ray.put(p[2]) if p[2] else None for p in parts])
         self.checkpoints += 1
         metric("dpa_checkpoints").inc(1, tags=self.job_tags)
         self._check()
@@ -340,7 +358,7 @@ class CoordinatorActor:
                     logger.warning("dpa job %s lost a member (%s); recovering from checkpoint epoch %d",
                                    job_id, lost, self.checkpoint.epoch)
                     snapshot, resume, lost_nodes = await self._recover(plan, run_id, tasks, initial)
-                    replayed = self.logic.ledger.processed_open()
+                    replayed = sum(self.logic.processed) - sum(self.checkpoint.processed)
                     items = self.logic.rollback(self.checkpoint.processed)
                     async with self.cond:
                         self.blocks.extendleft(reversed(items))
@@ -383,7 +401,8 @@ class CoordinatorActor:
                 *([] if resume else [self.balancer.start_job.remote(plan, snapshot, self.mappers, self.reducers,
                                                                     run_id)]),
                 *[r.start_job.remote(plan, snapshot, self.reducers, self.balancer, me, run_id, ck.states[i],
-                                     ck.processed[i], ck.epoch) for i, r in enumerate(self.reducers)],
+                                     ck.processed[i], ck.epoch, ck.pending[i] if ck.pending else None)
+                  for i, r in enumerate(self.reducers)],
                 *[m.start_job.remote(plan, snapshot, me, self.reducers, run_id) for m in self.mappers],
             )
         except Exception as exc:

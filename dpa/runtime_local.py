@@ -32,6 +32,7 @@ from dpa.logic import (
     CoordinatorLogic,
     MapperLogic,
     ReducerLogic,
+    weight,
 )
 from dpa.plan import JobPlan
 from dpa.run_output import DRIVER_PROGRESS_INTERVAL_S, RunOutput, needs_final_merge
@@ -79,7 +80,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
     def report(r: int) -> None:
         balancer.report(r, reducers[r].queued, reducers[r].snapshot.version, reducers[r].take_key_stats(),
                         reducers[r].backlog_s)
-        coord.on_progress(r, reducers[r].processed, reducers[r].by_epoch)
+        coord.on_progress(r, reducers[r].processed)
 
     def deliver(forwards: list[Forward]) -> None:
         for dest, batch, epoch in forwards:
@@ -94,9 +95,9 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
         if chunk is None:
             report(r)
             return
-        deliver(chunk.forwards)
-        busy[r] = chunk
+        busy[r] = chunk  # (first: delivering the forwards may start this reducer again)
         heapq.heappush(heap, (now + chunk.cost_s, next(seq), "done", r))
+        deliver(chunk.forwards)
 
     def publish(new_snapshot: Any) -> None:
         for m in mappers:
@@ -192,20 +193,27 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
 
     def take_checkpoint() -> None:
         nonlocal checkpoint, checkpoints
-        epoch = coord.ledger.closable()
+        epoch = coord.checkpoint_due(now)
         if epoch is None:
             return
+        sent = [red.prepare_checkpoint(epoch) for red in reducers]
+        for r, red in enumerate(reducers):  # (forwards arrive at once here)
+            if red.forwards_received(epoch) != sum(s[r] for s in sent):
+                raise RuntimeError(f"reducer {r} received other forwards than were sent (bug)")
         parts = [red.checkpoint(epoch) for red in reducers]
-        checkpoint = Checkpoint(epoch, [p for p, _ in parts], [n for _, n in parts], balancer.snapshot,
-                                coord.ledger.blocks_closed)
-        coord.on_checkpoint(epoch)
-        checkpoints += 1
+        held = sum(n + sum(weight(b) for b, _ in pending) for _, n, pending in parts)
+        if coord.on_checkpoint(epoch, held):
+            checkpoint = Checkpoint(epoch, [p[0] for p in parts], [p[1] for p in parts], balancer.snapshot,
+                                    coord.ledger.blocks_closed, [p[2] for p in parts])
+            checkpoints += 1
+        for red in reducers:
+            deliver(red.release_held())
 
     def recover(role: str) -> None:
         """Every member rolls back to the last checkpoint; its later blocks go out again."""
         nonlocal balancer, recovered
         recovered = True
-        replayed_records = coord.ledger.processed_open()
+        replayed_records = sum(coord.processed) - sum(checkpoint.processed)
         items = coord.rollback(checkpoint.processed)
         replay.extendleft(reversed(items))
         if role == "balancer":
@@ -213,7 +221,8 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
         snap = balancer.snapshot
         reducers[:] = [ReducerLogic(i, plan, snap) for i in range(R)]
         for i, red in enumerate(reducers):  # (a copy: the checkpoint may be restored again)
-            red.restore(copy.deepcopy(checkpoint.states[i]), checkpoint.processed[i], checkpoint.epoch)
+            red.restore(copy.deepcopy(checkpoint.states[i]), checkpoint.processed[i], checkpoint.epoch,
+                        checkpoint.pending[i] if checkpoint.pending else ())
         mappers[:] = [MapperLogic(i, plan, snap) for i in range(M)]
         busy[:] = [None] * R
         heap[:] = [e for e in heap if e[2] != "done"]

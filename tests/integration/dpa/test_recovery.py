@@ -79,6 +79,23 @@ def test_members_killed_at_random_moments_across_many_jobs_never_change_the_resu
     assert recovered >= 3  # most kills landed mid-job
 
 
+def test_one_big_block_is_checkpointed_in_parts_and_a_late_kill_replays_only_its_tail():
+    """Default batch size: the whole input is one block. Mappers hand its unrouted rest
+    back every interval, checkpoints hold the queued records, so a kill late in the job
+    rolls back to a recent checkpoint instead of the start."""
+    table = pa.table({"k": KEYS})
+    config = _config(batch_size=1 << 20, policy="doubling")
+    dpa.run(pa.table({"k": KEYS[:100]}), key="k", reducer=dpa.Count(), config=config)  # warm pool
+    killed: list = []
+    thread = _kill_later("reducer-1", 1.0, killed)  # the job takes about 2 s
+    res = dpa.run(table, key="k", reducer=COST, config=config)
+    thread.join()
+    assert _counts(res) == EXPECTED and sum(res.stats.processed) == len(KEYS)
+    assert killed and len(res.stats.recoveries) == 1
+    rec = res.stats.recoveries[0]
+    assert rec.epoch >= 0 and rec.replayed_records < len(KEYS) / 2, rec
+
+
 def test_a_one_shot_iterator_source_is_replayed_from_the_object_store():
     records = [{"k": int(k)} for k in KEYS]
     killed: list = []

@@ -7,36 +7,30 @@ import pytest
 
 import dpa
 from dpa.epochs import EpochLedger, Rest
+from dpa.instructions import Forward
 from dpa.logic import CoordinatorLogic, ReducerLogic
 from dpa.plan import build_plan
 from dpa.reducers import HASH_COL
 from dpa.sources import normalize_source
 
 
-def test_an_epoch_closes_only_when_its_blocks_are_done_and_absorbed_and_a_newer_one_opened():
+def test_a_checkpoint_is_due_every_interval_of_the_newest_epoch_whose_blocks_are_all_pushed():
     ledger = EpochLedger(num_reducers=2, interval_s=1.0)
     assert ledger.hand_out("b0", 0.0)[0] == 0
     assert ledger.hand_out("b1", 0.5)[0] == 0
     ledger.block_done(0, 10)
+    assert ledger.closable(1.5) is None  # b1 is not pushed yet
     ledger.block_done(0, 5)
-    ledger.on_progress(0, {0: 9})
-    ledger.on_progress(1, {0: 6})
-    assert ledger.closable() is None  # epoch 0 still takes blocks
-    assert ledger.hand_out("b2", 1.2)[0] == 1
-    assert ledger.closable() == 0
-    ledger.on_progress(0, {0: 3})  # a late, older report never lowers a count
-    assert ledger.closable() == 0
-
-
-def test_records_in_flight_keep_an_epoch_open():
-    ledger = EpochLedger(num_reducers=2, interval_s=1.0)
-    ledger.hand_out("b0", 0.0)
-    ledger.hand_out("b1", 2.0)
-    ledger.block_done(0, 10)
-    ledger.on_progress(0, {0: 7})  # 3 records are being forwarded: absorbed by nobody yet
-    assert ledger.closable() is None
-    ledger.on_progress(1, {0: 3})
-    assert ledger.closable() == 0
+    assert ledger.closable(0.9) is None  # not an interval since the job started
+    assert ledger.closable(1.0) == 0  # its records may still be queued: the checkpoint holds them
+    ledger.begin_close(0, 1.0)
+    assert ledger.hand_out("b2", 1.1)[0] == 1  # later blocks belong to a later epoch
+    ledger.end_close(0)
+    assert ledger.emitted_upto(0) == 15
+    assert ledger.closable(1.9) is None  # one interval after the last one
+    assert ledger.closable(2.0) == 0  # b2 is not pushed: epoch 0 again (more of it absorbed)
+    ledger.block_done(1, 3)
+    assert ledger.closable(2.0) == 1
 
 
 def test_a_block_not_yet_done_keeps_its_epoch_and_every_later_one_open():
@@ -45,11 +39,10 @@ def test_a_block_not_yet_done_keeps_its_epoch_and_every_later_one_open():
     ledger.hand_out("b1", 1.0)
     ledger.hand_out("b2", 2.0)
     ledger.block_done(1, 4)
-    ledger.on_progress(0, {1: 4})
-    assert ledger.closable() is None  # epoch 1 is complete, but epoch 0 is not
+    assert ledger.closable(3.0) is None  # epoch 1 is complete, but epoch 0 is not
     ledger.block_done(0, 2)
-    ledger.on_progress(0, {0: 2})
-    assert ledger.closable() == 1
+    assert ledger.closable(3.0) == 1
+    assert ledger.emitted_upto(1) == 6 and ledger.emitted_upto(0) == 2
 
 
 def test_rollback_replays_exactly_the_blocks_after_the_checkpoint_in_their_order():
@@ -58,12 +51,11 @@ def test_rollback_replays_exactly_the_blocks_after_the_checkpoint_in_their_order
         ledger.hand_out(f"b{i}", t)
     for epoch in (0, 0, 1, 1):
         ledger.block_done(epoch, 1)
-    ledger.on_progress(0, {0: 2, 1: 1})
-    assert ledger.closable() == 0
-    ledger.begin_close(0)
-    assert ledger.closable() is None  # one checkpoint at a time
+    assert ledger.closable(2.5) == 1
+    ledger.begin_close(0, 2.5)
+    assert ledger.closable(9.0) is None  # one checkpoint at a time
     ledger.end_close(0)
-    assert ledger.blocks_closed == 2 and ledger.processed_open() == 1
+    assert ledger.blocks_closed == 2 and ledger.emitted_upto(0) == 2 and ledger.emitted_upto(1) == 4
     assert ledger.rollback() == ["b2", "b3", "b4"]
     assert ledger.epoch == 3 and ledger.open_blocks == 0
     assert ledger.hand_out("b2", 9.0)[0] == 3
@@ -74,8 +66,7 @@ def test_no_checkpoints_when_the_interval_is_zero():
     assert {ledger.hand_out(i, float(i))[0] for i in range(5)} == {0}
     for _ in range(5):
         ledger.block_done(0, 1)
-    ledger.on_progress(0, {0: 5})
-    assert ledger.all_done and ledger.closable() is None
+    assert ledger.all_done and ledger.closable(9.0) is None
     assert ledger.rollback() == [0, 1, 2, 3, 4]
 
 
@@ -84,21 +75,42 @@ def test_coordinator_counts_emitted_records_once_across_a_rollback():
     assert coord.on_block_taken(0, "b0", 0.0)[0] == 0
     coord.on_block_done(0, 0, 10)
     assert coord.on_block_taken(1, "b1", 1.5)[0] == 1
-    coord.on_progress(0, 10, {0: 10})
-    assert coord.ledger.closable() == 0
-    coord.on_checkpoint(0)
+    assert coord.checkpoint_due(1.6) == 0
+    assert coord.on_checkpoint(0, 10)
     coord.on_block_done(1, 1, 7)
-    coord.on_progress(0, 14, {1: 4})
-    assert coord.rollback([10]) == ["b1"]
-    assert coord.emitted == [10, 0] and coord.processed == [10]
+    coord.on_progress(0, 14)
+    assert coord.rollback([6]) == ["b1"]  # the checkpoint: 6 absorbed, 4 pending
+    assert coord.emitted == [10, 0] and coord.processed == [6]
     coord.on_block_taken(1, "b1", 5.0)
     coord.on_block_done(1, 2, 7)
     coord.input_done = True
     coord.on_mapper_done(0)
     coord.on_mapper_done(1)
-    assert not coord.complete()
-    coord.on_progress(0, 17, {2: 7})
+    coord.on_progress(0, 16)
+    assert not coord.complete()  # one record is still queued
+    coord.on_progress(0, 17)
     assert coord.complete() and coord.emitted == [10, 7]
+
+
+def test_a_checkpoint_that_does_not_hold_every_record_is_dropped():
+    coord = CoordinatorLogic(num_mappers=1, num_reducers=1, checkpoint_interval_s=1.0)
+    coord.on_block_taken(0, "b0", 0.0)
+    coord.on_block_done(0, 0, 10)
+    coord.on_block_taken(0, "b1", 1.5)
+    assert coord.checkpoint_due(1.6) == 0
+    assert not coord.on_checkpoint(0, 11)  # a record counted twice
+    assert coord.ledger.closed == -1 and coord.ledger.closable(2.6) == 0  # it may be taken again
+
+
+def test_a_checkpoint_of_the_last_epoch_again_only_when_records_were_absorbed_since():
+    coord = CoordinatorLogic(num_mappers=1, num_reducers=1, checkpoint_interval_s=1.0)
+    coord.on_block_taken(0, "b0", 0.0)
+    coord.on_block_done(0, 0, 10)
+    coord.on_progress(0, 2)
+    assert coord.checkpoint_due(1.0) == 0 and coord.on_checkpoint(0, 10)
+    assert coord.checkpoint_due(2.5) is None  # nothing absorbed since
+    coord.on_progress(0, 7)
+    assert coord.checkpoint_due(2.5) == 0
 
 
 def test_a_split_block_is_done_with_what_it_pushed_and_its_rest_opens_in_the_current_epoch():
@@ -107,10 +119,9 @@ def test_a_split_block_is_done_with_what_it_pushed_and_its_rest_opens_in_the_cur
     assert epoch == 0
     epoch, rest = ledger.split(0, 6, 0, Rest("r0"), block, 1.0)  # the epoch's time is up
     assert epoch == 1 and rest != block
-    ledger.on_progress(0, {0: 6})
-    assert ledger.closable() == 0  # the pushed part closes without waiting for the rest
+    assert ledger.closable(1.0) == 0  # the pushed part closes without waiting for the rest
+    assert not ledger.all_done
     ledger.block_done(1, 4)
-    ledger.on_progress(0, {1: 4})
     assert ledger.all_done and ledger.blocks_done == 1  # a rest is not an input block
     assert ledger.emitted_by_mapper(1) == [10]
 
@@ -128,8 +139,7 @@ def test_rollback_replays_the_rest_of_a_checkpointed_block():
     ledger = EpochLedger(num_reducers=1, interval_s=1.0)
     _, b0 = ledger.hand_out("b0", 0.0)
     _, r1 = ledger.split(0, 3, 0, Rest("b0/1"), b0, 1.0)
-    ledger.on_progress(0, {0: 3})
-    ledger.end_close(ledger.closable())
+    ledger.end_close(ledger.closable(1.5))
     ledger.split(1, 2, 0, Rest("b0/2"), r1, 2.0)
     assert ledger.blocks_closed == 1
     assert ledger.rollback() == [Rest("b0/1")]  # its own rest b0/2 comes back from it
@@ -190,8 +200,8 @@ def test_a_reducer_keeps_epochs_apart_and_a_checkpoint_holds_the_closed_ones_onl
     red.apply(chunk)
     _drain(red)
     assert red.by_epoch == {0: 2, 1: 3}
-    state, records = red.checkpoint(0)
-    assert records == 2 and red.by_epoch == {1: 3} and red.closed == 0
+    state, records, pending = red.checkpoint(0)
+    assert records == 2 and pending == [] and red.by_epoch == {1: 3} and red.closed == 0
 
     fresh = _reducer(reducer)
     fresh.restore(state, records, 0)
@@ -205,11 +215,36 @@ def test_a_reducer_keeps_epochs_apart_and_a_checkpoint_holds_the_closed_ones_onl
         assert restored == [{"k": "a", "count": 1}, {"k": "b", "count": 1}]
 
 
+def test_a_checkpoint_holds_the_pending_records_of_its_epochs_queued_being_applied_and_held_back():
+    red = _reducer(dpa.Count(), interval=1.0)
+    red.plan.chunk_size = 1  # (one row per step)
+    for keys, epoch in ((["a"], 0), (["b"], 0), (["c"], 1), (["a"], 0)):
+        red.enqueue(_batch(keys), epoch=epoch)
+    red.apply(red.take_chunk())  # "a" of epoch 0 absorbed
+    taken = red.take_chunk()  # "b" of epoch 0 being applied
+    assert red.prepare_checkpoint(0) == [0, 0, 0, 0]  # nothing forwarded yet
+    held = Forward(1, _batch(["z"]), 0)
+    assert red._release([held, Forward(1, _batch(["y"]), 1)]) == [Forward(1, _batch(["y"]), 1)]
+    state, records, pending = red.checkpoint(0)
+    assert records == 1
+    assert sorted((b["k"].to_pylist()[0], e) for b, e in pending) == [("a", 0), ("b", 0), ("z", 0)]
+    red.apply(taken)  # after the cut: the share does not change
+    assert [f.batch["k"].to_pylist() for f in red.release_held()] == [["z"]]
+    assert red.prepare_checkpoint(0) == [0, 1, 0, 0]  # the released forward counts as sent
+
+    fresh = _reducer(dpa.Count(), interval=1.0)
+    fresh.restore(state, records, 0, pending)
+    assert fresh.queued == 3 and fresh.processed == 1
+    _drain(fresh)
+    assert sorted(fresh.finalize().to_pylist(), key=lambda r: r["k"]) == [
+        {"k": "a", "count": 2}, {"k": "b", "count": 1}, {"k": "z", "count": 1}]
+
+
 def test_a_checkpoint_of_a_user_reducer_is_a_copy_that_later_adds_do_not_change():
     red = _reducer(Listing("k", name="all"))
     red.enqueue(_batch(["a"]), epoch=0)
     _drain(red)
-    state, _ = red.checkpoint(0)
+    state, _, _ = red.checkpoint(0)
     red.enqueue(_batch(["a"]), epoch=1)
     _drain(red)
     red.checkpoint(1)
