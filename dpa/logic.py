@@ -751,7 +751,7 @@ class CoordinatorLogic:
         self.blocks_per_mapper = [0] * num_mappers
         self.processed = [0] * num_reducers  # records each reducer holds (its checkpoint included)
         self.ledger = EpochLedger(num_reducers, checkpoint_interval_s)
-        self._processed_at_close = -1
+        self._pending_at_close = 0
 
     def on_block_taken(self, mapper: int, item: Any = None, now: float = 0.0) -> tuple[int, int]:
         """A mapper took an item (a block or a :class:`~dpa.epochs.Rest`, kept for replay)
@@ -789,23 +789,24 @@ class CoordinatorLogic:
         None; not one that would hold nothing new. The caller takes it (begun here)."""
         ledger = self.ledger
         epoch = ledger.closable(now)
-        if epoch is None or (epoch == ledger.closed and sum(self.processed) == self._processed_at_close):
-            return None
+        if epoch is None or (epoch == ledger.closed and not self._pending_at_close):
+            return None  # (the last checkpoint again, and it had nothing pending: the same)
         ledger.begin_close(epoch, now)
-        self._processed_at_close = sum(self.processed)
         return epoch
 
-    def on_checkpoint(self, epoch: int, held: int) -> bool:
-        """The reducers' shares of a checkpoint of ``epoch`` arrived, holding ``held``
-        records (absorbed and pending). True if that is every record the epochs' blocks
-        emitted: the checkpoint is stored. Otherwise it is dropped (a bug; logged)."""
-        expected = self.ledger.emitted_upto(epoch)
+    def on_checkpoint(self, epoch: int, absorbed: int, pending: int) -> bool:
+        """The reducers' shares of a checkpoint of ``epoch`` arrived, holding ``absorbed``
+        records in their states and ``pending`` ones not absorbed yet. True if that is
+        every record the epochs' blocks emitted: the checkpoint is stored. Otherwise it is
+        dropped (a bug; logged)."""
+        expected, held = self.ledger.emitted_upto(epoch), absorbed + pending
         if held != expected:
             logger.error("dpa checkpoint of epoch %d dropped: it holds %d records, its blocks emitted %d",
                          epoch, held, expected)
             self.ledger.abandon_close()
             return False
         self.ledger.end_close(epoch)
+        self._pending_at_close = pending
         return True
 
     def rollback(self, processed: list[int]) -> list[Any]:
@@ -813,7 +814,7 @@ class CoordinatorLogic:
         returns the blocks to hand out again (in their first order)."""
         self.mappers_done = set()
         self.processed = list(processed)
-        self._processed_at_close = -1
+        self._pending_at_close = 0
         return self.ledger.rollback()
 
     @property

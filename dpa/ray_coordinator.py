@@ -287,8 +287,8 @@ class CoordinatorActor:
                            epoch, CHECKPOINT_WAIT_S)
             self.logic.ledger.abandon_close()
             return
-        held = sum(p[1] + sum(weight(b) for b, _ in p[2]) for p in parts)
-        if not self.logic.on_checkpoint(epoch, held):
+        pending = sum(weight(b) for p in parts for b, _ in p[2])
+        if not self.logic.on_checkpoint(epoch, sum(p[1] for p in parts), pending):
             return
         self.checkpoint = Checkpoint(epoch, [None if p[0] is None else ray.put(p[0]) for p in parts],
                                      [p[1] for p in parts], snapshot, self.logic.ledger.blocks_closed,
@@ -524,3 +524,4 @@ class CoordinatorActor:
         self.failed = message
         where = f" while processing key {key!r}" if key is not None else ""
         return JobFailedError(f"dpa job failed in {message}{where}", actor=actor, key=key)
+

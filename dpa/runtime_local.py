@@ -201,8 +201,8 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
             if red.forwards_received(epoch) != sum(s[r] for s in sent):
                 raise RuntimeError(f"reducer {r} received other forwards than were sent (bug)")
         parts = [red.checkpoint(epoch) for red in reducers]
-        held = sum(n + sum(weight(b) for b, _ in pending) for _, n, pending in parts)
-        if coord.on_checkpoint(epoch, held):
+        pending = sum(weight(b) for _, _, batches in parts for b, _ in batches)
+        if coord.on_checkpoint(epoch, sum(p[1] for p in parts), pending):
             checkpoint = Checkpoint(epoch, [p[0] for p in parts], [p[1] for p in parts], balancer.snapshot,
                                     coord.ledger.blocks_closed, [p[2] for p in parts])
             checkpoints += 1

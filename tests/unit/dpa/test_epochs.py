@@ -76,7 +76,7 @@ def test_coordinator_counts_emitted_records_once_across_a_rollback():
     coord.on_block_done(0, 0, 10)
     assert coord.on_block_taken(1, "b1", 1.5)[0] == 1
     assert coord.checkpoint_due(1.6) == 0
-    assert coord.on_checkpoint(0, 10)
+    assert coord.on_checkpoint(0, 6, 4)
     coord.on_block_done(1, 1, 7)
     coord.on_progress(0, 14)
     assert coord.rollback([6]) == ["b1"]  # the checkpoint: 6 absorbed, 4 pending
@@ -98,19 +98,18 @@ def test_a_checkpoint_that_does_not_hold_every_record_is_dropped():
     coord.on_block_done(0, 0, 10)
     coord.on_block_taken(0, "b1", 1.5)
     assert coord.checkpoint_due(1.6) == 0
-    assert not coord.on_checkpoint(0, 11)  # a record counted twice
+    assert not coord.on_checkpoint(0, 9, 2)  # a record counted twice
     assert coord.ledger.closed == -1 and coord.ledger.closable(2.6) == 0  # it may be taken again
 
 
-def test_a_checkpoint_of_the_last_epoch_again_only_when_records_were_absorbed_since():
+def test_a_checkpoint_of_the_last_epoch_again_only_when_it_had_records_pending():
     coord = CoordinatorLogic(num_mappers=1, num_reducers=1, checkpoint_interval_s=1.0)
     coord.on_block_taken(0, "b0", 0.0)
     coord.on_block_done(0, 0, 10)
-    coord.on_progress(0, 2)
-    assert coord.checkpoint_due(1.0) == 0 and coord.on_checkpoint(0, 10)
-    assert coord.checkpoint_due(2.5) is None  # nothing absorbed since
-    coord.on_progress(0, 7)
-    assert coord.checkpoint_due(2.5) == 0
+    assert coord.checkpoint_due(1.0) == 0 and coord.on_checkpoint(0, 2, 8)
+    assert coord.checkpoint_due(2.5) == 0  # records were pending: more of them are absorbed now
+    assert coord.on_checkpoint(0, 10, 0)
+    assert coord.checkpoint_due(3.0) is None  # nothing was pending: the same checkpoint
 
 
 def test_a_split_block_is_done_with_what_it_pushed_and_its_rest_opens_in_the_current_epoch():
