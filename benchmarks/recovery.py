@@ -5,8 +5,9 @@ Three parts (all with the default ``JobConfig`` except ``num_reducers=8`` and th
 * **kills** (one local Ray): the straggler workload of ``benchmarks.stragglers`` (N=40k
   records, Zipf(1.1) over 10k keys, 1 ms of sleep per record, 4 mappers x 8 reducers) for
   the default policy and ``doubling``. Each is run fault-free ``--reps`` times; then, per
-  victim (``reducer-3``, ``mapper-1``), ``--reps`` runs in which the victim is killed with
-  ``ray.kill(no_restart=True)`` at half the fault-free median. Printed: makespan, its ratio
+  victim (``reducer-3``; ``mapper``: the mapper routing a block at that moment),
+  ``--reps`` runs in which the victim is killed with ``ray.kill(no_restart=True)`` at
+  half the fault-free median. Printed: makespan, its ratio
   to the fault-free median, the seconds from the kill's detection until the job ran again
   (``recover_s``), the checkpoint rolled back to, records replayed, and exactness against
   pyarrow's ``group_by``. Targets: ratio <= 1.5, recover_s <= 5.
@@ -17,13 +18,14 @@ Three parts (all with the default ``JobConfig`` except ``num_reducers=8`` and th
   checkpoints (their count is printed).
 * **cluster** (``--cluster``): a 3-node ``ray.cluster_utils.Cluster`` in this process (head
   and two workers, 1 CPU each); the straggler workload (smaller with ``--quick``); after a
-  fault-free run, one worker node is removed at half its time. Printed as ``node-removal``
-  with exactness and the recovery log.
+  fault-free run, one run with ``reducer-3`` killed, one with the busy mapper killed, and
+  one in which a worker node is removed, each at half the fault-free time. Printed with
+  exactness and the recovery log (``node-removal`` for the last).
 
 Run::
 
     python -m benchmarks.recovery --reps 3            # kills and cost (~8 minutes)
-    python -m benchmarks.recovery --cluster [--quick] # node removal
+    python -m benchmarks.recovery --cluster [--quick] # kills and node removal on 3 nodes
 """
 
 from __future__ import annotations
@@ -72,6 +74,38 @@ def member(role: str) -> Any:
     return None
 
 
+def member_for(victim: str) -> Any:
+    """The actor to kill: ``reducer-3`` by name; ``mapper`` = a mapper routing a block now
+    (with one input block the others are idle), else ``mapper-1``."""
+    import ray
+
+    if victim != "mapper":
+        return member(victim)
+    for i in range(16):
+        actor = member(f"mapper-{i}")
+        if actor is None:
+            break
+        try:
+            routing = ray.get(actor.__ray_call__.remote(lambda self: self.logic is not None and self.logic.routing))
+        except ray.exceptions.RayActorError:  # (one killed before, still listed)
+            continue
+        if routing:
+            return actor
+    return member("mapper-1")
+
+
+def kill_later(victim: str, delay: float) -> threading.Thread:
+    """Kills ``victim`` (see :func:`member_for`) with ``ray.kill`` after ``delay`` seconds."""
+    import ray
+
+    def kill() -> None:
+        actor = member_for(victim)
+        if actor is not None:
+            ray.kill(actor, no_restart=True)
+
+    return at(delay, kill)
+
+
 def at(delay: float, action: Any) -> threading.Thread:
     def run() -> None:
         time.sleep(delay)
@@ -100,8 +134,6 @@ def describe(res: dpa.Result) -> dict[str, Any]:
 
 
 def kills(args: argparse.Namespace) -> None:
-    import ray
-
     from benchmarks.common import init_ray
 
     init_ray()
@@ -116,15 +148,10 @@ def kills(args: argparse.Namespace) -> None:
         base_med = statistics.median(base)
         print(f"{policy:9s} fault-free  makespan median {base_med:.2f} s (runs {', '.join(f'{b:.2f}' for b in base)})"
               f"  checkpoints {timed(table, reducer, config)[1].stats.checkpoints}", flush=True)
-        for victim in ("reducer-3", "mapper-1"):
+        for victim in ("reducer-3", "mapper"):
             ratios, recover = [], []
             for _ in range(args.reps):
-                def kill(victim: str = victim) -> None:
-                    actor = member(victim)
-                    if actor is not None:
-                        ray.kill(actor, no_restart=True)
-
-                thread = at(base_med / 2, kill)
+                thread = kill_later(victim, base_med / 2)
                 seconds, res = timed(table, reducer, config)
                 thread.join()
                 info = describe(res)
@@ -192,6 +219,14 @@ def cluster(args: argparse.Namespace) -> int:
             timed(table, reducer, config)
             base, res = timed(table, reducer, config)
             print(f"cluster {policy:9s} fault-free makespan {base:.2f} s exact={exact(res, ref)}", flush=True)
+            for victim in ("reducer-3", "mapper"):
+                thread = kill_later(victim, base / 2)
+                seconds, res = timed(table, reducer, config)
+                thread.join()
+                ok = exact(res, ref)
+                failed += not ok
+                print(f"cluster {policy:9s} kill {victim:9s} makespan {seconds:.2f} s ratio {seconds / base:.2f} "
+                      f"exact={ok} {describe(res)}", flush=True)
             # Not the node this driver is attached to (and so not the coordinator's).
             from dpa.ray_pool import idle_pools
 
@@ -200,7 +235,10 @@ def cluster(args: argparse.Namespace) -> int:
             keep = {here}
             for pool in idle_pools():
                 for actor in pool.all_actors():
-                    node = ray.get(actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()))
+                    try:
+                        node = ray.get(actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()))
+                    except ray.exceptions.RayActorError:  # killed after its job ended: replaced by the next
+                        continue
                     where[("coordinator " if actor is pool.coordinator else "") + node[:8]] += 1
                     if actor is pool.coordinator:
                         keep.add(node)

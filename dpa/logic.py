@@ -674,10 +674,13 @@ class BalancerLogic:
     events: list[RebalanceEvent] = field(default_factory=list)
     timeline: list[tuple[float, tuple[int, ...], int]] = field(default_factory=list)
     max_samples: int = 4000
+    resume: bool = False
 
     def __post_init__(self) -> None:
+        # ``resume``: a balancer restarted after a failure continues from ``snapshot`` (the
+        # last checkpoint's) if the policy's planner can (Planner.resume).
         self.planner = self.plan.policy.make_planner(self.plan.num_reducers)
-        if self.planner is not None:
+        if self.planner is not None and not (self.resume and self.planner.resume(self.snapshot)):
             self.snapshot = self.planner.snapshot
         self.queue_lengths = [0] * self.plan.num_reducers
         self._stride = 1

@@ -132,6 +132,13 @@ class Planner:
         """The authoritative current snapshot."""
         raise NotImplementedError
 
+    def resume(self, snapshot: Any) -> bool:
+        """Continues from ``snapshot``, one this policy's planner published (a balancer
+        restarted after a failure). Returns False if this planner cannot (it then keeps
+        its first snapshot); what it learnt besides the routing (sketches, counts) starts
+        afresh either way."""
+        return False
+
 
 class PolicySpec:
     """Base class of partitioning policies (see the module docstring)."""

@@ -445,13 +445,14 @@ class BalancerActor(_JobMember):
 
     async def start_job(self, plan: JobPlan, snapshot: Any, mappers: list[Any], reducers: list[Any],
                         job_id: str | None = None, resume: bool = False) -> Any:
-        """Starts serving ``job_id`` (default ``plan.job_id``); with ``resume`` (a job
-        recovering from a failure this balancer survived) it keeps its planner, event log
-        and published snapshot. Returns the snapshot the job's members start from."""
+        """Starts serving ``job_id`` (default ``plan.job_id``). With ``resume`` (a job
+        recovering from a failure) a balancer that survived keeps its planner, event log
+        and published snapshot; a new one continues from ``snapshot`` (the checkpoint's)
+        if the policy's planner can. Returns the snapshot the job's members start from."""
         keep = resume and self.logic is not None and self.logic.plan.job_id == plan.job_id
         self.job_id = job_id or plan.job_id
         if not keep:
-            self.logic = BalancerLogic(plan, snapshot)
+            self.logic = BalancerLogic(plan, snapshot, resume=resume)
             self.t0 = time.monotonic()
             self.exported = 0
         self.plan = plan

@@ -269,11 +269,12 @@ class CoordinatorActor:
         reducers = self.reducers
         try:
             sent = await asyncio.gather(*[r.prepare_checkpoint.remote(run_id, epoch) for r in reducers])
-            if run_id != self.run_id or any(s is None for s in sent):
-                return
-            parts = await asyncio.gather(*[
-                r.checkpoint.remote(run_id, epoch, sum(s[i] for s in sent), CHECKPOINT_WAIT_S)
-                for i, r in enumerate(reducers)])
+            if any(s is None for s in sent):  # (the run ended meanwhile)
+                parts = [None]
+            else:
+                parts = await asyncio.gather(*[
+                    r.checkpoint.remote(run_id, epoch, sum(s[i] for s in sent), CHECKPOINT_WAIT_S)
+                    for i, r in enumerate(reducers)])
             await asyncio.gather(*[r.release_checkpoint.remote(run_id) for r in reducers])
             snapshot = await self.balancer.snapshot.remote(run_id)
         except Exception:  # a member died: the run is recovered from the previous checkpoint
@@ -283,8 +284,8 @@ class CoordinatorActor:
         if run_id != self.run_id:
             return
         if any(p is None for p in parts):
-            logger.warning("dpa checkpoint of epoch %d given up: forwards did not arrive in %.0f s",
-                           epoch, CHECKPOINT_WAIT_S)
+            logger.warning("dpa checkpoint of epoch %d given up: a reducer did not receive the forwards "
+                           "counted for it within %.0f s", epoch, CHECKPOINT_WAIT_S)
             self.logic.ledger.abandon_close()
             return
         pending = sum(weight(b) for p in parts for b, _ in p[2])
@@ -349,15 +350,19 @@ class CoordinatorActor:
                     break
                 except _Lost as lost:
                     detected = time.monotonic()
-                    failures.append(str(lost))
                     self.run_id = None  # the lost run's late messages are dropped from now on
+                    # The member whose call failed first is often not the dead one (a mapper
+                    # pushing to a dead reducer): the repair finds out who died.
+                    snapshot, lost_nodes = await self._recover(plan, run_id, tasks, initial)
+                    dead = sorted(lost_nodes) or [lost.actor]
+                    failures.append(f"{', '.join(dead)} lost ({lost})")
                     if len(recoveries) >= plan.max_recoveries:
                         raise JobFailedError(
                             f"dpa job failed: {len(failures)} failure(s), more than max_recoveries="
-                            f"{plan.max_recoveries}: " + "; ".join(failures), actor=lost.actor) from None
-                    logger.warning("dpa job %s lost a member (%s); recovering from checkpoint epoch %d",
-                                   job_id, lost, self.checkpoint.epoch)
-                    snapshot, resume, lost_nodes = await self._recover(plan, run_id, tasks, initial)
+                            f"{plan.max_recoveries}: " + "; ".join(failures), actor=dead[0]) from None
+                    logger.warning("dpa job %s lost %s (%s); recovering from checkpoint epoch %d",
+                                   job_id, ", ".join(dead), lost, self.checkpoint.epoch)
+                    resume = True
                     replayed = sum(self.logic.processed) - sum(self.checkpoint.processed)
                     items = self.logic.rollback(self.checkpoint.processed)
                     async with self.cond:
@@ -394,7 +399,7 @@ class CoordinatorActor:
         ck = self.checkpoint
         self.member_run = run_id
         try:
-            if resume:  # the balancer survived: the run starts from the snapshot it published
+            if resume:  # a recovered run starts from the snapshot the balancer (kept or new) has
                 snapshot = await self.balancer.start_job.remote(plan, snapshot, self.mappers, self.reducers,
                                                                 run_id, True)
             await asyncio.gather(
@@ -458,21 +463,22 @@ class CoordinatorActor:
         }
 
     async def _recover(self, plan: JobPlan, run_id: str, tasks: dict[asyncio.Future, str],
-                       initial: Any) -> tuple[Any, bool, dict[str, str]]:
+                       initial: Any) -> tuple[Any, dict[str, str]]:
         """Stops the lost run on every member and replaces the dead ones.
 
         Returns:
-            ``(snapshot, resume, lost)``: the routing snapshot the next run starts from,
-            whether the balancer survived (it then keeps its planner and snapshot), and
-            the replaced members with the node each ran on ("" if unknown).
+            ``(snapshot, lost)``: the routing snapshot the balancer resumes from (one that
+            survived keeps its own planner and snapshot; a new one continues from the
+            checkpoint's), and the replaced members with the node each ran on ("" if
+            unknown).
         """
         await self._stop_members(run_id, tasks)
         nodes = dict(self.nodes)
         _, _, _, replaced = await self.repair()
         lost = {role: nodes.get(role, "") for role in replaced}
-        if "balancer" in replaced:  # restarted from the policy's first snapshot
-            return plan.policy.initial_snapshot(plan.num_reducers), False, lost
-        return initial, True, lost
+        if "balancer" in replaced:  # a new one continues from the checkpoint's snapshot
+            return self.checkpoint.snapshot, lost
+        return initial, lost
 
     async def cancel_job(self, job_id: str, reason: str) -> None:
         """Fails ``job_id`` from outside (the driver's timeout, a broken source) and aborts it."""

@@ -407,6 +407,20 @@ class HashRing:
     def _changed(self) -> None:
         self._version += 1
 
+    def restore(self, snapshot: RingSnapshot) -> None:
+        """Takes the tokens and version of ``snapshot``, one of this ring's (a balancer
+        restarted after a failure).
+
+        Raises:
+            ConfigError: If it has another number of reducers.
+        """
+        if snapshot.num_reducers != len(self._counts):
+            raise ConfigError(f"a snapshot of {snapshot.num_reducers} reducers cannot restore a ring of "
+                              f"{len(self._counts)}")
+        self._counts = list(snapshot.token_counts)
+        self._version = snapshot.version
+        self._snapshot = None
+
     def halve(self, node_id: int) -> bool:
         """Token halving: removes the highest half of ``node_id``'s token indices.
 

@@ -49,7 +49,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
     ``faults`` injects failures: at each virtual time a member (``"reducer-2"``,
     ``"mapper-0"``, ``"balancer"``) dies, and the job recovers as on Ray: every member
     rolls back to the last checkpoint (:mod:`dpa.epochs`; a dead balancer restarts from
-    the policy's first snapshot, a live one keeps its own) and the blocks after it are
+    the checkpoint's snapshot, a live one keeps its own) and the blocks after it are
     handed out again.
     """
     started = time.perf_counter()
@@ -217,7 +217,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
         items = coord.rollback(checkpoint.processed)
         replay.extendleft(reversed(items))
         if role == "balancer":
-            balancer = BalancerLogic(plan, policy.initial_snapshot(R))
+            balancer = BalancerLogic(plan, checkpoint.snapshot, resume=True)
         snap = balancer.snapshot
         reducers[:] = [ReducerLogic(i, plan, snap) for i in range(R)]
         for i, red in enumerate(reducers):  # (a copy: the checkpoint may be restored again)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -186,6 +187,21 @@ class HybridPlanner(DPAPlanner):
         self._version = 0
         self._moved_at: np.ndarray | None = None  # holdings when the last hand-over was planned
         self._snapshot = policy.initial_snapshot(num_reducers)
+
+    def resume(self, snapshot: Any) -> bool:
+        """Continues from a state it published: the ring, the hot keys, their candidates
+        and shares (the key counts start afresh: a key stays hot while it is counted so)."""
+        if not isinstance(snapshot, HybridSnapshot) or not super().resume(snapshot.ring):
+            return False
+        self.hot, self.shares = {}, {}
+        for h, cands, cumw in zip(snapshot.hot.tolist(), snapshot.cands, snapshot.cumw):
+            width = int((cands >= 0).sum())
+            self.hot[h] = cands[:width].tolist()
+            self.shares[h] = np.diff(np.concatenate([[0.0], cumw[:width]]))
+        self._shares = dict(self.shares)
+        self._version = snapshot.version
+        self._snapshot = snapshot
+        return True
 
     def observe_keys(self, reducer: int, hashes: np.ndarray, counts: np.ndarray, total: int) -> None:
         self.sketch.update(hashes, counts, total=int(total))

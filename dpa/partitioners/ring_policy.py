@@ -125,6 +125,15 @@ class DPAPlanner(Planner):
     def snapshot(self) -> RingSnapshot:
         return self._snapshot
 
+    def resume(self, snapshot: Any) -> bool:
+        """Continues from a ring it published: its tokens and version. The rounds each
+        reducer used are not in a snapshot: ``max_rounds`` counts afresh from here."""
+        if not isinstance(snapshot, RingSnapshot) or snapshot.num_reducers != self.ring.num_reducers:
+            return False
+        self.ring.restore(snapshot)
+        self._snapshot = self.ring.snapshot()
+        return True
+
     def observe_keys(self, reducer: int, hashes: np.ndarray, counts: np.ndarray, total: int) -> None:
         if self.lookahead:
             self.sketch.update(hashes, counts, total=int(total))

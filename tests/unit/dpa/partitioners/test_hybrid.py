@@ -243,3 +243,20 @@ def test_hand_over_with_a_hot_set_change_avoids_reducers_the_change_moves_record
     assert planner._transfers({}) is None
     planner.hot[5] = [0, 1, 2, 3]
     assert planner._transfers({5: [0, 1, 2, 3]}) is None
+
+
+def test_a_restarted_planner_resumes_from_a_published_state():
+    planner = _hot_planner(4, [1, 2, 3], held=[0, 600, 0, 0], queues=[0, 500, 0, 0])
+    (decision,) = planner.check(1.0)
+    published = decision.snapshot
+    fresh = HybridPolicy(max_rounds=0, min_width=3).make_planner(4)
+    assert fresh.resume(published)
+    assert fresh.snapshot is published and fresh.hot == planner.hot
+    for h, shares in planner.shares.items():
+        assert np.allclose(fresh.shares[h], shares, atol=1e-9)
+    assert not fresh.resume(published.ring)  # not a hybrid state: it keeps what it has
+    assert fresh.snapshot is published
+    for r in range(4):
+        fresh.observe(r, 0, published.version)
+    later = fresh.check(2.0)  # it goes on from there: versions keep growing
+    assert all(d.snapshot.version > published.version for d in later)

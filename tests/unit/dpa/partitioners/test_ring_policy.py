@@ -213,3 +213,21 @@ def test_ring_settings_default_to_an_even_ring_with_lookahead_and_keep_the_paper
 def test_ring_settings_reject_bad_spacing_and_lookahead(options, needle):
     with pytest.raises(ConfigError, match=needle):
         make_policy(dpa.JobConfig(policy="halving", policy_options=options))
+
+
+@pytest.mark.parametrize("method", ["doubling", "halving"])
+def test_a_restarted_planner_resumes_from_a_published_ring(method):
+    p = planner(method, rounds=3)
+    for r, q in enumerate([100, 10, 10, 10]):
+        p.observe(r, q, 0)
+    (d,) = p.check(1.5)
+    fresh = planner(method, rounds=3)
+    assert fresh.resume(d.snapshot)
+    assert fresh.snapshot.token_counts == d.snapshot.token_counts
+    assert fresh.snapshot.version == d.snapshot.version
+    assert np.array_equal(fresh.snapshot.positions, d.snapshot.positions)
+    for r, q in enumerate([10, 100, 10, 10]):
+        fresh.observe(r, q, d.snapshot.version)
+    (later,) = fresh.check(2.0)
+    assert later.snapshot.version == d.snapshot.version + 1
+    assert not planner(method).resume(object())  # not a ring: it keeps its first one
