@@ -19,8 +19,9 @@ Three parts (all with the default ``JobConfig`` except ``num_reducers=8`` and th
 * **cluster** (``--cluster``): a 3-node ``ray.cluster_utils.Cluster`` in this process (head
   and two workers, 1 CPU each); the straggler workload (smaller with ``--quick``); after a
   fault-free run, one run with ``reducer-3`` killed, one with the busy mapper killed, and
-  one in which a worker node is removed, each at half the fault-free time. Printed with
-  exactness and the recovery log (``node-removal`` for the last).
+  one in which a worker node is removed, each at half the fault-free time; then six short
+  jobs, each with a member killed at a seeded random moment (``--seed``). Printed with
+  exactness and the recovery log (``node-removal``, ``random-kill``).
 
 Run::
 
@@ -74,13 +75,10 @@ def member(role: str) -> Any:
     return None
 
 
-def member_for(victim: str) -> Any:
-    """The actor to kill: ``reducer-3`` by name; ``mapper`` = a mapper routing a block now
-    (with one input block the others are idle), else ``mapper-1``."""
+def routing_mapper() -> Any:
+    """A mapper routing a block now (with one input block the others are idle), or None."""
     import ray
 
-    if victim != "mapper":
-        return member(victim)
     for i in range(16):
         actor = member(f"mapper-{i}")
         if actor is None:
@@ -91,19 +89,27 @@ def member_for(victim: str) -> Any:
             continue
         if routing:
             return actor
-    return member("mapper-1")
+    return None
 
 
 def kill_later(victim: str, delay: float) -> threading.Thread:
-    """Kills ``victim`` (see :func:`member_for`) with ``ray.kill`` after ``delay`` seconds."""
+    """Kills ``victim`` with ``ray.kill`` after ``delay`` seconds: a member by its role, or
+    for ``mapper`` the first mapper seen routing a block from ``delay / 2`` on (else
+    ``mapper-1`` at ``delay``)."""
     import ray
 
     def kill() -> None:
-        actor = member_for(victim)
+        if victim == "mapper":
+            end = time.monotonic() + delay / 2
+            while (actor := routing_mapper()) is None and time.monotonic() < end:
+                time.sleep(0.02)
+            actor = actor or member("mapper-1")
+        else:
+            actor = member(victim)
         if actor is not None:
             ray.kill(actor, no_restart=True)
 
-    return at(delay, kill)
+    return at(delay / 2 if victim == "mapper" else delay, kill)
 
 
 def at(delay: float, action: Any) -> threading.Thread:
@@ -258,11 +264,38 @@ def cluster(args: argparse.Namespace) -> int:
                 print(f"cluster {policy:9s} node-removal: no member ran on the removed node", flush=True)
             workers.append(c.add_node(num_cpus=1))  # back to three nodes for the next policy
             c.wait_for_nodes()
+        failed += random_kills(args.seed)
     finally:
         dpa.shutdown()
         ray.shutdown()
         c.shutdown()
     return 1 if failed else 0
+
+
+def random_kills(seed: int) -> int:
+    """Six short jobs (6k records, 2 mappers x 4 reducers, 300-row blocks), each with one
+    member killed at a seeded random moment; returns how many results were not exact."""
+    import random
+
+    dpa.shutdown()  # only this part's pool is left: the victims are found by name
+    rnd = random.Random(seed)
+    table = zipf_table(6_000, 200, seed=seed)
+    ref = reference(table)
+    reducer = dpa.WithCost(dpa.Count(), COST_S)
+    failed = 0
+    for i, role in enumerate(["reducer-0", "mapper", "balancer", "reducer-3", "mapper", "reducer-2"]):
+        policy = "doubling" if i % 2 else "hybrid"
+        config = dpa.JobConfig(num_mappers=2, num_reducers=4, batch_size=300, policy=policy, timeout_s=300)
+        delay = rnd.uniform(0.2, 1.5)
+        dpa.run(table.slice(0, 100), key="key", reducer=dpa.Count(), config=config)  # the pool repaired and warm
+        thread = kill_later(role, delay)
+        seconds, res = timed(table, reducer, config)
+        thread.join()
+        ok = exact(res, ref)
+        failed += not ok
+        print(f"cluster random-kill {role:9s} at {delay:.2f} s {policy:9s} makespan {seconds:.2f} s exact={ok} "
+              f"{describe(res)}", flush=True)
+    return failed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -274,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=["kills", "cost"], default=None)
     parser.add_argument("--cluster", action="store_true", help="the node-removal run on a 3-node local cluster")
     parser.add_argument("--quick", action="store_true", help="a smaller input (with --cluster)")
+    parser.add_argument("--seed", type=int, default=11, help="of the random kills (with --cluster)")
     args = parser.parse_args(argv)
     print(f"# {' '.join([sys.executable, '-m', 'benchmarks.recovery', *(argv or sys.argv[1:])])}  "
           f"load {os.getloadavg()[0]:.1f}", flush=True)

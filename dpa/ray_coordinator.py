@@ -363,7 +363,7 @@ class CoordinatorActor:
                     logger.warning("dpa job %s lost %s (%s); recovering from checkpoint epoch %d",
                                    job_id, ", ".join(dead), lost, self.checkpoint.epoch)
                     resume = True
-                    replayed = sum(self.logic.processed) - sum(self.checkpoint.processed)
+                    replayed = max(0, sum(self.logic.processed) - sum(self.checkpoint.processed))  # (reports lag)
                     items = self.logic.rollback(self.checkpoint.processed)
                     async with self.cond:
                         self.blocks.extendleft(reversed(items))

@@ -213,7 +213,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
         """Every member rolls back to the last checkpoint; its later blocks go out again."""
         nonlocal balancer, recovered
         recovered = True
-        replayed_records = sum(coord.processed) - sum(checkpoint.processed)
+        replayed_records = max(0, sum(coord.processed) - sum(checkpoint.processed))
         items = coord.rollback(checkpoint.processed)
         replay.extendleft(reversed(items))
         if role == "balancer":
