@@ -112,6 +112,16 @@ def kill_later(victim: str, delay: float) -> threading.Thread:
     return at(delay / 2 if victim == "mapper" else delay, kill)
 
 
+def killed_run(table: pa.Table, reducer: Any, config: dpa.JobConfig, victim: str, delay: float,
+               ref: dict[Any, int]) -> tuple[float, dpa.Result, bool]:
+    """One job with ``victim`` killed after ``delay`` seconds (:func:`kill_later`):
+    ``(makespan, result, exact)``."""
+    thread = kill_later(victim, delay)
+    seconds, res = timed(table, reducer, config)
+    thread.join()
+    return seconds, res, exact(res, ref)
+
+
 def at(delay: float, action: Any) -> threading.Thread:
     def run() -> None:
         time.sleep(delay)
@@ -157,11 +167,8 @@ def kills(args: argparse.Namespace) -> None:
         for victim in ("reducer-3", "mapper"):
             ratios, recover = [], []
             for _ in range(args.reps):
-                thread = kill_later(victim, base_med / 2)
-                seconds, res = timed(table, reducer, config)
-                thread.join()
+                seconds, res, ok = killed_run(table, reducer, config, victim, base_med / 2, ref)
                 info = describe(res)
-                ok = exact(res, ref)
                 ratios.append(seconds / base_med)
                 if info["recoveries"]:
                     recover.append(info["recover_s"])
@@ -226,10 +233,7 @@ def cluster(args: argparse.Namespace) -> int:
             base, res = timed(table, reducer, config)
             print(f"cluster {policy:9s} fault-free makespan {base:.2f} s exact={exact(res, ref)}", flush=True)
             for victim in ("reducer-3", "mapper"):
-                thread = kill_later(victim, base / 2)
-                seconds, res = timed(table, reducer, config)
-                thread.join()
-                ok = exact(res, ref)
+                seconds, res, ok = killed_run(table, reducer, config, victim, base / 2, ref)
                 failed += not ok
                 print(f"cluster {policy:9s} kill {victim:9s} makespan {seconds:.2f} s ratio {seconds / base:.2f} "
                       f"exact={ok} {describe(res)}", flush=True)
@@ -288,10 +292,7 @@ def random_kills(seed: int) -> int:
         config = dpa.JobConfig(num_mappers=2, num_reducers=4, batch_size=300, policy=policy, timeout_s=300)
         delay = rnd.uniform(0.2, 1.5)
         dpa.run(table.slice(0, 100), key="key", reducer=dpa.Count(), config=config)  # the pool repaired and warm
-        thread = kill_later(role, delay)
-        seconds, res = timed(table, reducer, config)
-        thread.join()
-        ok = exact(res, ref)
+        seconds, res, ok = killed_run(table, reducer, config, role, delay, ref)
         failed += not ok
         print(f"cluster random-kill {role:9s} at {delay:.2f} s {policy:9s} makespan {seconds:.2f} s exact={ok} "
               f"{describe(res)}", flush=True)
