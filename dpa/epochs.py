@@ -106,23 +106,25 @@ class _Epoch:
     items: list[Any] = field(default_factory=list)  # what was handed out, for replay
     tokens: list[int] = field(default_factory=list)  # ... their tokens
     parents: list[int | None] = field(default_factory=list)  # ... a rest's block's token
-    rests: int = 0  # rests among the items
     done: int = 0  # blocks mapped and pushed
     emitted: int = 0  # records those blocks emitted
     emitted_by: dict[int, int] = field(default_factory=dict)  # ... per mapper
+
+    @property
+    def rests(self) -> int:
+        """Rests among the items."""
+        return sum(isinstance(item, Rest) for item in self.items)
 
 
 class EpochLedger:
     """Which blocks went out in which epoch, and when an epoch may be checkpointed.
 
     Args:
-        num_reducers: Reducers of the job.
         interval_s: Seconds an epoch stays open for new blocks (0 = one epoch for the
             whole job: no checkpoint, and a failure replays the whole input).
     """
 
-    def __init__(self, num_reducers: int, interval_s: float) -> None:
-        self.num_reducers = num_reducers
+    def __init__(self, interval_s: float) -> None:
         self.interval_s = float(interval_s)
         self.epoch = 0  # the epoch blocks are handed out in now
         self.opened_at: float | None = None
@@ -157,7 +159,6 @@ class EpochLedger:
         slot.items.append(item)
         slot.tokens.append(self._tokens)
         slot.parents.append(parent)
-        slot.rests += isinstance(item, Rest)
         return self.epoch, self._tokens
 
     def split(self, epoch: int, emitted: int, mapper: int, rest: Any, parent: int,

@@ -228,8 +228,9 @@ class ReducerLogic:
 
     Every batch belongs to an input epoch (:mod:`dpa.epochs`). With checkpoints on
     (``plan.checkpoint_interval_s > 0``) the reducer keeps one partial state per open epoch
-    besides its base state; :meth:`checkpoint` folds the epochs the coordinator closes
-    into the base and returns a copy of it, and :meth:`restore` starts from one.
+    besides its base state; :meth:`checkpoint` folds the epochs of a checkpoint into the
+    base and returns a copy of it with the records of those epochs still pending, and
+    :meth:`restore` starts from one.
     """
 
     def __init__(self, reducer_id: int, plan: JobPlan, snapshot: Any) -> None:
@@ -333,17 +334,22 @@ class ReducerLogic:
             if kept is None:
                 return forwards
             batch = kept
-        n = weight(batch)
-        self.queue.append(batch)
-        self.queue_epochs.append(epoch)
-        self.routed.append(-1 if version is None else version)
-        self.queued += n
-        self.queued_rows += batch.num_rows
-        self.peak_queue = max(self.peak_queue, self.queued)
+        n = self._append(batch, epoch, -1 if version is None else version)
         if forwarded:
             self.received_forwards += n
             self.fwd_received[epoch] = self.fwd_received.get(epoch, 0) + n
         return forwards
+
+    def _append(self, batch: pa.Table, epoch: int, routed: int) -> int:
+        """Queues ``batch`` of ``epoch``, routed under version ``routed``; its records."""
+        n = weight(batch)
+        self.queue.append(batch)
+        self.queue_epochs.append(epoch)
+        self.routed.append(routed)
+        self.queued += n
+        self.queued_rows += batch.num_rows
+        self.peak_queue = max(self.peak_queue, self.queued)
+        return n
 
     @property
     def has_key_stats(self) -> bool:
@@ -628,12 +634,7 @@ class ReducerLogic:
         self.processed += int(records)
         self.closed = epoch
         for batch, e in pending:
-            n = weight(batch)
-            self.queue.append(batch)
-            self.queue_epochs.append(e)
-            self.routed.append(-1)
-            self.queued += n
-            self.queued_rows += batch.num_rows
+            self._append(batch, e, -1)
 
     # -- final merge ----------------------------------------------------------------
     def partition_state(self) -> list[Any]:
@@ -753,7 +754,7 @@ class CoordinatorLogic:
         self.mappers_done: set[int] = set()
         self.blocks_per_mapper = [0] * num_mappers
         self.processed = [0] * num_reducers  # records each reducer holds (its checkpoint included)
-        self.ledger = EpochLedger(num_reducers, checkpoint_interval_s)
+        self.ledger = EpochLedger(checkpoint_interval_s)
         self._pending_at_close = 0
 
     def on_block_taken(self, mapper: int, item: Any = None, now: float = 0.0) -> tuple[int, int]:
@@ -826,5 +827,4 @@ class CoordinatorLogic:
 
     def complete(self) -> bool:
         """Conservation: all mappers done and every record their blocks emitted absorbed."""
-        return (self.mapping_done and self.ledger.all_done
-                and sum(self.processed) == sum(self.ledger.emitted_by_mapper(self.num_mappers)))
+        return self.mapping_done and self.ledger.all_done and sum(self.processed) == sum(self.emitted)

@@ -15,7 +15,7 @@ from dpa.sources import normalize_source
 
 
 def test_a_checkpoint_is_due_every_interval_of_the_newest_epoch_whose_blocks_are_all_pushed():
-    ledger = EpochLedger(num_reducers=2, interval_s=1.0)
+    ledger = EpochLedger(interval_s=1.0)
     assert ledger.hand_out("b0", 0.0)[0] == 0
     assert ledger.hand_out("b1", 0.5)[0] == 0
     ledger.block_done(0, 10)
@@ -34,7 +34,7 @@ def test_a_checkpoint_is_due_every_interval_of_the_newest_epoch_whose_blocks_are
 
 
 def test_a_block_not_yet_done_keeps_its_epoch_and_every_later_one_open():
-    ledger = EpochLedger(num_reducers=1, interval_s=1.0)
+    ledger = EpochLedger(interval_s=1.0)
     ledger.hand_out("b0", 0.0)
     ledger.hand_out("b1", 1.0)
     ledger.hand_out("b2", 2.0)
@@ -46,7 +46,7 @@ def test_a_block_not_yet_done_keeps_its_epoch_and_every_later_one_open():
 
 
 def test_rollback_replays_exactly_the_blocks_after_the_checkpoint_in_their_order():
-    ledger = EpochLedger(num_reducers=1, interval_s=1.0)
+    ledger = EpochLedger(interval_s=1.0)
     for i, t in enumerate([0.0, 0.5, 1.0, 1.5, 2.0]):
         ledger.hand_out(f"b{i}", t)
     for epoch in (0, 0, 1, 1):
@@ -62,7 +62,7 @@ def test_rollback_replays_exactly_the_blocks_after_the_checkpoint_in_their_order
 
 
 def test_no_checkpoints_when_the_interval_is_zero():
-    ledger = EpochLedger(num_reducers=1, interval_s=0)
+    ledger = EpochLedger(interval_s=0)
     assert {ledger.hand_out(i, float(i))[0] for i in range(5)} == {0}
     for _ in range(5):
         ledger.block_done(0, 1)
@@ -113,7 +113,7 @@ def test_a_checkpoint_of_the_last_epoch_again_only_when_it_had_records_pending()
 
 
 def test_a_split_block_is_done_with_what_it_pushed_and_its_rest_opens_in_the_current_epoch():
-    ledger = EpochLedger(num_reducers=1, interval_s=1.0)
+    ledger = EpochLedger(interval_s=1.0)
     epoch, block = ledger.hand_out("b0", 0.0)
     assert epoch == 0
     epoch, rest = ledger.split(0, 6, 0, Rest("r0"), block, 1.0)  # the epoch's time is up
@@ -126,7 +126,7 @@ def test_a_split_block_is_done_with_what_it_pushed_and_its_rest_opens_in_the_cur
 
 
 def test_rollback_replays_a_split_block_whole_and_drops_its_rests():
-    ledger = EpochLedger(num_reducers=1, interval_s=1.0)
+    ledger = EpochLedger(interval_s=1.0)
     _, b0 = ledger.hand_out("b0", 0.0)
     _, r1 = ledger.split(0, 3, 0, Rest("b0/1"), b0, 1.0)
     ledger.split(1, 3, 0, Rest("b0/2"), r1, 2.0)
@@ -135,7 +135,7 @@ def test_rollback_replays_a_split_block_whole_and_drops_its_rests():
 
 
 def test_rollback_replays_the_rest_of_a_checkpointed_block():
-    ledger = EpochLedger(num_reducers=1, interval_s=1.0)
+    ledger = EpochLedger(interval_s=1.0)
     _, b0 = ledger.hand_out("b0", 0.0)
     _, r1 = ledger.split(0, 3, 0, Rest("b0/1"), b0, 1.0)
     ledger.end_close(ledger.closable(1.5))
