@@ -12,7 +12,7 @@ returns a :class:`dpa.Result`. Then read, in this order:
   :mod:`dpa.ray_pool` — warm actor pools, one per running job; :mod:`dpa.ray_session` —
   starting Ray from any thread; :mod:`dpa.runtime_local` — the same logic in-process (the
   correctness oracle and simulator); :mod:`dpa.epochs` — epochs, checkpoints and replay
-  (fault recovery);
+  (fault recovery); :mod:`dpa.elastic` — when an elastic job adds or retires a reducer;
 * :mod:`dpa.reducers` and :mod:`dpa.state` — the combine contract and keyed state;
 * :mod:`dpa.partitioners` — the DPA ring policies, the literature's and dpa's own ``hybrid``;
   :mod:`dpa.sketches` — lossy counting and SpaceSaving; :mod:`dpa.simulate` — replay a key
@@ -21,6 +21,7 @@ returns a :class:`dpa.Result`. Then read, in this order:
 
 from dpa.api import run
 from dpa.config import JobConfig
+from dpa.elastic import ScalingEvent
 from dpa.epochs import Recovery
 from dpa.errors import (
     ArithmeticOverflowError,
@@ -55,7 +56,7 @@ from dpa.sources import ArrowRefs, ParquetFiles
 from dpa.user_code import BatchMap
 
 __all__ = [
-    "run", "Result", "Stats", "Recovery", "JobConfig", "BatchMap", "ArrowRefs", "ParquetFiles",
+    "run", "Result", "Stats", "Recovery", "ScalingEvent", "JobConfig", "BatchMap", "ArrowRefs", "ParquetFiles",
     "Reducer", "Count", "Sum", "Min", "Max", "Mean", "Collect", "TopK", "WithCost",
     "HashRing", "RingSnapshot", "PolicySpec", "RebalanceEvent", "policies", "register_policy",
     "PolicySettings", "JobShape", "RingSettings", "HashSettings", "ShuffleSettings", "PKGSettings",

@@ -35,6 +35,10 @@ class DefaultPolicyName(str):
 DEFAULT_POLICY = DefaultPolicyName("hybrid")
 
 
+#: ``JobConfig.migrate`` values.
+MIGRATE_MODES = ("records", "state")
+
+
 def _is_power_of_two(n: int) -> bool:
     return n >= 1 and (n & (n - 1)) == 0
 
@@ -113,6 +117,27 @@ class JobConfig:
             cost under policies that accept combined rows (``hybrid``, ``doubling``,
             ``halving``, ``hash``, ...: :attr:`dpa.policy.PolicySpec.combinable`);
             load-aware routers (PKG, shuffle, DKG) always see every record.
+        migrate: How a key's records follow it when the balancer moves it to another
+            reducer. ``"records"`` (the default, the DPA paper's mechanism): its queued
+            records are forwarded, and the partial states it left behind are merged at the
+            end. ``"state"`` (the paper's Discussion): its accumulated state is handed to
+            the new owner as well, at the old owner's next step boundary, so each key ends
+            on one reducer and needs no final merge (keys a policy splits over several
+            reducers on purpose, like ``hybrid``'s hot keys, are still merged;
+            ``res.stats.merged_keys`` counts them).
+        max_reducers: Elastic reducers: the job may grow to this many reducers (None =
+            ``num_reducers``, fixed width). It starts with ``num_reducers``; the balancer
+            adds one when every reducer is backlogged by more than ``scale_out_backlog_s``
+            of work, and retires idle ones down to ``min_reducers`` (their keys move to the
+            others with their state). Needs a ring policy (``hybrid``, ``halving``,
+            ``doubling``). See ``res.stats.scaling``.
+        min_reducers: Fewest reducers an elastic job shrinks to (None = ``num_reducers``:
+            grown reducers may retire, the first ones stay).
+        scale_out_backlog_s: Seconds of queued work every reducer must hold before an
+            elastic job adds a reducer.
+        reducer_num_cpus: CPUs each reducer actor reserves from Ray (0 = none, the
+            default: reducers share the machine). With more than 0, a scale-out that finds
+            no free CPU is refused and the job carries on at its width.
         input_combined: The source already holds map-side partial states: the key
             columns, the reducer's state columns and a record-count column
             ``dpa.reducers.WEIGHT_COL``, as made by ``reducer.partial_from_batch(table,
@@ -144,6 +169,11 @@ class JobConfig:
     policy_options: dict[str, Any] = field(default_factory=dict)
     map_side_combine: bool = True
     input_combined: bool = False
+    migrate: str = "records"
+    max_reducers: int | None = None
+    min_reducers: int | None = None
+    scale_out_backlog_s: float = 0.25
+    reducer_num_cpus: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("num_mappers", "num_reducers", "batch_size", "chunk_size", "queue_capacity"):
@@ -179,6 +209,28 @@ class JobConfig:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError(
                 f"JobConfig.max_recoveries must be an integer >= 0 (0 = fail at the first failure), got {value!r}")
+        if self.migrate not in MIGRATE_MODES:
+            raise ConfigError(
+                f"JobConfig.migrate must be one of {MIGRATE_MODES} (forward a moved key's records and merge at "
+                f"the end, or hand its state over too), got {self.migrate!r}")
+        for name in ("max_reducers", "min_reducers"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"JobConfig.{name} must be an integer >= 1 or None, got {value!r}")
+        if self.max_reducers is not None and self.max_reducers < self.num_reducers:
+            raise ConfigError(
+                f"JobConfig.max_reducers={self.max_reducers} is below num_reducers={self.num_reducers} (the "
+                f"starting width); raise it or leave it None for a fixed width")
+        if self.min_reducers is not None and self.min_reducers > self.num_reducers:
+            raise ConfigError(
+                f"JobConfig.min_reducers={self.min_reducers} is above num_reducers={self.num_reducers} (the "
+                f"starting width); lower it or leave it None")
+        value = self.scale_out_backlog_s
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ConfigError(f"JobConfig.scale_out_backlog_s must be a positive number of seconds, got {value!r}")
+        value = self.reducer_num_cpus
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ConfigError(f"JobConfig.reducer_num_cpus must be a number >= 0, got {value!r}")
         if self.policy_options is None:
             self.policy_options = {}
         if not isinstance(self.policy_options, dict):
@@ -186,6 +238,17 @@ class JobConfig:
         # The name only (the message lists the valid ones); the policy's own settings are
         # validated once, where the plan is built.
         check_policy_name(self.policy)
+
+    @property
+    def slots(self) -> int:
+        """Reducer ids the job may use: ``max_reducers`` if elastic, else ``num_reducers``."""
+        return self.num_reducers if self.max_reducers is None else self.max_reducers
+
+    @property
+    def elastic(self) -> bool:
+        """Whether the job's width may change (``max_reducers`` or ``min_reducers`` set
+        to something other than ``num_reducers``)."""
+        return self.slots > self.num_reducers or (self.min_reducers or self.num_reducers) < self.num_reducers
 
     @property
     def policy_name(self) -> str:

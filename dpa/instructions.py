@@ -30,8 +30,28 @@ class Forward(NamedTuple):
     epoch: int = 0
 
 
+class StateMove(NamedTuple):
+    """Reducer -> reducer ``dest`` (``JobConfig.migrate="state"``): the partial states of
+    ``keys`` keys the sender no longer owns, accumulated from records of input epochs up
+    to ``epoch`` (:mod:`dpa.epochs`); the receiver merges them into its state."""
+
+    dest: int
+    partial: Any
+    epoch: int
+    keys: int
+
+
 @dataclass(frozen=True)
 class Publish:
     """Balancer -> every mapper and reducer: adopt this routing snapshot."""
 
     snapshot: Any
+
+
+@dataclass(frozen=True)
+class ScaleOut:
+    """Balancer -> runtime (elastic reducers): start reducers in these free ``slots``, give
+    them the peers' handles, then report back (:meth:`dpa.logic.BalancerLogic.scaled_out`)
+    so the balancer gives them tokens and publishes the new routing."""
+
+    slots: tuple[int, ...]

@@ -18,8 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dpa.elastic import ScalingEvent, ScalingRule
 from dpa.epochs import EpochLedger, Rest
-from dpa.instructions import Forward, Publish, Push
+from dpa.instructions import Forward, Publish, Push, ScaleOut, StateMove
 from dpa.key_columns import hash_key_columns
 from dpa.keys import KeyHashCache
 from dpa.plan import JobPlan
@@ -231,6 +232,10 @@ class ReducerLogic:
     besides its base state; :meth:`checkpoint` folds the epochs of a checkpoint into the
     base and returns a copy of it with the records of those epochs still pending, and
     :meth:`restore` starts from one.
+
+    With ``plan.migrate == "state"`` a key's state follows the key: :meth:`state_moves`
+    hands the keys it no longer owns to their owners, and :meth:`accept_state` takes
+    those of peers (see ``docs/elastic.md``).
     """
 
     def __init__(self, reducer_id: int, plan: JobPlan, snapshot: Any) -> None:
@@ -273,6 +278,14 @@ class ReducerLogic:
         # Per-key arrival counts for planners that want them (PolicySpec.wants_key_stats).
         self.collect_keys = bool(getattr(plan.policy, "wants_key_stats", False))
         self._arrivals: list[tuple[np.ndarray, np.ndarray | None]] = []
+        # State migration (JobConfig.migrate="state"): the version whose owners the state was
+        # last checked against (-1: a restored state is checked at the first step boundary).
+        self.migrate_state = getattr(plan, "migrate", "records") == "state"
+        self.swept = -1
+        self.keys_moved_out = 0
+        self.keys_moved_in = 0
+        self.state_moves_sent = 0
+        self.merged_keys = 0
 
     # -- queue ----------------------------------------------------------------------
     def has_room(self) -> bool:
@@ -546,6 +559,57 @@ class ReducerLogic:
         state = getattr(self, "_applying", None) or self.state
         return getattr(state, "current_key", None)
 
+    # -- state migration --------------------------------------------------------------
+    def state_moves(self) -> list[StateMove]:
+        """With ``migrate="state"`` (or when this reducer is :attr:`retired`): hands over
+        the keys in the state it no longer owns under its snapshot, once per snapshot
+        version, at a step boundary.
+
+        Not while a chunk is being applied (its keys were owned when it was taken: they
+        are checked at the next boundary) nor while a checkpoint holds forwards (a move
+        is counted like a forward, one unit per message, so a checkpoint waits for those
+        sent before it and none crosses it). Each store moves apart, tagged with its
+        epoch (the base state with :attr:`closed`), so the receiver folds it into the
+        store of the same epochs. Records absorbed stay counted where they were absorbed
+        (conservation counts records, not where their state lives).
+
+        Returns:
+            One :class:`~dpa.instructions.StateMove` per (receiver, store) that gets keys.
+        """
+        if (not (self.migrate_state or self.retired) or self.swept >= self.snapshot.version
+                or self._taken is not None or self.hold is not None):
+            return []
+        self.swept = self.snapshot.version
+        snapshot, policy, me = self.snapshot, self.plan.policy, self.reducer_id
+
+        def destinations(hashes: np.ndarray) -> np.ndarray | None:
+            return policy.destinations(snapshot, hashes, me, False)
+
+        moves: list[StateMove] = []
+        for epoch, store in [(self.closed, self.state), *sorted(self.open_states.items())]:
+            for dest, partial in store.extract(destinations, me, self.plan.num_reducers):
+                keys = partial.num_rows if isinstance(partial, pa.Table) else len(partial)
+                moves.append(StateMove(dest, partial, epoch, keys))
+                self.fwd_sent[(dest, epoch)] = self.fwd_sent.get((dest, epoch), 0) + 1
+        self.keys_moved_out += sum(m.keys for m in moves)
+        self.state_moves_sent += len(moves)
+        return moves
+
+    @property
+    def retired(self) -> bool:
+        """Whether this reducer is an elastic job's slot that owns no keys now: it hands
+        its whole state over whatever ``migrate`` says, so that it holds nothing."""
+        if not self.plan.active_reducers:
+            return False
+        counts = getattr(self.snapshot, "token_counts", None)
+        return counts is not None and counts[self.reducer_id] == 0
+
+    def accept_state(self, move: StateMove) -> None:
+        """Merges a peer's :class:`~dpa.instructions.StateMove` into the store of its epochs."""
+        self._state_for(move.epoch).add_partial(move.partial)
+        self.fwd_received[move.epoch] = self.fwd_received.get(move.epoch, 0) + 1
+        self.keys_moved_in += move.keys
+
     # -- epochs and checkpoints -------------------------------------------------------
     def _state_for(self, epoch: int) -> Any:
         if not self.epochs_on or epoch <= self.closed:
@@ -637,10 +701,13 @@ class ReducerLogic:
             self._append(batch, e, -1)
 
     # -- final merge ----------------------------------------------------------------
-    def partition_state(self) -> list[Any]:
-        """Splits the state by ``hash % R`` for the partitioned final merge."""
+    def partition_state(self, n: int | None = None) -> list[Any]:
+        """Splits the state by ``hash % n`` (default ``R``) for the partitioned final merge
+        (and starts counting the keys merged here)."""
         self._fold()
-        return self.state.partition(self.plan.num_reducers)
+        parts = self.state.partition(self.plan.num_reducers if n is None else n)
+        self.state.begin_merge()
+        return parts
 
     def merge_partial(self, partial: Any) -> None:
         """Merges one partition received from a peer."""
@@ -649,6 +716,7 @@ class ReducerLogic:
     def finalize(self) -> pa.Table | None:
         """The reducer's share of the result (None if it holds no keys)."""
         self._fold()
+        self.merged_keys = self.state.end_merge()
         return self.state.finalize()
 
     def counters(self) -> dict[str, int]:
@@ -657,6 +725,8 @@ class ReducerLogic:
             "forwarded": self.forwarded,
             "received_forwards": self.received_forwards,
             "peak_queue": self.peak_queue,
+            "keys_moved": self.keys_moved_out,
+            "state_moves": self.state_moves_sent,
         }
 
 
@@ -667,6 +737,12 @@ class BalancerLogic:
     The timeline samples the latest reported queue lengths at every tick (only when they
     changed), so run reports can plot queue length per reducer over time; it keeps at
     most ``max_samples`` points, thinning evenly when full.
+
+    Elastic jobs (``plan.active_reducers > 0``) also run a :class:`~dpa.elastic.ScalingRule`
+    when the planner has nothing to publish: a scale-in is applied at once (the planner
+    takes the slot's tokens away); a scale-out is returned as a
+    :class:`~dpa.instructions.ScaleOut` for the runtime to start the reducers, which then
+    calls :meth:`scaled_out`. Both are logged in :attr:`scaling`.
     """
 
     plan: JobPlan
@@ -684,8 +760,24 @@ class BalancerLogic:
         if self.planner is not None and not (self.resume and self.planner.resume(self.snapshot)):
             self.snapshot = self.planner.snapshot
         self.queue_lengths = [0] * self.plan.num_reducers
+        self.backlogs: list[float | None] = [None] * self.plan.num_reducers
         self._stride = 1
         self._ticks = 0
+        self.scaling: list[ScalingEvent] = []
+        self.rule: ScalingRule | None = None
+        self.scaling_out: tuple[tuple[int, ...], str, tuple[float, ...]] | None = None  # started, not yet done
+        if self.plan.active_reducers and self.planner is not None:
+            self.rule = ScalingRule(self.plan.num_reducers, max(1, self.plan.min_reducers),
+                                    self.plan.scale_out_backlog_s)
+        #: Reducer slots ``0 .. width - 1`` took part in the job (slots are taken lowest first).
+        self.width = max(self.active_slots) + 1
+
+    @property
+    def active_slots(self) -> list[int]:
+        """The reducer slots that take part (own keys) now."""
+        if self.planner is None or not self.rule:
+            return list(range(self.plan.num_reducers))
+        return [int(r) for r in np.flatnonzero(self.planner.active)]
 
     @property
     def active(self) -> bool:
@@ -698,6 +790,8 @@ class BalancerLogic:
         """A reducer's queue length under ``version``, with its key arrivals if collected
         and its backlog in estimated seconds of work if measured."""
         self.queue_lengths[reducer] = int(queue_length)
+        if backlog_s is not None:
+            self.backlogs[reducer] = float(backlog_s)
         if self.planner is not None:
             if keys is not None:
                 hashes, counts, total, held = keys
@@ -720,21 +814,72 @@ class BalancerLogic:
             self.timeline = self.timeline[::2]
             self._stride *= 2
 
-    def tick(self, now: float) -> Publish | None:
-        """Samples the timeline and evaluates the policy; returns the snapshot to publish, if any."""
+    def tick(self, now: float) -> Publish | ScaleOut | None:
+        """Samples the timeline and evaluates the policy (then, for an elastic job, the
+        scaling rule); returns the snapshot to publish or the reducers to start, if any."""
         self.sample(now)
         if self.planner is None:
             return None
         published = None
         decisions: list[Decision] = self.planner.check(now)
         for decision in decisions:
-            self.events.append(decision.event)
+            self._apply(decision)
             if decision.snapshot is not None:
-                published = self.snapshot = decision.snapshot
+                published = decision.snapshot
+        if published is None and self.rule is not None and self.scaling_out is None:
+            return self._scale(now)
         if published is None:
             return None
         self.sample(now)
         return Publish(published)
+
+    def _apply(self, decision: Decision) -> None:
+        self.events.append(decision.event)
+        if decision.snapshot is not None:
+            self.snapshot = decision.snapshot
+
+    def _scale(self, now: float) -> Publish | ScaleOut | None:
+        active = self.active_slots
+        verdict = self.rule.decide(now, active, {r: self.backlogs[r] for r in active},
+                                   {r: self.queue_lengths[r] for r in active})
+        if verdict is None:
+            return None
+        action, slots, reason = verdict
+        seen = tuple(round(self.backlogs[r] or 0.0, 4) for r in active)
+        if action == "scale_out":
+            self.scaling_out = (tuple(slots), reason, seen)
+            return ScaleOut(tuple(slots))
+        for slot in slots:
+            self._apply(self.planner.scale_in(slot, now))
+        self.rule.changed(now)
+        self.scaling.append(ScalingEvent(now, "scale_in", tuple(slots), len(self.active_slots), seen, reason))
+        self.sample(now)
+        return Publish(self.snapshot)
+
+    def scaled_out(self, now: float, started: list[int], refused: str | None = None) -> Publish | None:
+        """The runtime carried out the last :class:`~dpa.instructions.ScaleOut`: the
+        reducers of ``started`` run (and every member knows them); ``refused`` says why
+        the others did not start. Returns the routing that gives the new ones tokens."""
+        if self.scaling_out is None:
+            return None
+        slots, reason, seen = self.scaling_out
+        self.scaling_out = None
+        self.rule.changed(now)
+        for slot in started:
+            self._apply(self.planner.scale_out(slot, now))
+            self.width = max(self.width, slot + 1)
+        if started:
+            self.scaling.append(ScalingEvent(now, "scale_out", tuple(started), len(self.active_slots), seen, reason))
+        missing = tuple(s for s in slots if s not in started)
+        if missing:
+            why = refused or "the reducers did not start"
+            logger.warning("dpa: scale-out to reducer(s) %s refused: %s; the job carries on with %d reducers",
+                           list(missing), why, len(self.active_slots))
+            self.scaling.append(ScalingEvent(now, "refused", missing, len(self.active_slots), seen, why))
+        if not started:
+            return None
+        self.sample(now)
+        return Publish(self.snapshot)
 
 
 class CoordinatorLogic:

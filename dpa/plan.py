@@ -95,6 +95,14 @@ class JobPlan:
     # The driver already checked the types of every block against each other (a source
     # read on the driver, no map_fn, no key function): mappers only re-check the keys.
     checked_upstream: bool = False
+    # How a moved key follows its new owner: "records" or "state" (JobConfig.migrate).
+    migrate: str = "records"
+    # Elastic reducers: ``num_reducers`` is the number of reducer slots; the job starts
+    # with ``active_reducers`` of them (0 = all) and keeps at least ``min_reducers``.
+    active_reducers: int = 0
+    min_reducers: int = 0
+    scale_out_backlog_s: float = 0.25
+    reducer_num_cpus: float = 0.0
     _tracker: Any = field(default=None, init=False, repr=False, compare=False)  # per process, not pickled
 
     def __getstate__(self) -> dict[str, Any]:
@@ -240,6 +248,15 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
                     "one reducer, no load balancing); implement merge() to balance", bound, str(config.policy))
         config = replace(config, policy="hash", policy_options={})
         policy = make_policy(config)
+    if config.elastic and not bound.can_merge:
+        raise ConfigError(
+            f"{bound!r} does not implement merge(), but elastic reducers (max_reducers/min_reducers) hand "
+            "keys' partial states from reducer to reducer; implement merge() or use a fixed width")
+    if config.elastic and not getattr(policy, "supports_elastic", False):
+        raise ConfigError(
+            f"policy {policy.name!r} cannot change the number of reducers during a job (max_reducers="
+            f"{config.max_reducers}, min_reducers={config.min_reducers}); use a ring policy ('hybrid', "
+            "'halving' or 'doubling') or leave max_reducers and min_reducers unset")
     if policy.needs_merge and not bound.can_merge:
         raise ConfigError(
             f"{bound!r} does not implement merge(), but policy {policy.name!r}"
@@ -319,14 +336,17 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
     plan = JobPlan(
         key_cols=key_cols, key_fn=key_fn, map_fn=map_fn, record_kind=record_kind, input_kind=source.kind,
         keep_cols=keep, reducer=bound, policy=policy, num_mappers=config.num_mappers,
-        num_reducers=config.num_reducers, queue_capacity=config.queue_capacity, chunk_size=config.chunk_size,
+        num_reducers=config.slots, queue_capacity=config.queue_capacity, chunk_size=config.chunk_size,
         lb_interval_s=config.lb_interval_s, report_interval_s=config.report_interval_s,
         step_time_s=float(config.step_time_s), queue_time_s=float(config.queue_time_s),
         checkpoint_interval_s=float(config.checkpoint_interval_s), max_recoveries=int(config.max_recoveries),
         output_schema=output_schema, input_schema=schema, job_id=uuid.uuid4().hex[:8],
         combine=(bool(config.map_side_combine) and policy.combinable and isinstance(inner, ColumnarReducer)
                  and unwrap(bound)[1] == 0 and not config.input_combined),
-        input_combined=bool(config.input_combined),
+        input_combined=bool(config.input_combined), migrate=config.migrate,
+        active_reducers=config.num_reducers if config.elastic else 0,
+        min_reducers=(config.min_reducers or config.num_reducers) if config.elastic else 0,
+        scale_out_backlog_s=float(config.scale_out_backlog_s), reducer_num_cpus=float(config.reducer_num_cpus),
         key_types=[t if t is not None and not pa.types.is_null(t) else None for t in key_types] or None,
     )
     if blocks is not None and map_fn is None and not config.input_combined:

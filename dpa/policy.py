@@ -12,6 +12,11 @@ A policy is a picklable :class:`PolicySpec`. The runtime asks it for
 * ``make_planner(R)``: an optional balancer-side :class:`Planner` that watches queue
   lengths and publishes new snapshots with higher versions.
 
+Elastic jobs (:attr:`PolicySpec.supports_elastic`): ``R`` is then the number of reducer
+*slots*, of which the job starts with :attr:`JobShape.active_reducers`; the others own no
+keys until the planner activates them (:meth:`Planner.scale_out`), and active ones may be
+retired again (:meth:`Planner.scale_in`).
+
 A policy is built by a factory ``factory(settings, shape) -> PolicySpec`` from its own
 typed :class:`PolicySettings` (what the user chose) and the :class:`JobShape` (what the
 job looks like). This module imports no policy and not :mod:`dpa.config`: the built-in
@@ -136,8 +141,52 @@ class Planner:
         """Continues from ``snapshot``, one this policy's planner published (a balancer
         restarted after a failure). Returns False if this planner cannot (it then keeps
         its first snapshot); what it learnt besides the routing (sketches, counts) starts
-        afresh either way."""
+        afresh either way. A planner of an elastic policy takes the active reducers from
+        the snapshot too."""
         return False
+
+    @property
+    def active(self) -> np.ndarray:
+        """Which reducer slots take part (own keys, report and are balanced): a ``bool``
+        array of length ``R``.
+
+        Raises:
+            NotImplementedError: The planner's policy is not elastic
+                (:attr:`PolicySpec.supports_elastic` is false).
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not support elastic reducers")
+
+    def scale_out(self, slot: int, now: float) -> Decision:
+        """Activates the inactive reducer ``slot``: it is given keys under a new snapshot.
+
+        Args:
+            slot: An inactive reducer slot.
+            now: Seconds since the job started (for the event).
+
+        Returns:
+            The new snapshot (a higher version) and its ``"scale_out"`` event.
+
+        Raises:
+            ValueError: If ``slot`` is out of range or already active.
+            NotImplementedError: The planner's policy is not elastic.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not support elastic reducers")
+
+    def scale_in(self, slot: int, now: float) -> Decision:
+        """Retires the active reducer ``slot``: its keys go to the others under a new snapshot.
+
+        Args:
+            slot: An active reducer slot, not the last one.
+            now: Seconds since the job started (for the event).
+
+        Returns:
+            The new snapshot (a higher version) and its ``"scale_in"`` event.
+
+        Raises:
+            ValueError: If ``slot`` is out of range, not active or the last active one.
+            NotImplementedError: The planner's policy is not elastic.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not support elastic reducers")
 
 
 class PolicySpec:
@@ -164,6 +213,10 @@ class PolicySpec:
     key_stats_when_backlogged: bool = False
     #: Most key hashes a reducer sends per report when ``wants_key_stats``.
     key_stats_top: int = 1024
+    #: The job may change its number of reducers while it runs: the policy's snapshots
+    #: give keys only to active reducer slots, and its planner implements
+    #: :attr:`Planner.active`, :meth:`Planner.scale_out` and :meth:`Planner.scale_in`.
+    supports_elastic: bool = False
 
     def initial_snapshot(self, num_reducers: int) -> Any:
         raise NotImplementedError
@@ -224,10 +277,15 @@ class JobShape:
 
     Attributes:
         num_mappers: Mapper actors (``JobConfig.num_mappers``).
-        num_reducers: Reducer actors (``JobConfig.num_reducers``).
+        num_reducers: Reducer actors, or reducer slots of an elastic job
+            (``JobConfig.slots``).
         batch_size: Records per input block (``JobConfig.batch_size``).
         seed: Seed for randomised policies (``JobConfig.seed``).
         step_time_s: Target seconds of work per reducer step (``JobConfig.step_time_s``).
+        active_reducers: Reducers the job starts with, slots ``0 .. active_reducers - 1``
+            (``JobConfig.num_reducers`` of an elastic job); 0 = all ``num_reducers``.
+        elastic: The number of active reducers may change during the job
+            (``JobConfig.elastic``).
     """
 
     num_mappers: int = 1
@@ -235,15 +293,18 @@ class JobShape:
     batch_size: int = 1
     seed: int = 0
     step_time_s: float = 0.03
+    active_reducers: int = 0
+    elastic: bool = False
 
     @property
     def block_share(self) -> int:
-        """One block's share per reducer from each mapper: ``M * batch_size // R`` records.
+        """One block's share per reducer from each mapper: ``M * batch_size // R`` records
+        (``R`` = the reducers the job starts with, :attr:`active_reducers` if set).
 
         Queue lengths move in steps of about this much while blocks arrive; the ring
         policies' default ``min_gap``.
         """
-        return int(self.num_mappers) * int(self.batch_size) // int(self.num_reducers)
+        return int(self.num_mappers) * int(self.batch_size) // int(self.active_reducers or self.num_reducers)
 
 
 @dataclass(frozen=True)

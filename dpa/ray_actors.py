@@ -32,7 +32,7 @@ import pyarrow as pa
 import ray
 
 from dpa.epochs import Rest
-from dpa.instructions import Forward
+from dpa.instructions import Forward, ScaleOut
 from dpa.logic import PUSH_KEEP, PUSH_SHRINK, BalancerLogic, MapperLogic, ReducerLogic
 from dpa.plan import JobPlan, empty_input_table
 from dpa.sources import ParquetPiece
@@ -131,6 +131,12 @@ class MapperActor(_JobMember):
     async def update_ring(self, job_id: str, snapshot: Any) -> None:
         if self._serving(job_id):  # drop a finished job's late news
             self.logic.on_snapshot(snapshot)
+
+    async def add_peers(self, job_id: str, handles: dict[int, Any]) -> None:
+        """An elastic job started reducers in these slots (before any routing names them)."""
+        if self._serving(job_id):
+            for slot, handle in handles.items():
+                self.reducers[slot] = handle
 
     async def run(self, job_id: str) -> int:
         if not self._serving(job_id):
@@ -265,7 +271,21 @@ class ReducerActor(_JobMember):
 
     def _adopt(self, snapshot: Any) -> None:
         self._send(self.logic.on_snapshot(snapshot))
+        self._move_state()  # (none while a step is applying: it hands over after the step)
         self._report(force=True)
+
+    def _move_state(self) -> None:
+        """Hands over the keys whose state this reducer no longer holds (migrate="state",
+        or a retired elastic slot): :meth:`~dpa.logic.ReducerLogic.state_moves`."""
+        for move in self.logic.state_moves():
+            self.inflight.append(self.peers[move.dest].accept_state.remote(self.job_id, move))
+
+    @quiet_method
+    async def accept_state(self, job_id: str, move: Any) -> None:
+        """A peer's :class:`~dpa.instructions.StateMove`: merged into this reducer's state."""
+        if self._serving(job_id):
+            self.logic.accept_state(move)
+            self.arrived.set()  # (a checkpoint may wait for it)
 
     def _send(self, forwards: list[Forward]) -> None:
         version = self.logic.snapshot.version
@@ -337,6 +357,7 @@ class ReducerActor(_JobMember):
                     key = logic.current_key
                     raise ActorFailure(self.name, exc, key) from exc
                 logic.on_step(chunk.rows, time.perf_counter() - step_started)
+                self._move_state()
                 if logic.has_room():  # the step may have revised what the queue's work is worth
                     self.room.set()
                 self._report()
@@ -348,9 +369,14 @@ class ReducerActor(_JobMember):
             await asyncio.gather(*self.inflight)
         return logic.counters()
 
-    async def stop(self, job_id: str) -> None:
+    async def stop(self, job_id: str, snapshot: Any = None) -> None:
+        """Ends the job's loop (every record is absorbed), first adopting the balancer's
+        final ``snapshot`` and handing over the states it moves (the loop's end waits
+        until every peer has merged them)."""
         if not self._serving(job_id):
             return
+        if snapshot is not None:
+            self._adopt(snapshot)
         self.stopping = True
         self.wake.set()
         self.last_sent = None
@@ -387,14 +413,26 @@ class ReducerActor(_JobMember):
         """Phase three: every share is taken; the forwards held for it go out."""
         if self._serving(job_id):
             self._send(self.logic.release_held())
+            self._move_state()
 
     # -- final merge and result -----------------------------------------------------
-    async def exchange(self, job_id: str) -> None:
+    async def add_peers(self, job_id: str, handles: dict[int, Any]) -> None:
+        """An elastic job started reducers in these slots."""
+        if self._serving(job_id):
+            self.peers = list(self.peers)
+            for slot, handle in handles.items():
+                self.peers[slot] = handle
+
+    async def exchange(self, job_id: str, slots: list[int] | None = None) -> None:
+        """The partitioned final merge over the job's reducer ``slots`` (default all):
+        partition ``j`` of this reducer's state goes to ``slots[j]``."""
         if not self._serving(job_id):
             return
-        parts = self.logic.partition_state()
+        slots = list(range(len(self.peers))) if slots is None else list(slots)
+        parts = self.logic.partition_state(len(slots))
         refs = []
-        for dest, part in enumerate(parts):
+        for j, part in enumerate(parts):
+            dest = slots[j]
             if part is None:
                 continue
             if dest == self.reducer_id:
@@ -409,7 +447,8 @@ class ReducerActor(_JobMember):
             self.logic.merge_partial(part)
 
     async def finalize(self, job_id: str) -> int:
-        """Finalizes this reducer's share of the result (kept until :meth:`result`); its rows."""
+        """Finalizes this reducer's share of the result (kept until :meth:`result`); returns
+        the keys the final merge combined here."""
         if not self._serving(job_id):
             return 0
         try:
@@ -419,7 +458,7 @@ class ReducerActor(_JobMember):
         except Exception as exc:
             raise ActorFailure(self.name, exc, getattr(self.logic.state, "current_key", None)) from exc
         self.result = table
-        return table.num_rows
+        return self.logic.merged_keys
 
     async def result(self, job_id: str) -> pa.Table:
         """Hands the finalized table over (into the caller's object store ref) and forgets it."""
@@ -444,7 +483,7 @@ class BalancerActor(_JobMember):
         self.logic: BalancerLogic | None = None
 
     async def start_job(self, plan: JobPlan, snapshot: Any, mappers: list[Any], reducers: list[Any],
-                        job_id: str | None = None, resume: bool = False) -> Any:
+                        job_id: str | None = None, resume: bool = False, coordinator: Any = None) -> Any:
         """Starts serving ``job_id`` (default ``plan.job_id``). With ``resume`` (a job
         recovering from a failure) a balancer that survived keeps its planner, event log
         and published snapshot; a new one continues from ``snapshot`` (the checkpoint's)
@@ -457,8 +496,11 @@ class BalancerActor(_JobMember):
             self.exported = 0
         self.plan = plan
         self.targets = list(mappers) + list(reducers)
+        self.coordinator = coordinator
         self.running = True
         self.fresh = asyncio.Event()
+        if self.logic.rule is not None:
+            metric("dpa_reducers").set(len(self.logic.active_slots), tags={"job_id": plan.job_id})
         return self.logic.snapshot
 
     def _on_abort(self) -> None:
@@ -498,19 +540,35 @@ class BalancerActor(_JobMember):
             if not self.running or not self._serving(job_id):
                 break
             instruction = self.logic.tick(time.monotonic() - self.t0)
+            if isinstance(instruction, ScaleOut):
+                instruction = await self._scale_out(job_id, instruction)
             self._export_events()
-            if instruction is not None:
+            if instruction is not None and self._serving(job_id):
                 for target in self.targets:
                     target.update_ring.remote(job_id, instruction.snapshot)
 
-    async def stop(self, job_id: str) -> tuple[list[Any], Any, list[Any]]:
+    async def _scale_out(self, job_id: str, instruction: ScaleOut) -> Any:
+        """Has the coordinator start the reducers, then gives them tokens (or logs why not)."""
+        try:
+            started, handles, why = await self.coordinator.scale_out.remote(
+                job_id, list(instruction.slots), self.plan, self.logic.snapshot)
+        except Exception as exc:  # (the coordinator is on the driver's node: a run ending)
+            started, handles, why = [], [], describe(exc)
+        self.targets.extend(handles)
+        published = self.logic.scaled_out(time.monotonic() - self.t0, started, why)
+        metric("dpa_reducers").set(len(self.logic.active_slots), tags={"job_id": self.plan.job_id})
+        return published
+
+    async def stop(self, job_id: str) -> tuple[list[Any], Any, list[Any], list[Any]]:
+        """Stops balancing; returns the event log, the final snapshot, the timeline and
+        the scaling log."""
         self.running = False
         self.fresh.set()
         self._export_events()
         self.logic.sample(time.monotonic() - self.t0)
         if self._serving(job_id):
             self.job_id, self.task = None, None  # reports that arrive later are dropped
-        return self.logic.events, self.logic.snapshot, self.logic.timeline
+        return self.logic.events, self.logic.snapshot, self.logic.timeline, self.logic.scaling
 
 
 async def await_ref(ref: Any) -> Any:

@@ -52,6 +52,8 @@ PING_TIMEOUT_S = 10.0
 ABORT_TIMEOUT_S = 1.0
 #: How long a reducer waits for the forwards a checkpoint counts before it gives it up.
 CHECKPOINT_WAIT_S = 10.0
+#: How long a scale-out waits for its new reducers to start before it gives up.
+SCALE_OUT_WAIT_S = 30.0
 
 #: Errors that mean a member, its node or an object it needed is gone (the job recovers),
 #: unlike an error raised by user code (the job fails).
@@ -90,14 +92,21 @@ class CoordinatorActor:
     any of them raises or dies, and replaces members that died between jobs.
     """
 
-    def __init__(self, pool_id: str, num_mappers: int, num_reducers: int) -> None:
+    def __init__(self, pool_id: str, num_mappers: int, num_reducers: int, initial_reducers: int | None = None,
+                 reducer_num_cpus: float = 0.0) -> None:
         self.pool_id = pool_id
         self.num_mappers = num_mappers
-        self.num_reducers = num_reducers
+        self.num_reducers = num_reducers  # reducer slots (an elastic job's max_reducers)
+        self.reducer_num_cpus = float(reducer_num_cpus)
         self.generation = 0
         self.answered: set[str] = set()  # members that answered a ping at least once
         self.balancer = self._create("balancer")
-        self.reducers = [self._create(f"reducer-{i}") for i in range(num_reducers)]
+        # Slots without an actor yet are None: an elastic job starts them when it scales out.
+        first = num_reducers if initial_reducers is None else initial_reducers
+        self.reducers: list[Any] = [self._create(f"reducer-{i}") if i < first else None
+                                    for i in range(num_reducers)]
+        self.job_slots: list[int] = []  # the reducer slots started for the current job
+        self.scale_lock = asyncio.Lock()  # a scale-out and a checkpoint never overlap
         self.mappers = [self._create(f"mapper-{i}") for i in range(num_mappers)]
         self.logic: CoordinatorLogic | None = None
         self.nodes: dict[str, str] = {}  # role -> Ray node id (as its last ping said)
@@ -120,12 +129,23 @@ class CoordinatorActor:
         if role == "balancer":
             return BalancerActor.options(**opts).remote(name)
         kind, index = role.split("-")
-        cls = ReducerActor if kind == "reducer" else MapperActor
-        return cls.options(**opts).remote(int(index), name)
+        if kind == "reducer":
+            return ReducerActor.options(**opts, num_cpus=self.reducer_num_cpus).remote(int(index), name)
+        return MapperActor.options(**opts).remote(int(index), name)
 
     def _members(self) -> list[tuple[str, Any]]:
-        return ([("balancer", self.balancer)] + [(f"reducer-{i}", r) for i, r in enumerate(self.reducers)]
+        return ([("balancer", self.balancer)]
+                + [(f"reducer-{i}", r) for i, r in enumerate(self.reducers) if r is not None]
                 + [(f"mapper-{i}", m) for i, m in enumerate(self.mappers)])
+
+    def _job_members(self) -> list[tuple[str, Any]]:
+        """The members serving the current job: the balancer, its reducer slots, the mappers."""
+        return ([("balancer", self.balancer)] + [(f"reducer-{i}", self.reducers[i]) for i in self.job_slots]
+                + [(f"mapper-{i}", m) for i, m in enumerate(self.mappers)])
+
+    @property
+    def job_reducers(self) -> list[Any]:
+        return [self.reducers[i] for i in self.job_slots]
 
     async def ping(self) -> bool:
         return True
@@ -266,21 +286,23 @@ class CoordinatorActor:
         hands over its share once the forwards sent to it arrived; the held forwards go
         out. The shares are put in this actor's object store (it outlives the reducers). A
         failure meanwhile abandons it (the run is recovered from the previous one)."""
-        reducers = self.reducers
-        try:
-            sent = await asyncio.gather(*[r.prepare_checkpoint.remote(run_id, epoch) for r in reducers])
-            if any(s is None for s in sent):  # (the run ended meanwhile)
-                parts = [None]
-            else:
-                parts = await asyncio.gather(*[
-                    r.checkpoint.remote(run_id, epoch, sum(s[i] for s in sent), CHECKPOINT_WAIT_S)
-                    for i, r in enumerate(reducers)])
-            await asyncio.gather(*[r.release_checkpoint.remote(run_id) for r in reducers])
-            snapshot = await self.balancer.snapshot.remote(run_id)
-        except Exception:  # a member died: the run is recovered from the previous checkpoint
-            if run_id == self.run_id:
-                self.logic.ledger.abandon_close()
-            return
+        async with self.scale_lock:  # (the job's reducers do not change meanwhile)
+            slots = list(self.job_slots)
+            reducers = [self.reducers[i] for i in slots]
+            try:
+                sent = await asyncio.gather(*[r.prepare_checkpoint.remote(run_id, epoch) for r in reducers])
+                if any(s is None for s in sent):  # (the run ended meanwhile)
+                    parts = [None]
+                else:
+                    parts = await asyncio.gather(*[
+                        r.checkpoint.remote(run_id, epoch, sum(s[i] for s in sent), CHECKPOINT_WAIT_S)
+                        for i, r in zip(slots, reducers)])
+                await asyncio.gather(*[r.release_checkpoint.remote(run_id) for r in reducers])
+                snapshot = await self.balancer.snapshot.remote(run_id)
+            except Exception:  # a member died: the run is recovered from the previous checkpoint
+                if run_id == self.run_id:
+                    self.logic.ledger.abandon_close()
+                return
         if run_id != self.run_id:
             return
         if any(p is None for p in parts):
@@ -291,9 +313,13 @@ class CoordinatorActor:
         pending = sum(weight(b) for p in parts for b, _ in p[2])
         if not self.logic.on_checkpoint(epoch, sum(p[1] for p in parts), pending):
             return
-        self.checkpoint = Checkpoint(epoch, [None if p[0] is None else ray.put(p[0]) for p in parts],
-                                     [p[1] for p in parts], snapshot, self.logic.ledger.blocks_closed,
-                                     [ray.put(p[2]) if p[2] else None for p in parts])
+        R = self.num_reducers
+        states, processed, batches = [None] * R, [0] * R, [None] * R
+        for slot, (state, records, held) in zip(slots, parts):
+            states[slot] = None if state is None else ray.put(state)
+            processed[slot] = records
+            batches[slot] = ray.put(held) if held else None
+        self.checkpoint = Checkpoint(epoch, states, processed, snapshot, self.logic.ledger.blocks_closed, batches)
         self.checkpoints += 1
         metric("dpa_checkpoints").inc(1, tags=self.job_tags)
         self._check()
@@ -307,8 +333,13 @@ class CoordinatorActor:
         Returns:
             What :meth:`repair` returns.
         """
+        first = plan.active_reducers or plan.num_reducers
+        for i in range(first):
+            if self.reducers[i] is None:
+                self.reducers[i] = self._create(f"reducer-{i}")
         handles = await self.repair()
         async with self.cond:
+            self.job_slots = list(range(first))
             self.job_id = plan.job_id
             self.logic = CoordinatorLogic(plan.num_mappers, plan.num_reducers, plan.checkpoint_interval_s)
             self.run_id = self.member_run = None
@@ -389,7 +420,8 @@ class CoordinatorActor:
                 self.cond.notify_all()
         self.job_id = self.run_id = None  # done: late progress reports of this job are dropped
         return {**summary, "recoveries": recoveries, "checkpoints": self.checkpoints,
-                "run_id": run_id, "handles": (self.balancer, self.reducers, self.mappers, [])}
+                "run_id": run_id, "handles": (self.balancer, self.reducers, self.mappers, []),
+                "job_reducers": self.job_reducers}
 
     async def _run(self, plan: JobPlan, snapshot: Any, run_id: str, tasks: dict[asyncio.Future, str],
                    resume: bool, recoveries: list[Recovery]) -> dict[str, Any]:
@@ -400,14 +432,15 @@ class CoordinatorActor:
         self.member_run = run_id
         try:
             if resume:  # a recovered run starts from the snapshot the balancer (kept or new) has
-                snapshot = await self.balancer.start_job.remote(plan, snapshot, self.mappers, self.reducers,
-                                                                run_id, True)
+                snapshot = await self.balancer.start_job.remote(plan, snapshot, self.mappers, self.job_reducers,
+                                                                run_id, True, me)
             await asyncio.gather(
-                *([] if resume else [self.balancer.start_job.remote(plan, snapshot, self.mappers, self.reducers,
-                                                                    run_id)]),
-                *[r.start_job.remote(plan, snapshot, self.reducers, self.balancer, me, run_id, ck.states[i],
-                                     ck.processed[i], ck.epoch, ck.pending[i] if ck.pending else None)
-                  for i, r in enumerate(self.reducers)],
+                *([] if resume else [self.balancer.start_job.remote(plan, snapshot, self.mappers, self.job_reducers,
+                                                                    run_id, False, me)]),
+                *[self.reducers[i].start_job.remote(plan, snapshot, self.reducers, self.balancer, me, run_id,
+                                                    ck.states[i], ck.processed[i], ck.epoch,
+                                                    ck.pending[i] if ck.pending else None)
+                  for i in self.job_slots],
                 *[m.start_job.remote(plan, snapshot, me, self.reducers, run_id) for m in self.mappers],
             )
         except Exception as exc:
@@ -419,48 +452,123 @@ class CoordinatorActor:
             self.cond.notify_all()
         if recoveries:
             recoveries[-1].recover_s = time.monotonic() - recoveries[-1].at_s - self.job_started
-        for role, actor in self._members():
+        self.tasks = tasks  # (a scale-out adds its reducers' loops)
+        self.members_changed = asyncio.Event()
+        for role, actor in self._job_members():
             method = actor.run if role.startswith("mapper") else actor.serve
             tasks[asyncio.ensure_future(await_ref(method.remote(run_id)))] = f"dpa:{self.pool_id}:{role}"
         self._check()  # (a restored run may have nothing left to do)
         done_waiter = asyncio.ensure_future(self.done.wait())
-        pending = set(tasks) | {done_waiter}
+        seen: set[asyncio.Future] = set()  # member loops that ended well
         while not self.done.is_set():
-            finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            changed = asyncio.ensure_future(self.members_changed.wait())
+            finished, _ = await asyncio.wait((set(tasks) - seen) | {done_waiter, changed},
+                                             return_when=asyncio.FIRST_COMPLETED)
+            changed.cancel()
+            self.members_changed.clear()
+            seen |= finished
             for fut in finished:
-                if fut is not done_waiter and fut.exception() is not None:
+                if fut in tasks and fut.exception() is not None:
                     if member_lost(fut.exception()):
                         raise _Lost(tasks[fut], fut.exception())
                     raise self._fail(tasks[fut], fut.exception())
         try:
-            await asyncio.gather(*[r.stop.remote(run_id) for r in self.reducers])
+            # The balancer stops first: the reducers end on its final routing (and hand
+            # over the states it moves) with no newer one on the way.
+            events, final, timeline, scaling = await self.balancer.stop.remote(run_id)
+            await asyncio.gather(*[r.stop.remote(run_id, final) for r in self.job_reducers])
             counters = await asyncio.gather(*[t for t, name in tasks.items() if "reducer" in name])
             if self.logic.ledger.blocks_done != self.logic.blocks_offered:
                 # conservation of input blocks: never lose one silently
                 raise RuntimeError(f"{self.logic.blocks_offered} input blocks offered but "
                                    f"{self.logic.ledger.blocks_done} mapped")
             metric("dpa_job_progress").set(1.0, tags=self.job_tags)
-            events, final, timeline = await self.balancer.stop.remote(run_id)
-            # Merge unless every key stayed on one reducer (after a rollback: always).
-            merged = run_id != plan.job_id or needs_final_merge(plan.policy, snapshot, final)
+            # Merge unless every key stayed on one reducer (after a rollback: always, unless
+            # states followed their keys).
+            merged = ((run_id != plan.job_id and plan.migrate != "state")
+                      or needs_final_merge(plan.policy, snapshot, final, plan.migrate))
             if merged:
-                await asyncio.gather(*[r.exchange.remote(run_id) for r in self.reducers])
-            await asyncio.gather(*[r.finalize.remote(run_id) for r in self.reducers])
+                await asyncio.gather(*[r.exchange.remote(run_id, self.job_slots) for r in self.job_reducers])
+            merged_keys = await asyncio.gather(*[r.finalize.remote(run_id) for r in self.job_reducers])
         except Exception as exc:
             if member_lost(exc):
                 raise _Lost("coordinator", exc) from exc
             raise
+        width = max(self.job_slots) + 1  # (slots are taken lowest first: every one that existed)
+        per_slot = {slot: c for slot, c in zip(self._task_slots(tasks), counters)}
+        zero = {"processed": 0, "forwarded": 0, "peak_queue": 0}
+        counters_by_slot = [per_slot.get(i, zero) for i in range(width)]
         return {
-            "processed": [c["processed"] for c in counters],
-            "forwarded": [c["forwarded"] for c in counters],
-            "peak_queue": [c["peak_queue"] for c in counters],
+            "processed": [c["processed"] for c in counters_by_slot],
+            "forwarded": [c["forwarded"] for c in counters_by_slot],
+            "peak_queue": [c["peak_queue"] for c in counters_by_slot],
             "emitted": list(self.logic.emitted),
             "blocks_per_mapper": list(self.logic.blocks_per_mapper),
             "events": events,
             "timeline": timeline,
             "final_snapshot": final,
             "merged": merged,
+            "merged_keys": sum(merged_keys),
+            "state_moves": sum(c["keys_moved"] for c in counters),
+            "scaling": scaling,
         }
+
+    def _task_slots(self, tasks: dict[asyncio.Future, str]) -> list[int]:
+        """The reducer slot of each reducer loop in ``tasks`` (in order)."""
+        return [int(name.rsplit("reducer-", 1)[1]) for name in tasks.values() if "reducer" in name]
+
+    async def scale_out(self, run_id: str, slots: list[int], plan: JobPlan,
+                        snapshot: Any) -> tuple[list[int], list[Any], str | None]:
+        """Starts reducers in the free ``slots`` for the running job (the balancer asks, see
+        :class:`~dpa.instructions.ScaleOut`): each starts empty, and every member learns
+        its handle before the balancer routes keys to it.
+
+        Returns:
+            ``(started slots, their handles, why the others did not start or None)``.
+        """
+        if run_id != self.run_id:
+            return [], [], "the run ended"
+        why = None
+        if self.reducer_num_cpus > 0:
+            free = float(ray.available_resources().get("CPU", 0.0))
+            fits = int(free // self.reducer_num_cpus)
+            if fits < len(slots):
+                why = (f"no free CPU: {free:g} free, each reducer takes reducer_num_cpus="
+                       f"{self.reducer_num_cpus:g}")
+                slots = slots[:fits]
+        if not slots:
+            return [], [], why
+        me = ray.get_runtime_context().current_actor
+        async with self.scale_lock:
+            if run_id != self.run_id:
+                return [], [], "the run ended"
+            for i in slots:
+                if self.reducers[i] is None:
+                    self.reducers[i] = self._create(f"reducer-{i}")
+            fresh = [self.reducers[i] for i in slots]
+            try:
+                await asyncio.wait_for(asyncio.gather(*[await_ref(r.ping.remote()) for r in fresh]), SCALE_OUT_WAIT_S)
+                await asyncio.gather(*[
+                    r.start_job.remote(plan, snapshot, self.reducers, self.balancer, me, run_id, None, 0,
+                                       self.checkpoint.epoch) for r in fresh])
+                others = [m for _, m in self._job_members()[1:]]
+                await asyncio.gather(*[m.add_peers.remote(run_id, dict(zip(slots, fresh))) for m in others])
+            except Exception as exc:  # (e.g. no node can place it): the job goes on at its width
+                for i in slots:
+                    if self.reducers[i] is not None and i not in self.job_slots:
+                        with contextlib.suppress(Exception):
+                            ray.kill(self.reducers[i], no_restart=True)
+                        self.reducers[i] = None
+                return [], [], f"the new reducers did not start within {SCALE_OUT_WAIT_S:.0f} s ({describe(exc)})"
+            if run_id != self.run_id:
+                return [], [], "the run ended"
+            self.job_slots = sorted(set(self.job_slots) | set(slots))
+            for i, r in zip(slots, fresh):
+                self.answered.add(f"reducer-{i}")
+                self.tasks[asyncio.ensure_future(await_ref(r.serve.remote(run_id)))] = f"dpa:{self.pool_id}:reducer-{i}"
+            self.members_changed.set()
+        metric("dpa_reducers").set(len(self.job_slots), tags=self.job_tags)
+        return list(slots), fresh, why
 
     async def _recover(self, plan: JobPlan, run_id: str, tasks: dict[asyncio.Future, str],
                        initial: Any) -> tuple[Any, dict[str, str]]:

@@ -36,12 +36,13 @@ class Pool:
     pool_id: str
     session: str
     num_mappers: int
-    num_reducers: int
+    num_reducers: int  # reducer slots
     coordinator: Any
     balancer: Any = None
     reducers: list[Any] = field(default_factory=list)
     mappers: list[Any] = field(default_factory=list)
     epoch: int = 0  # the registry's epoch when the pool was created (dpa.shutdown bumps it)
+    reducer_num_cpus: float = 0.0
 
     def all_actors(self) -> list[Any]:
         return [self.coordinator, self.balancer, *self.reducers, *self.mappers]
@@ -62,14 +63,20 @@ def _session() -> str:
     return ray.get_runtime_context().get_job_id()
 
 
-def acquire(num_mappers: int, num_reducers: int, reuse: bool) -> Pool:
-    """An idle pool of this shape from this Ray session, or a new one (not yet pinged)."""
+def acquire(num_mappers: int, num_reducers: int, reuse: bool, initial_reducers: int | None = None,
+            reducer_num_cpus: float = 0.0) -> Pool:
+    """An idle pool of this shape from this Ray session, or a new one (not yet pinged).
+
+    ``num_reducers`` is the number of reducer slots; a new pool starts actors for the first
+    ``initial_reducers`` (default all): an elastic job starts the others when it grows.
+    """
     session = _session()
     with _LOCK:
         _IDLE[:] = [p for p in _IDLE if p.session == session]  # pools of an earlier Ray are gone
         if reuse:
             for pool in reversed(_IDLE):
-                if (pool.num_mappers, pool.num_reducers) == (num_mappers, num_reducers):
+                if (pool.num_mappers, pool.num_reducers, pool.reducer_num_cpus) == (
+                        num_mappers, num_reducers, reducer_num_cpus):
                     _IDLE.remove(pool)
                     _BUSY.add(pool.pool_id)
                     return pool
@@ -79,8 +86,10 @@ def acquire(num_mappers: int, num_reducers: int, reuse: bool) -> Pool:
     # coordinator recovers, never the coordinator and the checkpoints it holds.
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     coordinator = CoordinatorActor.options(name=f"dpa:{pool_id}:coordinator", namespace=NAMESPACE,
-                                           scheduling_strategy=here).remote(pool_id, num_mappers, num_reducers)
-    pool = Pool(pool_id, session, num_mappers, num_reducers, coordinator, epoch=epoch)
+                                           scheduling_strategy=here).remote(
+        pool_id, num_mappers, num_reducers, initial_reducers, reducer_num_cpus)
+    pool = Pool(pool_id, session, num_mappers, num_reducers, coordinator, epoch=epoch,
+                reducer_num_cpus=reducer_num_cpus)
     with _LOCK:
         _BUSY.add(pool_id)
     return pool

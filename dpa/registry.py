@@ -220,10 +220,17 @@ def policy_settings(config: JobConfig) -> PolicySettings:
 
 
 def job_shape(config: JobConfig) -> JobShape:
-    """The job's shape as policy factories see it."""
-    return JobShape(num_mappers=int(config.num_mappers), num_reducers=int(config.num_reducers),
+    """The job's shape as policy factories see it.
+
+    ``num_reducers`` is the number of reducer slots (``config.slots``); an elastic job
+    starts with ``active_reducers = config.num_reducers`` of them (0, all, when the width
+    is fixed).
+    """
+    elastic = bool(config.elastic)
+    return JobShape(num_mappers=int(config.num_mappers), num_reducers=int(config.slots),
                     batch_size=int(config.batch_size), seed=int(config.seed),
-                    step_time_s=float(config.step_time_s))
+                    step_time_s=float(config.step_time_s),
+                    active_reducers=int(config.num_reducers) if elastic else 0, elastic=elastic)
 
 
 def make_policy(config: JobConfig) -> PolicySpec:

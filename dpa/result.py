@@ -34,6 +34,13 @@ class Stats:
             (:class:`dpa.Recovery`: time, dead actors, their nodes, the checkpoint epoch
             rolled back to, blocks and records replayed, seconds to recover).
         checkpoints: Checkpoints taken (``JobConfig.checkpoint_interval_s``).
+        merged_keys: Keys whose partial states the final merge combined (0 when every
+            key ended on one reducer, e.g. ``migrate="state"`` with a ring policy).
+        state_moves: Keys whose accumulated state was handed to another reducer during
+            the job (``JobConfig.migrate="state"``; elastic scale-in).
+        scaling: Elastic reducers' event log (:class:`dpa.ScalingEvent`: scale-outs,
+            scale-ins and refused scale-outs, with the width after each); empty for a
+            fixed width. :attr:`processed` lists every reducer slot that existed.
     """
 
     processed: list[int]
@@ -54,6 +61,9 @@ class Stats:
     timeline: list[Any] = field(default_factory=list)
     recoveries: list[Any] = field(default_factory=list)
     checkpoints: int = 0
+    merged_keys: int = 0
+    state_moves: int = 0
+    scaling: list[Any] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -67,7 +77,8 @@ class Stats:
             ring_version=snap.version, merged=out.merged, wall_time_s=out.wall_time_s,
             virtual_time_s=out.virtual_time_s, peak_queue=out.peak_queue, runtime=runtime,
             policy=policy, job_id=job_id, timeline=out.timeline, recoveries=list(out.recoveries),
-            checkpoints=out.checkpoints,
+            checkpoints=out.checkpoints, merged_keys=out.merged_keys, state_moves=out.state_moves,
+            scaling=list(out.scaling),
         )
 
     @property
@@ -101,6 +112,9 @@ class Stats:
             "timeline": [{"time_s": t, "queue_lengths": list(q), "version": v} for t, q, v in self.timeline],
             "recoveries": [r.as_dict() for r in self.recoveries],
             "checkpoints": self.checkpoints,
+            "merged_keys": self.merged_keys,
+            "state_moves": self.state_moves,
+            "scaling": [e.as_dict() for e in self.scaling],
             **self.extra,
         }
 

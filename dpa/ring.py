@@ -21,6 +21,14 @@ arcs that differ by tens of percent (8 reducers x 16 tokens: the largest share i
 fair shares). Halving still hands a removed token's arc to a pseudo-random successor, and
 tokens added by doubling (``j >= E``) are hashed as always. ``E = 0`` is the paper's ring.
 
+Elastic rings. A ring may have more reducer ids (*slots*) than reducers taking part: a
+slot with zero tokens owns no keys. The first ring of an elastic job gives its tokens to
+the first ``A`` slots only (``active=A`` in :meth:`HashRing.for_method`), and even spacing
+then applies to those ``A`` reducers alone, so their positions are exactly those of a ring
+of ``A`` reducers. :meth:`HashRing.set_tokens` activates a slot (it owns tokens
+``0 .. T - 1`` at their usual positions) or retires one (zero tokens); as with halving and
+doubling, only keys of that slot change owner.
+
 :class:`HashRing` is the mutable, authoritative ring kept by the load balancer;
 :class:`RingSnapshot` is an immutable, picklable view of one version of it with
 precomputed sorted arrays, shipped to mappers and reducers.
@@ -264,16 +272,23 @@ class HashRing:
         token_counts: Initial tokens per reducer.
         even_tokens: Tokens ``j < even_tokens`` of these reducers are evenly spaced in
             their hashed order (see the module docstring); 0 = all hashed (the paper).
+        even_reducers: With ``even_tokens``: only reducers ``i < even_reducers`` have
+            evenly spaced tokens (the active reducers of an elastic ring's first version);
+            None = all of them.
 
     Raises:
-        ConfigError: If the token counts are invalid (see :meth:`RingSnapshot.build`).
+        ConfigError: If the token counts are invalid (see :meth:`RingSnapshot.build`) or
+            ``even_reducers`` is not in ``[1, len(token_counts)]``.
     """
 
-    def __init__(self, token_counts: Sequence[int], even_tokens: int = 0) -> None:
+    def __init__(self, token_counts: Sequence[int], even_tokens: int = 0, even_reducers: int | None = None) -> None:
         self._counts = list(_check_counts(token_counts))
         if isinstance(even_tokens, bool) or not isinstance(even_tokens, (int, np.integer)) or even_tokens < 0:
             raise ConfigError(f"even_tokens must be an integer >= 0, got {even_tokens!r}")
-        self._even = (len(self._counts), int(even_tokens)) if even_tokens else (0, 0)
+        spaced = len(self._counts) if even_reducers is None else even_reducers
+        if isinstance(spaced, bool) or not isinstance(spaced, (int, np.integer)) or not 1 <= spaced <= len(self._counts):
+            raise ConfigError(f"even_reducers must be an integer in [1, {len(self._counts)}], got {even_reducers!r}")
+        self._even = (int(spaced), int(even_tokens)) if even_tokens else (0, 0)
         self._version = 0
         self._snapshot: RingSnapshot | None = None
 
@@ -284,21 +299,37 @@ class HashRing:
         return ring
 
     @classmethod
+    def _first(cls, num_reducers: int, tokens: int, even: bool, active: int | None) -> HashRing:
+        """``tokens`` for each of the first ``active`` reducers (None or 0 = all), 0 for the others."""
+        r = int(num_reducers)
+        a = r if not active else active
+        if isinstance(a, bool) or not isinstance(a, (int, np.integer)) or not 1 <= a <= r:
+            raise ConfigError(f"active reducers must be an integer in [1, {r}] (or 0 = all), got {active!r}")
+        a = int(a)
+        if a == r:
+            return cls([tokens] * r, tokens if even else 0)
+        return cls([tokens] * a + [0] * (r - a), tokens if even else 0, a)
+
+    @classmethod
     def for_halving(
-        cls, num_reducers: int, initial_tokens: int = DEFAULT_HALVING_TOKENS, even: bool = False
+        cls, num_reducers: int, initial_tokens: int = DEFAULT_HALVING_TOKENS, even: bool = False,
+        active: int | None = None,
     ) -> HashRing:
         """A ring for the token halving method: ``initial_tokens`` tokens per reducer.
 
         Args:
-            num_reducers: Number of reducers (>= 1).
+            num_reducers: Number of reducers (>= 1), slots of an elastic ring.
             initial_tokens: Tokens per reducer; a power of two >= 1.
             even: Space these tokens evenly (see the module docstring); False = hashed.
+            active: Only the first ``active`` reducers get tokens (an elastic ring; even
+                spacing among them only); None or 0 = all.
 
         Returns:
             The ring.
 
         Raises:
-            ConfigError: If ``num_reducers < 1`` or ``initial_tokens`` is not a power of two.
+            ConfigError: If ``num_reducers < 1``, ``initial_tokens`` is not a power of two
+                or ``active`` is not in ``[1, num_reducers]``.
         """
         _check_num_reducers(num_reducers)
         t = initial_tokens
@@ -312,42 +343,48 @@ class HashRing:
                 f"every halving keeps a whole number of tokens, got {t!r}; "
                 f"use e.g. {suggestion}"
             )
-        return cls([int(t)] * int(num_reducers), int(t) if even else 0)
+        return cls._first(num_reducers, int(t), even, active)
 
     @classmethod
-    def for_doubling(cls, num_reducers: int, initial_tokens: int = 1, even: bool = False) -> HashRing:
+    def for_doubling(cls, num_reducers: int, initial_tokens: int = 1, even: bool = False,
+                     active: int | None = None) -> HashRing:
         """A ring for the token doubling method: ``initial_tokens`` per reducer (the paper: 1).
 
         Args:
-            num_reducers: Number of reducers (>= 1).
+            num_reducers: Number of reducers (>= 1), slots of an elastic ring.
             initial_tokens: Tokens per reducer, >= 1. One token each (the paper) leaves
                 arcs that differ several-fold; more even the first ring out.
             even: Space these tokens evenly (see the module docstring); False = hashed.
+            active: Only the first ``active`` reducers get tokens (an elastic ring; even
+                spacing among them only); None or 0 = all.
 
         Returns:
             The ring.
 
         Raises:
-            ConfigError: If ``num_reducers < 1`` or ``initial_tokens < 1``.
+            ConfigError: If ``num_reducers < 1``, ``initial_tokens < 1`` or ``active`` is
+                not in ``[1, num_reducers]``.
         """
         _check_num_reducers(num_reducers)
         t = initial_tokens
         if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1:
             raise ConfigError(f"initial_tokens for the doubling method must be an integer >= 1, got {t!r}")
-        return cls([int(t)] * int(num_reducers), int(t) if even else 0)
+        return cls._first(num_reducers, int(t), even, active)
 
     @classmethod
     def for_method(
-        cls, method: str, num_reducers: int, initial_tokens: int | None = None, even: bool = False
+        cls, method: str, num_reducers: int, initial_tokens: int | None = None, even: bool = False,
+        active: int | None = None,
     ) -> HashRing:
         """The initial ring of a redistribution method (``"halving"`` or ``"doubling"``).
 
         Args:
             method: ``"halving"`` or ``"doubling"``.
-            num_reducers: Number of reducers (>= 1).
+            num_reducers: Number of reducers (>= 1), slots of an elastic ring.
             initial_tokens: Tokens per reducer; default :data:`DEFAULT_HALVING_TOKENS` for
                 halving and 1 (the paper) for doubling.
             even: Space the first ring's tokens evenly (see the module docstring).
+            active: Only the first ``active`` reducers get tokens; None or 0 = all.
 
         Returns:
             The ring.
@@ -361,8 +398,9 @@ class HashRing:
                 num_reducers,
                 DEFAULT_HALVING_TOKENS if initial_tokens is None else initial_tokens,
                 even,
+                active,
             )
-        return cls.for_doubling(num_reducers, 1 if initial_tokens is None else initial_tokens, even)
+        return cls.for_doubling(num_reducers, 1 if initial_tokens is None else initial_tokens, even, active)
 
     @property
     def num_reducers(self) -> int:
@@ -483,6 +521,37 @@ class HashRing:
         if method == "halving":
             return self.halve(node_id)
         return self._double_except(node_id)
+
+    def set_tokens(self, node_id: int, count: int) -> bool:
+        """Gives reducer ``node_id`` exactly ``count`` tokens (elastic scaling).
+
+        The reducer owns tokens ``0 .. count - 1`` at their usual positions: going from
+        zero to ``count`` activates a slot, going to zero retires it. Only keys of
+        ``node_id`` change owner (to or from it). The version changes only if the count
+        did.
+
+        Args:
+            node_id: The reducer (slot).
+            count: Its number of tokens (>= 0).
+
+        Returns:
+            Whether the ring changed.
+
+        Raises:
+            ConfigError: On an invalid reducer id or count, or if the ring would be left
+                without tokens.
+        """
+        node_id = self._check_node(node_id)
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
+            raise ConfigError(f"a reducer's token count must be an integer >= 0, got {count!r}")
+        count = int(count)
+        if count == self._counts[node_id]:
+            return False
+        if count == 0 and sum(self._counts) == self._counts[node_id]:
+            raise ConfigError(f"reducer {node_id} holds every token of the ring; it cannot be left without any")
+        self._counts[node_id] = count
+        self._changed()
+        return True
 
     def add_reducer(self, initial_tokens: int) -> int:
         """Adds a reducer (for elastic scaling).

@@ -31,6 +31,10 @@ class RunOutput:
         timeline: ``(time, queue lengths, version)`` samples.
         recoveries: The failures the job recovered from (:class:`~dpa.epochs.Recovery`).
         checkpoints: Checkpoints taken.
+        merged_keys: Keys whose partial states were merged by the final merge.
+        state_moves: Keys whose state was handed to another reducer during the job
+            (``JobConfig.migrate="state"``, and elastic scale-in).
+        scaling: Elastic reducers' event log (:class:`~dpa.elastic.ScalingEvent`).
     """
 
     tables: list[pa.Table | None]
@@ -48,9 +52,12 @@ class RunOutput:
     timeline: list[tuple[float, tuple[int, ...], int]] = field(default_factory=list)
     recoveries: list[Any] = field(default_factory=list)
     checkpoints: int = 0
+    merged_keys: int = 0
+    state_moves: int = 0
+    scaling: list[Any] = field(default_factory=list)
 
 
-def needs_final_merge(policy: Any, initial_snapshot: Any, final_snapshot: Any) -> bool:
+def needs_final_merge(policy: Any, initial_snapshot: Any, final_snapshot: Any, migrate: str = "records") -> bool:
     """Whether partial states of one key may sit on several reducers at the end.
 
     True when the policy splits keys by design (unless it splits them only under snapshots
@@ -58,6 +65,12 @@ def needs_final_merge(policy: Any, initial_snapshot: Any, final_snapshot: Any) -
     routing changed during the job (a moved key was processed by its old and its new
     owner). Otherwise every key stayed on one reducer, and the partitioned final merge is
     skipped.
+
+    With ``migrate="state"`` a moved key's state follows it, so at the end every key sits
+    where the final snapshot routes it: only keys that snapshot splits (a hot key of
+    ``hybrid``, :attr:`table_size` > 0) or a policy that always splits need the merge.
     """
     always = bool(policy.splits_keys) and not getattr(policy, "splits_by_plan", False)
+    if migrate == "state":
+        return always or (bool(policy.splits_keys) and getattr(final_snapshot, "table_size", 0) > 0)
     return always or final_snapshot.version != initial_snapshot.version

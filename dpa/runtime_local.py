@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from dpa.epochs import Checkpoint, Recovery, Rest
-from dpa.instructions import Forward, Push
+from dpa.instructions import Forward, Publish, Push
 from dpa.logic import (
     PUSH_GROW,
     PUSH_SHRINK,
@@ -88,6 +88,11 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
             start(dest)
             report(dest)
 
+    def move_state(r: int) -> None:
+        """Hands over the keys reducer r no longer owns (migrate="state", or retired)."""
+        for move in reducers[r].state_moves():
+            reducers[move.dest].accept_state(move)
+
     def start(r: int) -> None:
         if busy[r] is not None:
             return
@@ -109,6 +114,9 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
         for r in range(R):
             deliver(forwards[r])
             report(r)
+        for r in range(R):
+            if busy[r] is None:  # (a busy one hands over at the end of its step)
+                move_state(r)
 
     block_epoch = [0] * M  # the epoch of the block mapper m is routing
     block_emitted = [-1] * M  # the records it emitted (-1 = no block)
@@ -208,6 +216,9 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
             checkpoints += 1
         for red in reducers:
             deliver(red.release_held())
+        for r in range(R):
+            if busy[r] is None:
+                move_state(r)
 
     def recover(role: str) -> None:
         """Every member rolls back to the last checkpoint; its later blocks go out again."""
@@ -250,6 +261,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
             busy[r] = None
             reducers[r].apply(chunk)
             reducers[r].on_step(chunk.rows, chunk.cost_s)  # virtual time: the cost is the step's time
+            move_state(r)
             report(r)
             take_checkpoint()
             start(r)
@@ -259,6 +271,8 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
                 progress(sum(coord.processed))
         elif kind == "tick":
             instruction = balancer.tick(now)
+            if instruction is not None and not isinstance(instruction, Publish):  # ScaleOut: slots start at once
+                instruction = balancer.scaled_out(now, list(instruction.slots))
             if instruction is not None:
                 publish(instruction.snapshot)
             if not coord.complete() and any(b is not None for b in busy):
@@ -271,18 +285,28 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
             if not any(e[2] == "tick" for e in heap):
                 heapq.heappush(heap, (now + plan.lb_interval_s, next(seq), "tick", -1))
 
-    # After a rollback a key's records may have been absorbed under several routings.
-    merged = recovered or needs_final_merge(policy, snapshot, balancer.snapshot)
+    # Every state hand-over under the final routing is done before the merge (nothing is
+    # queued any more: only states move).
+    for r in range(R):
+        reducers[r].on_snapshot(balancer.snapshot)
+        move_state(r)
+    # After a rollback a key's records may have been absorbed under several routings (with
+    # migrate="state" its state follows it whatever happened).
+    merged = ((recovered and plan.migrate != "state")
+              or needs_final_merge(policy, snapshot, balancer.snapshot, plan.migrate))
     if merged:
         parts = [red.partition_state() for red in reducers]
         for src in range(R):
             for dest in range(R):
                 reducers[dest].merge_partial(parts[src][dest])
     tables = [red.finalize() for red in reducers]
+    # (an elastic job: the slots that took part; a replaced balancer knows only its own)
+    width = max(balancer.width, max((i + 1 for i, red in enumerate(reducers) if red.processed or red.forwarded),
+                                    default=0))
     return RunOutput(
-        tables=tables,
-        processed=[red.processed for red in reducers],
-        forwarded=[red.forwarded for red in reducers],
+        tables=tables[:width],
+        processed=[red.processed for red in reducers[:width]],
+        forwarded=[red.forwarded for red in reducers[:width]],
         emitted=coord.emitted,
         blocks_per_mapper=list(coord.blocks_per_mapper),
         events=list(balancer.events),
@@ -291,7 +315,10 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
         merged=merged,
         wall_time_s=time.perf_counter() - started,
         virtual_time_s=now,
-        peak_queue=[red.peak_queue for red in reducers],
+        peak_queue=[red.peak_queue for red in reducers[:width]],
         recoveries=recoveries,
         checkpoints=checkpoints,
+        merged_keys=sum(red.merged_keys for red in reducers),
+        state_moves=sum(red.keys_moved_out for red in reducers),
+        scaling=list(balancer.scaling),
     )

@@ -93,7 +93,8 @@ def _start(plan: JobPlan, reuse: bool, deadline: _Deadline) -> Pool:
     """Checks out a pool, repairs it and prepares the job; a pool whose coordinator died is
     replaced by a new one (once)."""
     for attempt in range(2):
-        pool = acquire(plan.num_mappers, plan.num_reducers, reuse and attempt == 0)
+        pool = acquire(plan.num_mappers, plan.num_reducers, reuse and attempt == 0,
+                       plan.active_reducers or None, plan.reducer_num_cpus)
         try:
             replaced = pool.adopt(_get(pool.coordinator.prepare_job.remote(plan, 2 * plan.num_mappers),
                                        deadline, "starting its actors"))
@@ -232,7 +233,7 @@ def run_ray(plan: JobPlan, blocks: Any, dataset: Any, config: Any, progress: Any
             raise JobFailedError(f"reading the input failed: {type(exc).__name__}: {exc}") from exc
         summary = _job_summary(job, deadline, poll)
         pool.adopt(summary["handles"])  # members replaced by a recovery
-        refs = [r.result.remote(summary["run_id"]) for r in pool.reducers]
+        refs = [r.result.remote(summary["run_id"]) for r in summary["job_reducers"]]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=deadline.remaining(), fetch_local=False)
         if len(ready) < len(refs):
             raise deadline.error("collecting its result")
@@ -252,4 +253,5 @@ def run_ray(plan: JobPlan, blocks: Any, dataset: Any, config: Any, progress: Any
         final_snapshot=summary["final_snapshot"], merged=summary["merged"], timeline=summary["timeline"],
         wall_time_s=time.perf_counter() - started, peak_queue=summary["peak_queue"], arrow_refs=refs,
         recoveries=summary["recoveries"], checkpoints=summary["checkpoints"],
+        merged_keys=summary["merged_keys"], state_moves=summary["state_moves"], scaling=summary["scaling"],
     )

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dpa.errors import SchemaError
 from dpa.keys import key_type_class
@@ -95,6 +96,7 @@ class ColumnarState:
         self._rows_since_compact = 0
         self._compacted_rows = 0
         self._guard = KeyTypeGuard(self.key_cols)
+        self._merging = False  # the final merge: partials are kept apart until counted
 
     def add(self, table: pa.Table) -> None:
         """Folds a batch of raw records (key columns, hash, input columns) in."""
@@ -115,8 +117,53 @@ class ColumnarState:
         self._guard.check(part)
         self._parts.append(part)
         self._rows_since_compact += part.num_rows
-        if self._rows_since_compact > max(COMPACT_MIN_ROWS, self._compacted_rows):
+        if not self._merging and self._rows_since_compact > max(COMPACT_MIN_ROWS, self._compacted_rows):
             self._compact()
+
+    def begin_merge(self) -> None:
+        """The final merge starts: the partitions that arrive (one per reducer, each with
+        every key at most once) are kept apart until :meth:`end_merge` counts them."""
+        self._merging = True
+
+    def end_merge(self) -> int:
+        """Ends the final merge; returns the keys that arrived from more than one reducer
+        (their partial states were merged)."""
+        if not self._merging:
+            return 0
+        self._merging = False
+        parts = [p for p in self._parts if p.num_rows]
+        if len(parts) < 2:
+            return 0
+        keys = unify([p.select(self.group_cols) for p in parts], float_rounding=False)
+        counts = keys.group_by(self.group_cols).aggregate([([], "count_all")])
+        return int(pc.sum(pc.greater(counts["count_all"], 1)).as_py() or 0)
+
+    def extract(self, destinations: Any, me: int, n: int) -> list[tuple[int, pa.Table]]:
+        """Takes out the keys this reducer no longer holds (state migration).
+
+        Args:
+            destinations: Called with the keys' hashes; returns where each key belongs
+                (``me`` = keep it) or None (keep everything).
+            me: This reducer's id.
+            n: Number of reducers.
+
+        Returns:
+            ``(reducer, partial states)`` per reducer that gets keys (for its :meth:`add_partial`).
+        """
+        table = self._compact()
+        if table is None or not table.num_rows:
+            return []
+        dest = destinations(table[HASH_COL].to_numpy())
+        if dest is None:
+            return []
+        dest = np.asarray(dest, dtype=np.int64)
+        if (dest == me).all():
+            return []
+        parts = split_by(table, dest, n)
+        kept = parts[me]
+        self._parts = [kept] if kept.num_rows else []
+        self._compacted_rows, self._rows_since_compact = kept.num_rows, 0
+        return [(r, p) for r, p in enumerate(parts) if r != me and p.num_rows]
 
     def _compact(self) -> pa.Table | None:
         if not self._parts:
@@ -192,6 +239,7 @@ class DictState:
         self._key_schema: pa.Schema | None = None
         self._guard = KeyTypeGuard(self.key_cols)
         self.current_key: Any = None
+        self._merged: set[Any] | None = None  # keys merged in the final merge (while it runs)
 
     def _keys(self, table: pa.Table) -> list[Any]:
         if len(self.key_cols) == 1:
@@ -232,7 +280,34 @@ class DictState:
             if mine is None:
                 self._accs[k] = [h, acc]
             else:
+                self.current_key = k
                 mine[1] = self.reducer.merge(mine[1], acc)
+                if self._merged is not None:
+                    self._merged.add(k)
+
+    def begin_merge(self) -> None:
+        """The final merge starts: keys merged from here on are counted."""
+        self._merged = set()
+
+    def end_merge(self) -> int:
+        """Ends the final merge; returns the keys that arrived from more than one reducer."""
+        merged, self._merged = self._merged or set(), None
+        return len(merged)
+
+    def extract(self, destinations: Any, me: int, n: int) -> list[tuple[int, list[tuple[Any, int, Any]]]]:
+        """Takes out the keys this reducer no longer holds (see :meth:`ColumnarState.extract`)."""
+        if not self._accs:
+            return []
+        keys = list(self._accs)
+        dest = destinations(np.fromiter((self._accs[k][0] for k in keys), dtype=np.uint32, count=len(keys)))
+        if dest is None:
+            return []
+        out: dict[int, list[tuple[Any, int, Any]]] = {}
+        for k, d in zip(keys, np.asarray(dest, dtype=np.int64).tolist()):
+            if d != me:
+                h, acc = self._accs.pop(k)
+                out.setdefault(d, []).append((k, h, acc))
+        return sorted(out.items())
 
     def set_key_schema(self, schema: pa.Schema) -> None:
         """Records the key columns' Arrow types (used when this store saw no raw records)."""

@@ -26,6 +26,7 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "dpa_rebalances": ("counter", "Balancer actions", ("job_id", "policy", "action")),
     "dpa_records_emitted": ("counter", "Records emitted by a mapper", ("job_id", "mapper")),
     "dpa_job_records_processed": ("gauge", "Records processed by all reducers so far", ("job_id",)),
+    "dpa_reducers": ("gauge", "Reducers taking part in an elastic job now", ("job_id",)),
     "dpa_checkpoints": ("counter", "Checkpoints of a job's reducer states", ("job_id",)),
     "dpa_recoveries": ("counter", "Failures a job recovered from (dead actors or nodes)", ("job_id",)),
     "dpa_job_progress": ("gauge", "Fraction of input blocks handed to mappers (1.0 when all taken)", ("job_id",)),

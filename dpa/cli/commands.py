@@ -74,7 +74,8 @@ def _config(args: argparse.Namespace, **changes: Any) -> Any:
     fields: dict[str, Any] = dict(
         num_mappers=args.mappers, num_reducers=args.reducers, policy=args.policy, tau=args.tau,
         max_rounds=args.rounds, initial_tokens=args.initial_tokens, runtime=args.runtime,
-        timeout_s=args.timeout, seed=args.seed,
+        timeout_s=args.timeout, seed=args.seed, migrate=getattr(args, "migrate", "records"),
+        max_reducers=getattr(args, "max_reducers", None), min_reducers=getattr(args, "min_reducers", None),
     )
     if args.batch_size is not None:
         fields["batch_size"] = args.batch_size
@@ -106,6 +107,10 @@ def _describe_stats(stats: Any, baseline: Any = None, num_keys: int | None = Non
                      f"  tokens after={list(e.tokens_after)}  v{e.version}")
     if len(stats.rebalances) > 20:
         lines.append(f"    ... {len(stats.rebalances) - 20} more (see --report)")
+    if stats.merged_keys or stats.state_moves:
+        lines.append(f"  final merge combined {stats.merged_keys:,} keys; {stats.state_moves:,} keys' state handed over")
+    for e in stats.scaling:
+        lines.append(f"    t={e.time_s:.3f}s {e.action:<9} reducers {list(e.reducers)} -> width {e.width}: {e.reason}")
     return lines
 
 

@@ -88,6 +88,12 @@ def _add_job(p: argparse.ArgumentParser) -> None:
     g.add_argument("--runtime", choices=("ray", "local"), default="ray",
                    help="'ray' actors (default) or 'local' in-process simulation (virtual time)")
     g.add_argument("--timeout", type=float, default=None, help="fail the job after this many seconds")
+    g.add_argument("--max-reducers", type=int, default=None,
+                   help="elastic reducers: grow up to this many when every reducer is backlogged")
+    g.add_argument("--min-reducers", type=int, default=None, help="elastic reducers: shrink down to this many")
+    g.add_argument("--migrate", choices=("records", "state"), default="records",
+                   help="a moved key's records are forwarded and merged at the end ('records', the paper), "
+                        "or its state is handed over too ('state': no final merge)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,6 +10,12 @@ sketch, widths grown from load, water-filled shares, hand-overs of queued record
 ``1 / (4 R)``) and stays hot down to half that (hysteresis); hot-set changes are checked
 before ring changes and, like them, wait for every reducer to report under the newest
 version; a hot key's mappers interleave on one golden-ratio sequence per key.
+
+Elastic jobs: only active reducer slots (those with tokens on the ring) are candidates
+of hot keys, count for the mean load, ``theta`` and the hand-overs' targets. A slot that
+is activated (:meth:`HybridPlanner.scale_out`) joins the ring and becomes a candidate
+when a later plan grows a key to it; a slot that is retired
+(:meth:`HybridPlanner.scale_in`) leaves the ring and every hot key's candidates at once.
 """
 
 from __future__ import annotations
@@ -22,10 +28,15 @@ import numpy as np
 
 from dpa.errors import ConfigError
 from dpa.partitioners.common import check_int_option
-from dpa.partitioners.ring_lookahead import KeyLoads
-from dpa.partitioners.ring_policy import DPAPlanner, RingSettings, resolved_fields
+from dpa.partitioners.ring_lookahead import KeyLoads, arc_shares
+from dpa.partitioners.ring_policy import (
+    DPAPlanner,
+    RingSettings,
+    check_elastic_fields,
+    resolved_fields,
+)
 from dpa.policy import Decision, JobShape, PolicySpec, RebalanceEvent, Router
-from dpa.ring import RingSnapshot
+from dpa.ring import HashRing, RingSnapshot
 from dpa.sketches import SpaceSaving
 
 __all__ = ["HybridPlanner", "HybridPolicy", "HybridRouter", "HybridSettings", "HybridSnapshot", "build_hybrid", "fill"]
@@ -167,13 +178,22 @@ def fill(loads: np.ndarray, amount: float) -> np.ndarray:
 
 
 class HybridPlanner(DPAPlanner):
-    """Hot-key detection and splitting on top of the DPA ring rule (see the module docstring)."""
+    """Hot-key detection and splitting on top of the DPA ring rule (see the module docstring).
+
+    Elastic slots (:meth:`scale_out`, :meth:`scale_in`, see :class:`DPAPlanner` for the
+    ring): the tail records counted per reducer follow the arcs of the ring that change
+    hands (a reducer that loses a fraction of its hash space is assumed to lose that
+    fraction of its tail), ``theta`` is recomputed for the new number of active reducers,
+    and a retired slot leaves every hot key's candidates: the others' shares are scaled
+    up to sum to 1, and a key left without candidates is kept whole by its new ring
+    owner. The snapshot published hands over no queued records.
+    """
 
     def __init__(self, policy: HybridPolicy, num_reducers: int) -> None:
         super().__init__(policy.method, policy.tau, policy.max_rounds, policy.ring(num_reducers), policy.patience,
                          policy.min_gap, policy.balance_on, policy.min_gap_s, policy.lookahead)
         self.policy = policy
-        self.theta = policy.threshold(num_reducers)
+        self.theta = policy.threshold(self.num_active)
         self.sketch = SpaceSaving(policy.capacity)
         self.tail = np.zeros(num_reducers)  # records of tail keys that arrived at each reducer
         self.hot: dict[int, list[int]] = {}  # hot key -> candidates (home first)
@@ -201,6 +221,7 @@ class HybridPlanner(DPAPlanner):
         self._shares = dict(self.shares)
         self._version = snapshot.version
         self._snapshot = snapshot
+        self.theta = self.policy.threshold(self.num_active)
         return True
 
     def observe_keys(self, reducer: int, hashes: np.ndarray, counts: np.ndarray, total: int) -> None:
@@ -241,9 +262,13 @@ class HybridPlanner(DPAPlanner):
         candidate of, the key's count divided by the number of candidates. While the most
         loaded reducer is above ``(1 + slack)`` times the mean, the hot key contributing
         most to it gains the least loaded reducer it does not have yet; a key has at least
-        ``min_width`` candidates and at most ``R``.
+        ``min_width`` candidates and at most ``R``. Only active slots count: ``R`` is
+        their number, the mean is over them and keys grow only to them.
         """
-        R = self.ring.num_reducers
+        active = self._active
+        slots = np.flatnonzero(active).tolist()
+        R = len(slots)
+        everyone = R == self.ring.num_reducers
         counts = {h: self.sketch.estimate(h) for h in hot}
         tail = self._tail_after(hot)
         load = tail.copy()
@@ -253,16 +278,16 @@ class HybridPlanner(DPAPlanner):
         def grow(h: int) -> None:
             cands = hot[h]
             load[cands] -= counts[h] / len(cands)
-            free = [r for r in range(R) if r not in cands]
+            free = [r for r in slots if r not in cands]
             cands.append(min(free, key=lambda r: (load[r], r)))
             load[cands] += counts[h] / len(cands)
 
         for h in sorted(hot, key=lambda k: -counts[k]):
             while len(hot[h]) < min(R, self.policy.min_width):
                 grow(h)
-        mean = load.sum() / R
+        mean = (load.sum() if everyone else load[active].sum()) / R
         for _ in range(len(hot) * R):
-            x = int(np.argmax(load))
+            x = int(np.argmax(load)) if everyone else slots[int(np.argmax(load[active]))]
             if load[x] <= mean * (1.0 + self.policy.slack):
                 break
             growable = [h for h, c in hot.items() if x in c and len(c) < R]
@@ -345,10 +370,17 @@ class HybridPlanner(DPAPlanner):
         its queue) and that key's candidates, or the candidates of a key that stops being
         hot and its ring owner (its records go back there).
 
+        Elastic jobs level the active slots only (``R`` = their number; records a
+        retired slot still holds count as in flight): no record moves to or from an
+        inactive slot.
+
         Returns:
             ``moves`` (see :class:`HybridSnapshot`) or None when nothing should move.
         """
-        held = np.rint(self.held).astype(np.int64)
+        slots = np.flatnonzero(self._active)
+        local = np.full(self.ring.num_reducers, -1, dtype=np.int64)  # slot -> index among the active
+        local[slots] = np.arange(len(slots))
+        held = np.rint(self.held).astype(np.int64)[slots]
         total = int(self.sketch.n)
         in_flight = total - int(held.sum())
         R = len(held)
@@ -360,19 +392,24 @@ class HybridPlanner(DPAPlanner):
         order = np.argsort(-held, kind="stable")
         target = np.full(R, total // R, dtype=np.int64)
         target[order[: total % R]] += 1
-        excess = np.minimum(held - target, np.asarray(self.queue_lengths, dtype=np.int64))
+        excess = np.minimum(held - target, np.asarray(self.queue_lengths, dtype=np.int64)[slots])
         if excess.max() <= max(0.0, self.policy.slack * total / R):
             return None
         deficit = np.maximum(target - held - in_flight, 0)
+
+        def ix(reducers: list[int] | int) -> np.ndarray:
+            i = local[np.atleast_1d(np.asarray(reducers, dtype=np.int64))]
+            return i[i >= 0]
+
         shared = np.zeros((R, R), dtype=bool)
         for h in kept:
-            shared[np.ix_(wanted[h], wanted[h])] = True
+            shared[np.ix_(ix(wanted[h]), ix(wanted[h]))] = True
         for h in wanted.keys() - self.hot.keys():
-            shared[wanted[h][0], :] = False
-            shared[:, wanted[h]] = False
+            shared[ix(wanted[h][0]), :] = False
+            shared[:, ix(wanted[h])] = False
         for h in self.hot.keys() - wanted.keys():
-            shared[self.hot[h], :] = False
-            shared[:, int(self.ring.lookup_batch(np.array([h], np.uint32))[0])] = False
+            shared[ix(self.hot[h]), :] = False
+            shared[:, ix(int(self.ring.lookup_batch(np.array([h], np.uint32))[0]))] = False
         moves = np.zeros((R, R), dtype=np.int64)
         for s in order.tolist():
             for d in np.argsort(-deficit, kind="stable").tolist():
@@ -387,7 +424,11 @@ class HybridPlanner(DPAPlanner):
         if not moves.any():
             return None
         self._moved_at = held
-        return moves
+        if R == self.ring.num_reducers:
+            return moves
+        out = np.zeros((self.ring.num_reducers, self.ring.num_reducers), dtype=np.int64)
+        out[np.ix_(slots, slots)] = moves
+        return out
 
     def _ring_changed(self, moves: np.ndarray | None = None) -> HybridSnapshot:
         self._version += 1
@@ -400,8 +441,45 @@ class HybridPlanner(DPAPlanner):
             cumw[i, : len(self.hot[h])] = np.cumsum(self.shares[h])
         return HybridSnapshot(self.ring.snapshot(), hot, cands, cumw, self._version, moves)
 
+    def _slot_changed(self, slot: int, before: RingSnapshot) -> None:
+        """Tail counts follow the arcs that changed hands; a retired slot leaves the hot
+        keys' candidates (see the class docstring)."""
+        after = self.ring.snapshot()
+        if self._active[slot]:  # scale out: every reducer hands the slot the part of its tail its arcs held
+            lost = self.arc_moved(before, after)
+            for tail in (self.tail, self._base_tail):
+                moved = tail * lost
+                moved[slot] = 0.0
+                tail -= moved
+                tail[slot] = moved.sum()
+        else:  # scale in: the slot's tail goes where its arcs went
+            gain = np.maximum(arc_shares(after) - arc_shares(before), 0.0)
+            gain[slot] = 0.0
+            for tail in (self.tail, self._base_tail):
+                if gain.sum() > 0:
+                    tail += tail[slot] * gain / gain.sum()
+                tail[slot] = 0.0
+            for h in [h for h, cands in self.hot.items() if slot in cands]:
+                cands = self.hot[h]
+                keep = [j for j, r in enumerate(cands) if r != slot]
+                if keep:
+                    w = self.shares[h][keep]
+                    self.hot[h] = [cands[j] for j in keep]
+                    self.shares[h] = w / w.sum() if w.sum() > 0 else np.full(len(keep), 1.0 / len(keep))
+                else:
+                    self.hot[h] = [int(after.lookup_batch(np.array([h], np.uint32))[0])]
+                    self.shares[h] = np.ones(1)
+            self._shares = dict(self.shares)
+        self.theta = self.policy.threshold(self.num_active)
+        self._moved_at = None
+
+    def _busiest(self, seen: tuple[int, ...]) -> int:
+        """The active slot with the longest queue (the lowest on ties)."""
+        slots = np.flatnonzero(self._active)
+        return int(np.argmax(seen)) if len(slots) == len(seen) else int(slots[int(np.argmax(np.asarray(seen)[slots]))])
+
     def check(self, now: float) -> list[Decision]:
-        if min(self.report_versions) < self._snapshot.version:
+        if not self._fresh():
             return []
         loads, gap = self.loads()
         if max(loads) <= gap and not self.hot:
@@ -419,7 +497,7 @@ class HybridPlanner(DPAPlanner):
             self._snapshot = self._ring_changed(moves)
             seen = tuple(self.queue_lengths)
             action = "split" if changed or moves is None else "handover"
-            event = RebalanceEvent(now, int(np.argmax(seen)), action, seen, self.ring.token_counts,
+            event = RebalanceEvent(now, self._busiest(seen), action, seen, self.ring.token_counts,
                                    self._snapshot.version)
             logger.info("hybrid: %d hot keys, widths %s, %d queued records handed over (v%d)", len(self.hot),
                         sorted(len(c) for c in self.hot.values()), 0 if moves is None else int(moves.sum()),
@@ -478,12 +556,19 @@ class HybridPolicy(HybridSettings, PolicySpec):
     Args:
         num_mappers: Mappers of the job (set from the job's shape): they interleave on
             each hot key's sequence.
+        active_reducers: Elastic jobs: the first ring gives tokens to reducer slots
+            ``0 .. active_reducers - 1`` only (0 = all slots).
+        elastic: The planner may activate and retire slots during the job
+            (:meth:`HybridPlanner.scale_out`, :meth:`HybridPlanner.scale_in`).
     """
 
     min_gap: int = 0
     min_gap_s: float = 0.0
     num_mappers: int = 1
+    active_reducers: int = 0
+    elastic: bool = False
 
+    supports_elastic = True
     moves_keys = True
     splits_keys = True
     splits_by_plan = True
@@ -497,10 +582,15 @@ class HybridPolicy(HybridSettings, PolicySpec):
         super().__post_init__()
         check_int_option("num_mappers", self.num_mappers, 1, "hybrid")
         check_int_option("min_gap", self.min_gap, 0, "hybrid")
+        check_elastic_fields(self.active_reducers, self.elastic, "hybrid")
 
     def threshold(self, num_reducers: int) -> float:
-        """``theta`` for ``R`` reducers (default ``1 / (4 R)``)."""
+        """``theta`` for ``R`` (active) reducers (default ``1 / (4 R)``)."""
         return float(self.theta) if self.theta is not None else 1.0 / (4 * num_reducers)
+
+    def ring(self, num_reducers: int, active: int | None = None) -> HashRing:
+        """The initial ring: ``active`` (default :attr:`active_reducers`) slots get tokens."""
+        return super().ring(num_reducers, self.active_reducers if active is None else active)
 
     def initial_snapshot(self, num_reducers: int) -> HybridSnapshot:
         return HybridSnapshot(self.ring(num_reducers).snapshot(), _EMPTY_U32,
@@ -559,5 +649,6 @@ class HybridPolicy(HybridSettings, PolicySpec):
 
 
 def build_hybrid(settings: HybridSettings, shape: JobShape) -> HybridPolicy:
-    """The registry factory of ``hybrid`` (``min_gap`` and the mappers from the job's shape)."""
+    """The registry factory of ``hybrid`` (``min_gap``, the mappers and the elastic shape
+    from the job's shape)."""
     return HybridPolicy(**resolved_fields(settings, shape), num_mappers=shape.num_mappers)

@@ -14,6 +14,11 @@ after round while rounds are left, and keeps the prefix of that sequence whose p
 maximum is lowest. The planner publishes that ring at once (one version), or nothing when
 no prefix beats the current ring by a margin: no reshuffle that the prediction says makes
 things worse, and one move instead of a cascade of them. Everything here is pure logic.
+
+Elastic rings: reducers with zero tokens (inactive slots) own no keys, are predicted to
+get nothing and count for no fair share (a fair share is ``1 / A`` of the records, ``A``
+the reducers with tokens). No round makes them active: doubling keeps zero tokens at
+zero and halving cannot halve fewer than two, and the planner gives them no rounds.
 """
 
 from __future__ import annotations
@@ -89,12 +94,17 @@ class LookaheadPlan:
     after: float
 
 
+def _fair_share(ring: HashRing, total: float) -> float:
+    """Records per reducer that owns tokens."""
+    return total / sum(1 for t in ring.token_counts if t > 0)
+
+
 def _greedy(ring: HashRing, method: str, first: int, rounds_left: Sequence[int],
             loads: KeyLoads) -> list[tuple[tuple[int, ...], tuple[int, ...], float]]:
     """Every prefix of the forward run starting with ``first``: (relieved, tokens, max)."""
     ring = ring.copy()
     left = list(rounds_left)
-    fair = loads.total / ring.num_reducers
+    fair = _fair_share(ring, loads.total)
     relieved: list[int] = []
     out = []
     x = first
@@ -123,14 +133,14 @@ def plan_rounds(ring: HashRing, method: str, straggler: int, rounds_left: Sequen
         ring: The current ring (not changed).
         method: ``"halving"`` or ``"doubling"``.
         straggler: The reducer the measured rule named.
-        rounds_left: Rounds each reducer may still be relieved.
+        rounds_left: Rounds each reducer may still be relieved (0 for inactive slots).
         loads: The key-load estimate.
         margin: Least predicted gain (in fair shares) worth a ring change.
 
     Returns:
         The plan; ``relieved`` is empty when the current ring is kept.
     """
-    fair = loads.total / ring.num_reducers if loads.total > 0 else 1.0
+    fair = _fair_share(ring, loads.total) if loads.total > 0 else 1.0
     now = predicted_loads(ring.snapshot(), loads)
     before = float(now.max() / fair)
     keep = LookaheadPlan((), ring.token_counts, before, before)

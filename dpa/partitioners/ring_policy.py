@@ -16,7 +16,7 @@ import numpy as np
 
 from dpa.errors import ConfigError
 from dpa.partitioners.common import SnapshotRouter, check_int_option
-from dpa.partitioners.ring_lookahead import KeyLoads, plan_rounds
+from dpa.partitioners.ring_lookahead import KeyLoads, arc_shares, plan_rounds
 from dpa.policy import Decision, JobShape, Planner, PolicySettings, PolicySpec, RebalanceEvent
 from dpa.ring import HashRing, RingSnapshot
 from dpa.sketches import SpaceSaving
@@ -97,6 +97,25 @@ class DPAPlanner(Planner):
       once, or nothing when no prefix is predicted to lower the largest share by 5% of a
       fair share (a refusal uses no round; the rule looks again once a quarter more
       records were counted). Until some keys were reported, the paper's single round.
+
+    Elastic rings (:attr:`active`): only reducer slots that own tokens take part. The
+    fresh-report gate, the loads compared and the straggler rule consider active slots
+    only (an inactive one never reports; its stale figures are ignored), the lookahead
+    gives no round to an inactive slot, and reducer ids in events stay slot ids.
+    :meth:`scale_out` and :meth:`scale_in` change which slots are active:
+
+    * ``scale_out(slot)`` gives the slot :meth:`scale_out_tokens` tokens, the lower
+      median of the active reducers' token counts (for halving rounded down to a power
+      of two), at least 1: the newcomer owns about a typical reducer's arc of the ring,
+      ``1 / (A + 1)`` of the hash space on a ring nobody has rebalanced yet, and neither
+      a straggler's halved count nor doubling's skipped reducer pulls it off that. Its
+      tokens sit at their own positions, so only keys that move *to* it change owner.
+      Its rounds start at 0.
+    * ``scale_in(slot)`` sets the slot's tokens to 0: its keys go to its ring
+      successors, no other key moves.
+
+    Either publishes a new snapshot; the rule then waits, as after a rebalance, until
+    every active reducer (the new one included) has reported under it.
     """
 
     def __init__(self, method: str, tau: float, max_rounds: int, ring: HashRing, patience: int = 1,
@@ -120,18 +139,31 @@ class DPAPlanner(Planner):
         self.lookahead = bool(lookahead)
         self.sketch = SpaceSaving(LOOKAHEAD_CAPACITY)
         self._refused_at = 0.0  # records counted when the lookahead last kept the ring
+        self._active = np.array([t > 0 for t in ring.token_counts], dtype=bool)
 
     @property
     def snapshot(self) -> RingSnapshot:
         return self._snapshot
 
+    @property
+    def active(self) -> np.ndarray:
+        """Which reducer slots own tokens (a copy): ``bool``, one per slot."""
+        return self._active.copy()
+
+    @property
+    def num_active(self) -> int:
+        """Number of active reducer slots."""
+        return int(self._active.sum())
+
     def resume(self, snapshot: Any) -> bool:
-        """Continues from a ring it published: its tokens and version. The rounds each
-        reducer used are not in a snapshot: ``max_rounds`` counts afresh from here."""
+        """Continues from a ring it published: its tokens, version and active slots (those
+        with tokens). The rounds each reducer used are not in a snapshot: ``max_rounds``
+        counts afresh from here."""
         if not isinstance(snapshot, RingSnapshot) or snapshot.num_reducers != self.ring.num_reducers:
             return False
         self.ring.restore(snapshot)
         self._snapshot = self.ring.snapshot()
+        self._active = np.array([t > 0 for t in snapshot.token_counts], dtype=bool)
         return True
 
     def observe_keys(self, reducer: int, hashes: np.ndarray, counts: np.ndarray, total: int) -> None:
@@ -143,7 +175,7 @@ class DPAPlanner(Planner):
         share by name (SpaceSaving counts), every other record as a uniform tail."""
         n = float(self.sketch.n)
         hashes, counts = self.sketch.top()
-        named = np.asarray(counts, dtype=np.float64) >= n * NAMED_KEY_SHARE / self.ring.num_reducers
+        named = np.asarray(counts, dtype=np.float64) >= n * NAMED_KEY_SHARE / self.num_active
         h, c = np.asarray(hashes, dtype=np.uint32)[named], np.asarray(counts, dtype=np.float64)[named]
         return KeyLoads(h, c, max(0.0, n - float(c.sum())))
 
@@ -161,14 +193,17 @@ class DPAPlanner(Planner):
 
         With ``balance_on="work"`` and some backlog reported: seconds of work (a reducer
         without an estimate valued at the mean seconds per record of the others) and
-        ``min_gap_s``; otherwise queue lengths in records and ``min_gap``.
+        ``min_gap_s``; otherwise queue lengths in records and ``min_gap``. Only active
+        slots count: an inactive one is 0 and takes no part in the mean rate.
         """
-        known = [(b, q) for b, q in zip(self.backlogs, self.queue_lengths) if b is not None]
+        active = self._active.tolist()
+        known = [(b, q) for b, q, a in zip(self.backlogs, self.queue_lengths, active) if a and b is not None]
         if self.balance_on != "work" or not known:
-            return [float(q) for q in self.queue_lengths], float(self.min_gap)
+            return [float(q) if a else 0.0 for q, a in zip(self.queue_lengths, active)], float(self.min_gap)
         rated = [b / q for b, q in known if q > 0]
         rate = sum(rated) / len(rated) if rated else 0.0
-        work = [q * rate if b is None else b for b, q in zip(self.backlogs, self.queue_lengths)]
+        work = [(q * rate if b is None else b) if a else 0.0
+                for b, q, a in zip(self.backlogs, self.queue_lengths, active)]
         return work, self.min_gap_s
 
     @staticmethod
@@ -186,14 +221,27 @@ class DPAPlanner(Planner):
         loads, gap = self.loads()
         return loads, self.tau, gap
 
+    def _straggler(self, loads: list[float], tau: float, gap: float) -> int | None:
+        """:meth:`straggler` among the active slots (a slot id, or None)."""
+        if self._active.all():
+            return self.straggler(loads, tau, gap)
+        slots = np.flatnonzero(self._active).tolist()
+        x = self.straggler([loads[i] for i in slots], tau, gap)
+        return None if x is None else slots[x]
+
+    def _fresh(self) -> bool:
+        """Whether every active reducer has reported under the newest version."""
+        version = self._snapshot.version
+        return all(v >= version for v, a in zip(self.report_versions, self._active.tolist()) if a)
+
     def _ring_changed(self) -> Any:
         """The snapshot to publish after the ring changed (subclasses wrap the ring)."""
         return self.ring.snapshot()
 
     def check(self, now: float) -> list[Decision]:
-        if min(self.report_versions) < self._snapshot.version:
+        if not self._fresh():
             return []
-        x = self.straggler(*self._rule_inputs())
+        x = self._straggler(*self._rule_inputs())
         self._streak = self._streak + 1 if x is not None and x == self._candidate else int(x is not None)
         self._candidate = x
         if x is None or self.rounds[x] >= self.max_rounds or self._streak < self.patience:
@@ -214,8 +262,8 @@ class DPAPlanner(Planner):
         n = float(self.sketch.n)
         if self._refused_at and n < self._refused_at * LOOKAHEAD_REGROW:
             return []
-        plan = plan_rounds(self.ring, self.method, x,
-                           [self.max_rounds - r for r in self.rounds], self.key_loads())
+        left = [self.max_rounds - r if a else 0 for r, a in zip(self.rounds, self._active.tolist())]
+        plan = plan_rounds(self.ring, self.method, x, left, self.key_loads())
         if not plan.relieved:
             self._refused_at = n
             logger.debug("lookahead keeps the ring: predicted largest share %.2f, straggler %d", plan.before, x)
@@ -240,6 +288,63 @@ class DPAPlanner(Planner):
         logger.info("rebalance: %s reducer(s) %s, queues %s -> tokens %s (v%d)", action, list(relieved), seen,
                     self.ring.token_counts, version)
         return [Decision(None, e) for e in events[:-1]] + [Decision(self._snapshot, events[-1])]
+
+    def _check_slot(self, slot: int) -> int:
+        if isinstance(slot, bool) or not isinstance(slot, (int, np.integer)) or not 0 <= slot < len(self._active):
+            raise ValueError(f"reducer slot must be an integer in [0, {len(self._active)}), got {slot!r}")
+        return int(slot)
+
+    def scale_out_tokens(self) -> int:
+        """Tokens :meth:`scale_out` gives a new reducer: the lower median of the active
+        reducers' counts, for halving rounded down to a power of two; at least 1."""
+        counts = sorted(t for t, a in zip(self.ring.token_counts, self._active.tolist()) if a)
+        t = max(1, counts[(len(counts) - 1) // 2])
+        return 1 << (t.bit_length() - 1) if self.method == "halving" else t
+
+    def scale_out(self, slot: int, now: float) -> Decision:
+        """Activates ``slot`` with :meth:`scale_out_tokens` tokens (see the class docstring)."""
+        slot = self._check_slot(slot)
+        if self._active[slot]:
+            raise ValueError(f"reducer slot {slot} is active already")
+        return self._rescale(slot, self.scale_out_tokens(), "scale_out", now)
+
+    def scale_in(self, slot: int, now: float) -> Decision:
+        """Retires ``slot``: its tokens go to 0, its keys to its ring successors."""
+        slot = self._check_slot(slot)
+        if not self._active[slot]:
+            raise ValueError(f"reducer slot {slot} is not active")
+        if self.num_active <= 1:
+            raise ValueError(f"reducer slot {slot} is the last active reducer; it cannot be retired")
+        return self._rescale(slot, 0, "scale_in", now)
+
+    def _rescale(self, slot: int, tokens: int, action: str, now: float) -> Decision:
+        """Gives ``slot`` ``tokens`` tokens and publishes the new snapshot."""
+        seen = tuple(self.queue_lengths)
+        before = self.ring.snapshot()
+        self.ring.set_tokens(slot, tokens)
+        self._active[slot] = tokens > 0
+        self.rounds[slot] = 0
+        self.queue_lengths[slot] = 0
+        self.backlogs[slot] = None
+        self._candidate, self._streak, self._refused_at = None, 0, 0.0
+        self._slot_changed(slot, before)
+        self._snapshot = self._ring_changed()
+        event = RebalanceEvent(now, slot, action, seen, self.ring.token_counts, self._snapshot.version)
+        logger.info("%s: reducer %d, tokens %s (v%d)", action, slot, self.ring.token_counts, self._snapshot.version)
+        return Decision(self._snapshot, event)
+
+    def _slot_changed(self, slot: int, before: RingSnapshot) -> None:
+        """Called by :meth:`scale_out` and :meth:`scale_in` after the ring changed (``before``
+        = the ring it had) and before the new snapshot is built; subclasses update what
+        they keep per reducer."""
+        return None
+
+    @staticmethod
+    def arc_moved(before: RingSnapshot, after: RingSnapshot) -> np.ndarray:
+        """Fraction of each reducer's hash space on ``before`` that it owns no longer on
+        ``after`` (arcs; 0 for a reducer that owned none)."""
+        b, a = arc_shares(before), arc_shares(after)
+        return np.divide(np.maximum(b - a, 0.0), b, out=np.zeros_like(b), where=b > 0)
 
 
 @dataclass(frozen=True)
@@ -326,9 +431,17 @@ class RingSettings(PolicySettings):
     def name(self) -> str:  # type: ignore[override]
         return self.method
 
-    def ring(self, num_reducers: int) -> HashRing:
-        """The initial ring for ``num_reducers`` reducers."""
-        return HashRing.for_method(self.method, num_reducers, self.initial_tokens, self.token_spacing == "even")
+    def ring(self, num_reducers: int, active: int | None = None) -> HashRing:
+        """The initial ring for ``num_reducers`` reducers (slots).
+
+        Args:
+            num_reducers: Reducers, or reducer slots of an elastic job.
+            active: Only the first ``active`` slots get tokens (the others none, see
+                :mod:`dpa.ring`); None, 0 or ``num_reducers`` and more = all.
+        """
+        first = active if active and 0 < active < num_reducers else None
+        return HashRing.for_method(self.method, num_reducers, self.initial_tokens, self.token_spacing == "even",
+                                   first)
 
 
 @dataclass(frozen=True)
@@ -336,24 +449,40 @@ class DPAPolicy(RingSettings, PolicySpec):
     """The DPA load balancer: consistent-hash ring with token halving or doubling.
 
     Its fields are :class:`RingSettings`' with ``min_gap`` resolved to a number of
-    records (default 0, the paper's rule) and ``min_gap_s`` to seconds (default 0).
+    records (default 0, the paper's rule) and ``min_gap_s`` to seconds (default 0), and the
+    job's elastic shape.
+
+    Args:
+        active_reducers: Elastic jobs: the first ring gives tokens to reducer slots
+            ``0 .. active_reducers - 1`` only (0 = all slots).
+        elastic: The planner may activate and retire slots during the job
+            (:meth:`DPAPlanner.scale_out`, :meth:`DPAPlanner.scale_in`): there is always a
+            planner, and keys move.
     """
 
     routes_by_key = True
     #: With ``lookahead``, reducers count keys, but only while backlogged.
     key_stats_when_backlogged = True
+    supports_elastic = True
 
     min_gap: int = 0
     min_gap_s: float = 0.0
+    active_reducers: int = 0
+    elastic: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.min_gap is None or self.min_gap_s is None:
             raise ConfigError("DPAPolicy.min_gap and min_gap_s must be numbers; build it with build_ring_policy")
+        check_elastic_fields(self.active_reducers, self.elastic, self.name)
+
+    def ring(self, num_reducers: int, active: int | None = None) -> HashRing:
+        """The initial ring: ``active`` (default :attr:`active_reducers`) slots get tokens."""
+        return super().ring(num_reducers, self.active_reducers if active is None else active)
 
     @property
     def moves_keys(self) -> bool:  # type: ignore[override]
-        return self.max_rounds > 0
+        return self.max_rounds > 0 or self.elastic
 
     @property
     def wants_key_stats(self) -> bool:  # type: ignore[override]
@@ -372,19 +501,35 @@ class DPAPolicy(RingSettings, PolicySpec):
         return snapshot.lookup_batch(hashes) if self.moves_keys else None
 
     def make_planner(self, num_reducers: int) -> Planner | None:
-        if self.max_rounds == 0:
+        if self.max_rounds == 0 and not self.elastic:
             return None
         return DPAPlanner(self.method, self.tau, self.max_rounds, self._ring(num_reducers), self.patience,
                           self.min_gap, self.balance_on, self.min_gap_s, self.lookahead)
 
 
+def check_elastic_fields(active_reducers: object, elastic: object, policy: str) -> None:
+    """Validates a ring policy's ``active_reducers`` (an integer >= 0) and ``elastic`` (a bool).
+
+    Raises:
+        ConfigError: If either is invalid.
+    """
+    check_int_option("active_reducers", active_reducers, 0, policy)
+    if not isinstance(elastic, bool):
+        raise ConfigError(f"policy {policy!r}: elastic must be True or False, got {elastic!r}")
+
+
 def resolved_fields(settings: RingSettings, shape: JobShape) -> dict[str, Any]:
-    """The settings' fields with ``min_gap`` and ``min_gap_s`` resolved against the job's shape."""
+    """The settings' fields with ``min_gap`` and ``min_gap_s`` resolved against the job's
+    shape, plus its elastic shape: ``active_reducers`` (0 when every slot starts active)
+    and ``elastic``."""
     fields = asdict(settings)
     if fields["min_gap"] is None:
         fields["min_gap"] = shape.block_share
     if fields["min_gap_s"] is None:
         fields["min_gap_s"] = MIN_GAP_STEPS * shape.step_time_s
+    active = int(shape.active_reducers)
+    fields["active_reducers"] = active if 0 < active < shape.num_reducers else 0
+    fields["elastic"] = bool(shape.elastic)
     return fields
 
 

@@ -273,3 +273,50 @@ def test_copy_is_independent_and_keeps_the_spacing():
 def test_even_tokens_must_be_a_count(bad):
     with pytest.raises(ConfigError, match="even_tokens"):
         HashRing([4, 4], even_tokens=bad)
+
+
+@pytest.mark.parametrize("method", ["halving", "doubling"])
+@pytest.mark.parametrize("even", [True, False])
+def test_an_elastic_first_ring_places_its_active_reducers_like_a_ring_of_that_many(method, even):
+    ring = HashRing.for_method(method, 8, 16, even=even, active=3)
+    assert ring.num_reducers == 8 and ring.token_counts == (16, 16, 16, 0, 0, 0, 0, 0)
+    three = HashRing.for_method(method, 3, 16, even=even).snapshot()
+    snap = ring.snapshot()
+    assert np.array_equal(snap.positions, three.positions) and np.array_equal(snap.owners, three.owners)
+    # active=None, 0 or all of them: the fixed ring
+    for active in (None, 0, 8):
+        fixed = HashRing.for_method(method, 8, 16, even=even, active=active).snapshot()
+        assert fixed.token_counts == (16,) * 8
+        assert np.array_equal(fixed.positions, HashRing.for_method(method, 8, 16, even=even).snapshot().positions)
+
+
+@pytest.mark.parametrize("bad", [9, -1, 1.5, True])
+def test_active_must_be_within_the_slots(bad):
+    with pytest.raises(ConfigError, match="active"):
+        HashRing.for_method("halving", 8, 16, active=bad)
+    with pytest.raises(ConfigError, match="even_reducers"):
+        HashRing([4, 4], even_tokens=4, even_reducers=bad if bad != -1 else 0)
+
+
+def test_set_tokens_activates_and_retires_a_reducer_moving_only_its_keys():
+    hashes = np.random.default_rng(5).integers(0, 2**32, 5000, dtype=np.uint64).astype(np.uint32)
+    ring = HashRing.for_method("halving", 4, 8, even=True, active=2)
+    before = ring.lookup_batch(hashes)
+    assert ring.set_tokens(3, 8) and ring.version == 1 and ring.token_counts == (8, 8, 0, 8)
+    after = ring.lookup_batch(hashes)
+    assert (after[before != after] == 3).all() and (after == 3).any()
+    # its tokens sit at their hashed positions
+    assert set(ring.snapshot().positions[ring.snapshot().owners == 3].tolist()) == {
+        token_position(3, j) for j in range(8)}
+    assert not ring.set_tokens(3, 8) and ring.version == 1  # no change, same version
+    assert ring.set_tokens(0, 0) and ring.version == 2
+    last = ring.lookup_batch(hashes)
+    assert (after[after != last] == 0).all() and not (last == 0).any()
+    ring.set_tokens(1, 0)
+    with pytest.raises(ConfigError, match="every token"):
+        ring.set_tokens(3, 0)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ConfigError, match="token count"):
+            ring.set_tokens(1, bad)
+    with pytest.raises(ConfigError, match="reducer id"):
+        ring.set_tokens(4, 1)

@@ -1,0 +1,175 @@
+"""State migration (``JobConfig(migrate="state")``) in the logic and the in-process runtime."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dpa
+from dpa.key_columns import hash_key_columns
+from dpa.plan import build_plan
+from dpa.reducers import HASH_COL
+from dpa.ring import HashRing
+from dpa.runtime_local import run_local
+from dpa.sources import normalize_source
+
+_RNG = np.random.default_rng(11)
+KEYS = (_RNG.zipf(1.1, 30_000) % 3000).astype(np.int64)
+EXPECTED = collections.Counter(KEYS.tolist())
+
+
+def _run(policy, migrate, reducer=None, faults=(), interval=0.0, batch_size=1 << 20):
+    config = dpa.JobConfig(num_reducers=6, policy=policy, runtime="local", migrate=migrate,
+                           checkpoint_interval_s=interval, batch_size=batch_size)
+    plan, blocks = build_plan(normalize_source(pa.table({"k": KEYS}), batch_size), "k",
+                              reducer or dpa.WithCost(dpa.Count(), 1e-3), None, config)
+    return run_local(plan, blocks, faults=faults)
+
+
+def _keys_per_table(out, column="k"):
+    return [set(t[column].to_pylist()) for t in out.tables if t is not None]
+
+
+def _counts(out, value="count"):
+    got = collections.Counter()
+    for table in out.tables:
+        if table is not None:
+            for k, c in zip(table["k"].to_pylist(), table[value].to_pylist()):
+                got[k] += c
+    return got
+
+
+@pytest.mark.parametrize("policy", ["doubling", "halving"])
+def test_ring_policies_end_with_every_key_on_one_reducer_and_no_merge(policy):
+    out = _run(policy, "state")
+    assert out.events, "the workload must rebalance for the test to mean anything"
+    assert _counts(out) == EXPECTED
+    assert not out.merged and out.merged_keys == 0
+    assert out.state_moves > 0
+    tables = _keys_per_table(out)
+    assert sum(len(t) for t in tables) == len(set().union(*tables)) == len(EXPECTED)  # no key twice
+    # every key sits where the final ring routes it
+    for r, table in enumerate(out.tables):
+        if table is not None and table.num_rows:
+            assert (out.final_snapshot.lookup_batch(hash_key_columns(table, ["k"])) == r).all()
+
+
+def test_records_mode_merges_the_keys_it_moved_and_counts_them():
+    records = _run("doubling", "records")
+    state = _run("doubling", "state")
+    assert _counts(records) == _counts(state) == EXPECTED
+    assert records.merged and records.merged_keys > 0 and records.state_moves == 0
+    assert records.processed == state.processed  # same routing, same records absorbed
+    assert records.virtual_time_s == pytest.approx(state.virtual_time_s)
+
+
+def test_hybrid_merges_only_its_split_hot_keys():
+    out = _run("hybrid", "state")
+    assert _counts(out) == EXPECTED
+    hot = out.final_snapshot.table_size
+    assert out.merged == (hot > 0)
+    assert out.merged_keys <= hot
+    records = _run("hybrid", "records")
+    assert records.merged_keys > out.merged_keys
+
+
+def test_a_user_defined_reducer_migrates_its_accumulators():
+    class Total(dpa.Reducer):
+        def create(self):
+            return 0
+
+        def add(self, acc, record):
+            return acc + 1
+
+        def merge(self, a, b):
+            return a + b
+
+        def finalize(self, acc):
+            return acc
+
+    out = _run("doubling", "state", reducer=dpa.WithCost(Total(name="total"), 1e-3))
+    assert _counts(out, "total") == EXPECTED
+    assert out.merged_keys == 0 and out.state_moves > 0
+
+
+@pytest.mark.parametrize("policy", ["doubling", "hybrid"])
+def test_state_migration_with_checkpoints_and_failures_stays_exact(policy):
+    out = _run(policy, "state", faults=[(1.5, "reducer-2"), (3.0, "balancer")], interval=0.5, batch_size=400)
+    assert _counts(out) == EXPECTED
+    assert out.recoveries and out.checkpoints >= 1
+    if policy == "doubling":
+        assert out.merged_keys == 0
+
+
+def _reducers(n, snapshot, plan):
+    from dpa.logic import ReducerLogic
+
+    return [ReducerLogic(i, plan, snapshot) for i in range(n)]
+
+
+def _plan(n):
+    config = dpa.JobConfig(num_reducers=n, policy="doubling", migrate="state", runtime="local",
+                           checkpoint_interval_s=0)
+    plan, _ = build_plan(normalize_source(pa.table({"k": [1]}), 10), "k", dpa.Count(), None, config)
+    return plan
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5)), min_size=1, max_size=8),
+       st.integers(0, 2 ** 16))
+def test_after_every_hand_off_each_key_is_on_its_owner_only(changes, seed):
+    """Random token moves: after each snapshot and the hand-offs it causes, no key is on
+    two reducers, each sits on its owner, and no count is lost."""
+    n = 4
+    plan = _plan(n)
+    counts = [4] * n
+    ring = HashRing(counts)
+    reducers = _reducers(n, ring.snapshot(), plan)
+    rng = np.random.default_rng(seed)
+    hashes = rng.integers(0, 2 ** 32, 300, dtype=np.uint64).astype(np.uint32)
+    keys = np.arange(300)
+    total = collections.Counter()
+    for step, (node, tokens) in enumerate(changes):
+        # some records arrive, routed by the current ring, and are absorbed
+        pick = rng.integers(0, 300, 200)
+        batch = pa.table({"k": keys[pick], HASH_COL: pa.array(hashes[pick], pa.uint32())})
+        owners = ring.snapshot().lookup_batch(hashes[pick])
+        for r, red in enumerate(reducers):
+            part = batch.filter(pa.array(owners == r))
+            red.enqueue(part, version=ring.snapshot().version)
+            while (chunk := red.take_chunk()) is not None:
+                assert not chunk.forwards
+                red.apply(chunk)
+        total.update(keys[pick].tolist())
+        counts[node] = tokens
+        if sum(counts) == 0:
+            counts[node] = 1
+        ring = HashRing(counts)
+        ring._version = step + 1  # each change is a new version
+        snapshot = ring.snapshot()
+        for red in reducers:
+            red.on_snapshot(snapshot)
+        for red in reducers:
+            for move in red.state_moves():
+                assert move.dest != red.reducer_id
+                reducers[move.dest].accept_state(move)
+        seen: dict[int, int] = {}
+        for r, red in enumerate(reducers):
+            table = red.state.export()
+            if table is None:
+                continue
+            for k, h in zip(table["k"].to_pylist(), table[HASH_COL].to_pylist()):
+                assert k not in seen, f"key {k} on reducers {seen[k]} and {r}"
+                seen[k] = r
+                assert snapshot.lookup_hash(h) == r
+    got = collections.Counter()
+    for red in reducers:
+        table = red.finalize()
+        if table is not None:
+            got.update(dict(zip(table["k"].to_pylist(), table["count"].to_pylist())))
+    assert got == total
