@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from dpa.errors import SchemaError
 from dpa.keys import key_type_class
@@ -83,6 +82,23 @@ class KeyTypeGuard:
                 )
 
 
+def merged_hashes(parts: list[np.ndarray]) -> int:
+    """Key hashes found in more than one of ``parts`` (each a reducer's keys' hashes).
+
+    Counted by hash, not by key value: keys that share a hash travel together (every
+    policy routes by hash), so this is the number of merged keys except that colliding
+    keys count once. A sort of the hashes: a few milliseconds for 200k keys, where a
+    group-by over the key columns took 14.
+    """
+    if len(parts) < 2:
+        return 0
+    h = np.sort(np.concatenate([np.unique(p) for p in parts]))
+    if len(h) < 2:
+        return 0
+    same = h[1:] == h[:-1]
+    return int(same[0]) + int(np.count_nonzero(same[1:] & ~same[:-1]))
+
+
 class ColumnarState:
     """Vectorised keyed state for :class:`~dpa.reducers.ColumnarReducer` built-ins."""
 
@@ -132,11 +148,7 @@ class ColumnarState:
             return 0
         self._merging = False
         parts = [p for p in self._parts if p.num_rows]
-        if len(parts) < 2:
-            return 0
-        keys = unify([p.select(self.group_cols) for p in parts], float_rounding=False)
-        counts = keys.group_by(self.group_cols).aggregate([([], "count_all")])
-        return int(pc.sum(pc.greater(counts["count_all"], 1)).as_py() or 0)
+        return merged_hashes([p[HASH_COL].to_numpy() for p in parts])
 
     def extract(self, destinations: Any, me: int, n: int) -> list[tuple[int, pa.Table]]:
         """Takes out the keys this reducer no longer holds (state migration).

@@ -173,3 +173,12 @@ def test_after_every_hand_off_each_key_is_on_its_owner_only(changes, seed):
         if table is not None:
             got.update(dict(zip(table["k"].to_pylist(), table["count"].to_pylist())))
     assert got == total
+
+
+def test_merged_hashes_counts_keys_found_on_several_reducers():
+    from dpa.state import merged_hashes
+
+    parts = [np.array([1, 2, 3], np.uint32), np.array([3, 4], np.uint32), np.array([3, 2, 9], np.uint32)]
+    assert merged_hashes(parts) == 2  # 2 (twice) and 3 (three times)
+    assert merged_hashes(parts[:1]) == 0 and merged_hashes([]) == 0
+    assert merged_hashes([np.array([5, 5], np.uint32), np.array([6], np.uint32)]) == 0  # one part: no merge
