@@ -148,21 +148,8 @@ def test_elastic_with_checkpoints_and_failures_stays_exact():
     assert out.recoveries and out.scaling
 
 
-def test_a_user_defined_reducer_scales_out():
-    class Tally(dpa.Reducer):
-        def create(self):
-            return 0
-
-        def add(self, acc, record):
-            return acc + 1
-
-        def merge(self, a, b):
-            return a + b
-
-        def finalize(self, acc):
-            return acc
-
-    res = _run(UNIFORM, reducer=dpa.WithCost(Tally(name="n"), 1e-3), num_reducers=2, max_reducers=4)
+def test_a_user_defined_reducer_scales_out(tally):
+    res = _run(UNIFORM, reducer=dpa.WithCost(tally(name="n"), 1e-3), num_reducers=2, max_reducers=4)
     assert _counts(res, "n") == _expected(UNIFORM)
     assert res.stats.scaling
 

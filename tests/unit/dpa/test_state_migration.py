@@ -78,21 +78,8 @@ def test_hybrid_merges_only_its_split_hot_keys():
     assert records.merged_keys > out.merged_keys
 
 
-def test_a_user_defined_reducer_migrates_its_accumulators():
-    class Total(dpa.Reducer):
-        def create(self):
-            return 0
-
-        def add(self, acc, record):
-            return acc + 1
-
-        def merge(self, a, b):
-            return a + b
-
-        def finalize(self, acc):
-            return acc
-
-    out = _run("doubling", "state", reducer=dpa.WithCost(Total(name="total"), 1e-3))
+def test_a_user_defined_reducer_migrates_its_accumulators(tally):
+    out = _run("doubling", "state", reducer=dpa.WithCost(tally(name="total"), 1e-3))
     assert _counts(out, "total") == EXPECTED
     assert out.merged_keys == 0 and out.state_moves > 0
 
