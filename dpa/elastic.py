@@ -20,7 +20,9 @@ work) to a :class:`ScalingRule`, which decides:
   retire them, and retiring them does not make the rest look short of reducers.
 
 After any change the rule waits ``cooldown_s`` before the next, so the backlogs it reads
-reflect the new width. A scale-out the runtime cannot carry out (no free CPU, an actor
+reflect the new width. Once every input record is in a queue (:meth:`ScalingRule.input_done`)
+no reducer retires: the job ends when the queues drain, and a reducer retired then would
+only hand its state over for nothing. A scale-out the runtime cannot carry out (no free CPU, an actor
 that does not start) is logged as ``"refused"`` and the job carries on at its width.
 """
 
@@ -88,6 +90,11 @@ class ScalingRule:
         self._streak = 0
         self._last_change = -math.inf
         self._idle_since: dict[int, float] = {}
+        self.mapping_done = False
+
+    def input_done(self) -> None:
+        """Every input record has been pushed to a reducer: no more scale-ins."""
+        self.mapping_done = True
 
     def changed(self, now: float) -> None:
         """A change was carried out (or refused) at ``now``: the cooldown starts."""
@@ -131,7 +138,8 @@ class ScalingRule:
         for r in idle:
             self._idle_since.setdefault(r, now)
         needed = math.ceil(total / self.out_backlog_s)
-        if len(active) > self.min_reducers and 0 < len(idle) < len(active) and needed < len(active):
+        if (not self.mapping_done and len(active) > self.min_reducers and 0 < len(idle) < len(active)
+                and needed < len(active)):
             waited = [r for r in idle if now - self._idle_since[r] >= self.idle_s]
             if waited:
                 victim = max(waited)  # the newest slot: the first ones stay

@@ -856,6 +856,12 @@ class BalancerLogic:
         self.sample(now)
         return Publish(self.snapshot)
 
+    def on_input_done(self) -> None:
+        """Every input record is in a reducer's queue: an elastic job retires no reducer
+        any more (:meth:`dpa.elastic.ScalingRule.input_done`)."""
+        if self.rule is not None:
+            self.rule.input_done()
+
     def scaled_out(self, now: float, started: list[int], refused: str | None = None) -> Publish | None:
         """The runtime carried out the last :class:`~dpa.instructions.ScaleOut`: the
         reducers of ``started`` run (and every member knows them); ``refused`` says why

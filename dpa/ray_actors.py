@@ -518,6 +518,11 @@ class BalancerActor(_JobMember):
     async def snapshot(self, job_id: str) -> Any:
         return self.logic.snapshot if self._serving(job_id) else None
 
+    async def input_done(self, job_id: str) -> None:
+        """Every input record is in a reducer's queue (:meth:`~dpa.logic.BalancerLogic.on_input_done`)."""
+        if self._serving(job_id):
+            self.logic.on_input_done()
+
     def _export_events(self) -> None:
         job = {"job_id": self.plan.job_id}
         for event in self.logic.events[self.exported:]:

@@ -106,6 +106,7 @@ class CoordinatorActor:
         self.reducers: list[Any] = [self._create(f"reducer-{i}") if i < first else None
                                     for i in range(num_reducers)]
         self.job_slots: list[int] = []  # the reducer slots started for the current job
+        self.told_done: str | None = None  # the run whose balancer heard that mapping is done
         self.scale_lock = asyncio.Lock()  # a scale-out and a checkpoint never overlap
         self.mappers = [self._create(f"mapper-{i}") for i in range(num_mappers)]
         self.logic: CoordinatorLogic | None = None
@@ -272,10 +273,14 @@ class CoordinatorActor:
             self._check()
 
     def _check(self) -> None:
-        """Ends the run when it is complete; starts a checkpoint when an epoch can close."""
+        """Ends the run when it is complete; starts a checkpoint when an epoch can close;
+        tells the balancer once every record is pushed."""
         if self.logic.complete():
             self.done.set()
             return
+        if self.run_id is not None and self.logic.mapping_done and self.told_done != self.run_id:
+            self.told_done = self.run_id
+            self.balancer.input_done.remote(self.run_id)
         epoch = None if self.run_id is None else self.logic.checkpoint_due(time.monotonic())
         if epoch is not None:
             asyncio.ensure_future(self._checkpoint(self.run_id, epoch))

@@ -270,6 +270,8 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
                 last_progress = time.perf_counter()
                 progress(sum(coord.processed))
         elif kind == "tick":
+            if coord.mapping_done:
+                balancer.on_input_done()
             instruction = balancer.tick(now)
             if instruction is not None and not isinstance(instruction, Publish):  # ScaleOut: slots start at once
                 instruction = balancer.scaled_out(now, list(instruction.slots))

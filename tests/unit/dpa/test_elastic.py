@@ -176,3 +176,13 @@ def test_bad_elastic_configs_fail_before_anything_runs():
 
     with pytest.raises(ConfigError, match="elastic reducers"):
         _run(UNIFORM, reducer=NoMerge(), num_reducers=2, max_reducers=4)
+
+
+def test_no_reducer_retires_once_every_record_is_queued():
+    rule = ScalingRule(4, 1, 0.25, idle_s=1.0, cooldown_s=0.0)
+    queues = {0: 50, 1: 0, 2: 0}
+    assert rule.decide(0.0, [0, 1, 2], {0: 0.1}, queues) is None
+    rule.input_done()
+    assert rule.decide(5.0, [0, 1, 2], {0: 0.1}, queues) is None
+    uniform = _run(UNIFORM, num_reducers=2, max_reducers=8)
+    assert [e.action for e in uniform.stats.scaling] == ["scale_out"]  # no retirement at the job's tail
