@@ -283,8 +283,6 @@ class ReducerLogic:
         self.migrate_state = getattr(plan, "migrate", "records") == "state"
         self.swept = -1
         self.keys_moved_out = 0
-        self.keys_moved_in = 0
-        self.state_moves_sent = 0
         self.merged_keys = 0
 
     # -- queue ----------------------------------------------------------------------
@@ -592,7 +590,6 @@ class ReducerLogic:
                 moves.append(StateMove(dest, partial, epoch, keys))
                 self.fwd_sent[(dest, epoch)] = self.fwd_sent.get((dest, epoch), 0) + 1
         self.keys_moved_out += sum(m.keys for m in moves)
-        self.state_moves_sent += len(moves)
         return moves
 
     @property
@@ -608,7 +605,6 @@ class ReducerLogic:
         """Merges a peer's :class:`~dpa.instructions.StateMove` into the store of its epochs."""
         self._state_for(move.epoch).add_partial(move.partial)
         self.fwd_received[move.epoch] = self.fwd_received.get(move.epoch, 0) + 1
-        self.keys_moved_in += move.keys
 
     # -- epochs and checkpoints -------------------------------------------------------
     def _state_for(self, epoch: int) -> Any:
@@ -726,7 +722,7 @@ class ReducerLogic:
             "received_forwards": self.received_forwards,
             "peak_queue": self.peak_queue,
             "keys_moved": self.keys_moved_out,
-            "state_moves": self.state_moves_sent,
+            "reducer": self.reducer_id,
         }
 
 

@@ -500,7 +500,7 @@ class CoordinatorActor:
                 raise _Lost("coordinator", exc) from exc
             raise
         width = max(self.job_slots) + 1  # (slots are taken lowest first: every one that existed)
-        per_slot = {slot: c for slot, c in zip(self._task_slots(tasks), counters)}
+        per_slot = {c["reducer"]: c for c in counters}
         zero = {"processed": 0, "forwarded": 0, "peak_queue": 0}
         counters_by_slot = [per_slot.get(i, zero) for i in range(width)]
         return {
@@ -517,10 +517,6 @@ class CoordinatorActor:
             "state_moves": sum(c["keys_moved"] for c in counters),
             "scaling": scaling,
         }
-
-    def _task_slots(self, tasks: dict[asyncio.Future, str]) -> list[int]:
-        """The reducer slot of each reducer loop in ``tasks`` (in order)."""
-        return [int(name.rsplit("reducer-", 1)[1]) for name in tasks.values() if "reducer" in name]
 
     async def scale_out(self, run_id: str, slots: list[int], plan: JobPlan,
                         snapshot: Any) -> tuple[list[int], list[Any], str | None]:
