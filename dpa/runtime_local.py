@@ -93,6 +93,12 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
         for move in reducers[r].state_moves():
             reducers[move.dest].accept_state(move)
 
+    def move_idle_states() -> None:
+        """Reducers not in a step hand over now (a busy one at the end of its step)."""
+        for r in range(R):
+            if busy[r] is None:
+                move_state(r)
+
     def start(r: int) -> None:
         if busy[r] is not None:
             return
@@ -114,9 +120,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
         for r in range(R):
             deliver(forwards[r])
             report(r)
-        for r in range(R):
-            if busy[r] is None:  # (a busy one hands over at the end of its step)
-                move_state(r)
+        move_idle_states()
 
     block_epoch = [0] * M  # the epoch of the block mapper m is routing
     block_emitted = [-1] * M  # the records it emitted (-1 = no block)
@@ -216,9 +220,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
             checkpoints += 1
         for red in reducers:
             deliver(red.release_held())
-        for r in range(R):
-            if busy[r] is None:
-                move_state(r)
+        move_idle_states()
 
     def recover(role: str) -> None:
         """Every member rolls back to the last checkpoint; its later blocks go out again."""
