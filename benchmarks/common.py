@@ -50,14 +50,25 @@ def parse_int(text: str) -> int:
 def base_parser(description: str, rows: int) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--rows", type=parse_int, default=rows, help=f"records (default {rows:,}; accepts 10M, 500k)")
-    p.add_argument("--mappers", type=int, default=4)
-    p.add_argument("--reducers", type=int, default=4)
+    p.add_argument("--mappers", type=int, default=None, help="JobConfig.num_mappers (default: dpa's, one per CPU)")
+    p.add_argument("--reducers", type=int, default=None, help="JobConfig.num_reducers (default: dpa's, one per CPU, >= 2)")
     p.add_argument("--batch-size", type=parse_int, default=None, help="JobConfig.batch_size (default: dpa's)")
     p.add_argument("--report-interval", type=float, default=None, help="JobConfig.report_interval_s")
     p.add_argument("--lb-interval", type=float, default=None, help="JobConfig.lb_interval_s")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default=None, help="write the figures as JSON to this file")
     return p
+
+
+def parse_shaped(p: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parses ``argv``; ``--mappers`` / ``--reducers`` left unset become the shape dpa's
+    ``JobConfig`` picks by default on this machine (printed and recorded as numbers)."""
+    import dpa
+
+    args = p.parse_args(argv)
+    shape = dpa.JobConfig(num_mappers=args.mappers, num_reducers=args.reducers)
+    args.mappers, args.reducers = shape.num_mappers, shape.num_reducers
+    return args
 
 
 def config_overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from benchmarks.common import (
     count_keys,
     init_ray,
     median,
+    parse_shaped,
     print_table,
     stop_ray,
     timed,
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    help="hybrid (the default policy; off = its halving ring without rebalancing), doubling, halving")
     p.add_argument("--patience", type=int, default=1,
                    help="checks the straggler must persist before the balancer acts (1 = the paper's rule)")
-    args = p.parse_args(argv)
+    args = parse_shaped(p, argv)
 
     import dpa
     from workloads.generators import uniform

@@ -45,6 +45,7 @@ from benchmarks.common import (
     init_ray,
     mb,
     parse_int,
+    parse_shaped,
     print_table,
     role_of,
     stop_ray,
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--z", type=float, default=1.1)
     p.add_argument("--max-rounds", type=int, default=1, help="doubling rounds (0 = no LB)")
     p.add_argument("--interval", type=float, default=0.2, help="sampling period, seconds")
-    args = p.parse_args(argv)
+    args = parse_shaped(p, argv)
 
     import dpa
 

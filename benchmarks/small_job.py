@@ -1,4 +1,4 @@
-"""Latency of a small job: 1,000 records, 4 mappers x 4 reducers, once Ray is up.
+"""Latency of a small job: 1,000 records, dpa's default shape, once Ray is up.
 
 Prints the cold time (the first job of a driver starts the actor pool) and the warm times
 (later jobs reuse the pooled actors). Run: ``python -m benchmarks.small_job [--records N]``.
@@ -20,16 +20,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1000)
     parser.add_argument("--reps", type=int, default=10)
-    parser.add_argument("--policy", default="doubling")
+    parser.add_argument("--policy", default=None, help="JobConfig.policy (default: dpa's)")
+    parser.add_argument("--mappers", type=int, default=None, help="JobConfig.num_mappers (default: dpa's)")
+    parser.add_argument("--reducers", type=int, default=None, help="JobConfig.num_reducers (default: dpa's)")
     args = parser.parse_args(argv)
     words = [f"w{i % 37}" for i in range(args.records)]
     t = time.perf_counter()
     ensure_ray(logging_level="ERROR")
     print(f"ray.init: {time.perf_counter() - t:.2f}s  (load average {os.getloadavg()[0]:.1f})")
-    cfg = dpa.JobConfig(policy=args.policy)
+    cfg = dpa.JobConfig(num_mappers=args.mappers, num_reducers=args.reducers,
+                        **({} if args.policy is None else {"policy": args.policy}))
     t = time.perf_counter()
     res = dpa.run(words, config=cfg)
-    print(f"cold job (starts 10 actors): {time.perf_counter() - t:.2f}s")
+    print(f"cold job ({cfg.num_mappers} mappers x {cfg.num_reducers} reducers: starts "
+          f"{cfg.num_mappers + cfg.num_reducers + 2} actors): {time.perf_counter() - t:.2f}s")
     times = []
     for _ in range(args.reps):
         t = time.perf_counter()

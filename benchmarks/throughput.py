@@ -39,6 +39,7 @@ from benchmarks.common import (
     count_keys,
     init_ray,
     median,
+    parse_shaped,
     print_table,
     start_spark,
     stop_ray,
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
     p.add_argument("--no-spark", action="store_true")
     p.add_argument("--spark-parallelism", type=int, default=2, help="Spark local[N]")
-    args = p.parse_args(argv)
+    args = parse_shaped(p, argv)
 
     from workloads.generators import zipf
 

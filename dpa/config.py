@@ -7,6 +7,8 @@ mistake is reported before a single actor starts.
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +41,39 @@ DEFAULT_POLICY = DefaultPolicyName("hybrid")
 MIGRATE_MODES = ("records", "state")
 
 
+#: Widest default job: the default shape never starts more mappers (or reducers) than this.
+MAX_DEFAULT_WIDTH = 16
+#: The local runtime's default shape (virtual time: no processes, so not tied to the machine).
+LOCAL_DEFAULT_WIDTH = 4
+
+
+def available_cpus() -> int:
+    """CPUs dpa's actors can use: the connected Ray cluster's when Ray is up in this
+    process, else this machine's (those this process may run on), as the local Ray that
+    ``dpa.run`` starts would see them. Never imports Ray."""
+    ray = sys.modules.get("ray")
+    if ray is not None and getattr(ray, "is_initialized", lambda: False)():
+        try:
+            cpus = int(ray.cluster_resources().get("CPU", 0))
+            if cpus >= 1:
+                return cpus
+        except Exception:  # a cluster that cannot answer: this machine's CPUs then
+            logger.debug("could not read the Ray cluster's CPUs", exc_info=True)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # (not Linux)
+        return max(1, os.cpu_count() or 1)
+
+
+def default_width(runtime: str) -> int:
+    """Mappers (and reducers) of a job that leaves them unset: one per available CPU
+    (:func:`available_cpus`), at most :data:`MAX_DEFAULT_WIDTH`; the local runtime's
+    simulation uses :data:`LOCAL_DEFAULT_WIDTH` on every machine."""
+    if runtime == "local":
+        return LOCAL_DEFAULT_WIDTH
+    return min(MAX_DEFAULT_WIDTH, available_cpus())
+
+
 def _is_power_of_two(n: int) -> bool:
     return n >= 1 and (n & (n - 1)) == 0
 
@@ -48,8 +83,15 @@ class JobConfig:
     """Everything that shapes one dpa job.
 
     Args:
-        num_mappers: Mapper actors (each pulls input blocks from the coordinator).
-        num_reducers: Reducer actors, each with its own bounded input queue.
+        num_mappers: Mapper actors (each pulls input blocks from the coordinator). None
+            (the default) = one per CPU dpa can use (:func:`available_cpus`: the Ray
+            cluster's if Ray is up when the config is made, else this machine's), at most
+            16; 4 with ``runtime="local"``. Every actor is a process: on a 2-core machine
+            2 mappers and 2 reducers ran the 10M-record Count 1.7x faster than 4 and 4,
+            and their first job took 4.4 s instead of 7.2 s (README, "Default shape").
+        num_reducers: Reducer actors, each with its own bounded input queue. None (the
+            default) = like ``num_mappers``, but at least 2 (and within
+            ``min_reducers``..``max_reducers`` when those are set).
         policy: The partitioning policy: a registered name (see :func:`dpa.policies`), e.g.
             ``"hybrid"`` (the default: the DPA ring for the tail of the keys, hot keys split
             over several reducers, both driven by the backlogs in seconds of work; with a
@@ -147,8 +189,8 @@ class JobConfig:
             key alone.
     """
 
-    num_mappers: int = 4
-    num_reducers: int = 4
+    num_mappers: int | None = None
+    num_reducers: int | None = None
     policy: str | PolicySettings = DEFAULT_POLICY
     tau: float = 0.2
     max_rounds: int = 1
@@ -176,6 +218,7 @@ class JobConfig:
     reducer_num_cpus: float = 0.0
 
     def __post_init__(self) -> None:
+        self._default_shape()
         for name in ("num_mappers", "num_reducers", "batch_size", "chunk_size", "queue_capacity"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -238,6 +281,20 @@ class JobConfig:
         # The name only (the message lists the valid ones); the policy's own settings are
         # validated once, where the plan is built.
         check_policy_name(self.policy)
+
+    def _default_shape(self) -> None:
+        """Fills in ``num_mappers`` / ``num_reducers`` left None (:func:`default_width`)."""
+        if self.num_mappers is not None and self.num_reducers is not None:
+            return
+        width = default_width(self.runtime)
+        if self.num_mappers is None:
+            self.num_mappers = width
+        if self.num_reducers is None:
+            reducers = max(2, width)
+            for bound, pick in ((self.max_reducers, min), (self.min_reducers, max)):
+                if isinstance(bound, int) and not isinstance(bound, bool) and bound >= 1:
+                    reducers = pick(reducers, bound)
+            self.num_reducers = reducers
 
     @property
     def slots(self) -> int:

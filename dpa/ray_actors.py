@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from typing import Any
 
@@ -82,11 +83,27 @@ class ActorFailure(Exception):
         return (ActorFailure, (self.actor, self.exc, self.key))
 
 
+def _warm_up() -> None:
+    """Pays a new worker process's one-time costs: the first ``Table.group_by`` imports
+    ``pyarrow.acero`` and pandas (about 0.5 s of CPU). Run in a thread while the actor
+    starts, they no longer delay the first block (or first push) it handles."""
+    try:
+        import pyarrow.acero  # noqa: F401  (imports pandas through pyarrow's shim)
+
+        pa.table({"k": [0, 1, 0]}).group_by("k").aggregate([("k", "count")])
+    except Exception:  # a warm-up only: the job itself reports real errors
+        logger.debug("warm-up failed", exc_info=True)
+
+
 class _JobMember:
     """What every member actor shares: the job it serves and the task running it."""
 
     job_id: str | None = None
     task: asyncio.Task | None = None
+
+    @staticmethod
+    def _start_warm_up() -> None:
+        threading.Thread(target=_warm_up, name="dpa-warm-up", daemon=True).start()
 
     def _serving(self, job_id: str) -> bool:
         return job_id is not None and job_id == self.job_id
@@ -117,6 +134,7 @@ class MapperActor(_JobMember):
         self.mapper_id = mapper_id
         self.name = name
         self.logic: MapperLogic | None = None
+        self._start_warm_up()
 
     async def start_job(self, plan: JobPlan, snapshot: Any, coordinator: Any, reducers: list[Any],
                         job_id: str | None = None) -> None:
@@ -198,6 +216,7 @@ class ReducerActor(_JobMember):
         self.name = name
         self.logic: ReducerLogic | None = None
         self.result: pa.Table | None = None
+        self._start_warm_up()
 
     async def start_job(self, plan: JobPlan, snapshot: Any, peers: list[Any], balancer: Any, coordinator: Any,
                         job_id: str | None = None, state: Any = None, records: int = 0, epoch: int = -1,

@@ -110,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", default="doubling", choices=sorted(dpa.policies()))
     parser.add_argument("--tau", type=float, default=0.2)
     parser.add_argument("--rounds", type=int, default=1, help="max rebalances per reducer")
-    parser.add_argument("--mappers", type=int, default=4)
-    parser.add_argument("--reducers", type=int, default=4)
+    parser.add_argument("--mappers", type=int, default=None, help="mapper actors (default: dpa's, one per CPU)")
+    parser.add_argument("--reducers", type=int, default=None, help="reducer actors (default: dpa's, one per CPU, >= 2)")
     parser.add_argument("--cost-us", type=float, default=2.0,
                         help="per-word processing cost in microseconds (models a compute-heavy reducer)")
     parser.add_argument("--top", type=int, default=10)

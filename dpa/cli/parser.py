@@ -72,8 +72,9 @@ def _add_job(p: argparse.ArgumentParser) -> None:
     g.add_argument("--policy", "-p", default="doubling", help="partitioning policy (see 'dpa policies')")
     g.add_argument("--tau", type=float, default=0.2, help="straggler threshold tau >= 0 (default 0.2)")
     g.add_argument("--rounds", type=int, default=1, help="max rebalances per reducer; 0 = no LB (default 1)")
-    g.add_argument("--mappers", type=int, default=4)
-    g.add_argument("--reducers", type=int, default=4)
+    g.add_argument("--mappers", type=int, default=None, help="mapper actors (default: one per CPU, at most 16)")
+    g.add_argument("--reducers", type=int, default=None,
+                   help="reducer actors (default: one per CPU, at least 2, at most 16)")
     g.add_argument("--initial-tokens", type=int, default=16, help="ring policies: tokens per reducer on the first ring (power of two; the paper's doubling: 1)")
     g.add_argument("--token-spacing", choices=("even", "hashed"), default=None,
                    help="ring policies: first ring's tokens evenly spaced (default) or at their hashes "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -63,7 +64,13 @@ def test_scale_out_starts_reducers_and_stays_exact():
 def test_scale_in_retires_idle_reducers_and_stays_exact():
     keys = np.concatenate([np.arange(2000) % 1000, np.full(4000, 7)])
     table = pa.table({"key": keys})
-    res = dpa.run(table, key="key", reducer=dpa.WithCost(dpa.Count(), 1e-3),
+
+    def blocks():  # the input stays open (no retirement once it is all queued) while the
+        yield table.slice(0, 2000)  # reducers idle after the first 0.5 s of work
+        time.sleep(2.5)
+        yield table.slice(2000)
+
+    res = dpa.run(blocks(), key="key", reducer=dpa.WithCost(dpa.Count(), 1e-3),
                   config=dpa.JobConfig(num_reducers=4, min_reducers=1, policy="halving", migrate="state",
                                        scale_out_backlog_s=5.0))
     assert _counts(res) == _expected(table)

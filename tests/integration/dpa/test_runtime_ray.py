@@ -207,7 +207,10 @@ def test_actors_are_named_in_the_dpa_namespace():
     dpa.run(["a", "b"])
     names = {a["name"] for a in dpa_actors_alive()}
     assert any(n.endswith(":coordinator") for n in names) and any(n.endswith(":balancer") for n in names)
-    assert sum(":reducer-" in n for n in names) == 4 and sum(":mapper-" in n for n in names) == 4
+    shape = dpa.JobConfig()  # the default: one mapper and one reducer per CPU of the session
+    assert shape.num_mappers == int(ray.cluster_resources()["CPU"])
+    assert sum(":reducer-" in n for n in names) == shape.num_reducers
+    assert sum(":mapper-" in n for n in names) == shape.num_mappers
     dpa.shutdown()
     assert wait_no_dpa_actors()
 
@@ -279,3 +282,24 @@ def test_default_config_balances_a_user_reducer_on_its_measured_cost():
     res = dpa.run(words, reducer=SlowCount(), config=dpa.JobConfig(num_reducers=4))
     assert res.to_dict() == dict(collections.Counter(words))
     assert res.stats.rebalances  # how well a 1 s job balances on a loaded CI machine varies: benchmarks.stragglers
+
+
+def test_member_warm_up_pays_the_first_block_s_imports_while_the_actor_starts():
+    """The first ``group_by`` of a worker imports pyarrow.acero and pandas (~0.5 s of CPU):
+    member actors start that in a thread, so it no longer delays their first block."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, threading\n"
+        "import dpa.ray_actors as a\n"
+        "assert 'pyarrow.acero' not in sys.modules\n"
+        "before = set(threading.enumerate())\n"
+        "a._JobMember._start_warm_up()\n"
+        "for t in set(threading.enumerate()) - before:\n"
+        "    assert t.name == 'dpa-warm-up' and t.daemon\n"
+        "    t.join(60)\n"
+        "assert 'pyarrow.acero' in sys.modules and 'pandas' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -1,0 +1,117 @@
+"""JobConfig's default shape: one mapper and one reducer per available CPU (no Ray here)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+import dpa
+from dpa import config as config_module
+from dpa.config import LOCAL_DEFAULT_WIDTH, MAX_DEFAULT_WIDTH, available_cpus, default_width
+from dpa.errors import ConfigError
+
+
+@pytest.fixture
+def cpus(monkeypatch):
+    """Sets the CPUs the default shape sees."""
+
+    def set_cpus(n: int) -> None:
+        monkeypatch.setattr(config_module, "available_cpus", lambda: n)
+
+    return set_cpus
+
+
+@pytest.mark.parametrize(("n", "mappers", "reducers"), [
+    (1, 1, 2),  # balancing needs two reducers
+    (2, 2, 2),
+    (8, 8, 8),
+    (64, MAX_DEFAULT_WIDTH, MAX_DEFAULT_WIDTH),
+])
+def test_the_default_shape_is_one_actor_per_cpu(cpus, n, mappers, reducers):
+    cpus(n)
+    cfg = dpa.JobConfig()
+    assert (cfg.num_mappers, cfg.num_reducers) == (mappers, reducers)
+
+
+def test_explicit_shapes_are_kept_and_each_unset_side_is_filled_alone(cpus):
+    cpus(8)
+    assert (dpa.JobConfig(num_mappers=3, num_reducers=5).num_mappers,
+            dpa.JobConfig(num_mappers=3, num_reducers=5).num_reducers) == (3, 5)
+    assert dpa.JobConfig(num_mappers=3).num_reducers == 8
+    assert dpa.JobConfig(num_reducers=3).num_mappers == 8
+
+
+def test_the_local_runtime_simulates_the_same_shape_on_every_machine(cpus):
+    for n in (1, 2, 32):
+        cpus(n)
+        cfg = dpa.JobConfig(runtime="local")
+        assert (cfg.num_mappers, cfg.num_reducers) == (LOCAL_DEFAULT_WIDTH, LOCAL_DEFAULT_WIDTH)
+
+
+def test_an_elastic_default_width_stays_within_its_bounds(cpus):
+    cpus(8)
+    assert dpa.JobConfig(max_reducers=3).num_reducers == 3
+    assert dpa.JobConfig(max_reducers=3).elastic is False  # starts (and stays) at its widest
+    cpus(2)
+    assert dpa.JobConfig(min_reducers=5).num_reducers == 5
+    cfg = dpa.JobConfig(max_reducers=8)
+    assert (cfg.num_reducers, cfg.slots, cfg.elastic) == (2, 8, True)
+
+
+def test_bad_shapes_are_still_config_errors(cpus):
+    cpus(2)
+    for bad in ({"num_mappers": 0}, {"num_reducers": -1}, {"num_mappers": 2.0}, {"num_reducers": True}):
+        with pytest.raises(ConfigError, match="must be an integer >= 1"):
+            dpa.JobConfig(**bad)
+    with pytest.raises(ConfigError, match="max_reducers must be an integer >= 1"):
+        dpa.JobConfig(max_reducers=0)
+
+
+def test_a_config_keeps_its_shape_when_copied_or_pickled(cpus):
+    import dataclasses
+    import pickle
+
+    cpus(6)
+    cfg = dpa.JobConfig()
+    cpus(2)
+    assert dataclasses.replace(cfg, policy="hash").num_reducers == 6
+    assert pickle.loads(pickle.dumps(cfg)).num_mappers == 6
+
+
+def test_available_cpus_without_ray_is_this_process_s_cpus(monkeypatch):
+    monkeypatch.delitem(sys.modules, "ray", raising=False)
+    expected = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert available_cpus() == expected
+    assert "ray" not in sys.modules  # never imports Ray
+
+
+def test_available_cpus_asks_a_running_ray_for_the_cluster_s_cpus(monkeypatch):
+    class FakeRay:
+        @staticmethod
+        def is_initialized() -> bool:
+            return True
+
+        @staticmethod
+        def cluster_resources() -> dict[str, float]:
+            return {"CPU": 48.0, "memory": 1e9}
+
+    monkeypatch.setitem(sys.modules, "ray", FakeRay)
+    assert available_cpus() == 48
+    assert default_width("ray") == MAX_DEFAULT_WIDTH
+    assert default_width("local") == LOCAL_DEFAULT_WIDTH
+
+
+def test_a_ray_that_cannot_answer_falls_back_to_this_machine(monkeypatch):
+    class BrokenRay:
+        @staticmethod
+        def is_initialized() -> bool:
+            return True
+
+        @staticmethod
+        def cluster_resources() -> dict[str, float]:
+            raise ConnectionError("GCS gone")
+
+    monkeypatch.setitem(sys.modules, "ray", BrokenRay)
+    assert available_cpus() >= 1
