@@ -200,7 +200,7 @@ class JobConfig:
     queue_capacity: int = 1_000_000
     queue_time_s: float = 1.0
     batch_size: int = 1_048_576
-    step_time_s: float = 0.03
+    step_time_s: float = 0.1
     chunk_size: int = 65_536
     runtime: str = "ray"
     reuse_actors: bool = True

@@ -44,10 +44,21 @@ PUSH_GROWTH = 8
 #: its cost (the mapper may grow its pushes), accepted while the cost was still unknown
 #: (keep the size), or made to wait by a full queue (shrink).
 PUSH_GROW, PUSH_KEEP, PUSH_SHRINK = 0, 1, 2
+#: Fewest rows of a push the reducers' queue bounds cap (:meth:`MapperLogic.on_pushed`).
+MIN_PUSH_ROWS = 256
 #: A push never needs more rows than this (a whole block fits).
 MAX_PUSH_ROWS = 1 << 40
+#: A reducer step this long (or half ``step_time_s`` if less) measures its rows, not the
+#: fixed cost of a step (well under a millisecond): the first such step calibrates the
+#: reducer's cost per row (:attr:`ReducerLogic.calibrated`).
+CALIBRATION_S = 0.01
 #: Weight of the newest step in the reducer's moving estimate of its cost per row.
 COST_SMOOTHING = 0.3
+#: A mapper's forecast (:meth:`MapperLogic.take_forecast`) counts the keys of at most
+#: this many rows of its first block ...
+FORECAST_SAMPLE_ROWS = 1 << 16
+#: ... and reports this many of the most frequent.
+FORECAST_TOP = 64
 
 
 def top_key_counts(hashes: np.ndarray, weights: np.ndarray | None, top: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -70,6 +81,34 @@ def top_key_counts(hashes: np.ndarray, weights: np.ndarray | None, top: int) -> 
         keys, counts = keys[pick], counts[pick]
     order = np.argsort(-counts, kind="stable")
     return keys[order].astype(np.uint32), counts[order], total
+
+
+def block_forecast(hashes: np.ndarray, weights: np.ndarray | None = None,
+                   top: int = FORECAST_TOP, sample: int = FORECAST_SAMPLE_ROWS) -> tuple[np.ndarray, np.ndarray, int]:
+    """The ``top`` most frequent keys of a block and their records, from its first ``sample`` rows.
+
+    Args:
+        hashes: The block's ``uint32`` key hashes, one per row.
+        weights: Records each row stands for (map-side combined rows), default 1 each.
+        top: Most keys returned.
+        sample: Rows counted; the counts are scaled up to the whole block.
+
+    Returns:
+        ``(hashes uint32, counts int64, total)``: most frequent first; ``total`` is the
+        block's records.
+    """
+    w = np.ones(len(hashes), dtype=np.int64) if weights is None else np.asarray(weights, dtype=np.int64)
+    total = int(w.sum())
+    part_h, part_w = hashes[:sample], w[:sample]
+    uniq, inv = np.unique(part_h, return_inverse=True)
+    counts = np.bincount(inv.reshape(-1), weights=part_w, minlength=len(uniq))
+    seen = counts.sum()
+    if seen > 0 and seen < total:
+        counts = counts * (total / seen)
+    order = np.argsort(-counts, kind="stable")[:top]
+    counts = np.floor(counts[order]).astype(np.int64)  # (the scaled counts sum to <= total)
+    keep = counts > 0
+    return uniq[order][keep].astype(np.uint32), counts[keep], total
 
 
 class MapperLogic:
@@ -95,6 +134,12 @@ class MapperLogic:
         self.pushes = 0
         self.combiner = unwrap(plan.reducer)[0] if plan.combine else None
         self.window = FIRST_PUSH_ROWS  # rows of the next push
+        self._last_push: tuple[int, dict[int, int]] = (0, {})  # its rows, and rows per reducer
+        # The planner's forecast from the first block (PolicySpec.wants_block_stats); not
+        # for combined rows: a key is one row per block then, there is nothing to split.
+        self._forecast_due = (bool(getattr(plan.policy, "wants_block_stats", False))
+                              and not plan.combine and not plan.input_combined)
+        self._forecast: tuple[np.ndarray, np.ndarray, int] | None = None
         self._table: pa.Table | None = None  # the block being routed (with HASH_COL)
         self._hashes: np.ndarray | None = None
         self._offset = 0
@@ -129,8 +174,18 @@ class MapperLogic:
             self._table, self._hashes, self._offset = None, None, 0
             return
         hashes = hash_key_columns(table, self.plan.key_cols, cache=self.cache)
+        if self._forecast_due:
+            self._forecast_due = False
+            self._forecast = block_forecast(hashes, table[WEIGHT_COL].to_numpy()
+                                            if WEIGHT_COL in table.column_names else None)
         self._table = table.append_column(HASH_COL, pa.array(hashes, pa.uint32()))
         self._hashes, self._offset = hashes, 0
+
+    def take_forecast(self) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """The key counts of the job's first block (for :meth:`~dpa.policy.Planner.observe_forecast`),
+        once, after :meth:`start_block`; None if the policy does not want them or they were taken."""
+        forecast, self._forecast = self._forecast, None
+        return forecast
 
     @property
     def routing(self) -> bool:
@@ -153,6 +208,7 @@ class MapperLogic:
         if end >= table.num_rows:
             self._table, self._hashes, self._offset = None, None, 0
         parts = split_by(part, dest, self.plan.num_reducers)
+        self._last_push = (end - start, {r: p.num_rows for r, p in enumerate(parts) if p.num_rows})
         self.pushes += 1
         return [Push(r, p) for r, p in enumerate(parts) if p.num_rows]
 
@@ -166,13 +222,24 @@ class MapperLogic:
         rest = compact(table.slice(self._offset))
         return rest, weight(rest)
 
-    def on_pushed(self, outcome: int) -> None:
+    def on_pushed(self, outcome: int, capacities: dict[int, int | None] | None = None) -> None:
         """The shell's news that a push was accepted: the worst outcome among its reducers
-        (:data:`PUSH_GROW`, :data:`PUSH_KEEP` or :data:`PUSH_SHRINK`)."""
+        (:data:`PUSH_GROW`, :data:`PUSH_KEEP` or :data:`PUSH_SHRINK`) and, per reducer,
+        the rows its queue holds at most (:attr:`ReducerLogic.capacity_rows`).
+
+        The window never grows past what, split like the last push, gives some reducer
+        more than its queue holds (nor below :data:`MIN_PUSH_ROWS`): a queue is refilled
+        at most one bound at a time, and the rest of the input waits at the mapper, where
+        a rebalance reaches it without forwarding.
+        """
         if outcome >= PUSH_SHRINK:
             self.window = max(FIRST_PUSH_ROWS, self.window // 2)
         elif outcome == PUSH_GROW and self.window < MAX_PUSH_ROWS:
             self.window *= PUSH_GROWTH
+        rows, parts = self._last_push
+        fits = [capacities[r] / n for r, n in parts.items() if capacities and capacities.get(r) is not None]
+        if fits:
+            self.window = max(MIN_PUSH_ROWS, min(self.window, int(rows * min(fits))))
 
     def map_block(self, block: pa.Table) -> list[Push]:
         """Maps and routes a whole block at once; returns one :class:`Push` per reducer."""
@@ -267,8 +334,9 @@ class ReducerLogic:
         self.queued = 0
         self.queued_rows = 0  # rows of the queue (a combined row stands for many records)
         self.cost_per_row: float | None = None  # moving estimate, seconds; None = not measured yet
-        # Whether a step of full size was measured: small first steps are dominated by the
-        # fixed cost of a step and overstate the cost per row of cheap reducers.
+        # Whether a "full-size" step was measured (CALIBRATION_S or more, or chunk_size
+        # rows): small first steps are dominated by the fixed cost of a step and
+        # overstate the cost per row of cheap reducers.
         self.calibrated = False
         self.processed = 0
         self.in_process = 0  # records of the chunk taken off the queue and not yet applied
@@ -303,6 +371,14 @@ class ReducerLogic:
         if not self.calibrated:  # small steps overstate a cheap reducer's cost: no bound in time yet
             return True
         return self.queued_rows * self.cost_per_row < self.plan.queue_time_s
+
+    @property
+    def capacity_rows(self) -> int | None:
+        """Rows the queue holds at most: ``queue_time_s`` of work at the measured cost per
+        row (at least 1), or None while unknown (not :attr:`calibrated`) or unbounded (free rows)."""
+        if self.cost_per_row is None or not self.calibrated or self.cost_per_row <= 0:
+            return None
+        return max(1, int(self.plan.queue_time_s / self.cost_per_row))
 
     def push_outcome(self) -> int:
         """What a mapper's push arriving now tells the mapper: :data:`PUSH_GROW` once the
@@ -484,7 +560,7 @@ class ReducerLogic:
         if rows <= 0 or seconds < 0:
             return
         sample = seconds / rows
-        full = seconds >= self.plan.step_time_s / 2 or rows >= self.plan.chunk_size
+        full = seconds >= min(self.plan.step_time_s / 2, CALIBRATION_S) or rows >= self.plan.chunk_size
         if self.cost_per_row is None or (full and not self.calibrated):
             self.cost_per_row = sample  # the first full-size step replaces the warm-up guesses
         else:
@@ -780,6 +856,17 @@ class BalancerLogic:
         """Whether there is anything to balance."""
         return self.planner is not None
 
+    def forecast(self, mapper: int, hashes: np.ndarray, counts: np.ndarray, total: int,
+                 now: float) -> Publish | None:
+        """A mapper's key counts of its first block, before it routes any of it
+        (:meth:`~dpa.policy.Planner.observe_forecast`): the policy's rule is evaluated at
+        once; returns the snapshot to publish, if any (the mapper routes under it)."""
+        if self.planner is None:
+            return None
+        self.planner.observe_forecast(mapper, hashes, counts, total)
+        published = self._decide(now)
+        return None if published is None else Publish(published)
+
     def report(self, reducer: int, queue_length: int, version: int,
                keys: tuple[np.ndarray, np.ndarray, int, int] | None = None,
                backlog_s: float | None = None) -> None:
@@ -816,18 +903,23 @@ class BalancerLogic:
         self.sample(now)
         if self.planner is None:
             return None
-        published = None
-        decisions: list[Decision] = self.planner.check(now)
-        for decision in decisions:
-            self._apply(decision)
-            if decision.snapshot is not None:
-                published = decision.snapshot
+        published = self._decide(now)
         if published is None and self.rule is not None and self.scaling_out is None:
             return self._scale(now)
         if published is None:
             return None
         self.sample(now)
         return Publish(published)
+
+    def _decide(self, now: float) -> Any:
+        """Runs the planner's rule; returns the snapshot it publishes, if any."""
+        published = None
+        decisions: list[Decision] = self.planner.check(now)
+        for decision in decisions:
+            self._apply(decision)
+            if decision.snapshot is not None:
+                published = decision.snapshot
+        return published
 
     def _apply(self, decision: Decision) -> None:
         self.events.append(decision.event)

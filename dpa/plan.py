@@ -85,7 +85,7 @@ class JobPlan:
     # all null in the sample). A key column keeps its key class for the whole job.
     key_types: list[pa.DataType | None] | None = None
     # Target seconds of work per reducer step (JobConfig.step_time_s).
-    step_time_s: float = 0.03
+    step_time_s: float = 0.1
     # Bound of each reducer's queue in estimated seconds of work (JobConfig.queue_time_s).
     queue_time_s: float = 1.0
     # Seconds per input epoch; 0 = no checkpoints (JobConfig.checkpoint_interval_s).

@@ -115,6 +115,24 @@ class Planner:
         """
         return None
 
+    def observe_forecast(self, mapper: int, hashes: np.ndarray, counts: np.ndarray, total: int) -> None:
+        """Records a mapper's key counts of the first input block it is about to route.
+
+        Only called when the policy's :attr:`PolicySpec.wants_block_stats` is true. Each
+        mapper counts the keys of its first block of the job before routing any of it (the
+        PKG paper's local estimation) and reports the most frequent ones: a forecast of
+        what the reducers will receive, so a key that is hot from the start can be split
+        from the first push. The balancer evaluates the rule at once and the mapper
+        routes under the snapshot that results.
+
+        Args:
+            mapper: The reporting mapper.
+            hashes: ``uint32`` key hashes, distinct, most frequent first.
+            counts: ``int64`` record counts, aligned with ``hashes``.
+            total: Records of the block (``>= counts.sum()``).
+        """
+        return None
+
     def observe_work(self, reducer: int, backlog_s: float, version: int) -> None:
         """Records a reducer's backlog in estimated seconds of work (queued rows times its
         measured cost per row), reported under routing ``version`` with its queue length.
@@ -213,6 +231,9 @@ class PolicySpec:
     key_stats_when_backlogged: bool = False
     #: Most key hashes a reducer sends per report when ``wants_key_stats``.
     key_stats_top: int = 1024
+    #: The planner wants each mapper's key counts of its first block before the mapper
+    #: routes it (:meth:`Planner.observe_forecast`).
+    wants_block_stats: bool = False
     #: The job may change its number of reducers while it runs: the policy's snapshots
     #: give keys only to active reducer slots, and its planner implements
     #: :attr:`Planner.active`, :meth:`Planner.scale_out` and :meth:`Planner.scale_in`.
@@ -292,7 +313,7 @@ class JobShape:
     num_reducers: int = 1
     batch_size: int = 1
     seed: int = 0
-    step_time_s: float = 0.03
+    step_time_s: float = 0.1
     active_reducers: int = 0
     elastic: bool = False
 

@@ -137,13 +137,14 @@ class MapperActor(_JobMember):
         self._start_warm_up()
 
     async def start_job(self, plan: JobPlan, snapshot: Any, coordinator: Any, reducers: list[Any],
-                        job_id: str | None = None) -> None:
+                        job_id: str | None = None, balancer: Any = None) -> None:
         """Starts serving ``job_id`` (default ``plan.job_id``; a recovered job's run id)."""
         self.job_id = job_id or plan.job_id
         self.logic = MapperLogic(self.mapper_id, plan, snapshot)
         self.tags = {"job_id": plan.job_id, "mapper": str(self.mapper_id)}
         self.coordinator = coordinator
         self.reducers = reducers
+        self.balancer = balancer
 
     @quiet_method
     async def update_ring(self, job_id: str, snapshot: Any) -> None:
@@ -181,6 +182,17 @@ class MapperActor(_JobMember):
                     logic.start_block(block)
             except Exception as exc:
                 raise ActorFailure(self.name, exc, getattr(exc, "key", None)) from exc
+            forecast = logic.take_forecast()
+            if forecast is not None and self.balancer is not None:
+                # The first block's key counts: its first push goes out under what the
+                # balancer makes of them (a key hot from the start is split already).
+                try:
+                    snapshot = await self.balancer.forecast.remote(job_id, self.mapper_id, *forecast)
+                except Exception as exc:  # a lost balancer is the coordinator's to notice and recover
+                    logger.debug("mapper %d: no forecast (%s)", self.mapper_id, describe(exc))
+                    snapshot = None
+                if snapshot is not None:
+                    logic.on_snapshot(snapshot)
             since = time.monotonic()
             while logic.routing:  # push by push, each under the newest ring (update_ring runs between)
                 if interval > 0 and time.monotonic() - since >= interval:
@@ -194,9 +206,10 @@ class MapperActor(_JobMember):
                     (epoch, token), before, since = split, logic.emitted - records, time.monotonic()
                 routed = logic.next_pushes()
                 version = logic.snapshot.version
-                outcomes = await asyncio.gather(*[self.reducers[r].push.remote(job_id, b, version, False, epoch)
-                                                  for r, b in routed])
-                logic.on_pushed(max(outcomes, default=PUSH_KEEP))
+                answers = await asyncio.gather(*[self.reducers[r].push.remote(job_id, b, version, False, epoch)
+                                                 for r, b in routed])
+                logic.on_pushed(max((outcome for outcome, _ in answers), default=PUSH_KEEP),
+                                {r: capacity for (r, _), (_, capacity) in zip(routed, answers)})
             # Every record of the block is in a reducer's queue now: the coordinator may
             # count the block's epoch as mapped (dpa.epochs).
             self.coordinator.block_done.remote(job_id, self.mapper_id, epoch, logic.emitted - before)
@@ -254,16 +267,18 @@ class ReducerActor(_JobMember):
 
     # -- inputs ---------------------------------------------------------------------
     @quiet_method
-    async def push(self, job_id: str, batch: pa.Table, version: int, forwarded: bool = False, epoch: int = 0) -> int:
+    async def push(self, job_id: str, batch: pa.Table, version: int, forwarded: bool = False,
+                   epoch: int = 0) -> tuple[int, int | None]:
         """Queues a batch; a mapper's push waits while the queue is full. Returns what the
-        mapper should do with its push size (:meth:`~dpa.logic.ReducerLogic.push_outcome`)."""
+        mapper should do with its push size (:meth:`~dpa.logic.ReducerLogic.push_outcome`)
+        and the queue's bound in rows (:attr:`~dpa.logic.ReducerLogic.capacity_rows`)."""
         if not self._serving(job_id):
-            return PUSH_KEEP
+            return PUSH_KEEP, None
         logic = self.logic
         if version > logic.snapshot.version:
             snapshot = await self.balancer.snapshot.remote(job_id)
             if not self._serving(job_id):
-                return PUSH_KEEP
+                return PUSH_KEEP, None
             if snapshot is not None:
                 self._adopt(snapshot)
         outcome = PUSH_KEEP
@@ -275,13 +290,13 @@ class ReducerActor(_JobMember):
                 self.room.clear()
                 await self.room.wait()
                 if not self._serving(job_id):
-                    return PUSH_KEEP
+                    return PUSH_KEEP, None
         self._send(logic.enqueue(batch, forwarded, version, epoch))
         if forwarded:
             self.arrived.set()
         self.wake.set()
         self._report()
-        return outcome
+        return outcome, logic.capacity_rows
 
     @quiet_method
     async def update_ring(self, job_id: str, snapshot: Any) -> None:
@@ -534,6 +549,18 @@ class BalancerActor(_JobMember):
             self.fresh.set()
 
     @quiet_method
+    async def forecast(self, job_id: str, mapper: int, hashes: Any, counts: Any, total: int) -> Any:
+        """A mapper's key counts of its first block (:meth:`~dpa.logic.BalancerLogic.forecast`):
+        publishes what the policy makes of them; returns the snapshot to route under."""
+        if not self._serving(job_id) or not self.running:
+            return None
+        published = self.logic.forecast(mapper, hashes, counts, total, time.monotonic() - self.t0)
+        if published is not None:
+            self._export_events()
+            for target in self.targets:
+                target.update_ring.remote(job_id, published.snapshot)
+        return self.logic.snapshot
+
     async def snapshot(self, job_id: str) -> Any:
         return self.logic.snapshot if self._serving(job_id) else None
 

@@ -446,7 +446,7 @@ class CoordinatorActor:
                                                     ck.states[i], ck.processed[i], ck.epoch,
                                                     ck.pending[i] if ck.pending else None)
                   for i in self.job_slots],
-                *[m.start_job.remote(plan, snapshot, me, self.reducers, run_id) for m in self.mappers],
+                *[m.start_job.remote(plan, snapshot, me, self.reducers, run_id, self.balancer) for m in self.mappers],
             )
         except Exception as exc:
             if member_lost(exc):

@@ -131,6 +131,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
     outcome = [PUSH_GROW] * M  # what mapper m's current push tells it so far (ReducerLogic.push_outcome)
     tried = [False] * M  # whether the head of mapper m's pending batches reached its reducer
     outstanding = [False] * M  # whether mapper m has a push not yet fully accepted
+    capacities: list[dict[int, int | None]] = [{} for _ in range(M)]  # its reducers' ReducerLogic.capacity_rows
     waiting: list[int | None] = [None] * M  # when mapper m's push began to wait for room (FIFO order)
 
     def push_pending(m: int) -> bool:
@@ -154,11 +155,12 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
                 pending[m].pop(0)
                 tried[m] = False
                 deliver(reducers[dest].enqueue(batch, version=versions[m], epoch=block_epoch[m]))
+                capacities[m][dest] = red.capacity_rows
                 start(dest)
                 report(dest)
             if outstanding[m]:
-                mapper.on_pushed(outcome[m])
-                outstanding[m], outcome[m] = False, PUSH_GROW
+                mapper.on_pushed(outcome[m], capacities[m])
+                outstanding[m], outcome[m], capacities[m] = False, PUSH_GROW, {}
             if not mapper.routing:
                 if block_emitted[m] >= 0:
                     coord.on_block_done(m, block_epoch[m], block_emitted[m])
@@ -199,6 +201,11 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
                     mappers[m].start_block(block.table, prepared=True)
                 else:
                     mappers[m].start_block(block)
+                    forecast = mappers[m].take_forecast()
+                    if forecast is not None:  # the mapper routes under what the balancer makes of it
+                        published = balancer.forecast(m, *forecast, now)
+                        if published is not None:
+                            publish(published.snapshot)
                 block_emitted[m] = mappers[m].emitted - before
                 push_pending(m)
                 progress = True
@@ -242,7 +249,7 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
         heapq.heapify(heap)
         for m in range(M):
             pending[m], versions[m], block_emitted[m], waiting[m] = [], snap.version, -1, None
-            outcome[m], tried[m], outstanding[m] = PUSH_GROW, False, False
+            outcome[m], tried[m], outstanding[m], capacities[m] = PUSH_GROW, False, False, {}
         recoveries.append(Recovery(now, [role], [], "injected", checkpoint.epoch, len(items), replayed_records, 0.0))
 
     feed()

@@ -457,11 +457,13 @@ class SpaceSaving(_BatchCounter):
         Returns:
             ``(hashes uint32, counts int64)`` by decreasing count, ties by hash.
         """
-        items = sorted(self._count.items(), key=lambda kv: (-kv[1], kv[0]))
+        size = len(self._count)
+        hashes = np.fromiter(self._count.keys(), dtype=np.uint32, count=size)
+        counts = np.fromiter(self._count.values(), dtype=np.int64, count=size)
+        order = np.lexsort((hashes, -counts))  # by decreasing count, then by hash
         if n is not None:
-            items = items[: max(0, int(n))]
-        return (np.array([k for k, _ in items], dtype=np.uint32),
-                np.array([v for _, v in items], dtype=np.int64))
+            order = order[: max(0, int(n))]
+        return hashes[order], counts[order]
 
     def guaranteed(self, n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Like :meth:`top` but with the guaranteed counts ``count - error_of``."""

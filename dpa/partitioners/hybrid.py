@@ -7,7 +7,7 @@ splits each *hot* key over several reducers by planned shares; the final merge m
 result exact. How it works (detection from the reducers' key reports into a SpaceSaving
 sketch, widths grown from load, water-filled shares, hand-overs of queued records) is in
 ``docs/policies/hybrid.md``. Choices: a key is hot at ``theta * N`` records (default
-``1 / (4 R)``) and stays hot down to half that (hysteresis); hot-set changes are checked
+``1 / (8 R)``) and stays hot down to half that (hysteresis); hot-set changes are checked
 before ring changes and, like them, wait for every reducer to report under the newest
 version; a hot key's mappers interleave on one golden-ratio sequence per key.
 
@@ -206,7 +206,11 @@ class HybridPlanner(DPAPlanner):
         self._base_tail = np.zeros(num_reducers)
         self._version = 0
         self._moved_at: np.ndarray | None = None  # holdings when the last hand-over was planned
+        self._last_excess: np.ndarray | None = None  # each reducer's excess at the previous check
         self._snapshot = policy.initial_snapshot(num_reducers)
+        # The mappers' forecast (observe_forecast): key -> records announced, and their total.
+        self.forecast: dict[int, int] = {}
+        self.forecast_n = 0
 
     def resume(self, snapshot: Any) -> bool:
         """Continues from a state it published: the ring, the hot keys, their candidates
@@ -232,6 +236,27 @@ class HybridPlanner(DPAPlanner):
     def observe_held(self, reducer: int, held: int) -> None:
         self.held[reducer] = held
 
+    def observe_forecast(self, mapper: int, hashes: np.ndarray, counts: np.ndarray, total: int) -> None:
+        for h, c in zip(np.asarray(hashes).tolist(), np.asarray(counts).tolist()):
+            self.forecast[h] = self.forecast.get(h, 0) + int(c)
+        self.forecast_n += int(total)
+
+    def _forecast_weight(self) -> float:
+        """How much the mappers' forecast still counts: fully before the reducers counted
+        any record, not at all once they counted as many as it announced (it fades as
+        the sketch fills)."""
+        if not self.forecast_n:
+            return 0.0
+        return max(0.0, 1.0 - self.sketch.n / self.forecast_n)
+
+    def _forecasting(self) -> bool:
+        """Whether the forecast still names a key above the hot threshold."""
+        w = self._forecast_weight()
+        if w <= 0.0 or not self.forecast:
+            return False
+        n = self.sketch.n + w * self.forecast_n
+        return max(self.forecast.values()) * w >= self.theta * n
+
     def key_loads(self) -> KeyLoads:
         """The ring lookahead's estimate, hot keys as loads no ring round moves: they are
         split over their candidates by the planned shares."""
@@ -243,10 +268,22 @@ class HybridPlanner(DPAPlanner):
         return KeyLoads(loads.hashes[kept], loads.counts[kept], loads.tail, fixed)
 
     def _hot_set(self) -> dict[int, list[int]]:
-        """Hot keys (threshold with hysteresis); a new one starts at its ring owner."""
+        """Hot keys (threshold with hysteresis); a new one starts at its ring owner.
+
+        Counts are the sketch's plus, while it fades, the mappers' forecast."""
         N = self.sketch.n
+        hashes, counts = self.sketch.top()
+        w = self._forecast_weight()
+        if w > 0.0 and self.forecast:
+            merged = dict(zip(hashes.tolist(), counts.tolist()))
+            for h, c in self.forecast.items():
+                merged[h] = merged.get(h, 0) + w * c
+            items = sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))
+            hashes = np.array([h for h, _ in items], dtype=np.uint32)
+            counts = np.array([c for _, c in items], dtype=np.float64)
+            N = N + w * self.forecast_n
         out: dict[int, list[int]] = {}
-        for h, c in zip(*(a.tolist() for a in self.sketch.top())):  # most frequent first
+        for h, c in zip(hashes.tolist(), counts.tolist()):  # most frequent first
             if c < self.theta * N / 2:
                 break  # below every key's threshold, and so are all that follow
             was = self.hot.get(h)
@@ -269,8 +306,12 @@ class HybridPlanner(DPAPlanner):
         slots = np.flatnonzero(active).tolist()
         R = len(slots)
         everyone = R == self.ring.num_reducers
-        counts = {h: self.sketch.estimate(h) for h in hot}
+        w = self._forecast_weight()
+        counts = {h: self.sketch.estimate(h) + w * self.forecast.get(h, 0) for h in hot}
         tail = self._tail_after(hot)
+        if w > 0.0:  # the forecast's tail, spread over the ring's arcs
+            rest = self.forecast_n - sum(self.forecast.get(h, 0) for h in hot)
+            tail = tail + w * max(0.0, rest) * arc_shares(self.ring.snapshot())
         load = tail.copy()
         for h, cands in hot.items():
             load[cands] += counts[h] / len(cands)
@@ -386,13 +427,21 @@ class HybridPlanner(DPAPlanner):
         R = len(held)
         kept = [h for h in wanted if h in self.hot]
         if not kept or in_flight < 0 or total < R:
+            self._last_excess = None
             return None
         if self._moved_at is not None and np.array_equal(held, self._moved_at):
+            self._last_excess = None
             return None  # the last hand-over moved nothing: nothing movable is left
         order = np.argsort(-held, kind="stable")
         target = np.full(R, total // R, dtype=np.int64)
         target[order[: total % R]] += 1
         excess = np.minimum(held - target, np.asarray(self.queue_lengths, dtype=np.int64)[slots])
+        # Only an excess seen at two checks in a row moves (the smaller of the two): the
+        # reports of a push that reached some reducers before others show a passing one.
+        last, self._last_excess = self._last_excess, excess
+        if last is None or len(last) != len(excess):
+            return None
+        excess = np.minimum(excess, last)
         if excess.max() <= max(0.0, self.policy.slack * total / R):
             return None
         deficit = np.maximum(target - held - in_flight, 0)
@@ -482,9 +531,10 @@ class HybridPlanner(DPAPlanner):
         if not self._fresh():
             return []
         loads, gap = self.loads()
-        if max(loads) <= gap and not self.hot:
+        forecasting = self._forecasting()
+        if max(loads) <= gap and not self.hot and not forecasting:
             return []  # no backlog worth moving (a cheap job): splitting cannot pay off
-        wanted = self.plan(self._hot_set()) if self.sketch.n else {}
+        wanted = self.plan(self._hot_set()) if self.sketch.n or forecasting else {}
         # New shares, a new hot set and hand-overs of queued records go out together.
         moves = self._transfers(wanted)
         changed = wanted != self.hot
@@ -514,7 +564,9 @@ class HybridSettings(RingSettings):
         method: Ring method for the tail: ``"halving"`` (default) or ``"doubling"``.
         tau, max_rounds, initial_tokens, patience, min_gap, balance_on, min_gap_s: The ring's, see
             :class:`RingSettings` (``max_rounds=0``: hot-key splitting only).
-        theta: A key is hot at ``theta`` of all records (default ``1 / (4 R)``).
+        theta: A key is hot at ``theta`` of all records (default ``1 / (8 R)``: an eighth
+            of a fair share, so that the warm keys below the hottest are placed by shares too
+            rather than left to the ring, which can only move them whole).
         min_width: Fewest reducers a hot key is split over.
         slack: Expected loads within ``(1 + slack)`` of the mean count as balanced.
         share_step: A new snapshot is published when a hot key's planned share of some
@@ -574,6 +626,7 @@ class HybridPolicy(HybridSettings, PolicySpec):
     splits_by_plan = True
     wants_key_stats = True
     key_stats_when_backlogged = True
+    wants_block_stats = True
     #: Mappers may combine: a hot key's partial-state rows are split by the planned shares
     #: like records (its reducers merge partial states at the end anyway).
     combinable = True
@@ -585,8 +638,8 @@ class HybridPolicy(HybridSettings, PolicySpec):
         check_elastic_fields(self.active_reducers, self.elastic, "hybrid")
 
     def threshold(self, num_reducers: int) -> float:
-        """``theta`` for ``R`` (active) reducers (default ``1 / (4 R)``)."""
-        return float(self.theta) if self.theta is not None else 1.0 / (4 * num_reducers)
+        """``theta`` for ``R`` (active) reducers (default ``1 / (8 R)``)."""
+        return float(self.theta) if self.theta is not None else 1.0 / (8 * num_reducers)
 
     def ring(self, num_reducers: int, active: int | None = None) -> HashRing:
         """The initial ring: ``active`` (default :attr:`active_reducers`) slots get tokens."""

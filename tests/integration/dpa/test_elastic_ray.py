@@ -37,8 +37,8 @@ def test_state_migration_is_exact_for_every_ring_policy(policy):
     if policy != "hybrid":
         assert s.merged_keys == 0 and not s.merged
         assert (s.state_moves > 0) == (s.ring_version > 0)
-    else:  # only split hot keys merge: a key is hot at 1 / (4 R) of the records, so at most 4 R of them
-        assert s.merged_keys <= 4 * 6
+    else:  # only split hot keys merge: a key is hot at 1 / (8 R) of the records, so at most 8 R of them
+        assert s.merged_keys <= 8 * 6
 
 
 def test_records_mode_counts_the_keys_its_final_merge_combined():

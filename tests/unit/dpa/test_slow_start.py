@@ -11,6 +11,7 @@ import pytest
 import dpa
 from dpa.logic import (
     FIRST_PUSH_ROWS,
+    MIN_PUSH_ROWS,
     PUSH_GROW,
     PUSH_GROWTH,
     PUSH_KEEP,
@@ -158,3 +159,49 @@ def test_a_push_routed_by_an_older_ring_is_still_exact_with_rebalances():
         assert res.to_dict() == dict(collections.Counter(keys.tolist())), policy
         assert res.stats.rebalances, policy
 
+
+
+def test_a_push_never_brings_a_reducer_more_than_its_queue_holds():
+    plan, table = _plan(400_000, queue_time_s=0.1)
+    mapper = MapperLogic(0, plan, plan.policy.initial_snapshot(plan.num_reducers))
+    mapper.start_block(table)
+    pushes = mapper.next_pushes()
+    parts = {p.dest: p.batch.num_rows for p in pushes}
+    # every reducer measured 1 ms per row: its queue holds 100 rows (0.1 s)
+    mapper.on_pushed(PUSH_GROW, {r: 100 for r in parts})
+    largest = max(parts.values())
+    assert mapper.window == max(MIN_PUSH_ROWS, int(FIRST_PUSH_ROWS * 100 / largest))
+    assert mapper.window < FIRST_PUSH_ROWS * PUSH_GROWTH
+    # a reducer that does not know its cost yet (None) or free rows bound nothing
+    mapper.window = FIRST_PUSH_ROWS
+    mapper.next_pushes()
+    mapper.on_pushed(PUSH_GROW, {r: None for r in parts})
+    assert mapper.window == FIRST_PUSH_ROWS * PUSH_GROWTH
+
+
+def test_capacity_rows_is_the_queue_bound_at_the_measured_cost():
+    red, _, _ = _reducer(queue_time_s=0.2)
+    assert red.capacity_rows is None  # not measured yet
+    red.on_step(16, 16 * 1e-3)  # 16 rows at 1 ms: long enough to measure (CALIBRATION_S)
+    assert red.calibrated and red.capacity_rows == 200
+
+
+def test_a_sixteen_record_first_step_of_a_1ms_reducer_calibrates_with_100ms_steps():
+    red, _, _ = _reducer(step_time_s=0.1)
+    red.on_step(16, 16 * 1e-3)
+    assert red.calibrated and red.step_rows == 100
+    cheap, _, _ = _reducer(step_time_s=0.1)
+    cheap.on_step(16, 16 * 1e-6)  # 16 us: the fixed cost of a step, not a measurement
+    assert not cheap.calibrated
+
+
+def test_a_push_after_fast_ones_brings_one_key_no_more_than_its_queue_holds():
+    # Many keys first: no queue makes a push wait, so pushes grow. Then one key: the push
+    # that is routed next, split like the last one, must not bring its reducer far more
+    # than a bound (1 s = 1000 records) - 16k records (16 s) without the cap.
+    keys = np.concatenate([np.arange(8000, dtype=np.int64) % 4000, np.full(22000, 7, dtype=np.int64)])
+    table = pa.table({"key": keys})
+    cfg = dpa.JobConfig(num_reducers=4, num_mappers=1, runtime="local", policy="halving", max_rounds=0)
+    res = dpa.run(table, key="key", reducer=dpa.WithCost(dpa.Count(), 1e-3), config=cfg)
+    assert res.to_dict() == dict(collections.Counter(keys.tolist()))
+    assert max(res.stats.peak_queue) <= 4000
