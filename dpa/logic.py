@@ -97,18 +97,12 @@ def block_forecast(hashes: np.ndarray, weights: np.ndarray | None = None,
         ``(hashes uint32, counts int64, total)``: most frequent first; ``total`` is the
         block's records.
     """
-    w = np.ones(len(hashes), dtype=np.int64) if weights is None else np.asarray(weights, dtype=np.int64)
-    total = int(w.sum())
-    part_h, part_w = hashes[:sample], w[:sample]
-    uniq, inv = np.unique(part_h, return_inverse=True)
-    counts = np.bincount(inv.reshape(-1), weights=part_w, minlength=len(uniq))
-    seen = counts.sum()
-    if seen > 0 and seen < total:
-        counts = counts * (total / seen)
-    order = np.argsort(-counts, kind="stable")[:top]
-    counts = np.floor(counts[order]).astype(np.int64)  # (the scaled counts sum to <= total)
+    total = len(hashes) if weights is None else int(np.asarray(weights, dtype=np.int64).sum())
+    keys, counts, seen = top_key_counts(hashes[:sample], None if weights is None else weights[:sample], top)
+    if 0 < seen < total:  # scaled up to the block (rounded down: they sum to <= total)
+        counts = np.floor(counts * (total / seen)).astype(np.int64)
     keep = counts > 0
-    return uniq[order][keep].astype(np.uint32), counts[keep], total
+    return keys[keep], counts[keep], total
 
 
 class MapperLogic:
