@@ -148,8 +148,14 @@ def _feed(pool: Pool, job_id: str, items: Any, job: Any, deadline: _Deadline, on
         if deadline.expired():
             raise deadline.error("reading its input")
         offer = coord.offer.remote(job_id, [item])
-        if not _until(offer, job, deadline, "feeding its input", on_wait) or not ray.get(offer):
+        if not _until(offer, job, deadline, "feeding its input", on_wait):
             return  # the job ended (failed): its own error says why
+        try:
+            accepted = ray.get(offer)
+        except ray.exceptions.RayActorError:
+            return  # the coordinator died with the offer: the job's error names it
+        if not accepted:
+            return
     done = coord.input_done.remote(job_id)
     _until(done, job, deadline, "feeding its input", on_wait)
 

@@ -49,11 +49,12 @@ def spark() -> Iterator[object]:
     import ray
     from ray.data import DataContext
 
+    from dpa.ray_session import ensure_ray
     from spark_bridge.session import SparkConfig, get_or_create_spark, stop_spark
 
     started_ray = False
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+        ensure_ray(num_cpus=2, logging_level=logging.WARNING)  # a stale `ray start` record ignored
         started_ray = True
     DataContext.get_current().enable_progress_bars = False
     try:

@@ -155,10 +155,11 @@ def test_dpa_run_accepts_a_spark_dataframe(spark, skewed):
 
 LARGER_THAN_STORE = textwrap.dedent(
     """
-    import ray, dpa
+    import dpa
+    from dpa.ray_session import ensure_ray
     from pyspark.sql import functions as F
     from spark_bridge import SparkConfig, get_or_create_spark, stop_spark, run
-    ray.init(num_cpus=2, object_store_memory=100 * 1024 * 1024, include_dashboard=False, logging_level="ERROR")
+    ensure_ray(num_cpus=2, object_store_memory=100 * 1024 * 1024, logging_level="ERROR")
     spark = get_or_create_spark(SparkConfig(app_name="big", num_executors=1, executor_cores=1, executor_memory="1g"))
     n = 1_500_000  # ~160 MB of rows (an 80-char string each) through a 100 MB object store
     df = spark.range(0, n).select((F.col("id") % 1000).alias("k"), F.repeat(F.lit("x"), 80).alias("pad"))
