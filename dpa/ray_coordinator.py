@@ -48,6 +48,9 @@ logger = logging.getLogger(__name__)
 #: How long the coordinator waits for a member that answered before to answer a ping again
 #: before it replaces it as hung.
 PING_TIMEOUT_S = 10.0
+#: Times in a row a member is replaced when its replacement dies before it answers (its
+#: node was removed meanwhile, say) before the job gives up.
+REPAIR_ATTEMPTS = 3
 #: How long an abort waits for the members to acknowledge.
 ABORT_TIMEOUT_S = 1.0
 #: How long a reducer waits for the forwards a checkpoint counts before it gives it up.
@@ -84,6 +87,43 @@ class _Lost(Exception):
         self.actor = actor
 
 
+#: A pool's members as the coordinator holds them: ``(balancer, reducer slots, mappers)``;
+#: a reducer slot without an actor yet is None.
+Members = tuple[Any, list[Any], list[Any]]
+
+
+def start_member(pool_id: str, role: str, generation: int = 0, reducer_num_cpus: float = 0.0) -> Any:
+    """Starts the member ``role`` (``balancer``, ``reducer-3``, ``mapper-0``) of a pool.
+
+    ``generation`` > 0 names a replacement (the dead actor's name may not be released yet).
+    """
+    name = f"dpa:{pool_id}:{role}"
+    if generation:
+        name = f"{name}.{generation}"
+    # Spread over the cluster's nodes (on one machine this changes nothing): a job uses
+    # every node, and losing one loses a few members, which recovery replaces.
+    opts = {"name": name, "namespace": NAMESPACE, "lifetime": None, "scheduling_strategy": "SPREAD"}
+    if role == "balancer":
+        return BalancerActor.options(**opts).remote(name)
+    kind, index = role.split("-")
+    if kind == "reducer":
+        return ReducerActor.options(**opts, num_cpus=reducer_num_cpus).remote(int(index), name)
+    return MapperActor.options(**opts).remote(int(index), name)
+
+
+def start_members(pool_id: str, num_mappers: int, num_reducers: int, initial_reducers: int | None = None,
+                  reducer_num_cpus: float = 0.0) -> Members:
+    """Starts a pool's members: the balancer, the first ``initial_reducers`` (default all)
+    of ``num_reducers`` reducer slots, and the mappers. The driver calls it together with
+    the coordinator's start, so that all the pool's processes start at once."""
+    first = num_reducers if initial_reducers is None else initial_reducers
+    return (start_member(pool_id, "balancer"),
+            [start_member(pool_id, f"reducer-{i}", 0, reducer_num_cpus) if i < first else None
+             for i in range(num_reducers)],
+            [start_member(pool_id, f"mapper-{i}") for i in range(num_mappers)])
+
+
+
 @ray.remote(num_cpus=0)
 class CoordinatorActor:
     """Creates and owns one pool's actors; runs its jobs one at a time.
@@ -93,22 +133,22 @@ class CoordinatorActor:
     """
 
     def __init__(self, pool_id: str, num_mappers: int, num_reducers: int, initial_reducers: int | None = None,
-                 reducer_num_cpus: float = 0.0) -> None:
+                 reducer_num_cpus: float = 0.0, members: Members | None = None) -> None:
         self.pool_id = pool_id
         self.num_mappers = num_mappers
         self.num_reducers = num_reducers  # reducer slots (an elastic job's max_reducers)
         self.reducer_num_cpus = float(reducer_num_cpus)
         self.generation = 0
         self.answered: set[str] = set()  # members that answered a ping at least once
-        self.balancer = self._create("balancer")
+        if members is None:
+            members = start_members(pool_id, num_mappers, num_reducers, initial_reducers, reducer_num_cpus)
+        self.balancer, reducers, mappers = members
         # Slots without an actor yet are None: an elastic job starts them when it scales out.
-        first = num_reducers if initial_reducers is None else initial_reducers
-        self.reducers: list[Any] = [self._create(f"reducer-{i}") if i < first else None
-                                    for i in range(num_reducers)]
+        self.reducers: list[Any] = list(reducers)
         self.job_slots: list[int] = []  # the reducer slots started for the current job
         self.told_done: str | None = None  # the run whose balancer heard that mapping is done
         self.scale_lock = asyncio.Lock()  # a scale-out and a checkpoint never overlap
-        self.mappers = [self._create(f"mapper-{i}") for i in range(num_mappers)]
+        self.mappers: list[Any] = list(mappers)
         self.logic: CoordinatorLogic | None = None
         self.nodes: dict[str, str] = {}  # role -> Ray node id (as its last ping said)
         self.job_id: str | None = None
@@ -120,19 +160,8 @@ class CoordinatorActor:
         self.blocks: deque[Any] = deque()
 
     def _create(self, role: str) -> Any:
-        """Starts the member ``role`` (``balancer``, ``reducer-3``, ``mapper-0``)."""
-        name = f"dpa:{self.pool_id}:{role}"
-        if self.generation:  # a replacement: the dead actor's name may not be released yet
-            name = f"{name}.{self.generation}"
-        # Spread over the cluster's nodes (on one machine this changes nothing): a job uses
-        # every node, and losing one loses a few members, which recovery replaces.
-        opts = {"name": name, "namespace": NAMESPACE, "lifetime": None, "scheduling_strategy": "SPREAD"}
-        if role == "balancer":
-            return BalancerActor.options(**opts).remote(name)
-        kind, index = role.split("-")
-        if kind == "reducer":
-            return ReducerActor.options(**opts, num_cpus=self.reducer_num_cpus).remote(int(index), name)
-        return MapperActor.options(**opts).remote(int(index), name)
+        """Starts the member ``role`` (a replacement or an elastic job's new reducer)."""
+        return start_member(self.pool_id, role, self.generation, self.reducer_num_cpus)
 
     def _members(self) -> list[tuple[str, Any]]:
         return ([("balancer", self.balancer)]
@@ -154,23 +183,37 @@ class CoordinatorActor:
     async def repair(self) -> tuple[Any, list[Any], list[Any], list[str]]:
         """Pings every member; replaces the dead or unresponsive ones (only those).
 
+        A replacement that dies before it answers (its node went away too) is replaced
+        again, up to ``REPAIR_ATTEMPTS`` times in a row.
+
         Returns:
             ``(balancer, reducers, mappers, replaced roles)``.
+
+        Raises:
+            JobFailedError: A member's replacements kept dying.
         """
         members = self._members()
-        # A member that never answered may still be starting (seconds on a busy machine):
-        # wait for it (the driver's deadline bounds the wait). One that answered before and
-        # is silent now is hung (e.g. in user code that never returns).
-        results = await asyncio.gather(
-            *[asyncio.wait_for(await_ref(actor.ping.remote()), PING_TIMEOUT_S if role in self.answered else None)
-              for role, actor in members],
-            return_exceptions=True)
-        for (role, _), ok in zip(members, results):
-            if isinstance(ok, str):
-                self.answered.add(role)
-                self.nodes[role] = ok
-        dead = [(role, actor, ok) for (role, actor), ok in zip(members, results) if not isinstance(ok, str)]
-        if dead:
+        replaced: list[str] = []
+        for attempt in range(REPAIR_ATTEMPTS + 1):
+            # A member that never answered may still be starting (seconds on a busy machine):
+            # wait for it (the driver's deadline bounds the wait). One that answered before
+            # and is silent now is hung (e.g. in user code that never returns).
+            results = await asyncio.gather(
+                *[asyncio.wait_for(await_ref(actor.ping.remote()), PING_TIMEOUT_S if role in self.answered else None)
+                  for role, actor in members],
+                return_exceptions=True)
+            for (role, _), ok in zip(members, results):
+                if isinstance(ok, str):
+                    self.answered.add(role)
+                    self.nodes[role] = ok
+            dead = [(role, actor, why) for (role, actor), why in zip(members, results) if not isinstance(why, str)]
+            if not dead:
+                break
+            if attempt == REPAIR_ATTEMPTS:
+                roles = ", ".join(role for role, _, _ in dead)
+                raise JobFailedError(
+                    f"dpa pool {self.pool_id}: {roles} died {REPAIR_ATTEMPTS + 1} times in a row while starting "
+                    f"(last: {describe(dead[0][2]).splitlines()[0]}); check the cluster's nodes and the actors' logs")
             self.generation += 1
             for role, actor, why in dead:
                 hung = isinstance(why, asyncio.TimeoutError)
@@ -185,11 +228,11 @@ class CoordinatorActor:
                 else:
                     kind, index = role.split("-")
                     (self.reducers if kind == "reducer" else self.mappers)[int(index)] = fresh
-            fresh = dict(self._members())
-            nodes = await asyncio.gather(*[await_ref(fresh[role].ping.remote()) for role, _, _ in dead])
-            self.answered.update(role for role, _, _ in dead)
-            self.nodes.update({role: node for (role, _, _), node in zip(dead, nodes)})
-        return self.balancer, self.reducers, self.mappers, [role for role, _, _ in dead]
+                if role not in replaced:
+                    replaced.append(role)
+            current = dict(self._members())
+            members = [(role, current[role]) for role, _, _ in dead]
+        return self.balancer, self.reducers, self.mappers, replaced
 
     # -- block hand-out (driver -> coordinator -> mappers) --------------------------
     @quiet_method

@@ -21,7 +21,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from dpa.ray_actors import NAMESPACE
-from dpa.ray_coordinator import CoordinatorActor
+from dpa.ray_coordinator import CoordinatorActor, start_members
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ MAX_IDLE_POOLS = 2
 
 @dataclass
 class Pool:
-    """One coordinator and the members it owns."""
+    """One coordinator and its members (the driver's handles, as the coordinator last said)."""
 
     pool_id: str
     session: str
@@ -85,11 +85,16 @@ def acquire(num_mappers: int, num_reducers: int, reuse: bool, initial_reducers: 
     # On the driver's node (alive while the driver is): losing another node loses members the
     # coordinator recovers, never the coordinator and the checkpoints it holds.
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    # The members start here, with the coordinator, not from its constructor: every process
+    # of the pool then starts at once (a cold start waited for the coordinator's process to
+    # start before the others began). The driver owns them; kill() ends them with the pool.
+    balancer, reducers, mappers = start_members(pool_id, num_mappers, num_reducers, initial_reducers,
+                                                reducer_num_cpus)
     coordinator = CoordinatorActor.options(name=f"dpa:{pool_id}:coordinator", namespace=NAMESPACE,
                                            scheduling_strategy=here).remote(
-        pool_id, num_mappers, num_reducers, initial_reducers, reducer_num_cpus)
-    pool = Pool(pool_id, session, num_mappers, num_reducers, coordinator, epoch=epoch,
-                reducer_num_cpus=reducer_num_cpus)
+        pool_id, num_mappers, num_reducers, initial_reducers, reducer_num_cpus, (balancer, reducers, mappers))
+    pool = Pool(pool_id, session, num_mappers, num_reducers, coordinator, balancer=balancer, reducers=reducers,
+                mappers=mappers, epoch=epoch, reducer_num_cpus=reducer_num_cpus)
     with _LOCK:
         _BUSY.add(pool_id)
     return pool

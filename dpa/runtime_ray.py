@@ -15,9 +15,11 @@ does not is killed.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
+import pyarrow as pa
 import ray
 
 from dpa.errors import DPAError, JobFailedError
@@ -124,7 +126,23 @@ def _input_items(blocks: Any, dataset: Any) -> Any:
             for bundle in dataset.iter_internal_ref_bundles()
             for ref, sl in zip(bundle.block_refs, bundle.slices)
         )
-    return ((ray.put(compact(block)), None) for block in blocks)
+    return ((ray.put(_for_put(block)), None) for block in blocks)
+
+
+def _for_put(block: Any) -> Any:
+    """``block`` as it should go to the object store.
+
+    Ray pickles an Arrow table through its own reducer, which writes only the rows of a
+    slice, so a slice of a large table (a block of the user's table) goes as it is, without
+    a copy first; only columns in several chunks are joined (mappers take one chunk per
+    column). With that reducer switched off (``RAY_DISABLE_CUSTOM_ARROW_DATA_SERIALIZATION=1``)
+    a slice would carry its parent's whole buffers, so it is copied as before.
+    """
+    if os.environ.get("RAY_DISABLE_CUSTOM_ARROW_DATA_SERIALIZATION", "0") == "1":
+        return compact(block)
+    if isinstance(block, pa.Table) and all(col.num_chunks == 1 for col in block.columns):
+        return block
+    return compact(block)
 
 
 def _until(ref: Any, job: Any, deadline: _Deadline, phase: str, on_wait: Any = None) -> bool:

@@ -78,6 +78,12 @@ def test_a_pool_whose_coordinator_died_is_replaced():
         kill(name)
     res = dpa.run(words, config=dpa.JobConfig(timeout_s=60))
     assert res.to_dict() == dict(collections.Counter(words))
+    # The members (started by the driver with their coordinator) went with their pool.
+    dead_pools = {name.split(":")[1] for name in coordinators}
+    deadline = time.time() + 20
+    while (left := [n for n in live_dpa_actors() if n.split(":")[1] in dead_pools]) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not left
 
 
 def test_timeout_holds_while_mappers_wait_on_full_queues():

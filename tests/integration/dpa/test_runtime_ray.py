@@ -303,3 +303,22 @@ def test_member_warm_up_pays_the_first_block_s_imports_while_the_actor_starts():
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_block_of_a_big_table_goes_to_the_object_store_without_its_parent(monkeypatch):
+    """The driver puts a slice of the user's table as it is (no copy): Ray's Arrow reducer
+    writes only the slice's rows. With that reducer off, the block is copied first."""
+    import numpy as np
+
+    from dpa.runtime_ray import _for_put
+
+    table = pa.table({"k": np.arange(2_000_000), "v": np.ones(2_000_000)})
+    block = table.slice(1_000_000, 1000)
+    context = ray._private.worker.global_worker.get_serialization_context()
+    assert _for_put(block) is block
+    assert context.serialize(block).total_bytes < 100_000  # the parent holds 32 MB
+    two_chunks = pa.concat_tables([table.slice(0, 10), table.slice(10, 10)])
+    assert _for_put(two_chunks).column("k").num_chunks == 1
+    monkeypatch.setenv("RAY_DISABLE_CUSTOM_ARROW_DATA_SERIALIZATION", "1")
+    copied = _for_put(block)
+    assert copied is not block and copied.equals(block)
