@@ -123,10 +123,11 @@ def start_members(pool_id: str, num_mappers: int, num_reducers: int, initial_red
             [start_member(pool_id, f"mapper-{i}") for i in range(num_mappers)])
 
 
-
 @ray.remote(num_cpus=0)
 class CoordinatorActor:
-    """Creates and owns one pool's actors; runs its jobs one at a time.
+    """Holds one pool's actors (started by the driver with it, or by itself when ``members``
+    is not given; replacements and an elastic job's new reducers it starts itself); runs
+    the pool's jobs one at a time.
 
     Hands out input blocks, decides termination, fails the job (and aborts its members) if
     any of them raises or dies, and replaces members that died between jobs.

@@ -69,7 +69,8 @@ def _where_to_start(options: dict[str, Any]) -> dict[str, Any]:
 
     With no ``address`` and no ``RAY_ADDRESS``, ``ray.init`` joins the cluster named in
     ``ray_current_cluster``. That file outlives a cluster that was not stopped with
-    ``ray stop`` (a crash, ``ray.cluster_utils.Cluster``), and then every start fails: with
+    ``ray stop`` (killed, or a ``ray.cluster_utils.Cluster`` whose process was), and then
+    every start fails: with
     ``num_cpus`` or ``_system_config`` ("When connecting to an existing cluster, ... must not
     be provided") or, without them, by timing out on the dead address. So: a recorded cluster
     that answers is joined (as a bare ``ray.init()`` would; options only a new Ray takes are
@@ -131,9 +132,9 @@ def ensure_ray(**init_kwargs: Any) -> Any:
 
     Like a bare ``ray.init()``, it joins a cluster started on this machine with ``ray start``;
     an address that ``ray start`` left behind and nothing answers at is ignored with a
-    warning (see :func:`_where_to_start`). Safe to call from any thread, and from several threads at once: one of them starts
-    Ray, the others wait for it. A start that times out (a loaded machine) is retried
-    ``START_ATTEMPTS`` times.
+    warning (see :func:`_where_to_start`). Safe to call from any thread, and from several
+    threads at once: one of them starts Ray, the others wait for it. A start that times out
+    (a loaded machine) is retried ``START_ATTEMPTS`` times.
 
     Args:
         **init_kwargs: Extra ``ray.init`` arguments (e.g. ``num_cpus``, ``include_dashboard``).
