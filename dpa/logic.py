@@ -170,8 +170,7 @@ class MapperLogic:
         hashes = hash_key_columns(table, self.plan.key_cols, cache=self.cache)
         if self._forecast_due:
             self._forecast_due = False
-            self._forecast = block_forecast(hashes, table[WEIGHT_COL].to_numpy()
-                                            if WEIGHT_COL in table.column_names else None)
+            self._forecast = block_forecast(hashes)  # (never due for weighted, combined rows)
         self._table = table.append_column(HASH_COL, pa.array(hashes, pa.uint32()))
         self._hashes, self._offset = hashes, 0
 

@@ -33,7 +33,7 @@ import pyarrow as pa
 import ray
 
 from dpa.epochs import Rest
-from dpa.instructions import Forward, ScaleOut
+from dpa.instructions import Forward, Publish, ScaleOut
 from dpa.logic import PUSH_KEEP, PUSH_SHRINK, BalancerLogic, MapperLogic, ReducerLogic
 from dpa.plan import JobPlan, empty_input_table
 from dpa.sources import ParquetPiece
@@ -555,10 +555,7 @@ class BalancerActor(_JobMember):
         if not self._serving(job_id) or not self.running:
             return None
         published = self.logic.forecast(mapper, hashes, counts, total, time.monotonic() - self.t0)
-        if published is not None:
-            self._export_events()
-            for target in self.targets:
-                target.update_ring.remote(job_id, published.snapshot)
+        self._publish(job_id, published)
         return self.logic.snapshot
 
     async def snapshot(self, job_id: str) -> Any:
@@ -593,10 +590,14 @@ class BalancerActor(_JobMember):
             instruction = self.logic.tick(time.monotonic() - self.t0)
             if isinstance(instruction, ScaleOut):
                 instruction = await self._scale_out(job_id, instruction)
-            self._export_events()
-            if instruction is not None and self._serving(job_id):
-                for target in self.targets:
-                    target.update_ring.remote(job_id, instruction.snapshot)
+            self._publish(job_id, instruction)
+
+    def _publish(self, job_id: str, published: Publish | None) -> None:
+        """Exports new events; sends a published snapshot to every mapper and reducer."""
+        self._export_events()
+        if published is not None and self._serving(job_id):
+            for target in self.targets:
+                target.update_ring.remote(job_id, published.snapshot)
 
     async def _scale_out(self, job_id: str, instruction: ScaleOut) -> Any:
         """Has the coordinator start the reducers, then gives them tokens (or logs why not)."""
