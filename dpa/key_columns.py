@@ -8,6 +8,7 @@ batch with :func:`dpa.murmur3.murmur3_32_batch`.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,8 +29,9 @@ from dpa.keys import (
     TAG_TUPLE,
     KeyHashCache,
     encode_key,
+    hash_bytes,
 )
-from dpa.murmur3 import murmur3_32_batch
+from dpa.murmur3 import murmur3_32_batch, murmur3_32_words
 
 
 def _binary_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -148,6 +150,49 @@ def _hash_encoded(enc: pa.Array) -> np.ndarray:
     return murmur3_32_batch(data, offsets)
 
 
+def _number_hashes(arr: pa.Array) -> np.ndarray | None:
+    """Hashes of every value of an integer or floating point array, computed from the
+    values' bits without building their encodings; None for other types (and for a
+    ``uint64`` array, whose values past ``INT64_MAX`` are encoded differently).
+
+    The encoding of a number is a 2-byte tag and its 8 bytes big-endian (see
+    :func:`dpa.keys.encode_key`), so its murmur3 words are byte shuffles of the value's
+    64 bits: bytes ``tag, b0 b1 | b2 b3 b4 b5 | b6 b7`` with ``b0`` the most significant.
+    """
+    t = arr.type
+    if sys.byteorder != "little":  # (the halves below are read little-endian)
+        return None
+    if pa.types.is_integer(t) and not pa.types.is_uint64(t):
+        tag = TAG_INT
+        values = arr if arr.null_count == 0 else arr.fill_null(0)
+        if not pa.types.is_int64(t):
+            values = values.cast(pa.int64())
+        bits = np.ascontiguousarray(values.to_numpy(zero_copy_only=False), dtype=np.int64)
+    elif pa.types.is_floating(t):
+        tag = TAG_FLOAT
+        values = arr if arr.null_count == 0 else arr.fill_null(0)
+        floats = np.asarray(values.cast(pa.float64()), dtype=np.float64) + 0.0  # (a copy) -0.0 -> 0.0
+        floats[np.isnan(floats)] = math.nan
+        bits = floats
+    else:
+        return None
+    # The 64 bits as two little-endian 32-bit halves: bytes b7 b6 b5 b4 | b3 b2 b1 b0.
+    halves = bits.view(np.uint32).reshape(-1, 2)
+    lo, hi = halves[:, 0], halves[:, 1]
+    word0 = hi >> np.uint32(24)  # tag, b0 b1
+    word0 <<= np.uint32(16)
+    word0 |= (hi >> np.uint32(16)) << np.uint32(24)
+    word0 |= np.uint32(tag[0] | tag[1] << 8)
+    word1 = (hi << np.uint32(16)) | (lo >> np.uint32(16))  # b2 b3 b4 b5, read little-endian
+    word1.byteswap(inplace=True)
+    tail = (lo >> np.uint32(8)) & np.uint32(0xFF)  # b6 b7
+    tail |= (lo & np.uint32(0xFF)) << np.uint32(8)
+    hashes = murmur3_32_words([word0, word1, tail], len(tag) + 8)
+    if arr.null_count:
+        hashes[np.asarray(arr.is_null(), dtype=bool)] = hash_bytes(TAG_NONE)
+    return hashes
+
+
 def _tuple_encoding(columns: Sequence[pa.Array]) -> pa.Array:
     """Encodings of the row tuples of equally long arrays (nulls are allowed)."""
     n = len(columns[0])
@@ -191,6 +236,7 @@ def hash_key_columns(
     table: pa.Table | pa.RecordBatch,
     columns: Sequence[str],
     cache: KeyHashCache | None = None,
+    distinct: bool = False,
 ) -> np.ndarray:
     """Hashes the key of every row of an Arrow table, vectorised.
 
@@ -207,6 +253,9 @@ def hash_key_columns(
         cache: Accepted for API symmetry with :func:`hash_values`; the Arrow path is
             already vectorised over distinct values, so it does not need the cache and
             results are identical with or without it.
+        distinct: The rows' keys are (nearly) all distinct, e.g. a map-side combined
+            block: every row is hashed as it is, without first finding the distinct
+            values (which then costs more than it saves). The hashes are the same.
 
     Returns:
         A ``uint32`` array with one hash per row.
@@ -232,9 +281,15 @@ def hash_key_columns(
         if not _supported_type(arr.type):
             raise KeyEncodingError(f"key column {name!r}: {_bad_column_type(arr.type)}")
     if len(arrays) == 1:
-        codes, distinct = _codes(arrays[0])
-        hashes = _hash_encoded(_encode_array(distinct))
-        return hashes[codes]
+        # Numbers are hashed row by row from their bits: that is cheaper than finding the
+        # distinct values first (a combined block's keys are all distinct anyway).
+        hashes = _number_hashes(arrays[0])
+        if hashes is not None:
+            return hashes
+        if distinct and not pa.types.is_dictionary(arrays[0].type):
+            return _hash_encoded(_encode_array(arrays[0]))
+        codes, values = _codes(arrays[0])
+        return _hash_encoded(_encode_array(values))[codes]
     # Multi-column: fold per-column codes into one combined code, re-encoding after each
     # step so the combined code always stays < n * (column cardinality) and fits int64.
     per_col = [_codes(a) for a in arrays]

@@ -167,7 +167,9 @@ class MapperLogic:
         if table.num_rows == 0:
             self._table, self._hashes, self._offset = None, None, 0
             return
-        hashes = hash_key_columns(table, self.plan.key_cols, cache=self.cache)
+        # Combined rows (here or at the source) hold each key about once per block.
+        distinct = self.combiner is not None or self.plan.input_combined
+        hashes = hash_key_columns(table, self.plan.key_cols, cache=self.cache, distinct=distinct)
         if self._forecast_due:
             self._forecast_due = False
             self._forecast = block_forecast(hashes)  # (never due for weighted, combined rows)

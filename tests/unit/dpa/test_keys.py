@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from dpa.errors import KeyEncodingError
 from dpa.key_columns import hash_key_columns
 from dpa.keys import KeyHashCache, encode_key, hash_bytes, hash_key, hash_values
-from dpa.murmur3 import murmur3_32_batch
+from dpa.murmur3 import murmur3_32_batch, murmur3_32_words
 
 # Keys whose hashes must be identical in every process; built from source literals so a
 # child process can rebuild them with eval().
@@ -211,6 +211,30 @@ def test_murmur_batch_long_and_unaligned() -> None:
     assert got.tolist() == [mmh3.hash(x, 0, signed=False) for x in items]
 
 
+@given(st.integers(1, 13), st.integers(1, 40), st.integers(0, 2**32 - 1))
+def test_murmur_words_matches_mmh3(length: int, n: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    items = [rng.bytes(length) for _ in range(n)]
+    padded = np.frombuffer(b"".join(x + b"\0" * (-length % 4) for x in items), dtype="<u4")
+    words = [column.copy() for column in padded.reshape(n, -1).T]
+    got = murmur3_32_words(words, length)
+    assert got.tolist() == [mmh3.hash(x, 0, signed=False) for x in items]
+
+
+@settings(max_examples=60)
+@given(
+    st.lists(st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), max_size=40),
+    st.lists(st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)), max_size=40),
+    st.integers(0, 5),
+)
+def test_number_columns_hash_like_hash_key(ints: list, floats: list, offset: int) -> None:
+    # Numbers are hashed from their bits, not from their encodings: every row must still
+    # give hash_key's value (slices too, whose buffers start before the first row).
+    for arr in (pa.array(ints, pa.int64()), pa.array(floats, pa.float64()), pa.array(floats, pa.float32())):
+        t = pa.table({"k": arr}).slice(min(offset, len(arr)))
+        assert hash_key_columns(t, ["k"]).tolist() == _rowwise(t, ["k"])
+
+
 def _rowwise(table: pa.Table, cols: list[str]) -> list[int]:
     rows = table.select(cols).to_pylist()
     if len(cols) == 1:
@@ -241,6 +265,14 @@ def test_hash_key_columns_single(col: str) -> None:
     got = hash_key_columns(MIXED, [col])
     assert got.dtype == np.uint32
     assert got.tolist() == _rowwise(MIXED, [col])
+
+
+@pytest.mark.parametrize("col", MIXED.schema.names)
+def test_hash_key_columns_distinct_hint_changes_no_hash(col: str) -> None:
+    # The hint skips finding the distinct values first; rows that repeat a key (MIXED has
+    # some) still get its one hash.
+    assert hash_key_columns(MIXED, [col], distinct=True).tolist() == _rowwise(MIXED, [col])
+    assert hash_key_columns(MIXED.slice(2), [col], distinct=True).tolist() == _rowwise(MIXED.slice(2), [col])
 
 
 @pytest.mark.parametrize(
