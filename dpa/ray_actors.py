@@ -46,6 +46,19 @@ NAMESPACE = "dpa"
 #: one at once: that is what termination waits for).
 PROGRESS_INTERVAL_S = 0.1
 
+#: What the coordinator sends a member instead of its peers' handles when they are the
+#: ones it sent that member before (a handle costs Ray a registration at both ends, about
+#: as much as the rest of a ``start_job`` call).
+PEERS_UNCHANGED = "dpa:peers-unchanged"
+
+
+def handles_key(*handles: Any) -> tuple:
+    """Actor handles by actor id (lists of them as tuples; None for an empty slot): what
+    tells whether two sets of handles name the same actors."""
+    return tuple(tuple(handles_key(*h)) if isinstance(h, (list, tuple)) else
+                 None if h is None else h._actor_id.hex() for h in handles)
+
+
 #: Decorator for frequent small actor methods: Ray's GCS keeps no task event for their calls.
 quiet_method = ray.method(enable_task_events=False)
 
@@ -108,6 +121,17 @@ class _JobMember:
     def _serving(self, job_id: str) -> bool:
         return job_id is not None and job_id == self.job_id
 
+    def _peers(self, peers: Any) -> tuple:
+        """The handles a ``start_job`` call names: ``peers`` itself, or the ones this member
+        got before when the coordinator sends :data:`PEERS_UNCHANGED`."""
+        if isinstance(peers, str):
+            known = getattr(self, "_known_peers", None)
+            if known is None:  # (the coordinator only says so to a member it sent them to)
+                raise RuntimeError(f"{type(self).__name__}: told its peers are unchanged, but it has none")
+            return known
+        self._known_peers = peers = tuple(list(p) if isinstance(p, list) else p for p in peers)
+        return peers
+
     async def ping(self) -> str:
         """The id of the Ray node this member runs on (a live member answers)."""
         return ray.get_runtime_context().get_node_id()
@@ -136,14 +160,17 @@ class MapperActor(_JobMember):
         self.logic: MapperLogic | None = None
         self._start_warm_up()
 
-    async def start_job(self, plan: JobPlan, snapshot: Any, coordinator: Any, reducers: list[Any],
-                        job_id: str | None = None, balancer: Any = None) -> None:
-        """Starts serving ``job_id`` (default ``plan.job_id``; a recovered job's run id)."""
+    async def start_job(self, plan: JobPlan, snapshot: Any, peers: Any, job_id: str | None = None) -> None:
+        """Starts serving ``job_id`` (default ``plan.job_id``; a recovered job's run id).
+
+        ``peers`` is ``(coordinator, reducers, balancer)`` or :data:`PEERS_UNCHANGED`.
+        """
+        coordinator, reducers, balancer = self._peers(peers)
         self.job_id = job_id or plan.job_id
         self.logic = MapperLogic(self.mapper_id, plan, snapshot)
         self.tags = {"job_id": plan.job_id, "mapper": str(self.mapper_id)}
         self.coordinator = coordinator
-        self.reducers = reducers
+        self.reducers = list(reducers)  # (add_peers changes this job's copy)
         self.balancer = balancer
 
     @quiet_method
@@ -231,12 +258,17 @@ class ReducerActor(_JobMember):
         self.result: pa.Table | None = None
         self._start_warm_up()
 
-    async def start_job(self, plan: JobPlan, snapshot: Any, peers: list[Any], balancer: Any, coordinator: Any,
-                        job_id: str | None = None, state: Any = None, records: int = 0, epoch: int = -1,
-                        pending: Any = None) -> None:
+    async def start_job(self, plan: JobPlan, snapshot: Any, handles: Any, job_id: str | None = None,
+                        state: Any = None, records: int = 0, epoch: int = -1, pending: Any = None) -> None:
         """Starts serving ``job_id`` (default ``plan.job_id``), from a checkpoint of the
         epochs up to ``epoch`` if given: its base ``state`` holding ``records`` records and
-        its ``pending`` batches."""
+        its ``pending`` batches.
+
+        ``handles`` is ``(peers, balancer, coordinator)`` (``peers``: every reducer slot's
+        handle) or :data:`PEERS_UNCHANGED`.
+        """
+        peers, balancer, coordinator = self._peers(handles)
+        peers = list(peers)
         self.job_id = job_id or plan.job_id
         self.logic = ReducerLogic(self.reducer_id, plan, snapshot)
         self.logic.restore(state, records, epoch, pending or ())
@@ -516,12 +548,16 @@ class BalancerActor(_JobMember):
         self.name = name
         self.logic: BalancerLogic | None = None
 
-    async def start_job(self, plan: JobPlan, snapshot: Any, mappers: list[Any], reducers: list[Any],
-                        job_id: str | None = None, resume: bool = False, coordinator: Any = None) -> Any:
+    async def start_job(self, plan: JobPlan, snapshot: Any, handles: Any, job_id: str | None = None,
+                        resume: bool = False) -> Any:
         """Starts serving ``job_id`` (default ``plan.job_id``). With ``resume`` (a job
         recovering from a failure) a balancer that survived keeps its planner, event log
         and published snapshot; a new one continues from ``snapshot`` (the checkpoint's)
-        if the policy's planner can. Returns the snapshot the job's members start from."""
+        if the policy's planner can. Returns the snapshot the job's members start from.
+
+        ``handles`` is ``(mappers, the job's reducers, coordinator)`` or :data:`PEERS_UNCHANGED`.
+        """
+        mappers, reducers, coordinator = self._peers(handles)
         keep = resume and self.logic is not None and self.logic.plan.job_id == plan.job_id
         self.job_id = job_id or plan.job_id
         if not keep:

@@ -32,12 +32,14 @@ from dpa.logic import CoordinatorLogic, weight
 from dpa.plan import JobPlan
 from dpa.ray_actors import (
     NAMESPACE,
+    PEERS_UNCHANGED,
     ActorFailure,
     BalancerActor,
     MapperActor,
     ReducerActor,
     await_ref,
     describe,
+    handles_key,
     quiet_method,
 )
 from dpa.run_output import needs_final_merge
@@ -159,6 +161,9 @@ class CoordinatorActor:
         self.job_task: asyncio.Task | None = None
         self.cond = asyncio.Condition()
         self.blocks: deque[Any] = deque()
+        # Per member (by actor id), the peers' handles (by actor id) its last start_job
+        # was sent: a member whose peers did not change is told so instead (PEERS_UNCHANGED).
+        self.peers_sent: dict[tuple, tuple] = {}
 
     def _create(self, role: str) -> Any:
         """Starts the member ``role`` (a replacement or an elastic job's new reducer)."""
@@ -177,6 +182,22 @@ class CoordinatorActor:
     @property
     def job_reducers(self) -> list[Any]:
         return [self.reducers[i] for i in self.job_slots]
+
+    def _peers_for(self, member: Any, peers: tuple) -> Any:
+        """``peers`` for ``member``'s ``start_job``, or :data:`PEERS_UNCHANGED` when they are
+        the ones it was sent last (a failed start forgets every member's: see :meth:`_run`)."""
+        sent, to = handles_key(*peers), handles_key(member)
+        if self.peers_sent.get(to) == sent:
+            return PEERS_UNCHANGED
+        self.peers_sent[to] = sent
+        return peers
+
+    def _for_driver(self, known: tuple | None) -> tuple[Any, list[Any], list[Any]]:
+        """The members' handles for the driver; ``(None, None, None)`` if the driver's
+        ``known`` handles (:func:`~dpa.ray_actors.handles_key`) are these already."""
+        if known is not None and tuple(known) == handles_key(self.balancer, self.reducers, self.mappers):
+            return None, None, None
+        return self.balancer, self.reducers, self.mappers
 
     async def ping(self) -> bool:
         return True
@@ -374,19 +395,21 @@ class CoordinatorActor:
         self._check()
 
     # -- the job --------------------------------------------------------------------
-    async def prepare_job(self, plan: JobPlan, max_pending: int) -> tuple[Any, list[Any], list[Any], list[str]]:
+    async def prepare_job(self, plan: JobPlan, max_pending: int,
+                          known: tuple | None = None) -> tuple[Any, list[Any], list[Any], list[str]]:
         """Repairs the pool and resets the per-job state; the driver waits for it before
         offering blocks (async actor calls do not run in submission order, so an ``offer``
         sent right after ``run_job`` could otherwise run first).
 
         Returns:
-            What :meth:`repair` returns.
+            What :meth:`repair` returns; the handles are None if they are the driver's
+            ``known`` ones (:meth:`~dpa.ray_pool.Pool.members_key`).
         """
         first = plan.active_reducers or plan.num_reducers
         for i in range(first):
             if self.reducers[i] is None:
                 self.reducers[i] = self._create(f"reducer-{i}")
-        handles = await self.repair()
+        *_, replaced = await self.repair()
         async with self.cond:
             self.job_slots = list(range(first))
             self.job_id = plan.job_id
@@ -400,10 +423,13 @@ class CoordinatorActor:
             self.max_pending = max_pending
             self.job_task = None
             self.cond.notify_all()
-        return handles
+        return (*self._for_driver(known), replaced)
 
-    async def run_job(self, plan: JobPlan, snapshot: Any) -> dict[str, Any]:
+    async def run_job(self, plan: JobPlan, snapshot: Any, known: tuple | None = None) -> dict[str, Any]:
         """Runs the prepared job to its end; raises :class:`JobFailedError` if it fails.
+
+        The summary's ``handles`` are the members' (None unless a recovery changed the
+        driver's ``known`` ones, as :meth:`prepare_job`) and the replaced roles.
 
         A run that loses a member is recovered (up to ``plan.max_recoveries`` times): see
         the module docstring.
@@ -469,7 +495,7 @@ class CoordinatorActor:
                 self.cond.notify_all()
         self.job_id = self.run_id = None  # done: late progress reports of this job are dropped
         return {**summary, "recoveries": recoveries, "checkpoints": self.checkpoints,
-                "run_id": run_id, "handles": (self.balancer, self.reducers, self.mappers, []),
+                "run_id": run_id, "handles": (*self._for_driver(known), []),
                 "job_reducers": self.job_reducers}
 
     async def _run(self, plan: JobPlan, snapshot: Any, run_id: str, tasks: dict[asyncio.Future, str],
@@ -479,21 +505,22 @@ class CoordinatorActor:
         me = ray.get_runtime_context().current_actor
         ck = self.checkpoint
         self.member_run = run_id
+        balancer_peers = self._peers_for(self.balancer, (self.mappers, self.job_reducers, me))
         try:
             if resume:  # a recovered run starts from the snapshot the balancer (kept or new) has
-                snapshot = await self.balancer.start_job.remote(plan, snapshot, self.mappers, self.job_reducers,
-                                                                run_id, True, me)
+                snapshot = await self.balancer.start_job.remote(plan, snapshot, balancer_peers, run_id, True)
             await asyncio.gather(
-                *([] if resume else [self.balancer.start_job.remote(plan, snapshot, self.mappers, self.job_reducers,
-                                                                    run_id, False, me)]),
-                *[self.reducers[i].start_job.remote(plan, snapshot, self.reducers, self.balancer, me, run_id,
-                                                    ck.states[i], ck.processed[i], ck.epoch,
-                                                    ck.pending[i] if ck.pending else None)
+                *([] if resume else [self.balancer.start_job.remote(plan, snapshot, balancer_peers, run_id, False)]),
+                *[self.reducers[i].start_job.remote(
+                    plan, snapshot, self._peers_for(self.reducers[i], (self.reducers, self.balancer, me)), run_id,
+                    ck.states[i], ck.processed[i], ck.epoch, ck.pending[i] if ck.pending else None)
                   for i in self.job_slots],
-                *[m.start_job.remote(plan, snapshot, me, self.reducers, run_id, self.balancer) for m in self.mappers],
+                *[m.start_job.remote(plan, snapshot, self._peers_for(m, (me, self.reducers, self.balancer)), run_id)
+                  for m in self.mappers],
             )
-        except Exception as exc:
-            if member_lost(exc):
+        except BaseException as exc:  # (cancelled meanwhile, too)
+            self.peers_sent.clear()  # (some member may not have taken what it was sent)
+            if isinstance(exc, Exception) and member_lost(exc):
                 raise _Lost("coordinator", exc) from exc
             raise
         async with self.cond:
@@ -594,8 +621,8 @@ class CoordinatorActor:
             try:
                 await asyncio.wait_for(asyncio.gather(*[await_ref(r.ping.remote()) for r in fresh]), SCALE_OUT_WAIT_S)
                 await asyncio.gather(*[
-                    r.start_job.remote(plan, snapshot, self.reducers, self.balancer, me, run_id, None, 0,
-                                       self.checkpoint.epoch) for r in fresh])
+                    r.start_job.remote(plan, snapshot, self._peers_for(r, (self.reducers, self.balancer, me)), run_id,
+                                       None, 0, self.checkpoint.epoch) for r in fresh])
                 others = [m for _, m in self._job_members()[1:]]
                 await asyncio.gather(*[m.add_peers.remote(run_id, dict(zip(slots, fresh))) for m in others])
             except Exception as exc:  # (e.g. no node can place it): the job goes on at its width

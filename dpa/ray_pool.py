@@ -20,7 +20,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from dpa.ray_actors import NAMESPACE
+from dpa.ray_actors import NAMESPACE, handles_key
 from dpa.ray_coordinator import CoordinatorActor, start_members
 
 logger = logging.getLogger(__name__)
@@ -47,9 +47,17 @@ class Pool:
     def all_actors(self) -> list[Any]:
         return [self.coordinator, self.balancer, *self.reducers, *self.mappers]
 
-    def adopt(self, handles: tuple[Any, list[Any], list[Any], list[str]]) -> list[str]:
-        """Takes the member handles the coordinator returned; returns the replaced roles."""
-        self.balancer, self.reducers, self.mappers, replaced = handles
+    def members_key(self) -> tuple:
+        """The members' handles as :func:`~dpa.ray_actors.handles_key` gives them: the
+        coordinator returns handles only when its own differ."""
+        return handles_key(self.balancer, self.reducers, self.mappers)
+
+    def adopt(self, handles: tuple[Any, list[Any] | None, list[Any] | None, list[str]]) -> list[str]:
+        """Takes the member handles the coordinator returned (None: unchanged); returns the
+        replaced roles."""
+        balancer, reducers, mappers, replaced = handles
+        if reducers is not None:
+            self.balancer, self.reducers, self.mappers = balancer, reducers, mappers
         return list(replaced)
 
 

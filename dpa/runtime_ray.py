@@ -98,7 +98,7 @@ def _start(plan: JobPlan, reuse: bool, deadline: _Deadline) -> Pool:
         pool = acquire(plan.num_mappers, plan.num_reducers, reuse and attempt == 0,
                        plan.active_reducers or None, plan.reducer_num_cpus)
         try:
-            replaced = pool.adopt(_get(pool.coordinator.prepare_job.remote(plan, 2 * plan.num_mappers),
+            replaced = pool.adopt(_get(pool.coordinator.prepare_job.remote(plan, 2 * plan.num_mappers, pool.members_key()),
                                        deadline, "starting its actors"))
         except ray.exceptions.RayActorError:
             logger.warning("dpa pool %s lost its coordinator; starting a new pool", pool.pool_id)
@@ -247,7 +247,7 @@ def run_ray(plan: JobPlan, blocks: Any, dataset: Any, config: Any, progress: Any
     keep = False
     try:
         snapshot = plan.policy.initial_snapshot(plan.num_reducers)
-        job = pool.coordinator.run_job.remote(plan, snapshot)
+        job = pool.coordinator.run_job.remote(plan, snapshot, pool.members_key())
         poll = _progress_poller(pool.coordinator, progress)
         try:
             _feed(pool, plan.job_id, _input_items(blocks if blocks is not None else (), dataset), job, deadline, poll)
