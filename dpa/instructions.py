@@ -33,12 +33,15 @@ class Forward(NamedTuple):
 class StateMove(NamedTuple):
     """Reducer -> reducer ``dest`` (``JobConfig.migrate="state"``): the partial states of
     ``keys`` keys the sender no longer owns, accumulated from records of input epochs up
-    to ``epoch`` (:mod:`dpa.epochs`); the receiver merges them into its state."""
+    to ``epoch`` (:mod:`dpa.epochs`), under the sender's snapshot ``version``; the receiver
+    merges them into its state, and passes on those it no longer owns if its own snapshot
+    is newer."""
 
     dest: int
     partial: Any
     epoch: int
     keys: int
+    version: int = -1
 
 
 @dataclass(frozen=True)

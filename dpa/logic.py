@@ -27,7 +27,7 @@ from dpa.plan import JobPlan
 from dpa.policy import Decision, RebalanceEvent
 from dpa.records import compact, unify
 from dpa.reducers import HASH_COL, WEIGHT_COL, unwrap
-from dpa.state import make_state, split_by
+from dpa.state import make_state, split_by, split_partial
 
 logger = logging.getLogger(__name__)
 
@@ -658,7 +658,7 @@ class ReducerLogic:
         for epoch, store in [(self.closed, self.state), *sorted(self.open_states.items())]:
             for dest, partial in store.extract(destinations, me, self.plan.num_reducers):
                 keys = partial.num_rows if isinstance(partial, pa.Table) else len(partial)
-                moves.append(StateMove(dest, partial, epoch, keys))
+                moves.append(StateMove(dest, partial, epoch, keys, snapshot.version))
                 self.fwd_sent[(dest, epoch)] = self.fwd_sent.get((dest, epoch), 0) + 1
         self.keys_moved_out += sum(m.keys for m in moves)
         return moves
@@ -672,10 +672,37 @@ class ReducerLogic:
         counts = getattr(self.snapshot, "token_counts", None)
         return counts is not None and counts[self.reducer_id] == 0
 
-    def accept_state(self, move: StateMove) -> None:
-        """Merges a peer's :class:`~dpa.instructions.StateMove` into the store of its epochs."""
-        self._state_for(move.epoch).add_partial(move.partial)
+    def accept_state(self, move: StateMove) -> list[StateMove]:
+        """Merges a peer's :class:`~dpa.instructions.StateMove` into the store of its epochs.
+
+        A move made under an older snapshot than this reducer's may hold keys this reducer
+        no longer owns, and its sweep of the newer snapshot may be over: those keys go on
+        to their owners now (returned), or they would stay here while their owner builds a
+        second state for them. While a checkpoint holds forwards (no move may cross it)
+        they are merged and the state is swept again at the next step boundary instead.
+
+        Returns:
+            The moves to pass on (one per reducer that gets keys).
+        """
         self.fwd_received[move.epoch] = self.fwd_received.get(move.epoch, 0) + 1
+        store = self._state_for(move.epoch)
+        if move.version >= self.snapshot.version or not (self.migrate_state or self.retired):
+            store.add_partial(move.partial)
+            return []
+        if self.hold is not None:
+            store.add_partial(move.partial)
+            self.swept = min(self.swept, move.version)
+            return []
+        snapshot, policy, me = self.snapshot, self.plan.policy, self.reducer_id
+        kept, parts = split_partial(move.partial, lambda hashes: policy.destinations(snapshot, hashes, me, False),
+                                    me, self.plan.num_reducers)
+        if kept is not None:
+            store.add_partial(kept)
+        onward = [StateMove(r, part, move.epoch, keys, snapshot.version) for r, part, keys in parts]
+        for m in onward:
+            self.fwd_sent[(m.dest, m.epoch)] = self.fwd_sent.get((m.dest, m.epoch), 0) + 1
+        self.keys_moved_out += sum(m.keys for m in onward)
+        return onward
 
     # -- epochs and checkpoints -------------------------------------------------------
     def _state_for(self, epoch: int) -> Any:

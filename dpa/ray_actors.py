@@ -348,10 +348,15 @@ class ReducerActor(_JobMember):
 
     @quiet_method
     async def accept_state(self, job_id: str, move: Any) -> None:
-        """A peer's :class:`~dpa.instructions.StateMove`: merged into this reducer's state."""
+        """A peer's :class:`~dpa.instructions.StateMove`: merged into this reducer's state.
+        Keys it no longer owns (a move made under an older ring) go on to their owners,
+        and the call returns once they have merged them: the sender's end of the job
+        waits for its moves, so no state is still travelling when the results are taken."""
         if self._serving(job_id):
-            self.logic.accept_state(move)
+            onward = self.logic.accept_state(move)
             self.arrived.set()  # (a checkpoint may wait for it)
+            if onward:
+                await asyncio.gather(*[self.peers[m.dest].accept_state.remote(job_id, m) for m in onward])
 
     def _send(self, forwards: list[Forward]) -> None:
         version = self.logic.snapshot.version

@@ -90,8 +90,10 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
 
     def move_state(r: int) -> None:
         """Hands over the keys reducer r no longer owns (migrate="state", or retired)."""
-        for move in reducers[r].state_moves():
-            reducers[move.dest].accept_state(move)
+        moves = reducers[r].state_moves()
+        while moves:  # (a receiver passes on keys it no longer owns)
+            move = moves.pop()
+            moves.extend(reducers[move.dest].accept_state(move))
 
     def move_idle_states() -> None:
         """Reducers not in a step hand over now (a busy one at the end of its step)."""

@@ -33,6 +33,43 @@ logger = logging.getLogger(__name__)
 COMPACT_MIN_ROWS = 200_000
 
 
+def split_partial(partial: Any, destinations: Any, me: int, n: int) -> tuple[Any, list[tuple[int, Any, int]]]:
+    """Splits a partial state (either store's: a table with the hash column, or
+    ``(key, hash, acc)`` triples) by where its keys belong now.
+
+    Args:
+        partial: What a store's ``extract`` or ``partition`` produced.
+        destinations: Called with the keys' hashes; returns where each key belongs
+            (``me`` = keep it) or None (keep everything).
+        me: This reducer's id.
+        n: Number of reducers.
+
+    Returns:
+        ``(kept, [(reducer, part, keys), ...])``: the part to keep (None if none) and the
+        parts for the other reducers that get keys.
+    """
+    if partial is None or not len(partial):
+        return None, []
+    if isinstance(partial, pa.Table):
+        hashes = partial[HASH_COL].to_numpy()
+    else:
+        hashes = np.fromiter((h for _, h, _ in partial), dtype=np.uint32, count=len(partial))
+    dest = destinations(hashes)
+    if dest is None:
+        return partial, []
+    dest = np.asarray(dest, dtype=np.int64)
+    if (dest == me).all():
+        return partial, []
+    if isinstance(partial, pa.Table):
+        parts: list[Any] = split_by(partial, dest, n)
+    else:
+        parts = [[] for _ in range(n)]
+        for triple, d in zip(partial, dest.tolist()):
+            parts[d].append(triple)
+    kept = parts[me] if len(parts[me]) else None
+    return kept, [(r, p, len(p)) for r, p in enumerate(parts) if r != me and len(p)]
+
+
 def split_by(table: pa.Table, parts: np.ndarray, n: int) -> list[pa.Table]:
     """Splits ``table`` into ``n`` tables by the integer label per row in ``parts``.
 

@@ -104,11 +104,27 @@ def _reducers(n, snapshot, plan):
     return [ReducerLogic(i, plan, snapshot) for i in range(n)]
 
 
-def _plan(n):
+def _plan(n, reducer=None):
     config = dpa.JobConfig(num_reducers=n, policy="doubling", migrate="state", runtime="local",
                            checkpoint_interval_s=0)
-    plan, _ = build_plan(normalize_source(pa.table({"k": [1]}), 10), "k", dpa.Count(), None, config)
+    plan, _ = build_plan(normalize_source(pa.table({"k": [1]}), 10), "k", reducer or dpa.Count(), None, config)
     return plan
+
+
+class PyCount(dpa.Reducer):
+    """A user-defined reducer (its state is a dict of accumulators, not an Arrow table)."""
+
+    def __init__(self):
+        super().__init__(name="count")
+
+    def create(self):
+        return 0
+
+    def add(self, acc, value):
+        return acc + 1
+
+    def merge(self, a, b):
+        return a + b
 
 
 @settings(max_examples=40, deadline=None)
@@ -174,3 +190,99 @@ def test_merged_hashes_counts_keys_found_on_several_reducers():
     assert merged_hashes(parts) == 2  # 2 (twice) and 3 (three times)
     assert merged_hashes(parts[:1]) == 0 and merged_hashes([]) == 0
     assert merged_hashes([np.array([5, 5], np.uint32), np.array([6], np.uint32)]) == 0  # one part: no merge
+
+
+@pytest.mark.parametrize("reducer", [dpa.Count(), PyCount()], ids=["columnar", "user-defined"])
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5)), min_size=1, max_size=6),
+       st.integers(0, 2 ** 16))
+def test_moves_that_arrive_late_still_end_on_the_owner(reducer, changes, seed):
+    """As on Ray: each reducer adopts the ring versions on its own time, moves arrive in any
+    order and late (a move made under an older ring than the receiver's, after the
+    receiver's sweep of its ring), and records keep arriving at whoever owns their key
+    under its own ring. In the end each key is on its final owner only, nothing lost."""
+    n = 4
+    plan = _plan(n, reducer)
+    counts = [4] * n
+    versions = [HashRing(counts).snapshot()]
+    for step, (node, tokens) in enumerate(changes):
+        counts[node] = tokens
+        if sum(counts) == 0:
+            counts[node] = 1
+        ring = HashRing(counts)
+        ring._version = step + 1
+        versions.append(ring.snapshot())
+    reducers = _reducers(n, versions[0], plan)
+    at = [0] * n  # each reducer's version
+    rng = np.random.default_rng(seed)
+    hashes = rng.integers(0, 2 ** 32, 300, dtype=np.uint64).astype(np.uint32)
+    pending: list = []  # moves in flight
+    total = collections.Counter()
+    while any(v < len(versions) - 1 for v in at) or pending:
+        event = rng.integers(0, 3)
+        if event == 0 and pending:  # a move arrives (any of those in flight)
+            move = pending.pop(int(rng.integers(0, len(pending))))
+            pending.extend(reducers[move.dest].accept_state(move))
+        elif event == 1 and any(v < len(versions) - 1 for v in at):  # a reducer adopts its next version
+            r = int(rng.choice([i for i in range(n) if at[i] < len(versions) - 1]))
+            at[r] += 1
+            assert not reducers[r].on_snapshot(versions[at[r]])  # (nothing queued)
+            pending.extend(reducers[r].state_moves())
+        else:  # records arrive at a reducer, for keys it owns under its ring
+            r = int(rng.integers(0, n))
+            pick = rng.integers(0, 300, 50)
+            owners = versions[at[r]].lookup_batch(hashes[pick])
+            pick = pick[owners == r]
+            if not len(pick):
+                continue
+            red = reducers[r]
+            red.enqueue(pa.table({"k": pick, HASH_COL: pa.array(hashes[pick], pa.uint32())}),
+                        version=versions[at[r]].version)
+            while (chunk := red.take_chunk()) is not None:
+                assert not chunk.forwards
+                red.apply(chunk)
+            total.update(pick.tolist())
+    final = versions[-1]
+    seen: dict[int, int] = {}
+    got = collections.Counter()
+    for r, red in enumerate(reducers):
+        table = red.finalize()
+        if table is None:
+            continue
+        for k, c in zip(table["k"].to_pylist(), table["count"].to_pylist()):
+            assert k not in seen, f"key {k} on reducers {seen[k]} and {r}"
+            seen[k] = r
+            assert final.lookup_hash(int(hashes[k])) == r
+            got[k] += c
+    assert got == total
+
+
+
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_a_late_move_is_passed_on_at_once_or_after_a_checkpoint(checkpoint):
+    """A move made under an older ring than the receiver's, arriving after the receiver's
+    sweep: the keys the receiver does not own go on to their owner at once; while a
+    checkpoint holds forwards (no move may cross it) they are merged, and leave at the
+    next sweep once it is over."""
+    from dpa.instructions import StateMove
+
+    plan = _plan(2)
+    ring = HashRing([4, 0])  # version 1: reducer 0 owns every key
+    ring._version = 1
+    sender, receiver = _reducers(2, HashRing([4, 4]).snapshot(), plan)
+    hashes = np.arange(1, 2 ** 32, 2 ** 26, dtype=np.uint64).astype(np.uint32)
+    sender.enqueue(pa.table({"k": np.arange(len(hashes)), HASH_COL: pa.array(hashes, pa.uint32())}))
+    sender.apply(sender.take_chunk())
+    state = sender.state.export()
+    receiver.on_snapshot(ring.snapshot())
+    assert receiver.state_moves() == []  # swept version 1 (it holds nothing)
+    late = StateMove(1, state, -1, state.num_rows, 0)  # made under version 0
+    if checkpoint:
+        receiver.prepare_checkpoint(0)
+        assert receiver.accept_state(late) == []
+        receiver.release_held()
+        onward = receiver.state_moves()
+    else:
+        onward = receiver.accept_state(late)
+    assert [(m.dest, m.keys, m.version) for m in onward] == [(0, state.num_rows, 1)]
+    assert receiver.state.export() is None or receiver.state.export().num_rows == 0
