@@ -200,19 +200,12 @@ class ColumnarState:
             ``(reducer, partial states)`` per reducer that gets keys (for its :meth:`add_partial`).
         """
         table = self._compact()
-        if table is None or not table.num_rows:
+        kept, parts = split_partial(table, destinations, me, n)
+        if not parts:
             return []
-        dest = destinations(table[HASH_COL].to_numpy())
-        if dest is None:
-            return []
-        dest = np.asarray(dest, dtype=np.int64)
-        if (dest == me).all():
-            return []
-        parts = split_by(table, dest, n)
-        kept = parts[me]
-        self._parts = [kept] if kept.num_rows else []
-        self._compacted_rows, self._rows_since_compact = kept.num_rows, 0
-        return [(r, p) for r, p in enumerate(parts) if r != me and p.num_rows]
+        self._parts = [] if kept is None else [kept]
+        self._compacted_rows, self._rows_since_compact = 0 if kept is None else kept.num_rows, 0
+        return [(r, p) for r, p, _ in parts]
 
     def _compact(self) -> pa.Table | None:
         if not self._parts:
@@ -345,18 +338,11 @@ class DictState:
 
     def extract(self, destinations: Any, me: int, n: int) -> list[tuple[int, list[tuple[Any, int, Any]]]]:
         """Takes out the keys this reducer no longer holds (see :meth:`ColumnarState.extract`)."""
-        if not self._accs:
-            return []
-        keys = list(self._accs)
-        dest = destinations(np.fromiter((self._accs[k][0] for k in keys), dtype=np.uint32, count=len(keys)))
-        if dest is None:
-            return []
-        out: dict[int, list[tuple[Any, int, Any]]] = {}
-        for k, d in zip(keys, np.asarray(dest, dtype=np.int64).tolist()):
-            if d != me:
-                h, acc = self._accs.pop(k)
-                out.setdefault(d, []).append((k, h, acc))
-        return sorted(out.items())
+        kept, parts = split_partial([(k, h, acc) for k, (h, acc) in self._accs.items()], destinations, me, n)
+        for _, part, _ in parts:
+            for k, _, _ in part:
+                del self._accs[k]
+        return [(r, p) for r, p, _ in parts]
 
     def set_key_schema(self, schema: pa.Schema) -> None:
         """Records the key columns' Arrow types (used when this store saw no raw records)."""
