@@ -7,7 +7,7 @@ import collections
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dpa
@@ -111,22 +111,6 @@ def _plan(n, reducer=None):
     return plan
 
 
-class PyCount(dpa.Reducer):
-    """A user-defined reducer (its state is a dict of accumulators, not an Arrow table)."""
-
-    def __init__(self):
-        super().__init__(name="count")
-
-    def create(self):
-        return 0
-
-    def add(self, acc, value):
-        return acc + 1
-
-    def merge(self, a, b):
-        return a + b
-
-
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5)), min_size=1, max_size=8),
        st.integers(0, 2 ** 16))
@@ -192,17 +176,17 @@ def test_merged_hashes_counts_keys_found_on_several_reducers():
     assert merged_hashes([np.array([5, 5], np.uint32), np.array([6], np.uint32)]) == 0  # one part: no merge
 
 
-@pytest.mark.parametrize("reducer", [dpa.Count(), PyCount()], ids=["columnar", "user-defined"])
-@settings(max_examples=60, deadline=None)
+@pytest.mark.parametrize("columnar", [True, False], ids=["columnar", "user-defined"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5)), min_size=1, max_size=6),
        st.integers(0, 2 ** 16))
-def test_moves_that_arrive_late_still_end_on_the_owner(reducer, changes, seed):
+def test_moves_that_arrive_late_still_end_on_the_owner(columnar, tally, changes, seed):
     """As on Ray: each reducer adopts the ring versions on its own time, moves arrive in any
     order and late (a move made under an older ring than the receiver's, after the
     receiver's sweep of its ring), and records keep arriving at whoever owns their key
     under its own ring. In the end each key is on its final owner only, nothing lost."""
     n = 4
-    plan = _plan(n, reducer)
+    plan = _plan(n, dpa.Count() if columnar else tally(name="count"))
     counts = [4] * n
     versions = [HashRing(counts).snapshot()]
     for step, (node, tokens) in enumerate(changes):
