@@ -270,3 +270,115 @@ def test_a_late_move_is_passed_on_at_once_or_after_a_checkpoint(checkpoint):
         onward = receiver.accept_state(late)
     assert [(m.dest, m.keys, m.version) for m in onward] == [(0, state.num_rows, 1)]
     assert receiver.state.export() is None or receiver.state.export().num_rows == 0
+
+
+@pytest.mark.parametrize("migrate", ["records", "state"])
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 6)), min_size=1, max_size=5),
+       st.integers(0, 2 ** 16))
+def test_any_interleaving_of_pushes_forwards_rings_and_moves_is_exact(migrate, changes, seed):
+    """The reducers' logic under Ray's asynchrony, played out by a random scheduler: mappers
+    push under whichever ring they hold, each message (push, forward, state move) arrives
+    whenever, a reducer adopts the newest ring when a push routed under it arrives (as the
+    actor does) or on its own time, and steps whenever. The end is the coordinator's: the
+    final ring everywhere, every message delivered, every queue drained, then the final merge
+    (``records``) or none (``state``: each key must sit on its final owner alone)."""
+    from dpa.logic import ReducerLogic
+
+    n = 4
+    config = dpa.JobConfig(num_reducers=n, policy="doubling", migrate=migrate, runtime="local",
+                           checkpoint_interval_s=0)
+    plan, _ = build_plan(normalize_source(pa.table({"k": [1]}), 10), "k", dpa.Count(), None, config)
+    counts = [4] * n
+    versions = [HashRing(counts).snapshot()]
+    for step, (node, tokens) in enumerate(changes):
+        counts[node] = tokens
+        ring = HashRing(counts)
+        ring._version = step + 1
+        versions.append(ring.snapshot())
+    reducers = [ReducerLogic(i, plan, versions[0]) for i in range(n)]
+    at = [0] * n
+    published = 0  # the balancer's newest ring
+    rng = np.random.default_rng(seed)
+    hashes = rng.integers(0, 2 ** 32, 200, dtype=np.uint64).astype(np.uint32)
+    flight: list = []  # ("push" | "forward" | "move", dest, payload, version)
+    total = collections.Counter()
+
+    def adopt(r: int, v: int) -> None:
+        red = reducers[r]
+        if v <= at[r]:
+            return
+        at[r] = v
+        send(r, red.on_snapshot(versions[v]))
+        flight.extend(("move", m.dest, m, None) for m in red.state_moves())
+
+    def send(r: int, forwards) -> None:
+        flight.extend(("forward", f.dest, f.batch, at[r]) for f in forwards)
+
+    def step(r: int) -> None:
+        red = reducers[r]
+        chunk = red.take_chunk()
+        if chunk is None:
+            return
+        send(r, chunk.forwards)
+        red.apply(chunk)
+        flight.extend(("move", m.dest, m, None) for m in red.state_moves())
+
+    def deliver(i: int) -> None:
+        kind, dest, payload, version = flight.pop(i)
+        red = reducers[dest]
+        if kind == "move":
+            flight.extend(("move", m.dest, m, None) for m in red.accept_state(payload))
+            return
+        if version > at[dest]:  # (the actor fetches the balancer's ring first)
+            adopt(dest, published)
+        send(dest, red.enqueue(payload, forwarded=kind == "forward", version=version))
+
+    for _ in range(400):
+        event = rng.integers(0, 6)
+        if event == 0 and published < len(versions) - 1:
+            published += 1
+        elif event == 1:  # a mapper pushes 20 records under a ring it holds
+            v = int(rng.integers(max(0, published - 1), published + 1))
+            pick = rng.integers(0, len(hashes), 20)
+            total.update(pick.tolist())
+            batch = pa.table({"k": pick, HASH_COL: pa.array(hashes[pick], pa.uint32())})
+            owners = versions[v].lookup_batch(hashes[pick])
+            for r in range(n):
+                part = batch.filter(pa.array(owners == r))
+                if part.num_rows:
+                    flight.append(("push", r, part, v))
+        elif event == 2:
+            r = int(rng.integers(0, n))
+            adopt(r, published)
+        elif event == 3:
+            step(int(rng.integers(0, n)))
+        elif flight:
+            deliver(int(rng.integers(0, len(flight))))
+    # The end: the final ring everywhere, then drain (messages and queues, any order).
+    published = len(versions) - 1
+    for r in range(n):
+        adopt(r, published)
+    while flight or any(red.queue for red in reducers):
+        if flight and rng.integers(0, 2):
+            deliver(int(rng.integers(0, len(flight))))
+        else:
+            step(int(rng.integers(0, n)))
+    assert sum(red.processed for red in reducers) == total.total()
+    if migrate == "records":
+        parts = [red.partition_state() for red in reducers]
+        for src in range(n):
+            for dest in range(n):
+                if parts[src][dest] is not None:
+                    reducers[dest].merge_partial(parts[src][dest])
+    got = collections.Counter()
+    for r, red in enumerate(reducers):
+        table = red.finalize()
+        if table is None:
+            continue
+        for k, c in zip(table["k"].to_pylist(), table["count"].to_pylist()):
+            assert k not in got, f"key {k} twice"
+            got[k] = c
+            if migrate == "state":
+                assert versions[-1].lookup_hash(int(hashes[k])) == r
+    assert got == total
