@@ -122,7 +122,10 @@ class JobConfig:
             queue makes them wait (like TCP's slow start), each with the newest routing
             snapshot: the input the balancer has not seen yet stays unrouted, so a
             rebalance applies to it without forwarding, and a job never queues more than
-            this much work on a reducer. A cheap reducer never reaches it.
+            this much work on a reducer. A cheap reducer never reaches it. ``math.inf``:
+            no bound in time, only ``queue_capacity`` records, and a queue takes pushes
+            before its reducer has measured a cost (the paper's queues: the reproduction
+            scripts use it, so that the paper's tables do not move with this default).
         batch_size: Records per input block handed to mappers.
         step_time_s: Target seconds of work of one reducer step. A reducer takes off its
             queue the rows that fit this time at its measured cost per row (any reducer,

@@ -10,6 +10,7 @@ objects and carry out what they return, so both runtimes run the same logic.
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -361,7 +362,11 @@ class ReducerLogic:
         """
         if not self.queued_rows:
             return True
-        if self.queued >= self.plan.queue_capacity or self.cost_per_row is None:
+        if self.queued >= self.plan.queue_capacity:
+            return False
+        if math.isinf(self.plan.queue_time_s):  # no bound in time: records only (the paper's queues)
+            return True
+        if self.cost_per_row is None:
             return False
         if not self.calibrated:  # small steps overstate a cheap reducer's cost: no bound in time yet
             return True
@@ -371,7 +376,8 @@ class ReducerLogic:
     def capacity_rows(self) -> int | None:
         """Rows the queue holds at most: ``queue_time_s`` of work at the measured cost per
         row (at least 1), or None while unknown (not :attr:`calibrated`) or unbounded (free rows)."""
-        if self.cost_per_row is None or not self.calibrated or self.cost_per_row <= 0:
+        if (self.cost_per_row is None or not self.calibrated or self.cost_per_row <= 0
+                or math.isinf(self.plan.queue_time_s)):
             return None
         return max(1, int(self.plan.queue_time_s / self.cost_per_row))
 

@@ -132,6 +132,7 @@ def job_config(method: str, max_rounds: int, runtime: str, settings: Settings,
         lb_interval_s=settings.lb_interval_s,
         report_interval_s=settings.report_interval_s,
         queue_capacity=settings.queue_capacity,
+        queue_time_s=math.inf,  # the paper's queues: bounded in records only
         runtime=runtime,
         timeout_s=120.0 if runtime == "ray" else None,
     )

@@ -118,6 +118,22 @@ def test_a_queue_is_bounded_in_seconds_of_work_at_the_measured_cost():
     assert cheap.has_room()
 
 
+def test_an_infinite_queue_time_bounds_queues_in_records_only():
+    """``queue_time_s=math.inf`` (the paper's queues, used by the reproduction scripts): a
+    queue takes pushes before any cost was measured and after, up to ``queue_capacity``."""
+    import math
+
+    red, mapper, table = _reducer(queue_time_s=math.inf, queue_capacity=300)
+    mine = next(b for r, b in mapper.map_block(table) if r == 0)
+    red.enqueue(mine.slice(0, 10))
+    assert red.has_room() and red.capacity_rows is None  # no cost measured: no bound in time either
+    red.on_step(20, 20 * 1e-3)  # 1 ms per row, calibrated
+    red.enqueue(mine.slice(10, 280))
+    assert red.calibrated and red.has_room() and red.capacity_rows is None
+    red.enqueue(mine.slice(290, 20))
+    assert not red.has_room()  # 310 records >= queue_capacity
+
+
 def test_queue_capacity_in_records_still_applies():
     red, mapper, table = _reducer(queue_capacity=100)
     mine = next(b for r, b in mapper.map_block(table) if r == 0)

@@ -49,6 +49,21 @@ def test_table1_local_no_lb_matches_paper(local_table1: list[dict]) -> None:
         assert row["no_lb"]["runs"][0]["ring_version"] == 0
 
 
+#: The with-LB skews of the in-process Table 1 that the README shows ("with LB: ours,
+#: local"): the reproduction must not drift when the runtime's defaults change (a change
+#: to queue bounds once moved WL4 doubling to 0.20 unnoticed).
+README_LOCAL_WITH_LB = {
+    ("WL1", "halving"): 0.00, ("WL1", "doubling"): 0.15, ("WL2", "halving"): 0.00, ("WL2", "doubling"): 0.00,
+    ("WL3", "halving"): 1.00, ("WL3", "doubling"): 0.99, ("WL4", "halving"): 0.48, ("WL4", "doubling"): 0.09,
+    ("WL5", "halving"): 0.20, ("WL5", "doubling"): 0.11,
+}
+
+
+def test_table1_local_with_lb_is_the_readme_table(local_table1: list[dict]) -> None:
+    got = {(r["workload"], r["method"].lower()): round(r["with_lb"]["skew_mean"], 2) for r in local_table1}
+    assert got == README_LOCAL_WITH_LB
+
+
 def test_table1_local_results_exact_and_complete(local_table1: list[dict]) -> None:
     # run_job raises on any difference from Counter(letters); check the bookkeeping too.
     for row in local_table1:
