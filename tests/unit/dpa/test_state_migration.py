@@ -176,6 +176,23 @@ def test_merged_hashes_counts_keys_found_on_several_reducers():
     assert merged_hashes([np.array([5, 5], np.uint32), np.array([6], np.uint32)]) == 0  # one part: no merge
 
 
+def _finalized_counts(reducers, hashes, owner_ring=None) -> collections.Counter:
+    """The reducers' final counts (key k's hash is ``hashes[k]``), checking that no key comes
+    out of two reducers and, given ``owner_ring``, that each comes out of its owner under it."""
+    got: collections.Counter = collections.Counter()
+    where: dict[int, int] = {}
+    for r, red in enumerate(reducers):
+        table = red.finalize()
+        if table is None:
+            continue
+        for k, c in zip(table["k"].to_pylist(), table["count"].to_pylist()):
+            assert k not in where, f"key {k} on reducers {where[k]} and {r}"
+            where[k], got[k] = r, c
+            if owner_ring is not None:
+                assert owner_ring.lookup_hash(int(hashes[k])) == r
+    return got
+
+
 @pytest.mark.parametrize("columnar", [True, False], ids=["columnar", "user-defined"])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5)), min_size=1, max_size=6),
@@ -226,19 +243,7 @@ def test_moves_that_arrive_late_still_end_on_the_owner(columnar, tally, changes,
                 assert not chunk.forwards
                 red.apply(chunk)
             total.update(pick.tolist())
-    final = versions[-1]
-    seen: dict[int, int] = {}
-    got = collections.Counter()
-    for r, red in enumerate(reducers):
-        table = red.finalize()
-        if table is None:
-            continue
-        for k, c in zip(table["k"].to_pylist(), table["count"].to_pylist()):
-            assert k not in seen, f"key {k} on reducers {seen[k]} and {r}"
-            seen[k] = r
-            assert final.lookup_hash(int(hashes[k])) == r
-            got[k] += c
-    assert got == total
+    assert _finalized_counts(reducers, hashes, versions[-1]) == total
 
 
 
@@ -371,14 +376,4 @@ def test_any_interleaving_of_pushes_forwards_rings_and_moves_is_exact(migrate, c
             for dest in range(n):
                 if parts[src][dest] is not None:
                     reducers[dest].merge_partial(parts[src][dest])
-    got = collections.Counter()
-    for r, red in enumerate(reducers):
-        table = red.finalize()
-        if table is None:
-            continue
-        for k, c in zip(table["k"].to_pylist(), table["count"].to_pylist()):
-            assert k not in got, f"key {k} twice"
-            got[k] = c
-            if migrate == "state":
-                assert versions[-1].lookup_hash(int(hashes[k])) == r
-    assert got == total
+    assert _finalized_counts(reducers, hashes, versions[-1] if migrate == "state" else None) == total
