@@ -358,7 +358,8 @@ class ReducerLogic:
         (:attr:`calibrated`), below ``queue_time_s`` seconds of work at that cost. Before
         the first step has measured anything, a queue that holds something has no room
         (a reducer takes no more work than it knows the cost of); the first, small steps
-        of a cheap reducer overstate its cost, so they bound nothing.
+        of a cheap reducer overstate its cost, so they bound nothing. With
+        ``queue_time_s=math.inf`` only ``queue_capacity`` counts (the paper's queues).
         """
         if not self.queued_rows:
             return True
