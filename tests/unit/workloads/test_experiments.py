@@ -201,6 +201,21 @@ def test_local_runs_are_deterministic() -> None:
     assert cell["skew_std"] == 0.0
 
 
+#: The README's Figure 3 table (local runtime, deterministic): S by max rounds 0..4.
+README_FIGURE3 = {
+    "WL1": {"halving": [0.00, 0.00, 0.00, 0.00, 0.00], "doubling": [1.00, 0.15, 0.15, 0.15, 0.15]},
+    "WL3": {"halving": [1.00, 1.00, 1.00, 0.97, 0.95], "doubling": [1.00, 0.99, 0.97, 0.97, 0.97]},
+    "WL4": {"halving": [0.80, 0.48, 0.21, 0.12, 0.39], "doubling": [0.49, 0.09, 0.09, 0.09, 0.05]},
+    "WL5": {"halving": [0.20, 0.20, 0.12, 0.15, 0.52], "doubling": [0.55, 0.11, 0.11, 0.11, 0.11]},
+}
+
+
+def test_figure3_local_is_the_readme_table() -> None:
+    result = figure3.run_figure3("local", runs=1, workloads=list(README_FIGURE3), log=None)
+    got = {w: {m: [round(v, 2) for v in s] for m, s in by_method.items()} for w, by_method in result["series"].items()}
+    assert got == README_FIGURE3
+
+
 def test_figure3_small_png(tmp_path) -> None:
     result = figure3.run_figure3("local", runs=1, workloads=["WL1", "WL4"], max_rounds=2, log=None)
     assert result["rounds"] == [0, 1, 2]
