@@ -128,11 +128,6 @@ def murmur3_32_batch(data: np.ndarray | bytes, offsets: np.ndarray) -> np.ndarra
     return h
 
 
-# ---------------------------------------------------------------------------------------
-# Arrow column encodings
-# ---------------------------------------------------------------------------------------
-
-
 def murmur3_32_words(words: list[np.ndarray], length: int) -> np.ndarray:
     """Vectorised MurmurHash3 x86_32 (seed 0) of ``n`` byte strings of one ``length``,
     given as their little-endian 4-byte words.
