@@ -162,20 +162,19 @@ def _number_hashes(arr: pa.Array) -> np.ndarray | None:
     t = arr.type
     if sys.byteorder != "little":  # (the halves below are read little-endian)
         return None
-    if pa.types.is_integer(t) and not pa.types.is_uint64(t):
+    integer = pa.types.is_integer(t) and not pa.types.is_uint64(t)
+    if not (integer or pa.types.is_floating(t)):
+        return None
+    values = arr if arr.null_count == 0 else arr.fill_null(0)  # (nulls get their own hash below)
+    if integer:
         tag = TAG_INT
-        values = arr if arr.null_count == 0 else arr.fill_null(0)
         if not pa.types.is_int64(t):
             values = values.cast(pa.int64())
         bits = np.ascontiguousarray(values.to_numpy(zero_copy_only=False), dtype=np.int64)
-    elif pa.types.is_floating(t):
-        tag = TAG_FLOAT
-        values = arr if arr.null_count == 0 else arr.fill_null(0)
-        floats = np.asarray(values.cast(pa.float64()), dtype=np.float64) + 0.0  # (a copy) -0.0 -> 0.0
-        floats[np.isnan(floats)] = math.nan
-        bits = floats
     else:
-        return None
+        tag = TAG_FLOAT
+        bits = np.asarray(values.cast(pa.float64()), dtype=np.float64) + 0.0  # (a copy) -0.0 -> 0.0
+        bits[np.isnan(bits)] = math.nan
     # The 64 bits as two little-endian 32-bit halves: bytes b7 b6 b5 b4 | b3 b2 b1 b0.
     halves = bits.view(np.uint32).reshape(-1, 2)
     lo, hi = halves[:, 0], halves[:, 1]
