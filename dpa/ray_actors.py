@@ -42,8 +42,10 @@ from dpa.telemetry import ReducerTelemetry, metric
 logger = logging.getLogger(__name__)
 
 NAMESPACE = "dpa"
-#: A busy reducer tells the coordinator its processed count at most this often (an idle
-#: one at once: that is what termination waits for).
+#: A reducer tells the coordinator its processed count at most this often while the
+#: mappers are at work (for progress bars and metrics); once the coordinator has said that
+#: every record is in a queue (``ReducerActor.input_mapped``), an idle reducer tells it at
+#: once: that is what termination waits for.
 PROGRESS_INTERVAL_S = 0.1
 
 #: What the coordinator sends a member instead of its peers' handles when they are the
@@ -287,6 +289,7 @@ class ReducerActor(_JobMember):
         self.telemetry = ReducerTelemetry(plan.job_id, self.reducer_id)
         self.last_progress = 0.0
         self.last_progress_value = -1
+        self.mapped = False  # the coordinator said every input record is in a reducer's queue
         self.result = None
 
     def _on_abort(self) -> None:
@@ -366,26 +369,41 @@ class ReducerActor(_JobMember):
             self.inflight = [r for r in self.inflight if not _ready(r)]
 
     def _report(self, force: bool = False) -> None:
-        """Reports the queue length to the balancer (every ``report_interval_s``) and progress
-        to the coordinator (when the queue is empty — what termination needs — or every
-        ``PROGRESS_INTERVAL_S``), skipping reports that would repeat the last one."""
+        """Reports the queue length to the balancer (at most every ``report_interval_s``
+        unless ``force``d, skipping a report that would repeat the last one) and progress
+        to the coordinator (:meth:`_progress`)."""
         logic = self.logic
         now = time.monotonic()
-        if not force and now - self.last_report < self.plan.report_interval_s:
+        if force or now - self.last_report >= self.plan.report_interval_s:
+            sent = (logic.queued, logic.processed, logic.snapshot.version)
+            if sent != self.last_sent or logic.has_key_stats:
+                self.last_sent, self.last_report = sent, now
+                self.balancer.report.remote(self.job_id, self.reducer_id, logic.queued, logic.snapshot.version,
+                                            logic.take_key_stats(), logic.backlog_s)
+                counts = getattr(logic.snapshot, "token_counts", None)
+                self.telemetry.update(logic.queued, logic.processed, logic.forwarded,
+                                      None if counts is None else counts[self.reducer_id])
+        self._progress(now)
+
+    def _progress(self, now: float) -> None:
+        """Tells the coordinator the processed count if it changed: at once when the queue
+        is empty after every input record was mapped (what termination waits for), else
+        at most every ``PROGRESS_INTERVAL_S`` (a call per emptied queue would cost a
+        short job more than its records do)."""
+        logic = self.logic
+        if logic.processed == self.last_progress_value:
             return
-        sent = (logic.queued, logic.processed, logic.snapshot.version)
-        if sent == self.last_sent and not logic.has_key_stats:
-            return
-        self.last_sent, self.last_report = sent, now
-        self.balancer.report.remote(self.job_id, self.reducer_id, logic.queued, logic.snapshot.version,
-                                    logic.take_key_stats(), logic.backlog_s)
-        if logic.queued == 0 or now - self.last_progress >= PROGRESS_INTERVAL_S:
-            if logic.processed != self.last_progress_value:
-                self.last_progress, self.last_progress_value = now, logic.processed
-                self.coordinator.progress.remote(self.job_id, self.reducer_id, logic.processed)
-        counts = getattr(logic.snapshot, "token_counts", None)
-        self.telemetry.update(logic.queued, logic.processed, logic.forwarded,
-                              None if counts is None else counts[self.reducer_id])
+        if (self.mapped and logic.queued == 0) or now - self.last_progress >= PROGRESS_INTERVAL_S:
+            self.last_progress, self.last_progress_value = now, logic.processed
+            self.coordinator.progress.remote(self.job_id, self.reducer_id, logic.processed)
+
+    @quiet_method
+    async def input_mapped(self, job_id: str) -> None:
+        """Every input record is in a reducer's queue: from now on an emptied queue's
+        progress goes to the coordinator at once."""
+        if self._serving(job_id):
+            self.mapped = True
+            self._progress(time.monotonic())
 
     async def _reporter(self, job_id: str) -> None:
         while not self.stopping and self._serving(job_id):
@@ -406,7 +424,7 @@ class ReducerActor(_JobMember):
                 chunk = logic.take_chunk()
                 if chunk is None:
                     self.room.set()
-                    self._report(force=True)
+                    self._report()
                     if self.stopping:
                         break
                     self.wake.clear()

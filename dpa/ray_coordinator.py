@@ -346,6 +346,8 @@ class CoordinatorActor:
         if self.run_id is not None and self.logic.mapping_done and self.told_done != self.run_id:
             self.told_done = self.run_id
             self.balancer.input_done.remote(self.run_id)
+            for reducer in self.job_reducers:  # (an idle one reports its progress at once from now on)
+                reducer.input_mapped.remote(self.run_id)
         epoch = None if self.run_id is None else self.logic.checkpoint_due(time.monotonic())
         if epoch is not None:
             asyncio.ensure_future(self._checkpoint(self.run_id, epoch))
@@ -638,6 +640,8 @@ class CoordinatorActor:
             for i, r in zip(slots, fresh):
                 self.answered.add(f"reducer-{i}")
                 self.tasks[asyncio.ensure_future(await_ref(r.serve.remote(run_id)))] = f"dpa:{self.pool_id}:reducer-{i}"
+                if self.told_done == run_id:
+                    r.input_mapped.remote(run_id)
             self.members_changed.set()
         metric("dpa_reducers").set(len(self.job_slots), tags=self.job_tags)
         return list(slots), fresh, why
