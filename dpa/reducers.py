@@ -167,12 +167,18 @@ class ColumnarReducer(Reducer):
         With ``weight_col``, also adds that column: the number of records per key.
         """
         table = self.prepare(table)
-        aggs = [([] if col is None else col, fn) for col, fn, _ in self.state_aggregations()]
-        if weight_col is not None:
+        states = self.state_aggregations()
+        aggs = [([] if col is None else col, fn) for col, fn, _ in states]
+        names = list(group_cols) + self.state_columns()
+        # A state that is the record count already (Count's) doubles as the weight column.
+        same = next((i for i, (col, fn, _) in enumerate(states) if col is None and fn == "count_all"), None)
+        if weight_col is not None and same is None:
             aggs.append(([], "count_all"))
-        out = table.group_by(group_cols, use_threads=False).aggregate(aggs)
-        names = list(group_cols) + self.state_columns() + ([weight_col] if weight_col is not None else [])
-        return out.rename_columns(names)
+            names.append(weight_col)
+        out = table.group_by(group_cols, use_threads=False).aggregate(aggs).rename_columns(names)
+        if weight_col is not None and same is not None:
+            out = out.append_column(weight_col, out.column(len(group_cols) + same))
+        return out
 
     def merge_partials(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
         """Combines partial-state rows that share a key."""

@@ -231,3 +231,15 @@ def test_topk_ranks_nan_below_every_number_whatever_the_order():
         assert r.merge(r.add_batch(r.create(), list(order[:2])), r.add_batch(r.create(), list(order[2:])))[:2] == [2.5, -1.0]
     only = dpa.TopK("x", 2).add_batch([], [nan, None])
     assert len(only) == 1 and math.isnan(only[0])
+
+
+@pytest.mark.parametrize("reducer", [dpa.Count(), dpa.Sum("v"), dpa.Mean("v"), dpa.Min("v"), dpa.Count("n")],
+                         ids=["count", "sum", "mean", "min", "count-named"])
+def test_partial_from_batch_weight_is_the_record_count(reducer):
+    # Count's state doubles as the weight column; the others' weight is its own count_all.
+    table = pa.table({"k": [1, 2, 1, None, 1], "v": [1.0, None, 3.0, 4.0, 5.0]})
+    part = reducer.partial_from_batch(table, ["k"], "__w").sort_by("k")
+    assert part.column_names == ["k", *reducer.state_columns(), "__w"]
+    assert part["__w"].to_pylist() == [3, 1, 1]
+    assert part["k"].to_pylist() == [1, 2, None]
+    assert reducer.partial_from_batch(table, ["k"]).column_names == ["k", *reducer.state_columns()]
