@@ -60,6 +60,29 @@ def test_lookup_matches_brute_force(counts: list[int], hashes: list[int]) -> Non
     assert snap.lookup_batch(np.array(probes, dtype=np.int64)).tolist() == batch.tolist()
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=300), min_size=1, max_size=5).filter(lambda c: sum(c) > 0),
+       st.lists(HASHES, max_size=50), st.booleans())
+def test_bucket_lookup_matches_binary_search(counts: list[int], hashes: list[int], even: bool) -> None:
+    # Past 2**16 looked-up hashes a snapshot answers from its bucket table: the same owners,
+    # at token positions, next to them, at bucket edges and at the ring's ends too.
+    snap = RingSnapshot.build(counts, even=(len(counts), 4) if even else (0, 0))
+    probes = list(hashes) + [0, 2**32 - 1] + [b << 16 for b in (0, 1, 2**15, 2**16 - 1)]
+    probes += [(b << 16) - 1 for b in (1, 2**15, 2**16 - 1)]
+    for p in snap.positions.tolist():
+        probes += [p, max(p - 1, 0), min(p + 1, 2**32 - 1)]
+    probes = np.array(probes, dtype=np.uint32)
+    expected = np.array([snap.lookup_hash(int(h)) for h in probes], dtype=np.int32)
+    assert snap.lookup_batch(probes).tolist() == expected.tolist()  # (by binary search)
+    filler = np.random.default_rng(0).integers(0, 2**32, 2**16, dtype=np.uint64).astype(np.uint32)
+    searched = snap._search(filler)
+    assert snap.lookup_batch(filler).tolist() == searched.tolist()
+    assert snap._buckets is not None
+    got = snap.lookup_batch(probes)
+    assert got.dtype == np.int32 and got.tolist() == expected.tolist()
+    assert pickle.loads(pickle.dumps(snap))._buckets is None  # (not shipped: each process builds its own)
+
+
 def test_wrap_around() -> None:
     snap = RingSnapshot.build([4, 4, 4])
     last = int(snap.positions[-1])
