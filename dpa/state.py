@@ -78,13 +78,15 @@ def split_by(table: pa.Table, parts: np.ndarray, n: int) -> list[pa.Table]:
     """
     if table.num_rows == 0:
         return [table] * n
-    order = np.argsort(parts, kind="stable")
-    bounds = np.concatenate([[0], np.cumsum(np.bincount(parts, minlength=n))])
+    parts = np.asarray(parts)
+    if n <= 8:  # a pass per part beats a sort
+        rows = [np.flatnonzero(parts == i) for i in range(n)]
+    else:  # (numpy sorts 16-bit labels by radix: 3-5x faster than 64-bit ones)
+        order = np.argsort(parts.astype(np.int16 if n <= 1 << 15 else np.int64), kind="stable")
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(parts, minlength=n))])
+        rows = [order[bounds[i]:bounds[i + 1]] for i in range(n)]
     empty = table.schema.empty_table()
-    return [
-        table.take(pa.array(order[bounds[i]:bounds[i + 1]])) if bounds[i + 1] > bounds[i] else empty
-        for i in range(n)
-    ]
+    return [table.take(pa.array(r)) if len(r) else empty for r in rows]
 
 
 class KeyTypeGuard:
