@@ -193,11 +193,14 @@ class MapperActor(_JobMember):
         logic = self.logic
         interval = logic.plan.checkpoint_interval_s
         pending = self.coordinator.next_block.remote(job_id, self.mapper_id)
+        done = None  # (epoch, emitted) of the block finished last, not told yet
         while True:
             item = await pending
             if item is None:
                 break
-            pending = self.coordinator.next_block.remote(job_id, self.mapper_id)  # prefetch
+            # prefetch, telling the coordinator the last block's end on the way
+            pending = self.coordinator.next_block.remote(job_id, self.mapper_id, done)
+            done = None
             item, epoch, token = item
             try:
                 before = logic.emitted
@@ -240,11 +243,15 @@ class MapperActor(_JobMember):
                 logic.on_pushed(max((outcome for outcome, _ in answers), default=PUSH_KEEP),
                                 {r: capacity for (r, _), (_, capacity) in zip(routed, answers)})
             # Every record of the block is in a reducer's queue now: the coordinator may
-            # count the block's epoch as mapped (dpa.epochs).
-            self.coordinator.block_done.remote(job_id, self.mapper_id, epoch, logic.emitted - before)
+            # count the block's epoch as mapped (dpa.epochs). If the next item is here,
+            # the request for the one after tells it; else (a slow source) a call now.
+            done = (epoch, logic.emitted - before)
+            if not _ready(pending):
+                self.coordinator.block_done.remote(job_id, self.mapper_id, *done)
+                done = None
             if logic.emitted > before:
                 metric("dpa_records_emitted").inc(logic.emitted - before, tags=self.tags)
-        await self.coordinator.mapper_done.remote(job_id, self.mapper_id)
+        await self.coordinator.mapper_done.remote(job_id, self.mapper_id, done)
         self.job_id, self.task = None, None  # the job is over for this mapper: later news is dropped
         return logic.emitted
 
@@ -288,7 +295,7 @@ class ReducerActor(_JobMember):
         self.last_report = 0.0
         self.telemetry = ReducerTelemetry(plan.job_id, self.reducer_id)
         self.last_progress = 0.0
-        self.last_progress_value = -1
+        self.last_progress_value = self.logic.processed  # (what the coordinator knows: none, or the checkpoint's)
         self.mapped = False  # the coordinator said every input record is in a reducer's queue
         self.result = None
 

@@ -281,12 +281,19 @@ class CoordinatorActor:
         self._check()
 
     @quiet_method
-    async def next_block(self, run_id: str, mapper: int) -> list[Any] | None:
+    async def next_block(self, run_id: str, mapper: int, done: tuple[int, int] | None = None) -> list[Any] | None:
         """The next item for ``mapper``: ``[item, epoch, token]``, the item a ``(block ref,
         row slice or None)`` or a :class:`~dpa.epochs.Rest` (wrapped so Ray does not resolve
-        the ref); None when there is none (or the run ended)."""
+        the ref); None when there is none (or the run ended).
+
+        ``done`` is ``(epoch, emitted)`` of a block the mapper finished, as
+        :meth:`block_done` takes it (which saves a call per block).
+        """
         if run_id != self.run_id:
             return None
+        if done is not None:
+            self.logic.on_block_done(mapper, *done)
+            self._check()
         async with self.cond:
             await self.cond.wait_for(lambda: self.blocks or self.logic.input_done or self.failed is not None
                                      or run_id != self.run_id)
@@ -320,8 +327,11 @@ class CoordinatorActor:
         self._check()
         return split
 
-    async def mapper_done(self, run_id: str, mapper: int) -> None:
+    async def mapper_done(self, run_id: str, mapper: int, done: tuple[int, int] | None = None) -> None:
+        """``mapper`` routed all its items; ``done`` as :meth:`next_block` takes it."""
         if run_id == self.run_id:
+            if done is not None:
+                self.logic.on_block_done(mapper, *done)
             self.logic.on_mapper_done(mapper)
             self._check()
 
