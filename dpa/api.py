@@ -97,7 +97,7 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
     if not isinstance(reducer, Reducer):
         raise ConfigError(f"reducer must be a dpa.Reducer such as dpa.Count(), got {type(reducer).__name__}")
 
-    src = normalize_source(source, config.batch_size)
+    src = normalize_source(source, config.batch_size, config.num_mappers)
     if src.ray_dataset is not None and config.runtime == "local":
         raise ConfigError("a ray.data.Dataset or ArrowRefs source needs runtime='ray'")
     plan, blocks = build_plan(src, key, reducer, map_fn, config)

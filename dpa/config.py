@@ -126,7 +126,12 @@ class JobConfig:
             no bound in time, only ``queue_capacity`` records, and a queue takes pushes
             before its reducer has measured a cost (the paper's queues: the reproduction
             scripts use it, so that the paper's tables do not move with this default).
-        batch_size: Records per input block handed to mappers.
+        batch_size: Records per input block handed to mappers. None (the default): sized
+            from the input (:func:`dpa.sources.block_rows`): an in-memory table or parquet
+            files are cut into about 2 blocks per mapper of at most 32 MiB each, but never
+            below 1,048,576 rows, which is also the block of a streamed input (an
+            iterable). Every block costs calls and is combined on its own, so fewer,
+            larger blocks are cheaper (README, "Input blocks sized from the input").
         step_time_s: Target seconds of work of one reducer step. A reducer takes off its
             queue the rows that fit this time at its measured cost per row (any reducer,
             user-defined ones included): an expensive reducer takes a few records at a
@@ -202,7 +207,7 @@ class JobConfig:
     report_interval_s: float = 0.05
     queue_capacity: int = 1_000_000
     queue_time_s: float = 1.0
-    batch_size: int = 1_048_576
+    batch_size: int | None = None
     step_time_s: float = 0.1
     chunk_size: int = 65_536
     runtime: str = "ray"
@@ -224,6 +229,8 @@ class JobConfig:
         self._default_shape()
         for name in ("num_mappers", "num_reducers", "batch_size", "chunk_size", "queue_capacity"):
             value = getattr(self, name)
+            if value is None and name == "batch_size":
+                continue  # sized from the input
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"JobConfig.{name} must be an integer >= 1, got {value!r}")
         if isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int) or self.max_rounds < 0:

@@ -187,6 +187,8 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
     """
     if not isinstance(config, JobConfig):
         raise ConfigError(f"config must be a dpa.JobConfig, got {type(config).__name__}")
+    if config.batch_size is None:  # sized from the input (the policy's record-based defaults use it)
+        config = replace(config, batch_size=source.block_rows)
     policy = make_policy(config)  # the policy's settings are validated here, once per job
     if map_fn is not None and not callable(map_fn):
         raise ConfigError(f"map_fn must be callable (record -> iterable of records) or dpa.BatchMap, got {type(map_fn).__name__}")

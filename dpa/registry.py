@@ -43,6 +43,7 @@ from dpa.partitioners.hashing import HashSettings, build_hash_policy
 from dpa.partitioners.hybrid import HybridSettings, build_hybrid
 from dpa.partitioners.ring_policy import RingSettings, build_ring_policy
 from dpa.policy import JobShape, PolicyFactory, PolicySettings, PolicySpec
+from dpa.sources import DEFAULT_BATCH_SIZE
 
 if TYPE_CHECKING:
     from dpa.config import JobConfig
@@ -228,7 +229,7 @@ def job_shape(config: JobConfig) -> JobShape:
     """
     elastic = bool(config.elastic)
     return JobShape(num_mappers=int(config.num_mappers), num_reducers=int(config.slots),
-                    batch_size=int(config.batch_size), seed=int(config.seed),
+                    batch_size=int(config.batch_size or DEFAULT_BATCH_SIZE), seed=int(config.seed),
                     step_time_s=float(config.step_time_s),
                     active_reducers=int(config.num_reducers) if elastic else 0, elastic=elastic)
 

@@ -20,6 +20,43 @@ from dpa.records import (
 
 logger = logging.getLogger(__name__)
 
+#: Rows per input block of a streamed source (an iterable or generator), and the fewest of
+#: a sized one (``JobConfig.batch_size=None``, :func:`block_rows`).
+DEFAULT_BATCH_SIZE = 1_048_576
+#: A sized source (an in-memory table, parquet files) is cut into about this many blocks
+#: per mapper when ``JobConfig.batch_size`` is None...
+AUTO_BLOCKS_PER_MAPPER = 2
+#: ...each of at most this many bytes (a block of a few wide rows may still be larger:
+#: never fewer than :data:`DEFAULT_BATCH_SIZE` rows).
+AUTO_MAX_BLOCK_BYTES = 32 << 20
+
+
+def block_rows(batch_size: int | None, num_rows: int | None = None, nbytes: int | None = None,
+               num_mappers: int = 1) -> int:
+    """Rows per input block: ``batch_size`` if given, else sized from the input.
+
+    Every block costs a job calls (hand-out, pushes, reports) and map-side combines its
+    keys on its own, so fewer, larger blocks are cheaper: a source of known size is cut
+    into about :data:`AUTO_BLOCKS_PER_MAPPER` blocks per mapper (enough for mappers to
+    share the input out evenly), each of at most :data:`AUTO_MAX_BLOCK_BYTES` (memory:
+    a few blocks per mapper wait in the object store), and of at least
+    :data:`DEFAULT_BATCH_SIZE` rows; a source of unknown size gets the latter.
+
+    Args:
+        batch_size: ``JobConfig.batch_size`` (None = sized from the input).
+        num_rows: The input's rows, if known.
+        nbytes: Its size in memory (Arrow buffers), if known.
+        num_mappers: ``JobConfig.num_mappers``.
+    """
+    if batch_size is not None:
+        return batch_size
+    if not num_rows:
+        return DEFAULT_BATCH_SIZE
+    rows = -(-num_rows // (AUTO_BLOCKS_PER_MAPPER * max(1, num_mappers)))
+    if nbytes:
+        rows = min(rows, AUTO_MAX_BLOCK_BYTES * num_rows // nbytes)
+    return max(DEFAULT_BATCH_SIZE, rows)
+
 
 @dataclass
 class Source:
@@ -39,6 +76,7 @@ class Source:
     key_hint: list[str] = field(default_factory=list)
     head_records: list[Any] | None = None
     deferred: IntegerRangeError | None = None
+    block_rows: int = DEFAULT_BATCH_SIZE  # rows per input block (the last may have fewer)
 
 
 @dataclass(frozen=True)
@@ -145,6 +183,20 @@ class ParquetFiles:
     def num_rows(self) -> int:
         """Rows in all files (from their footers)."""
         return sum(m.num_rows for m in self._metas)  # type: ignore[attr-defined]
+
+    @property
+    def nbytes(self) -> int:
+        """Uncompressed bytes of the columns read, in all files (from their footers)."""
+        names = self.schema.names
+        total = 0
+        for meta in self._metas:  # type: ignore[attr-defined]
+            for i in range(meta.num_row_groups):
+                group = meta.row_group(i)
+                for j in range(group.num_columns):
+                    column = group.column(j)
+                    if column.path_in_schema.split(".")[0] in names:
+                        total += column.total_uncompressed_size
+        return total
 
     def pieces(self, batch_size: int) -> list[ParquetPiece]:
         """The input blocks: consecutive row groups of a file, about ``batch_size`` rows each
@@ -315,31 +367,35 @@ def _tables(it: Iterator[Any]) -> Iterator[Any]:
         yield item[0]
 
 
-def normalize_source(source: Any, batch_size: int) -> Source:
+def normalize_source(source: Any, batch_size: int | None, num_mappers: int = 1) -> Source:
     """Wraps any supported input as a :class:`Source`.
 
     Supported: ``pyarrow.Table``, ``pyarrow.RecordBatch``, ``pandas.DataFrame``,
     ``ray.data.Dataset``, :class:`ArrowRefs`, :class:`ParquetFiles`, an iterable (e.g. a generator) of Arrow tables, record batches or
-    DataFrames (streamed, re-cut into ``batch_size`` blocks), and any iterable of records
-    (dicts, tuples or scalars).
+    DataFrames (streamed, re-cut into blocks), and any iterable of records (dicts, tuples
+    or scalars). Blocks have ``batch_size`` rows, or as :func:`block_rows` sizes them from
+    the input if it is None (:attr:`Source.block_rows` says how many).
     """
     if isinstance(source, pa.RecordBatch):
         source = pa.Table.from_batches([source])
-    if isinstance(source, pa.Table):
-        return Source("dict", source.schema, _table_blocks(source, batch_size), source.num_rows)
     try:
         import pandas as pd
 
         if isinstance(source, pd.DataFrame):
-            table = pa.Table.from_pandas(source, preserve_index=False)
-            return Source("dict", table.schema, _table_blocks(table, batch_size), table.num_rows)
+            source = pa.Table.from_pandas(source, preserve_index=False)
     except ImportError:  # pragma: no cover
         pass
+    if isinstance(source, pa.Table):
+        rows = block_rows(batch_size, source.num_rows, source.nbytes, num_mappers)
+        return Source("dict", source.schema, _table_blocks(source, rows), source.num_rows, block_rows=rows)
     if isinstance(source, ArrowRefs):
         return Source("dict", source.schema, None, None, ray_dataset=source)
     if isinstance(source, ParquetFiles):
-        pieces = tuple(source.pieces(batch_size))
-        return Source("dict", source.schema, (p.read() for p in pieces), source.num_rows, pieces=pieces)
+        rows = block_rows(batch_size, source.num_rows, source.nbytes, num_mappers)
+        pieces = tuple(source.pieces(rows))
+        return Source("dict", source.schema, (p.read() for p in pieces), source.num_rows, pieces=pieces,
+                      block_rows=rows)
+    batch_size = block_rows(batch_size)
     if _is_ray_dataset(source):
         probe = _as_arrow(source.take_batch(64, batch_format="pyarrow")) if _nonempty(source) else None
         schema = probe.schema if probe is not None else _dataset_schema(source)
@@ -356,7 +412,7 @@ def normalize_source(source: Any, batch_size: int) -> Source:
         # block, so the input never has to fit in memory.
         head = first[0]
         head = pa.Table.from_batches([head]) if isinstance(head, pa.RecordBatch) else _as_arrow(head)
-        return Source("dict", head.schema, _arrow_stream(head, _tables(it), batch_size), None)
+        return Source("dict", head.schema, _arrow_stream(head, _tables(it), batch_size), None, block_rows=batch_size)
     first += _take(it, batch_size - 1)
     if not first:
         return Source("scalar", None, iter(()), 0)
@@ -367,7 +423,7 @@ def normalize_source(source: Any, batch_size: int) -> Source:
     except IntegerRangeError as exc:  # a key error or a value error: build_plan knows which
         return Source(kind, None, iter(()), num_rows, deferred=exc)
     schema = head.schema
-    src = Source(kind, schema, None, num_rows, head_records=first)
+    src = Source(kind, schema, None, num_rows, head_records=first, block_rows=batch_size)
 
     def blocks() -> Iterator[pa.Table]:
         yield head

@@ -68,3 +68,10 @@ def test_bad_input_is_refused_with_what_to_do(files, tmp_path):
         dpa.ParquetFiles([files[0], str(other)], ["k"])
     with pytest.raises(dpa.SchemaError, match="nope"):
         dpa.run(dpa.ParquetFiles(files), key="nope", config=dpa.JobConfig(runtime="local"))
+
+
+def test_nbytes_counts_the_columns_read(files):
+    both, keys = dpa.ParquetFiles(files), dpa.ParquetFiles(files, ["k"])
+    values = dpa.ParquetFiles(files, ["v"])
+    assert both.nbytes == keys.nbytes + values.nbytes > 0
+    assert values.nbytes >= 8 * 1250  # (int64 values, uncompressed)

@@ -1,0 +1,62 @@
+"""Input blocks: how many rows each block of a source gets (``dpa.sources.block_rows``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+import dpa
+from dpa.errors import ConfigError
+from dpa.plan import build_plan
+from dpa.sources import (
+    AUTO_BLOCKS_PER_MAPPER,
+    AUTO_MAX_BLOCK_BYTES,
+    DEFAULT_BATCH_SIZE,
+    block_rows,
+    normalize_source,
+)
+
+
+def test_block_rows_rule():
+    # Given: as set. Unknown size: the default. Known: ~2 blocks per mapper, capped in bytes,
+    # never below the default.
+    assert block_rows(300, 10**9, 10**12, 8) == 300
+    assert block_rows(None) == block_rows(None, 0, 0, 4) == DEFAULT_BATCH_SIZE
+    assert block_rows(None, 10_000, 80_000, 2) == DEFAULT_BATCH_SIZE
+    assert block_rows(None, 10_000_000, 80_000_000, 2) == 2_500_000
+    assert block_rows(None, 10_000_001, 80_000_008, 2) == 2_500_001  # (rounded up: no tiny last block)
+    assert block_rows(None, 10**9, 8 * 10**9, 2) == AUTO_MAX_BLOCK_BYTES // 8
+    assert block_rows(None, 10**8, 10**12, 2) == DEFAULT_BATCH_SIZE  # wide rows: the default, not fewer
+    assert AUTO_BLOCKS_PER_MAPPER == 2
+
+
+@pytest.mark.parametrize("as_pandas", [False, True])
+def test_tables_are_cut_by_their_size(as_pandas):
+    table = pa.table({"key": np.arange(5_000_000, dtype=np.int64)})
+    source = table.to_pandas() if as_pandas else table
+    src = normalize_source(source, None, num_mappers=2)
+    assert src.block_rows == 1_250_000
+    assert [b.num_rows for b in src.blocks] == [1_250_000] * 4
+    given = normalize_source(table, 1_000_000, num_mappers=2)
+    assert given.block_rows == 1_000_000 and len(list(given.blocks)) == 5
+
+
+def test_streams_keep_the_default_block():
+    src = normalize_source(({"k": i % 3} for i in range(10)), None, num_mappers=2)
+    assert src.block_rows == DEFAULT_BATCH_SIZE
+    tables = normalize_source(iter([pa.table({"k": [1, 2]})] * 3), None)
+    assert tables.block_rows == DEFAULT_BATCH_SIZE
+
+
+def test_config_default_is_sized_from_the_input_and_the_plan_knows_it():
+    assert dpa.JobConfig().batch_size is None
+    with pytest.raises(ConfigError, match="batch_size"):
+        dpa.JobConfig(batch_size=0)
+    table = pa.table({"key": np.arange(3_000_000, dtype=np.int64) % 7})
+    config = dpa.JobConfig(runtime="local", num_mappers=1, policy="doubling")
+    plan, _ = build_plan(normalize_source(table, None, 1), "key", dpa.Count(), None, config)
+    assert plan.policy.min_gap == 1_500_000 // config.num_reducers  # (M * block rows // R)
+    out = dpa.run(table, key="key", config=config).to_pandas().sort_values("key")
+    assert out["count"].tolist() == pd.Series(np.arange(3_000_000) % 7).value_counts().sort_index().tolist()
