@@ -131,7 +131,7 @@ class JobConfig:
             files are cut into about 2 blocks per mapper of at most 32 MiB each, but never
             below 1,048,576 rows, which is also the block of a streamed input (an
             iterable). Every block costs calls and is combined on its own, so fewer,
-            larger blocks are cheaper (README, "Input blocks sized from the input").
+            larger blocks are cheaper (README, "blocks sized from the input").
         step_time_s: Target seconds of work of one reducer step. A reducer takes off its
             queue the rows that fit this time at its measured cost per row (any reducer,
             user-defined ones included): an expensive reducer takes a few records at a
