@@ -290,6 +290,7 @@ class ReducerActor(_JobMember):
         self.room = asyncio.Event()
         self.room.set()
         self.stopping = False
+        self.finalize_at_end = False  # stop(finalize=True): the loop's end finalizes too
         self.inflight: list[Any] = []
         self.last_sent: tuple[int, int, int] | None = None
         self.last_report = 0.0
@@ -463,16 +464,26 @@ class ReducerActor(_JobMember):
             reporter.cancel()
         if self.inflight:
             await asyncio.gather(*self.inflight)
-        return logic.counters()
+        counters = logic.counters()
+        if self.finalize_at_end:
+            counters["merged_keys"] = await self.finalize(job_id)
+        return counters
 
-    async def stop(self, job_id: str, snapshot: Any = None) -> None:
+    async def stop(self, job_id: str, snapshot: Any = None, finalize: bool = False) -> None:
         """Ends the job's loop (every record is absorbed), first adopting the balancer's
         final ``snapshot`` and handing over the states it moves (the loop's end waits
-        until every peer has merged them)."""
+        until every peer has merged them).
+
+        With ``finalize`` the loop's end also does what :meth:`finalize` does (its merged
+        keys go into the loop's counters as ``merged_keys``), saving the coordinator a
+        round of calls: only for a job whose reducers neither merge partial states nor
+        receive states from peers at the end (no final merge, ``migrate="records"``, not
+        elastic), since the loop of one reducer may end before another's does."""
         if not self._serving(job_id):
             return
         if snapshot is not None:
             self._adopt(snapshot)
+        self.finalize_at_end = finalize
         self.stopping = True
         self.wake.set()
         self.last_sent = None

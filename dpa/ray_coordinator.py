@@ -42,7 +42,7 @@ from dpa.ray_actors import (
     handles_key,
     quiet_method,
 )
-from dpa.run_output import needs_final_merge
+from dpa.run_output import finalize_at_stop, needs_final_merge
 from dpa.telemetry import metric
 
 logger = logging.getLogger(__name__)
@@ -564,20 +564,24 @@ class CoordinatorActor:
             # The balancer stops first: the reducers end on its final routing (and hand
             # over the states it moves) with no newer one on the way.
             events, final, timeline, scaling = await self.balancer.stop.remote(run_id)
-            await asyncio.gather(*[r.stop.remote(run_id, final) for r in self.job_reducers])
+            # Merge unless every key stayed on one reducer (after a rollback: always, unless
+            # states followed their keys).
+            merged = ((run_id != plan.job_id and plan.migrate != "state")
+                      or needs_final_merge(plan.policy, snapshot, final, plan.migrate))
+            early = finalize_at_stop(plan, merged)  # (ReducerActor.stop)
+            await asyncio.gather(*[r.stop.remote(run_id, final, early) for r in self.job_reducers])
             counters = await asyncio.gather(*[t for t, name in tasks.items() if "reducer" in name])
             if self.logic.ledger.blocks_done != self.logic.blocks_offered:
                 # conservation of input blocks: never lose one silently
                 raise RuntimeError(f"{self.logic.blocks_offered} input blocks offered but "
                                    f"{self.logic.ledger.blocks_done} mapped")
             metric("dpa_job_progress").set(1.0, tags=self.job_tags)
-            # Merge unless every key stayed on one reducer (after a rollback: always, unless
-            # states followed their keys).
-            merged = ((run_id != plan.job_id and plan.migrate != "state")
-                      or needs_final_merge(plan.policy, snapshot, final, plan.migrate))
             if merged:
                 await asyncio.gather(*[r.exchange.remote(run_id, self.job_slots) for r in self.job_reducers])
-            merged_keys = await asyncio.gather(*[r.finalize.remote(run_id) for r in self.job_reducers])
+            if early:
+                merged_keys = [c["merged_keys"] for c in counters]
+            else:
+                merged_keys = await asyncio.gather(*[r.finalize.remote(run_id) for r in self.job_reducers])
         except Exception as exc:
             if member_lost(exc):
                 raise _Lost("coordinator", exc) from exc

@@ -74,3 +74,13 @@ def needs_final_merge(policy: Any, initial_snapshot: Any, final_snapshot: Any, m
     if migrate == "state":
         return always or (bool(policy.splits_keys) and getattr(final_snapshot, "table_size", 0) > 0)
     return always or final_snapshot.version != initial_snapshot.version
+
+
+def finalize_at_stop(plan: Any, merged: bool) -> bool:
+    """Whether the reducers may finalize as their loops end (one round of calls fewer).
+
+    Only when nothing reaches a reducer after its own loop ended, which may be before a
+    peer's loop ends: no final merge (``merged``), no state following its key at the end
+    (``migrate="state"``) and no elastic slot handing its state over as it retires.
+    """
+    return not merged and plan.migrate != "state" and not plan.active_reducers

@@ -1,7 +1,8 @@
 """The calls that end a job (no Ray): the coordinator tells the reducers once that every
 input record is queued; from then on an idle reducer sends its progress at once, before
 that at most every ``PROGRESS_INTERVAL_S``; a mapper's finished block may ride on its next
-``next_block`` request or on ``mapper_done``."""
+``next_block`` request or on ``mapper_done``; a reducer's loop finalizes as it ends when
+nothing can reach the reducer after that."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import pyarrow as pa
 
 import dpa
 from dpa import ray_actors, ray_coordinator
-from dpa.logic import CoordinatorLogic
+from dpa.logic import CoordinatorLogic, MapperLogic
 from dpa.plan import build_plan
+from dpa.run_output import finalize_at_stop
 from dpa.sources import normalize_source
 
 
@@ -116,3 +118,43 @@ def test_next_block_takes_the_last_blocks_end_along():
         assert coord.logic.ledger.blocks_done == 1
 
     asyncio.run(scenario())
+
+
+def served(finalize: bool) -> tuple[object, dict]:
+    """A reducer that queues two batches, then is stopped (``finalize`` or not) and its
+    loop ends: the reducer and what the loop returned."""
+    config = dpa.JobConfig(runtime="local", num_mappers=1, num_reducers=1)
+    plan, _ = build_plan(normalize_source(pa.table({"k": [1, 2]}), None), "k", dpa.Count(), None, config)
+    r = reducer()
+    snapshot = plan.policy.initial_snapshot(1)
+    (_, batch), = MapperLogic(0, plan, snapshot).map_block(pa.table({"k": [1, 2, 2]}))  # what a mapper pushes
+
+    async def scenario() -> dict:
+        await r.start_job(plan, snapshot, ([r], Recorder("balancer"), r.coordinator), "job")
+        loop = asyncio.ensure_future(r.serve("job"))
+        for _ in range(2):
+            await r.push("job", batch, snapshot.version)
+        while r.logic.queued:
+            await asyncio.sleep(0.001)
+        await r.stop("job", None, finalize)
+        return await loop
+
+    return r, asyncio.run(scenario())
+
+
+def test_a_reducers_loop_finalizes_at_its_end_only_when_stop_says_so():
+    r, counters = served(finalize=True)
+    assert counters["processed"] == 6 and counters["merged_keys"] == 0
+    assert sorted(r.result.to_pylist(), key=lambda row: row["k"]) == [{"k": 1, "count": 2}, {"k": 2, "count": 4}]
+    r, counters = served(finalize=False)
+    assert counters["processed"] == 6 and "merged_keys" not in counters and r.result is None
+    asyncio.run(r.finalize("job"))  # (the coordinator's own call)
+    assert r.result.num_rows == 2
+
+
+def test_reducers_finalize_at_stop_only_if_nothing_reaches_them_later():
+    plan = SimpleNamespace(migrate="records", active_reducers=0)
+    assert finalize_at_stop(plan, merged=False)
+    assert not finalize_at_stop(plan, merged=True)  # partial states are exchanged first
+    assert not finalize_at_stop(SimpleNamespace(migrate="state", active_reducers=0), merged=False)
+    assert not finalize_at_stop(SimpleNamespace(migrate="records", active_reducers=4), merged=False)
