@@ -5,7 +5,9 @@ An in-memory Zipf table (default 10M records, z=1.1, K=100k keys) is counted per
 * ``dpa.run(..., reducer=dpa.Count())`` with 4 mappers x 4 reducers, for the policies
   "default" (``JobConfig()``'s, ``hybrid``), "no-lb" (doubling ring, ``max_rounds=0``), "halving" and "doubling" (``max_rounds=1``),
   and "no-lb,no-combine" / "doubling,no-combine" (``map_side_combine=False``);
-* ``table.group_by("key").aggregate([([], "count_all")])`` in this process (pyarrow);
+* ``table.group_by("key").aggregate([([], "count_all")])`` in this process (pyarrow), with
+  Arrow's thread pool (every core) and with ``use_threads=False`` (one core: the
+  single-core floor issue 13 compares dpa with);
 * Spark: ``df.groupBy("key").count().collect()`` on a cached DataFrame read from a
   parquet copy of the same table (plain pyspark ``local[N]``, not RayDP).
 
@@ -88,8 +90,8 @@ def repeat_timed(fn: Any, reps: int) -> tuple[list[float], list[float], Any]:
     return times, cpus, out
 
 
-def run_pyarrow(table: pa.Table, reps: int) -> tuple[list[float], list[float], pa.Table]:
-    return repeat_timed(lambda: table.group_by("key").aggregate([([], "count_all")]), reps)
+def run_pyarrow(table: pa.Table, reps: int, threads: bool = True) -> tuple[list[float], list[float], pa.Table]:
+    return repeat_timed(lambda: table.group_by("key", use_threads=threads).aggregate([([], "count_all")]), reps)
 
 
 def run_dpa(table: pa.Table, args: Any, ref: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -177,6 +179,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results = [{"engine": "pyarrow", "config": "group_by (1 process)", "median_s": median(pa_times),
                 "min_s": min(pa_times), "times_s": pa_times, "cpu_s": median(pa_cpus),
                 "status": check("pyarrow", ref, ref, args.rows)}]
+    one_times, one_cpus, one_out = run_pyarrow(table, args.reps, threads=False)
+    results.append({"engine": "pyarrow", "config": "group_by (1 thread)", "median_s": median(one_times),
+                    "min_s": min(one_times), "times_s": one_times, "cpu_s": median(one_cpus),
+                    "status": check("pyarrow", sorted_counts(one_out["key"], one_out["count_all"]), ref, args.rows)})
 
     dpa_rows, startup = run_dpa(table, args, ref)
     results += dpa_rows
@@ -189,15 +195,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         "status": check("spark", sp_res, ref, args.rows)})
 
     spark_s = next((r["median_s"] for r in results if r["engine"] == "spark"), None)
-    pa_s = results[0]["median_s"]
+    pa_s, one_s = results[0]["median_s"], results[1]["median_s"]
     for r in results:
         r["Mrec_per_s"] = args.rows / r["median_s"] / 1e6
         r["x_spark"] = None if spark_s is None else spark_s / r["median_s"]
         r["x_pyarrow"] = pa_s / r["median_s"]
-    print_table(results, ["engine", "config", "median_s", "min_s", "Mrec_per_s", "x_spark", "x_pyarrow", "cpu_s",
-                          "status"],
-                title="throughput (x_spark / x_pyarrow = speed relative to Spark / pyarrow, >1 = faster; "
-                      "cpu_s = CPU seconds of all processes of the run)")
+        r["x_pyarrow_1thread"] = one_s / r["median_s"]
+    print_table(results, ["engine", "config", "median_s", "min_s", "Mrec_per_s", "x_spark", "x_pyarrow",
+                          "x_pyarrow_1thread", "cpu_s", "status"],
+                title="throughput (x_spark / x_pyarrow / x_pyarrow_1thread = speed relative to Spark / pyarrow "
+                      "on every core / pyarrow on one thread, >1 = faster; cpu_s = CPU seconds of all processes "
+                      "of the run)")
     startup.update(spark_info)
     print_table([{k: round(v, 2) for k, v in startup.items()}], title="start-up (not in the figures above)")
     payload = {"rows": args.rows, "keys": args.keys, "z": args.z, "reps": args.reps,
