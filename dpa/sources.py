@@ -23,12 +23,14 @@ logger = logging.getLogger(__name__)
 #: Rows per input block of a streamed source (an iterable or generator), and the fewest of
 #: a sized one (``JobConfig.batch_size=None``, :func:`block_rows`).
 DEFAULT_BATCH_SIZE = 1_048_576
-#: A sized source (an in-memory table, parquet files) is cut into about this many blocks
-#: per mapper when ``JobConfig.batch_size`` is None...
-AUTO_BLOCKS_PER_MAPPER = 2
-#: ...each of at most this many bytes (a block of a few wide rows may still be larger:
-#: never fewer than :data:`DEFAULT_BATCH_SIZE` rows).
-AUTO_MAX_BLOCK_BYTES = 32 << 20
+#: A sized source (an in-memory table, parquet files) is cut into this many blocks per
+#: mapper when ``JobConfig.batch_size`` is None (one: every block costs calls and a
+#: combine of its own, and a second one per mapper did not even out the mappers' work
+#: enough to pay for that)...
+AUTO_BLOCKS_PER_MAPPER = 1
+#: ...or into more, as many per mapper, when a block would be larger than this (a block
+#: of a few wide rows may still be larger: never fewer than :data:`DEFAULT_BATCH_SIZE` rows).
+AUTO_MAX_BLOCK_BYTES = 64 << 20
 
 
 def block_rows(batch_size: int | None, num_rows: int | None = None, nbytes: int | None = None,
@@ -37,10 +39,11 @@ def block_rows(batch_size: int | None, num_rows: int | None = None, nbytes: int 
 
     Every block costs a job calls (hand-out, pushes, reports) and map-side combines its
     keys on its own, so fewer, larger blocks are cheaper: a source of known size is cut
-    into about :data:`AUTO_BLOCKS_PER_MAPPER` blocks per mapper (enough for mappers to
-    share the input out evenly), each of at most :data:`AUTO_MAX_BLOCK_BYTES` (memory:
-    a few blocks per mapper wait in the object store), and of at least
-    :data:`DEFAULT_BATCH_SIZE` rows; a source of unknown size gets the latter.
+    into :data:`AUTO_BLOCKS_PER_MAPPER` blocks per mapper or, if such a block would pass
+    :data:`AUTO_MAX_BLOCK_BYTES` (memory: a few blocks per mapper wait in the object
+    store), into the fewest blocks under it that are a whole number per mapper (so that
+    no mapper gets a block more than another); never into blocks of fewer than
+    :data:`DEFAULT_BATCH_SIZE` rows. A source of unknown size gets the latter.
 
     Args:
         batch_size: ``JobConfig.batch_size`` (None = sized from the input).
@@ -52,9 +55,9 @@ def block_rows(batch_size: int | None, num_rows: int | None = None, nbytes: int 
         return batch_size
     if not num_rows:
         return DEFAULT_BATCH_SIZE
-    rows = -(-num_rows // (AUTO_BLOCKS_PER_MAPPER * max(1, num_mappers)))
-    if nbytes:
-        rows = min(rows, AUTO_MAX_BLOCK_BYTES * num_rows // nbytes)
+    mappers = max(1, num_mappers)
+    per_mapper = max(AUTO_BLOCKS_PER_MAPPER, -(-(nbytes or 0) // (AUTO_MAX_BLOCK_BYTES * mappers)))
+    rows = -(-num_rows // (per_mapper * mappers))
     return max(DEFAULT_BATCH_SIZE, rows)
 
 
