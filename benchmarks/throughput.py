@@ -2,7 +2,8 @@
 
 An in-memory Zipf table (default 10M records, z=1.1, K=100k keys) is counted per key by
 
-* ``dpa.run(..., reducer=dpa.Count())`` with 4 mappers x 4 reducers, for the policies
+* ``dpa.run(..., reducer=dpa.Count())`` in ``JobConfig``'s default shape (or ``--mappers`` x
+  ``--reducers``), for the policies
   "default" (``JobConfig()``'s, ``hybrid``), "no-lb" (doubling ring, ``max_rounds=0``), "halving" and "doubling" (``max_rounds=1``),
   and "no-lb,no-combine" / "doubling,no-combine" (``map_side_combine=False``);
 * ``table.group_by("key").aggregate([([], "count_all")])`` in this process (pyarrow), with

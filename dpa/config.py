@@ -130,8 +130,9 @@ class JobConfig:
             from the input (:func:`dpa.sources.block_rows`): an in-memory table or parquet
             files are cut into one block per mapper, or into more (as many per mapper)
             where such a block would pass 64 MiB, but never below 1,048,576 rows, which
-            is also the block of a streamed input (an iterable). Every block costs calls and is combined on its own, so fewer,
-            larger blocks are cheaper (README, "blocks sized from the input").
+            is also the block of a streamed input (an iterable). Every block costs calls
+            and is combined on its own, so fewer, larger blocks are cheaper (README,
+            "blocks sized from the input", "one block per mapper").
         step_time_s: Target seconds of work of one reducer step. A reducer takes off its
             queue the rows that fit this time at its measured cost per row (any reducer,
             user-defined ones included): an expensive reducer takes a few records at a
