@@ -42,7 +42,8 @@ def block_rows(batch_size: int | None, num_rows: int | None = None, nbytes: int 
     into :data:`AUTO_BLOCKS_PER_MAPPER` blocks per mapper or, if such a block would pass
     :data:`AUTO_MAX_BLOCK_BYTES` (memory: a few blocks per mapper wait in the object
     store), into the fewest blocks under it that are a whole number per mapper (so that
-    no mapper gets a block more than another); never into blocks of fewer than
+    no mapper gets a block more than another; parquet pieces also end where a file or a
+    row group does, :meth:`ParquetFiles.pieces`); never into blocks of fewer than
     :data:`DEFAULT_BATCH_SIZE` rows. A source of unknown size gets the latter.
 
     Args:

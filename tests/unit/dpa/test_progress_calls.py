@@ -134,9 +134,7 @@ def served(finalize: bool) -> tuple[object, dict]:
         loop = asyncio.ensure_future(r.serve("job"))
         for _ in range(2):
             await r.push("job", batch, snapshot.version)
-        while r.logic.queued:
-            await asyncio.sleep(0.001)
-        await r.stop("job", None, finalize)
+        await r.stop("job", None, finalize)  # (the loop drains its queue before it ends)
         return await loop
 
     return r, asyncio.run(scenario())
