@@ -136,8 +136,9 @@ def run_with_result(
 
     The DataFrame must belong to a Spark-on-Ray session (see
     :func:`spark_bridge.get_or_create_spark`). Columns are validated before anything runs;
-    the data goes Spark -> Ray object store -> dpa actors -> Spark without passing through
-    the driver.
+    the data goes Spark -> Ray object store -> dpa actors -> Spark; only a result of at most
+    :data:`spark_bridge.convert.DRIVER_RESULT_MAX_BYTES` passes through the driver on its way
+    back (:func:`spark_bridge.convert.arrow_refs_to_spark`).
 
     Args:
         df: Input DataFrame (RayDP session).

@@ -57,7 +57,15 @@ def _sorted_rows(df) -> list[tuple]:
 # --------------------------------------------------------------------------- round trips
 
 
-def test_round_trip_keeps_rows_and_types(spark) -> None:
+def _through_driver(df) -> bool:
+    """Whether ``df`` reads Arrow batches held by the driver (no Python worker)."""
+    plan = df._jdf.queryExecution().analyzed().toString()
+    assert ("MapInArrow" in plan) != ("LogicalRDD" in plan), plan
+    return "LogicalRDD" in plan
+
+
+@pytest.mark.parametrize("via_driver", [True, False])
+def test_round_trip_keeps_rows_and_types(spark, via_driver) -> None:
     import ray
 
     df = spark.createDataFrame(MIXED_ROWS, MIXED_SCHEMA).repartition(2)
@@ -73,10 +81,36 @@ def test_round_trip_keeps_rows_and_types(spark) -> None:
 
     refs = ds.to_arrow_refs()
     assert all(isinstance(r, ray.ObjectRef) for r in refs)
-    back = arrow_refs_to_spark(spark, refs, MIXED_SCHEMA)
+    back = arrow_refs_to_spark(spark, refs, MIXED_SCHEMA, via_driver=via_driver)
+    assert _through_driver(back) == via_driver
     assert back.schema == MIXED_SCHEMA
     assert _sorted_rows(back) == sorted(MIXED_ROWS, key=repr)
     release_spark_dataset(df)
+
+
+def test_small_results_go_through_the_driver_large_ones_through_workers(spark, monkeypatch) -> None:
+    import ray
+
+    from spark_bridge import convert
+
+    conf = "spark.sql.execution.arrow.localRelationThreshold"
+    before = spark.conf.get(conf, None)
+    table = pa.table({"k": pa.array(range(1000), pa.int64())})
+    refs = [ray.put(table), ray.put(table)]
+    size = sum(v["object_size"] for v in ray.experimental.get_object_locations(refs).values())
+    schema = StructType([StructField("k", LongType())])
+    monkeypatch.setattr(convert, "DRIVER_RESULT_MAX_BYTES", size)
+    small = arrow_refs_to_spark(spark, refs, schema)
+    assert _through_driver(small)
+    assert small.count() == 2000
+    assert spark.conf.get(conf, None) == before  # Spark's option is only changed for the call
+    monkeypatch.setattr(convert, "DRIVER_RESULT_MAX_BYTES", size - 1)
+    large = arrow_refs_to_spark(spark, refs, schema)
+    assert not _through_driver(large)
+    assert sorted(r["k"] for r in large.collect()) == sorted(list(range(1000)) * 2)
+    # Partitions as on the workers' path: one per table, at most one per task slot.
+    assert arrow_refs_to_spark(spark, refs, schema, num_partitions=2, via_driver=True).rdd.getNumPartitions() == 2
+    assert arrow_refs_to_spark(spark, refs, schema, via_driver=True).rdd.getNumPartitions() == 1
 
 
 def test_release_drops_spark_cache(spark) -> None:
@@ -118,7 +152,8 @@ def test_num_blocks_repartitions(spark) -> None:
         spark_to_ray_dataset(df, num_blocks=0)
 
 
-def test_arrow_refs_keep_int64_precision_and_nan(spark) -> None:
+@pytest.mark.parametrize("via_driver", [True, False])
+def test_arrow_refs_keep_int64_precision_and_nan(spark, via_driver) -> None:
     # raydp's Dataset.to_spark goes through pandas: 2**60 + 1 next to a null became 2**60
     # and NaN became null. The bridge must not do that.
     import ray
@@ -131,12 +166,13 @@ def test_arrow_refs_keep_int64_precision_and_nan(spark) -> None:
         }
     )
     schema = StructType([StructField("d", DoubleType()), StructField("a", LongType())])
-    rows = arrow_refs_to_spark(spark, [ray.put(table)], schema).collect()
+    rows = arrow_refs_to_spark(spark, [ray.put(table)], schema, via_driver=via_driver).collect()
     assert [r["a"] for r in rows] == [2**60 + 1, None, 3]
     assert math.isnan(rows[0]["d"]) and rows[1]["d"] is None and rows[2]["d"] == 2.0
 
 
-def test_arrow_refs_cast_to_spark_schema(spark) -> None:
+@pytest.mark.parametrize("via_driver", [True, False])
+def test_arrow_refs_cast_to_spark_schema(spark, via_driver) -> None:
     import ray
 
     refs = [
@@ -145,7 +181,7 @@ def test_arrow_refs_cast_to_spark_schema(spark) -> None:
         ray.put(pa.table({"k": pa.array([3], pa.int64()), "v": pa.array([None], pa.float64())})),
     ]
     schema = StructType([StructField("k", IntegerType()), StructField("v", DoubleType())])
-    df = arrow_refs_to_spark(spark, refs, schema)
+    df = arrow_refs_to_spark(spark, refs, schema, via_driver=via_driver)
     assert df.schema == schema
     assert sorted(tuple(r) for r in df.collect()) == [(1, 1.0), (2, 2.5), (3, None)]
     assert df.count() == 3  # lazily recomputed: refs must still be alive
@@ -153,16 +189,25 @@ def test_arrow_refs_cast_to_spark_schema(spark) -> None:
     # Spark's defaultParallelism (2 even on one core): a second wave of tasks costs more.
     assert executor_task_slots(spark) == 1 < spark.sparkContext.defaultParallelism
     assert df.rdd.getNumPartitions() == 1
-    assert arrow_refs_to_spark(spark, refs, schema, num_partitions=3).rdd.getNumPartitions() == 3
+    assert arrow_refs_to_spark(spark, refs, schema, num_partitions=3, via_driver=via_driver).rdd.getNumPartitions() == 3
 
 
-def test_arrow_refs_overflowing_cast_fails(spark) -> None:
+@pytest.mark.parametrize("via_driver", [True, False])
+def test_arrow_refs_overflowing_cast_fails(spark, via_driver) -> None:
     import ray
 
     ref = ray.put(pa.table({"k": pa.array([2**40], pa.int64())}))
-    df = arrow_refs_to_spark(spark, [ref], StructType([StructField("k", IntegerType())]))
-    with pytest.raises(Exception, match="(?i)overflow|out of bounds|ArrowInvalid"):
-        df.collect()
+    with pytest.raises(Exception, match="(?i)overflow|out of bounds|ArrowInvalid|not in range"):
+        # Through the driver the cast fails at once, else in the action.
+        arrow_refs_to_spark(spark, [ref], StructType([StructField("k", IntegerType())]), via_driver=via_driver).collect()
+
+
+def test_arrow_refs_missing_column_fails(spark) -> None:
+    import ray
+
+    ref = ray.put(pa.table({"other": pa.array([1], pa.int64())}))
+    with pytest.raises(SchemaError, match=r"lacks column\(s\) \['k'\]"):
+        arrow_refs_to_spark(spark, [ref], StructType([StructField("k", LongType())]), via_driver=True)
 
 
 def test_empty_dataframe_round_trip_keeps_schema(spark) -> None:
@@ -174,9 +219,10 @@ def test_empty_dataframe_round_trip_keeps_schema(spark) -> None:
         assert ds.count() == 0
         assert ds.schema() is not None
         assert ds.schema().names == ["i", "l", "s", "d"]
-        back = arrow_refs_to_spark(spark, ds.to_arrow_refs(), MIXED_SCHEMA)
-        assert back.schema == MIXED_SCHEMA
-        assert back.count() == 0
+        for via_driver in (True, False):
+            back = arrow_refs_to_spark(spark, ds.to_arrow_refs(), MIXED_SCHEMA, via_driver=via_driver)
+            assert back.schema == MIXED_SCHEMA
+            assert back.count() == 0
         release_spark_dataset(empty)
 
 
