@@ -211,11 +211,17 @@ def test_arrow_refs_missing_column_fails(spark) -> None:
 
 
 def test_empty_dataframe_round_trip_keeps_schema(spark) -> None:
+    def cached() -> int:
+        return spark.sparkContext._jsc.sc().getPersistentRDDs().size()
+
     for empty in (
         spark.createDataFrame(MIXED_ROWS, MIXED_SCHEMA).limit(0),  # zero partitions
         spark.createDataFrame([], MIXED_SCHEMA),  # partitions without rows
     ):
+        before = cached()
         ds = spark_to_ray_dataset(empty)
+        if empty.rdd.getNumPartitions() == 0:
+            assert cached() == before  # nothing to fetch: its (empty) cache is dropped at once
         assert ds.count() == 0
         assert ds.schema() is not None
         assert ds.schema().names == ["i", "l", "s", "d"]
