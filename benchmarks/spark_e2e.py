@@ -25,8 +25,8 @@ as Arrow, Ray fetches it, the dpa job runs: the time ``run_with_result`` takes),
 action: Spark's Python workers fetch the result tables from Ray and write them).
 
 Warm-up: a small file (``--warmup-rows``) is run through Spark and through every dpa
-configuration first, then the full data set once through Spark and the first dpa
-configuration (untimed); the first run of each is reported as "cold" (Spark: JIT/codegen
+configuration first, then the full data set ``--full-warmups`` times (default 3) through
+Spark and every dpa configuration (untimed); the first run of each is reported as "cold" (Spark: JIT/codegen
 and the first job; dpa: starting its actors and Spark's Python workers). dpa keeps one warm
 actor pool per (mappers, reducers) shape, so a configuration with a new shape pays actor
 start-up again in its own warm-up, never in the timed runs. Timed repetitions are
@@ -220,6 +220,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         "and dpa one input block per partition; default 4)")
     p.add_argument("--warmup-rows", type=parse_int, default=200_000, help="rows of the warm-up file")
     p.add_argument("--reps", type=int, default=3, help="timed repetitions per engine/configuration")
+    p.add_argument("--full-warmups", type=int, default=3,
+                   help="untimed full-size rounds of every engine and configuration before the timed ones (default 3)")
     p.add_argument("--materialize", choices=("parquet", "count"), default="parquet")
     p.add_argument("--workload", choices=WORKLOADS, default="scan",
                    help="scan: spark.read.parquet(path) (default); derived: its key column replaced by "
@@ -327,13 +329,16 @@ def run_all(spark: Any, args: Any, configs: list[tuple[str, dict[str, Any]]], da
         for i in range(2):
             times, _, _ = run_dpa_once(spark, warm, cfg, mode, out_path, bridge[name], **wl)
             startup[f"dpa {name} warm-up run {i + 1} (small file)"] = times["total_s"]
-    # The first full-size run of the session is slower (JVM JIT, memory pools, Python workers
-    # reading larger blocks) for both engines; one untimed full-size run of each absorbs it.
-    t, _ = run_spark_once(spark, data, mode, out_path, **wl)
-    startup["spark full-size warm-up run"] = t
-    first = next(iter(cfgs))
-    times, _, _ = run_dpa_once(spark, data, cfgs[first], mode, out_path, bridge[first], **wl)
-    startup[f"dpa {first} full-size warm-up run"] = times["total_s"]
+    # The first full-size runs of a session are slower (JVM JIT and code generation, memory
+    # pools, Python workers reading larger blocks) for both engines: on the derived workload
+    # the first 3-4 of each ran 20-60% slower than the rest. ``--full-warmups`` untimed
+    # rounds of every engine and configuration absorb it.
+    for i in range(args.full_warmups):
+        t, _ = run_spark_once(spark, data, mode, out_path, **wl)
+        startup[f"spark full-size warm-up run {i + 1}"] = t
+        for name, cfg in cfgs.items():
+            times, _, _ = run_dpa_once(spark, data, cfg, mode, out_path, bridge[name], **wl)
+            startup[f"dpa {name} full-size warm-up run {i + 1}"] = times["total_s"]
     print("warm-up done: " + ", ".join(f"{k} {v:.1f}s" for k, v in startup.items()))
 
     samples: dict[str, list[dict[str, Any]]] = {"spark": [], **{n: [] for n in cfgs}}

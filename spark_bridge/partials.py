@@ -1,9 +1,14 @@
 """dpa's map-side combine as Spark SQL aggregates (no Python UDF).
 
 :func:`native_partials` writes a built-in reducer's partial state as Spark aggregate
-expressions grouped by ``(spark_partition_id(), key columns...)``: one row per key and
-input partition, as a dpa mapper's combine of that partition would give, computed by
-Spark's own (code-generated) hash aggregation. The rows then move to Ray as Arrow
+expressions: one row per key and input partition, as a dpa mapper's combine of that
+partition would give, computed by Spark's own (code-generated) hash aggregation. Where
+the state columns are bare aggregates whose partial buffers hold their values (``Count``,
+``Sum`` of integers and floats, ``Min``/``Max`` of non-float columns, ``Mean``), only
+Spark's partial aggregation runs, with no shuffle and no final aggregation
+(:mod:`spark_bridge.partial_plan`); otherwise, or when that plan cannot be taken, the
+aggregates are grouped by ``(spark_partition_id(), key columns...)``, which keeps the
+partitions apart at the price of Spark's shuffle and final aggregation. The rows then move to Ray as Arrow
 (:func:`spark_bridge.convert.spark_to_arrow_refs`), where :class:`PartialFinish`, run by
 the fetch task of each partition, gives them exactly the columns and Arrow types dpa's
 reducers merge (``JobConfig.input_combined``): the key columns, the reducer's state
@@ -43,13 +48,16 @@ overflow into null outside ANSI mode), and column types these expressions do not
 from __future__ import annotations
 
 import decimal
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from dpa.errors import ArithmeticOverflowError
 from dpa.int_sums import pending_type
+
+from .convert import executor_task_slots
+from .partial_plan import MAX_BLOCKS_PER_SLOT, partial_aggregation
 
 if TYPE_CHECKING:  # pragma: no cover - imported for type hints only
     from pyspark.sql import Column, DataFrame
@@ -82,12 +90,15 @@ class PartialFinish:
             (:data:`SUM_HIGH_COL`, :data:`SUM_LOW_COL`) of a long sum, or ``None``.
         input_column: The reducer's input column (named in overflow errors).
         weight_col: Name of the record-count column.
+        weight_from: A state column that is the record count too (``Count``'s), copied
+            into :attr:`weight_col`; ``None`` when Spark computed the weight itself.
     """
 
     schema: pa.Schema
     split_sum: str | None = None
     input_column: str | None = None
     weight_col: str = "__dpa_w"
+    weight_from: str | None = None
 
     def __call__(self, table: pa.Table) -> pa.Table:
         """Returns ``table`` with exactly :attr:`schema`'s columns and types.
@@ -96,6 +107,8 @@ class PartialFinish:
             ArithmeticOverflowError: A partition held 2**31 rows or more of one key whose
                 long column is summed (Spark could have wrapped a half of the sum).
         """
+        if self.weight_from is not None:
+            table = table.append_column(self.weight_col, table[self.weight_from])
         if self.split_sum is not None:
             table = table.append_column(self.split_sum, self._joined_sum(table))
         columns = []
@@ -142,6 +155,62 @@ def _col(name: str) -> Column:
     return F.col("`" + name.replace("`", "``") + "`")
 
 
+def _atomic_types() -> tuple[type, ...]:
+    """Spark types whose values Spark's ``min``, ``max`` and ``sort_array`` order as dpa does."""
+    from pyspark.sql import types as T
+
+    return (T.NumericType, T.StringType, T.BinaryType, T.BooleanType, T.DateType, T.TimestampType,
+            T.TimestampNTZType)
+
+
+def _bare_aggregates(
+    inner: Any, dtype: DataType | None, nullable: bool = True
+) -> tuple[list[tuple[str, Column, DataType]], str | None] | None:
+    """``inner``'s state columns and weight as bare Spark aggregates, for the map-side plan.
+
+    Each is ``(name, aggregate, type)``: an aggregate function whose partial buffer is one
+    column of ``type`` holding the final value (:func:`spark_bridge.partial_plan.partial_aggregation`),
+    so the partial aggregation's output is already dpa's partial state. The second item
+    names a state column that is also the record count (``Count``'s, or ``Mean``'s count
+    of a column that cannot be null), which Spark computes once anyway. ``nullable`` is
+    the reducer column's. ``None`` where that does not hold: decimal sums (their buffer has
+    an ``isEmpty`` flag), float ``min``/``max`` (NaN rule on top), ``Collect`` and ``TopK``
+    (list buffers); those keep the partition-id grouping.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from dpa.reducers import WEIGHT_COL, Count, Max, Mean, Min, Sum
+
+    kind = type(inner)
+    rows = F.count(F.lit(1))
+    if kind is Count:
+        return [("count", rows, T.LongType())], "count"
+    column = inner.column
+    if column is None or dtype is None:
+        return None
+    c = _col(column)
+    weight = (WEIGHT_COL, rows, T.LongType())
+    if kind is Sum:
+        if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType)):
+            return [("sum", F.sum(c), T.LongType()), weight], None
+        if isinstance(dtype, T.LongType):
+            return [(SUM_HIGH_COL, F.sum(F.shiftright(c, 32)), T.LongType()),
+                    (SUM_LOW_COL, F.sum(c.bitwiseAND(F.lit(_LOW_MASK))), T.LongType()), weight], None
+        if isinstance(dtype, (T.FloatType, T.DoubleType)):
+            return [("sum", F.sum(c.cast("double")), T.DoubleType()), weight], None
+        return None
+    if kind in (Min, Max):
+        if isinstance(dtype, (T.FloatType, T.DoubleType)) or not isinstance(dtype, _atomic_types()):
+            return None
+        return [(kind.kind, (F.min if kind is Min else F.max)(c), dtype), weight], None
+    if kind is Mean and isinstance(dtype, T.NumericType):
+        mean = [("msum", F.sum(c.cast("double")), T.DoubleType()), ("mcount", F.count(c), T.LongType())]
+        # Spark's optimizer turns count(c) of a non-nullable column into count(1): one buffer.
+        return (mean, "mcount") if not nullable else ([*mean, weight], None)
+    return None
+
+
 def _state_expressions(inner: Any, dtype: DataType | None) -> tuple[list[Column], str | None] | None:
     """Spark aggregates of ``inner``'s state columns (aliased), and the split-sum column, or None."""
     from pyspark.sql import functions as F
@@ -156,8 +225,7 @@ def _state_expressions(inner: Any, dtype: DataType | None) -> tuple[list[Column]
     if column is None or dtype is None:
         return None
     c = _col(column)
-    atomic = (T.NumericType, T.StringType, T.BinaryType, T.BooleanType, T.DateType, T.TimestampType,
-              T.TimestampNTZType)
+    atomic = _atomic_types()
     if kind is Sum:
         if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType)):
             return [F.sum(c).alias("sum")], None
@@ -232,8 +300,12 @@ def native_partials(
 
     Returns:
         ``(frame, finish)``: ``frame`` has the key columns, Spark's state columns and
-        :data:`dpa.reducers.WEIGHT_COL` (one row per key and input partition); ``finish``
-        turns each of its partitions, as Arrow, into the partial states dpa expects.
+        :data:`dpa.reducers.WEIGHT_COL` (unless a state column is the record count too;
+        one row per key and input partition); ``finish`` turns each of its partitions, as
+        Arrow, into the partial states dpa expects. ``frame`` is Spark's partial
+        aggregation alone where :func:`_bare_aggregates` has a formulation and the plan
+        allows it (coalesced to one partition per executor task slot), else the
+        ``spark_partition_id()`` grouping.
         ``None`` when the reducer or its column type has no native formulation here
         (see the module docstring); the caller then precombines with ``mapInArrow``.
     """
@@ -257,11 +329,19 @@ def native_partials(
         return None
     state_types = _state_arrow_types(inner, input_type)
 
-    grouping = [F.spark_partition_id().alias(PARTITION_COL), *(_col(k) for k in key_columns)]
-    frame = df.groupBy(*grouping).agg(*states, F.count(F.lit(1)).alias(WEIGHT_COL)).drop(PARTITION_COL)
     schema = pa.schema(
         [pa.field(k, t) for k, t in zip(key_columns, key_types)]
         + [pa.field(name, t) for name, t in state_types.items()]
         + [pa.field(WEIGHT_COL, pa.int64())]
     )
-    return frame, PartialFinish(schema, split_sum, column, WEIGHT_COL)
+    finish = PartialFinish(schema, split_sum, column, WEIGHT_COL)
+    bare = _bare_aggregates(inner, dtype, column not in fields or fields[column].nullable)
+    if bare is not None and not {name for name, _, _ in bare[0]} & set(key_columns):
+        slots = executor_task_slots(df.sparkSession)
+        frame = partial_aggregation(df, [_col(k) for k in key_columns], bare[0], [fields[k] for k in key_columns],
+                                    max_blocks=slots * MAX_BLOCKS_PER_SLOT)
+        if frame is not None:
+            return frame, replace(finish, weight_from=bare[1])
+    grouping = [F.spark_partition_id().alias(PARTITION_COL), *(_col(k) for k in key_columns)]
+    frame = df.groupBy(*grouping).agg(*states, F.count(F.lit(1)).alias(WEIGHT_COL)).drop(PARTITION_COL)
+    return frame, finish

@@ -203,3 +203,126 @@ def test_partial_finish_joins_long_sum_halves_exactly():
     narrow = finish(table.slice(2))  # every sum in range: plain int64
     assert narrow.schema == schema
     assert narrow["sum"].to_pylist() == [None, -2, 2**63 - 1]
+
+
+def test_partial_finish_copies_the_weight_from_a_state_column():
+    table = pa.table({"k": ["a", None], "count": pa.array([3, 1], pa.int64())})
+    schema = pa.schema([("k", pa.string()), ("count", pa.int64()), ("__dpa_w", pa.int64())])
+    out = PartialFinish(schema, weight_from="count")(table)
+    assert out.schema == schema
+    assert out["__dpa_w"].to_pylist() == [3, 1]
+
+
+# ---- the map-side plan: Spark's partial aggregation alone (spark_bridge.partial_plan)
+
+
+def _over_rdd(frame) -> bool:
+    """Whether ``frame`` reads the partial aggregate's RDD (the map-side plan was taken)."""
+    return frame._jdf.queryExecution().analyzed().getClass().getSimpleName() == "LogicalRDD"
+
+
+MAP_SIDE = [dpa.Count(), dpa.Sum("n_int"), dpa.Sum("n_long"), dpa.Sum("n_double"), dpa.Min("n_long"),
+            dpa.Max("text"), dpa.Min("n_dec"), dpa.Mean("n_long"), dpa.Mean("n_int")]
+PARTITION_GROUPING = [dpa.Sum("n_dec"), dpa.Min("n_double"), dpa.Max("n_double"), dpa.Collect("text"),
+                      dpa.TopK("n_long", 3)]
+
+
+@pytest.mark.parametrize("reducer", MAP_SIDE, ids=repr)
+def test_map_side_plan_taken_and_exact(spark, derived, reducer):
+    """Reducers whose partial buffers are their states skip Spark's shuffle; the partial
+    rows come back as dpa's states, and the job equals dpa's own combine of every row."""
+    frame, _ = native_partials(derived, KEYS, reducer)
+    assert _over_rdd(frame)
+    assert frame.rdd.getNumPartitions() == 1  # coalesced to the executor's one task slot
+    assert frame.columns[:len(KEYS)] == KEYS
+    sql = run(derived, key=KEYS, reducer=reducer, precombine="sql")
+    own = run(derived, key=KEYS, reducer=reducer, precombine=False)
+    assert _rows(sql.collect()) == _rows(own.collect())
+
+
+@pytest.mark.parametrize("reducer", PARTITION_GROUPING, ids=repr)
+def test_other_states_keep_the_partition_id_grouping(spark, derived, reducer):
+    frame, _ = native_partials(derived, KEYS, reducer)
+    assert not _over_rdd(frame)
+
+
+def test_map_side_partials_hold_one_row_per_key_and_partition(spark, derived):
+    from pyspark.sql import functions as F
+
+    frame, finish = native_partials(derived, ["s"], dpa.Count())
+    rows = frame.collect()
+    per_partition = derived.groupBy(F.spark_partition_id(), "s").count().collect()
+    assert len(rows) == len(per_partition)  # not merged across partitions: that is dpa's part
+    assert sum(r["count"] for r in rows) == derived.count()
+    table = finish(pa.Table.from_pylist([r.asDict() for r in rows], pa.schema([("s", pa.string()), ("count", pa.int64())])))
+    assert table["__dpa_w"].to_pylist() == table["count"].to_pylist()
+
+
+def test_plan_without_a_shuffle_falls_back(spark, derived):
+    """A DataFrame already partitioned by the key has no shuffle under its aggregation: the
+    partition-id grouping is used, and the result is still exact."""
+    clustered = derived.repartition(4, "s")
+    frame, _ = native_partials(clustered, ["s"], dpa.Count())
+    assert not _over_rdd(frame)
+    out = run(clustered, key="s", reducer=dpa.Count(), precombine="sql")
+    assert _rows(out.collect()) == _rows(clustered.groupBy("s").count().collect())
+
+
+def test_failing_map_side_plan_falls_back(spark, derived, monkeypatch):
+    import spark_bridge.partial_plan as plan
+
+    def broken(*args):
+        raise RuntimeError("planner went away")
+
+    monkeypatch.setattr(plan, "_executed_plan", broken)
+    frame, _ = native_partials(derived, KEYS, dpa.Sum("n_long"))
+    assert not _over_rdd(frame)
+    out = run(derived, key=KEYS, reducer=dpa.Sum("n_long"), precombine="sql")
+    assert _rows(out.collect()) == _rows(derived.groupBy(KEYS).agg(_spark_agg("sum", "n_long").alias("sum")).collect())
+
+
+def test_map_side_plan_coalesces_to_max_blocks(spark, derived):
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from spark_bridge.partial_plan import partial_aggregation
+
+    wide = derived.repartition(5)
+    fields = [f for f in wide.schema.fields if f.name == "s"]
+    frame = partial_aggregation(wide, [F.col("s")], [("n", F.count(F.lit(1)), T.LongType())], fields, max_blocks=2)
+    assert frame is not None and frame.rdd.getNumPartitions() == 2
+    assert frame.agg(F.sum("n")).collect()[0][0] == derived.count()
+    unbounded = partial_aggregation(wide, [F.col("s")], [("n", F.count(F.lit(1)), T.LongType())], fields)
+    assert unbounded.rdd.getNumPartitions() == 5
+
+
+def test_map_side_plan_rejects_unexpected_buffers(spark):
+    """Two requested aggregates that Spark computes as one buffer (count(c) of a non-null
+    column is count(1)) do not match the expected columns: None, never mislabelled columns."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from spark_bridge.partial_plan import partial_aggregation
+
+    df = spark.range(0, 100, 1, 2).select((F.col("id") % 3).cast("string").alias("s"), "id")
+    assert not df.schema["id"].nullable
+    aggs = [("a", F.count("id"), T.LongType()), ("b", F.count(F.lit(1)), T.LongType())]
+    assert partial_aggregation(df, [F.col("s")], aggs, [df.schema["s"]]) is None
+    assert partial_aggregation(df, [F.col("s")], aggs[1:], [df.schema["s"]]) is not None
+
+
+@pytest.mark.parametrize("before", [None, "true", "false"])
+def test_adaptive_execution_setting_is_restored(spark, derived, before):
+    key = "spark.sql.adaptive.enabled"
+    conf = spark._jsparkSession.sessionState().conf()
+    if before is None:
+        conf.unsetConf(key)
+    else:
+        conf.setConfString(key, before)
+    try:
+        native_partials(derived, KEYS, dpa.Count())
+        assert bool(conf.contains(key)) == (before is not None)
+        if before is not None:
+            assert conf.getConfString(key) == before
+    finally:
+        conf.unsetConf(key)
