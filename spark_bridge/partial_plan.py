@@ -7,11 +7,12 @@ merging partitions still pays the shuffle and the final aggregation: on the 10M-
 derived benchmark about 0.23 s of the 0.8 s that Spark's part of the bridge took.
 
 :func:`partial_aggregation` plans the grouped aggregation without adaptive execution (so
-the plan is final and code-generated), checks that it has the shape ``final aggregate <-
-shuffle <- partial aggregate`` with one buffer column per requested aggregate, and wraps
-the partial aggregate's own RDD as a DataFrame with the caller's column names: one row
-per key and input partition, computed by Spark's code-generated hash aggregation, exactly
-what a dpa mapper's combine of that partition would give.
+the plan is final and code-generated), checks that it has the shape ``final aggregate <- [shuffle <-] partial
+aggregate`` with one buffer column per requested aggregate, and wraps the partial
+aggregate's own RDD (coalesced to the executors' task slots) as a DataFrame with the
+caller's column names: one row per key and input partition, computed by Spark's
+code-generated hash aggregation, exactly what a dpa mapper's combine of that partition
+would give.
 
 This reaches into Spark's physical plan (``queryExecution().executedPlan()``,
 ``SparkPlan.execute()``, ``SparkSession.internalCreateDataFrame``): internal APIs, checked
@@ -46,12 +47,13 @@ _AGGREGATES = ("HashAggregateExec", "ObjectHashAggregateExec", "SortAggregateExe
 # Nodes that may sit between a final aggregate and its shuffle, or wrap a partial one.
 _WRAPPERS = ("WholeStageCodegenExec", "InputAdapter", "SortExec")
 
-#: The partial rows go to Ray in at most this many blocks per executor task slot
-#: (input partitions are coalesced, without a shuffle, beyond that): fewer blocks than
-#: slots would leave cores idle in the partial aggregation itself, and every block more
-#: costs a fetch task (a Ray worker process of its own while they run at once: on the
-#: derived benchmark, 2 blocks for 1 slot took 0.4 s to fetch against 0.04 s for 1) and
-#: a mapper's calls.
+#: The partial rows go to Ray in at most this many blocks per executor task slot (the
+#: partial aggregate's partitions are coalesced, without a shuffle, beyond that): fewer
+#: than slots would leave cores idle in the partial aggregation, and every block more costs
+#: a fetch task (a Ray worker process of its own while they run at once: on the derived
+#: benchmark, 2 blocks for 1 slot took 0.4 s to fetch against 0.04 s for 1) and a mapper's
+#: calls. Coalescing the input instead, so that each task aggregates its whole share, broke
+#: Spark's whole-stage code generation there and doubled the job's time (1.03 s against 0.45 s).
 MAX_BLOCKS_PER_SLOT = 1
 
 
@@ -81,14 +83,17 @@ def _is_partial(node: Any) -> bool:
 
 
 def _partial_node(plan: Any) -> Any | None:
-    """The partial aggregate under ``plan``'s final aggregate and shuffle, or None."""
+    """The partial aggregate under ``plan``'s final aggregate (and its shuffle), or None.
+
+    The shuffle is missing where the input is already clustered by the keys, e.g. in one
+    partition after coalescing, or hash-partitioned by them: the final aggregate then sits
+    right on the partial one, whose rows are partial states all the same.
+    """
     final = _unwrap(plan)
     if _name(final) not in _AGGREGATES or len(_children(final)) != 1:
         return None
-    exchange = _unwrap(_children(final)[0])
-    if _name(exchange) != "ShuffleExchangeExec":
-        return None
-    partial = _children(exchange)[0]
+    below = _unwrap(_children(final)[0])
+    partial = _children(below)[0] if _name(below) == "ShuffleExchangeExec" else _children(final)[0]
     return partial if _is_partial(_unwrap(partial)) else None
 
 
@@ -124,7 +129,8 @@ def partial_aggregation(
             keys: distinct, bare aggregate functions whose partial buffer is one column of
             ``buffer type`` holding the final value.
         key_fields: The ``StructField`` of each key column (names and types of the output).
-        max_blocks: Coalesce (without a shuffle) to at most this many partitions.
+        max_blocks: Coalesce the partial rows (without a shuffle) to at most this many
+            partitions.
 
     Returns:
         A DataFrame with the key fields and one column per aggregate, one row per key and
@@ -151,8 +157,9 @@ def partial_aggregation(
         schema = StructType([*key_fields, *(StructField(name, t, True) for name, _, t in aggregates)])
         rdd = partial.execute()
         if max_blocks is not None and rdd.getNumPartitions() > max_blocks:
-            jvm = spark.sparkContext._jvm
-            rdd = rdd.coalesce(max_blocks, False, jvm.scala.Option.empty(), None)
+            # After the partial aggregation, not before: a coalesce under it breaks Spark's
+            # whole-stage code generation, and the job took twice as long.
+            rdd = rdd.coalesce(max_blocks, False, spark.sparkContext._jvm.scala.Option.empty(), None)
         jdf = jsession.internalCreateDataFrame(rdd, jsession.parseDataType(schema.json()), False)
     except Exception as exc:  # internal APIs: any failure means "use the public path"
         logger.debug("Spark's partial aggregation could not be taken on its own (%s); using the "

@@ -248,22 +248,41 @@ def test_other_states_keep_the_partition_id_grouping(spark, derived, reducer):
 
 def test_map_side_partials_hold_one_row_per_key_and_partition(spark, derived):
     from pyspark.sql import functions as F
+    from pyspark.sql import types as T
 
-    frame, finish = native_partials(derived, ["s"], dpa.Count())
+    from spark_bridge.partial_plan import partial_aggregation
+
+    wide = derived.repartition(4)
+    aggs = [("n", F.count(F.lit(1)), T.LongType())]
+    frame = partial_aggregation(wide, [F.col("s")], aggs, [wide.schema["s"]], max_blocks=2)
+    per_partition = wide.groupBy(F.spark_partition_id(), "s").count().collect()
+    assert frame.rdd.getNumPartitions() == 2
+    assert len(frame.collect()) == len(per_partition)  # not merged across partitions: that is dpa's part
+    assert len(per_partition) > derived.select("s").distinct().count()
+
+    frame, finish = native_partials(derived, ["s"], dpa.Count())  # 1 task slot: 1 partition
     rows = frame.collect()
-    per_partition = derived.groupBy(F.spark_partition_id(), "s").count().collect()
-    assert len(rows) == len(per_partition)  # not merged across partitions: that is dpa's part
+    assert len(rows) == len(derived.groupBy(F.spark_partition_id(), "s").count().collect())
     assert sum(r["count"] for r in rows) == derived.count()
     table = finish(pa.Table.from_pylist([r.asDict() for r in rows], pa.schema([("s", pa.string()), ("count", pa.int64())])))
     assert table["__dpa_w"].to_pylist() == table["count"].to_pylist()
 
 
-def test_plan_without_a_shuffle_falls_back(spark, derived):
+def test_plan_without_a_shuffle_takes_the_partial_aggregate(spark, derived):
     """A DataFrame already partitioned by the key has no shuffle under its aggregation: the
-    partition-id grouping is used, and the result is still exact."""
+    partial aggregate sits right under the final one and is taken all the same."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from spark_bridge.partial_plan import partial_aggregation
+
     clustered = derived.repartition(4, "s")
+    frame = partial_aggregation(clustered, [F.col("s")], [("n", F.count(F.lit(1)), T.LongType())],
+                                [clustered.schema["s"]])
+    assert frame is not None and frame.rdd.getNumPartitions() == 4
+    assert sorted(map(tuple, frame.collect()), key=repr) == sorted(map(tuple, clustered.groupBy("s").count().collect()), key=repr)
     frame, _ = native_partials(clustered, ["s"], dpa.Count())
-    assert not _over_rdd(frame)
+    assert _over_rdd(frame)
     out = run(clustered, key="s", reducer=dpa.Count(), precombine="sql")
     assert _rows(out.collect()) == _rows(clustered.groupBy("s").count().collect())
 
@@ -288,12 +307,14 @@ def test_map_side_plan_coalesces_to_max_blocks(spark, derived):
     from spark_bridge.partial_plan import partial_aggregation
 
     wide = derived.repartition(5)
-    fields = [f for f in wide.schema.fields if f.name == "s"]
+    fields = [wide.schema["s"]]
     frame = partial_aggregation(wide, [F.col("s")], [("n", F.count(F.lit(1)), T.LongType())], fields, max_blocks=2)
     assert frame is not None and frame.rdd.getNumPartitions() == 2
     assert frame.agg(F.sum("n")).collect()[0][0] == derived.count()
     unbounded = partial_aggregation(wide, [F.col("s")], [("n", F.count(F.lit(1)), T.LongType())], fields)
     assert unbounded.rdd.getNumPartitions() == 5
+    roomy = partial_aggregation(wide, [F.col("s")], [("n", F.count(F.lit(1)), T.LongType())], fields, max_blocks=8)
+    assert roomy.rdd.getNumPartitions() == 5  # coalescing never adds partitions
 
 
 def test_map_side_plan_rejects_unexpected_buffers(spark):
