@@ -40,7 +40,9 @@ __all__ = ["MAX_BLOCKS_PER_SLOT", "partial_aggregation"]
 
 _AQE_CONF = "spark.sql.adaptive.enabled"
 # Planning without adaptive execution sets the session option for the duration of one
-# planning call; the lock keeps two bridge calls from restoring each other's value.
+# planning call; the lock keeps two bridge calls from restoring each other's value. A query
+# another thread plans in that window plans without adaptive execution too: only its speed
+# can differ, never its result.
 _AQE_LOCK = threading.Lock()
 
 _AGGREGATES = ("HashAggregateExec", "ObjectHashAggregateExec", "SortAggregateExec")

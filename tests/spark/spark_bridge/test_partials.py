@@ -347,3 +347,18 @@ def test_adaptive_execution_setting_is_restored(spark, derived, before):
             assert conf.getConfString(key) == before
     finally:
         conf.unsetConf(key)
+
+
+def test_map_side_plan_over_a_broadcast_join_and_a_python_udf(spark, derived):
+    """The partial aggregate runs its own subtree: a broadcast join and a Python UDF under
+    it are executed as in any Spark job, and the job stays exact."""
+    from pyspark.sql import functions as F
+
+    labels = spark.createDataFrame([(i, f"label-{i}") for i in range(4)], "i int, label string")
+    shout = F.udf(lambda s: None if s is None else s.upper(), "string")
+    df = derived.join(F.broadcast(labels), "i").select(shout("s").alias("s"), "label", "n_long")
+    frame, _ = native_partials(df, ["s", "label"], dpa.Sum("n_long"))
+    assert _over_rdd(frame)
+    out = run(df, key=["s", "label"], reducer=dpa.Sum("n_long"), precombine="sql")
+    expected = df.groupBy("s", "label").agg(F.sum("n_long").alias("sum"))
+    assert _rows(out.collect()) == _rows(expected.collect())
