@@ -90,8 +90,9 @@ class PartialFinish:
             (:data:`SUM_HIGH_COL`, :data:`SUM_LOW_COL`) of a long sum, or ``None``.
         input_column: The reducer's input column (named in overflow errors).
         weight_col: Name of the record-count column.
-        weight_from: A state column that is the record count too (``Count``'s), copied
-            into :attr:`weight_col`; ``None`` when Spark computed the weight itself.
+        weight_from: A state column that is the record count too (``Count``'s, or
+            ``Mean``'s count of a non-nullable column), copied into :attr:`weight_col`;
+            ``None`` when Spark computed the weight itself.
     """
 
     schema: pa.Schema
@@ -155,64 +156,18 @@ def _col(name: str) -> Column:
     return F.col("`" + name.replace("`", "``") + "`")
 
 
-def _atomic_types() -> tuple[type, ...]:
-    """Spark types whose values Spark's ``min``, ``max`` and ``sort_array`` order as dpa does."""
-    from pyspark.sql import types as T
-
-    return (T.NumericType, T.StringType, T.BinaryType, T.BooleanType, T.DateType, T.TimestampType,
-            T.TimestampNTZType)
-
-
-def _bare_aggregates(
-    inner: Any, dtype: DataType | None, nullable: bool = True
-) -> tuple[list[tuple[str, Column, DataType]], str | None] | None:
-    """``inner``'s state columns and weight as bare Spark aggregates, for the map-side plan.
-
-    Each is ``(name, aggregate, type)``: an aggregate function whose partial buffer is one
-    column of ``type`` holding the final value (:func:`spark_bridge.partial_plan.partial_aggregation`),
-    so the partial aggregation's output is already dpa's partial state. The second item
-    names a state column that is also the record count (``Count``'s, or ``Mean``'s count
-    of a column that cannot be null), which Spark computes once anyway. ``nullable`` is
-    the reducer column's. ``None`` where that does not hold: decimal sums (their buffer has
-    an ``isEmpty`` flag), float ``min``/``max`` (NaN rule on top), ``Collect`` and ``TopK``
-    (list buffers); those keep the partition-id grouping.
-    """
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    from dpa.reducers import WEIGHT_COL, Count, Max, Mean, Min, Sum
-
-    kind = type(inner)
-    rows = F.count(F.lit(1))
-    if kind is Count:
-        return [("count", rows, T.LongType())], "count"
-    column = inner.column
-    if column is None or dtype is None:
-        return None
-    c = _col(column)
-    weight = (WEIGHT_COL, rows, T.LongType())
-    if kind is Sum:
-        if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType)):
-            return [("sum", F.sum(c), T.LongType()), weight], None
-        if isinstance(dtype, T.LongType):
-            return [(SUM_HIGH_COL, F.sum(F.shiftright(c, 32)), T.LongType()),
-                    (SUM_LOW_COL, F.sum(c.bitwiseAND(F.lit(_LOW_MASK))), T.LongType()), weight], None
-        if isinstance(dtype, (T.FloatType, T.DoubleType)):
-            return [("sum", F.sum(c.cast("double")), T.DoubleType()), weight], None
-        return None
-    if kind in (Min, Max):
-        if isinstance(dtype, (T.FloatType, T.DoubleType)) or not isinstance(dtype, _atomic_types()):
-            return None
-        return [(kind.kind, (F.min if kind is Min else F.max)(c), dtype), weight], None
-    if kind is Mean and isinstance(dtype, T.NumericType):
-        mean = [("msum", F.sum(c.cast("double")), T.DoubleType()), ("mcount", F.count(c), T.LongType())]
-        # Spark's optimizer turns count(c) of a non-nullable column into count(1): one buffer.
-        return (mean, "mcount") if not nullable else ([*mean, weight], None)
-    return None
+#: One state column's Spark aggregate: ``(name, aggregate, buffer type)``. The buffer type
+#: is set where the aggregate is a bare function whose partial buffer is one column of that
+#: type holding the final value, so Spark's partial aggregation alone already gives dpa's
+#: state (:mod:`spark_bridge.partial_plan`); ``None`` where it is not (a decimal ``sum``'s
+#: buffer has an ``isEmpty`` flag, the float ``min``/``max`` wrap theirs in ``coalesce``,
+#: ``collect_list``'s is serialized).
+State = tuple[str, "Column", "DataType | None"]
 
 
-def _state_expressions(inner: Any, dtype: DataType | None) -> tuple[list[Column], str | None] | None:
-    """Spark aggregates of ``inner``'s state columns (aliased), and the split-sum column, or None."""
+def _state_expressions(inner: Any, dtype: DataType | None) -> tuple[list[State], str | None] | None:
+    """Spark aggregates of ``inner``'s state columns (see :data:`State`), and the split-sum
+    column, or None."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -220,22 +175,23 @@ def _state_expressions(inner: Any, dtype: DataType | None) -> tuple[list[Column]
 
     kind = type(inner)
     if kind is Count:
-        return [F.count(F.lit(1)).alias("count")], None
+        return [("count", F.count(F.lit(1)), T.LongType())], None
     column = inner.column
     if column is None or dtype is None:
         return None
     c = _col(column)
-    atomic = _atomic_types()
+    atomic = (T.NumericType, T.StringType, T.BinaryType, T.BooleanType, T.DateType, T.TimestampType,
+              T.TimestampNTZType)
     if kind is Sum:
         if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType)):
-            return [F.sum(c).alias("sum")], None
+            return [("sum", F.sum(c), T.LongType())], None
         if isinstance(dtype, T.LongType):
-            return [F.sum(F.shiftright(c, 32)).alias(SUM_HIGH_COL),
-                    F.sum(c.bitwiseAND(F.lit(_LOW_MASK))).alias(SUM_LOW_COL)], "sum"
+            return [(SUM_HIGH_COL, F.sum(F.shiftright(c, 32)), T.LongType()),
+                    (SUM_LOW_COL, F.sum(c.bitwiseAND(F.lit(_LOW_MASK))), T.LongType())], "sum"
         if isinstance(dtype, (T.FloatType, T.DoubleType)):
-            return [F.sum(c.cast("double")).alias("sum")], None
+            return [("sum", F.sum(c.cast("double")), T.DoubleType())], None
         if isinstance(dtype, T.DecimalType) and dtype.precision <= 28:
-            return [F.sum(c).alias("sum")], None
+            return [("sum", F.sum(c), None)], None
         return None
     if kind in (Min, Max):
         if not isinstance(dtype, atomic):
@@ -244,17 +200,17 @@ def _state_expressions(inner: Any, dtype: DataType | None) -> tuple[list[Column]
         if isinstance(dtype, (T.FloatType, T.DoubleType)):
             # Arrow's min/max (dpa's) skip NaN unless a group holds nothing else.
             non_nan = F.when(F.isnan(c), F.lit(None)).otherwise(c)
-            return [F.coalesce(first(non_nan), other(c)).alias(kind.kind)], None
-        return [first(c).alias(kind.kind)], None
+            return [(kind.kind, F.coalesce(first(non_nan), other(c)), None)], None
+        return [(kind.kind, first(c), dtype)], None
     if kind is Mean:
         if not isinstance(dtype, T.NumericType):
             return None
-        return [F.sum(c.cast("double")).alias("msum"), F.count(c).alias("mcount")], None
+        return [("msum", F.sum(c.cast("double")), T.DoubleType()), ("mcount", F.count(c), T.LongType())], None
     if kind is Collect:
         if isinstance(dtype, (T.MapType,)):
             return None
         wrapped = F.collect_list(F.struct(c.alias("v")))  # a struct is never null: nulls survive
-        return [F.transform(wrapped, lambda s: s["v"]).alias("items")], None
+        return [("items", F.transform(wrapped, lambda s: s["v"]), None)], None
     if kind is TopK:
         if not isinstance(dtype, atomic):
             return None
@@ -265,8 +221,25 @@ def _state_expressions(inner: Any, dtype: DataType | None) -> tuple[list[Column]
             values = F.concat(numbers, F.filter(values, lambda v: F.isnan(v)))
         else:
             values = F.sort_array(values, asc=False)
-        return [F.slice(values, 1, inner.k).alias("items")], None
+        return [("items", F.slice(values, 1, inner.k), None)], None
     return None
+
+
+def _map_side_frame(df: DataFrame, key_columns: list[str], states: list[State], weight_from: str | None,
+                    fields: dict[str, Any]) -> DataFrame | None:
+    """Spark's partial aggregation alone (:func:`spark_bridge.partial_plan.partial_aggregation`)
+    of ``states`` and the record count, or None where a state is not a bare aggregate, a
+    name collides with a key column, or the plan cannot be taken."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from dpa.reducers import WEIGHT_COL
+
+    if any(t is None for _, _, t in states) or {name for name, _, _ in states} & set(key_columns):
+        return None
+    weight = [] if weight_from is not None else [(WEIGHT_COL, F.count(F.lit(1)), T.LongType())]
+    return partial_aggregation(df, [_col(k) for k in key_columns], [*states, *weight], [fields[k] for k in key_columns],
+                               max_blocks=executor_task_slots(df.sparkSession) * MAX_BLOCKS_PER_SLOT)
 
 
 def _state_arrow_types(inner: Any, input_type: pa.DataType | None) -> dict[str, pa.DataType]:
@@ -303,7 +276,7 @@ def native_partials(
         :data:`dpa.reducers.WEIGHT_COL` (unless a state column is the record count too;
         one row per key and input partition); ``finish`` turns each of its partitions, as
         Arrow, into the partial states dpa expects. ``frame`` is Spark's partial
-        aggregation alone where :func:`_bare_aggregates` has a formulation and the plan
+        aggregation alone where every state is a bare aggregate (:data:`State`) and the plan
         allows it (coalesced to one partition per executor task slot), else the
         ``spark_partition_id()`` grouping.
         ``None`` when the reducer or its column type has no native formulation here
@@ -312,7 +285,7 @@ def native_partials(
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_type
 
-    from dpa.reducers import WEIGHT_COL, unwrap
+    from dpa.reducers import WEIGHT_COL, Count, Mean, unwrap
 
     inner = unwrap(reducer)[0]
     fields = {f.name: f for f in df.schema.fields}
@@ -335,13 +308,14 @@ def native_partials(
         + [pa.field(WEIGHT_COL, pa.int64())]
     )
     finish = PartialFinish(schema, split_sum, column, WEIGHT_COL)
-    bare = _bare_aggregates(inner, dtype, column not in fields or fields[column].nullable)
-    if bare is not None and not {name for name, _, _ in bare[0]} & set(key_columns):
-        slots = executor_task_slots(df.sparkSession)
-        frame = partial_aggregation(df, [_col(k) for k in key_columns], bare[0], [fields[k] for k in key_columns],
-                                    max_blocks=slots * MAX_BLOCKS_PER_SLOT)
-        if frame is not None:
-            return frame, replace(finish, weight_from=bare[1])
+    # A state column that counts every row is the weight too; Spark would compute the two
+    # as one buffer anyway (it turns count(c) of a non-nullable column into count(1)).
+    weight_from = "count" if isinstance(inner, Count) else (
+        "mcount" if isinstance(inner, Mean) and not fields[column].nullable else None)
+    frame = _map_side_frame(df, key_columns, states, weight_from, fields)
+    if frame is not None:
+        return frame, replace(finish, weight_from=weight_from)
     grouping = [F.spark_partition_id().alias(PARTITION_COL), *(_col(k) for k in key_columns)]
-    frame = df.groupBy(*grouping).agg(*states, F.count(F.lit(1)).alias(WEIGHT_COL)).drop(PARTITION_COL)
+    aggregates = [aggregate.alias(name) for name, aggregate, _ in states]
+    frame = df.groupBy(*grouping).agg(*aggregates, F.count(F.lit(1)).alias(WEIGHT_COL)).drop(PARTITION_COL)
     return frame, finish

@@ -362,3 +362,18 @@ def test_map_side_plan_over_a_broadcast_join_and_a_python_udf(spark, derived):
     out = run(df, key=["s", "label"], reducer=dpa.Sum("n_long"), precombine="sql")
     expected = df.groupBy("s", "label").agg(F.sum("n_long").alias("sum"))
     assert _rows(out.collect()) == _rows(expected.collect())
+
+
+def test_mean_of_a_non_nullable_column_counts_once(spark):
+    """Spark computes count(c) of a non-nullable column and count(1) as one buffer: the
+    bridge asks for the count once and takes the weight from it, on the map-side plan."""
+    from pyspark.sql import functions as F
+
+    df = spark.range(0, 3000, 1, 3).select((F.col("id") % 7).cast("string").alias("s"), "id")
+    assert not df.schema["id"].nullable
+    frame, finish = native_partials(df, ["s"], dpa.Mean("id"))
+    assert _over_rdd(frame) and finish.weight_from == "mcount"
+    out, result = run_with_result(df, key="s", reducer=dpa.Mean("id"), precombine="sql")
+    expected = df.groupBy("s").agg(F.avg(F.col("id").cast("double")).alias("mean"))
+    assert _rows(out.collect()) == _rows(expected.collect())
+    assert sum(result.stats.processed) == 3000
