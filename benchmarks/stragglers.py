@@ -22,6 +22,13 @@ N=40k records, K=10k, c=1 ms: 40 s of work, ideal makespan ``N * c / 8`` = 5 s).
 * Optionally (``--bridge``) the best dpa policy again, reading the same data through
   ``spark_bridge.run_with_result`` on Spark on Ray (in this process, after the rest).
 
+``--defaults`` (issue #12's targets) runs ``JobConfig()`` defaults instead (only
+``num_reducers=8`` and the policy) on a Zipf job, uniform keys, one hot key and a
+user-defined CPU-bound reducer. It first prints the best ring token doubling can reach
+on the Zipf job (:func:`doubling_bound`, 1..``--bound-rounds`` rounds per reducer);
+``--oracle`` also runs the job on each of those rings from its first record
+(:func:`fixed_ring_policy`), doubling's floor at run time.
+
 Reported per run: makespan, ideal ``N * c / R``, makespan / ideal, speedup vs each Spark
 variant, the records each reducer processed (max / mean), rebalances, forwarded records,
 and the load average. Targets: best dpa policy >= 1.5x faster than Spark and <= 1.25x ideal.
@@ -297,33 +304,105 @@ def run_defaults_once(table: pa.Table, policy: str | None, reducer: Any, ref: di
             "load_avg_1m": os.getloadavg()[0]}
 
 
-def doubling_bound(table: pa.Table, num_reducers: int = 8, rounds: int = 1) -> float:
+def _next_token_distances(hashes: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Clockwise distance from each key hash to the first of ``positions`` at or after it."""
+    p = np.sort(positions.astype(np.int64))
+    k = np.searchsorted(p, hashes, side="left")
+    after = np.where(k < len(p), p[np.minimum(k, len(p) - 1)], p[0] + (1 << 32))
+    return after - hashes
+
+
+def doubling_bound(table: pa.Table, num_reducers: int = 8, rounds: int = 1, initial_tokens: int | None = None,
+                   token_spacing: str | None = None) -> tuple[float, tuple[int, ...], tuple[int, ...]]:
     """The lowest largest share (in fair shares) of any ring token doubling can reach.
 
     Doubling rounds commute (each doubles every reducer's tokens but one), so a ring is
     fixed by how often each reducer was relieved: every combination of up to ``rounds``
-    per reducer on the default first ring is tried, with the table's exact key counts.
-    The ``doubling`` makespan cannot beat this times the ideal.
+    per reducer (rings past :data:`~dpa.ring.MAX_RING_TOKENS` excluded, as the planner
+    refuses them) is scored with the table's exact key counts. A key goes to the reducer
+    whose nearest token at or after its hash is the nearest of all (ties to the lowest
+    reducer id, as in :class:`~dpa.ring.RingSnapshot`); a reducer's token positions do
+    not depend on the other reducers' counts, so each reducer's distances are computed
+    once per token count. The ``doubling`` makespan cannot beat this times the ideal.
+
+    Args:
+        table: Records with an integer ``key`` column.
+        num_reducers: Reducers of the ring.
+        rounds: Most rounds per reducer.
+        initial_tokens: Tokens per reducer on the first ring; None = the policy's default.
+        token_spacing: ``"even"`` or ``"hashed"`` first tokens; None = the policy's default.
+
+    Returns:
+        The lowest largest share, the rounds per reducer that reach it and that ring's
+        tokens per reducer.
     """
     import itertools
 
     import dpa
     from dpa.key_columns import hash_key_columns
-    from dpa.partitioners.ring_lookahead import KeyLoads, predicted_loads
     from dpa.registry import make_policy
     from dpa.ring import MAX_RING_TOKENS, HashRing
 
     counts = table.group_by("key").aggregate([([], "count_all")])
-    loads = KeyLoads(hash_key_columns(counts, ["key"]), counts["count_all"].to_numpy().astype(np.float64), 0.0)
+    hashes = hash_key_columns(counts, ["key"]).astype(np.int64)
+    weights = counts["count_all"].to_numpy().astype(np.float64)
     policy = make_policy(dpa.JobConfig(policy="doubling", num_reducers=num_reducers))
-    base, even = policy.initial_tokens, policy.token_spacing == "even"
-    best = float("inf")
+    base = policy.initial_tokens if initial_tokens is None else initial_tokens
+    even = (policy.token_spacing if token_spacing is None else token_spacing) == "even"
+    distances: dict[tuple[int, int], np.ndarray] = {}
+
+    def distance(reducer: int, doublings: int) -> np.ndarray:
+        if (reducer, doublings) not in distances:
+            alone = [0] * num_reducers
+            alone[reducer] = base << doublings
+            positions = HashRing(alone, base if even else 0).snapshot().positions
+            distances[reducer, doublings] = _next_token_distances(hashes, positions)
+        return distances[reducer, doublings]
+
+    fair = float(weights.sum()) / num_reducers
+    best: tuple[float, tuple[int, ...], tuple[int, ...]] = (float("inf"), (), ())
     for relieved in itertools.product(range(rounds + 1), repeat=num_reducers):
-        tokens = [base << (sum(relieved) - r) for r in relieved]
-        if sum(tokens) <= MAX_RING_TOKENS:
-            ring = HashRing(tokens, base if even else 0)
-            best = min(best, float(predicted_loads(ring.snapshot(), loads).max()) * num_reducers / loads.total)
+        doublings = [sum(relieved) - r for r in relieved]
+        if sum(base << d for d in doublings) > MAX_RING_TOKENS:
+            continue
+        owners = np.stack([distance(i, d) for i, d in enumerate(doublings)]).argmin(axis=0)
+        share = float(np.bincount(owners, weights=weights, minlength=num_reducers).max()) / fair
+        if share < best[0]:
+            best = (share, relieved, tuple(base << d for d in doublings))
     return best
+
+
+def fixed_ring_policy(name: str, tokens: tuple[int, ...]) -> str:
+    """Registers, in this driver, ``doubling`` started on a given ring that never rebalances.
+
+    The first ring has ``tokens[i]`` tokens for reducer ``i`` at doubling's positions (the
+    default policy's first tokens evenly spaced), as if the rounds of
+    :func:`doubling_bound` had been taken before the first record: an oracle that knew
+    every key's count in advance. Its makespan is what doubling's best ring costs at run
+    time with no forwarding and no waiting for a rebalance.
+
+    Returns:
+        ``name``, for ``JobConfig(policy=...)``.
+    """
+    import dataclasses
+
+    import dpa
+    from dpa.partitioners.ring_policy import DPAPolicy, RingSettings, resolved_fields
+    from dpa.ring import HashRing
+
+    @dataclasses.dataclass(frozen=True)
+    class FixedRing(DPAPolicy):  # defined here, so Ray ships it by value to the actors
+        first_tokens: tuple[int, ...] = ()
+
+        def ring(self, num_reducers: int, active: int | None = None) -> HashRing:
+            return HashRing(list(self.first_tokens), self.initial_tokens if self.token_spacing == "even" else 0)
+
+    def factory(settings: Any, shape: Any) -> Any:
+        return FixedRing(**resolved_fields(RingSettings(method="doubling", max_rounds=0), shape),
+                         first_tokens=tuple(int(t) for t in tokens))
+
+    dpa.register_policy(name, factory, "doubling started on a given ring, never rebalancing (benchmark oracle)")
+    return name
 
 
 def run_defaults(args: Any) -> dict[str, Any]:
@@ -337,17 +416,23 @@ def run_defaults(args: Any) -> dict[str, Any]:
     hot_table = pa.table({"key": np.zeros(args.hot_rows, dtype=np.int64)})
     cpu_table = zipf(args.z, args.keys, args.cpu_rows, seed=args.seed)
     uniform_table = pa.table({"key": np.random.default_rng(args.seed).integers(0, args.keys, args.rows)})
+    zipf_policies: list[str | None] = [None, "doubling", "halving", "hybrid", "pkg"]
     workloads = [
-        ("zipf", zipf_table, with_cost, args.rows * cost / 8, [None, "doubling", "halving", "hybrid", "pkg"]),
+        ("zipf", zipf_table, with_cost, args.rows * cost / 8, zipf_policies),
         ("uniform", uniform_table, with_cost, args.rows * cost / 8, [None, "doubling", "halving", "hash"]),
         ("one-hot-key", hot_table, with_cost, args.hot_rows * cost / 8, [None, "doubling"]),
         ("user-cpu-reducer", cpu_table, CpuReducer.make(args.cpu_rounds), None, [None, "hash"]),
     ]
     info: dict[str, Any] = {"ray_init_s": init_ray()}
     if "zipf" in args.workloads:
-        info["doubling_bound"] = doubling_bound(zipf_table)
-        print(f"zipf: the best ring any set of doubling rounds (one per reducer) reaches holds "
-              f"{info['doubling_bound']:.2f}x a fair share on its largest reducer (before any overhead)", flush=True)
+        for rounds in range(1, args.bound_rounds + 1):
+            share, relieved, tokens = doubling_bound(zipf_table, rounds=rounds)
+            info[f"doubling_bound_r{rounds}"] = share
+            print(f"zipf: the best ring any set of doubling rounds (at most {rounds} per reducer) reaches holds "
+                  f"{share:.3f}x a fair share on its largest reducer (rounds {relieved}; before any overhead)",
+                  flush=True)
+            if args.oracle:
+                zipf_policies.append(fixed_ring_policy(f"doubling-best-ring-r{rounds}", tokens))
     warm = zipf_table.slice(0, 2000)
     run_defaults_once(warm, None, dpa.Count(), reference(warm))  # start the actors (untimed)
     rows = []
@@ -535,6 +620,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--hot-rows", type=parse_int, default=20_000, help="with --defaults: records of the one hot key")
     p.add_argument("--cpu-rows", type=parse_int, default=20_000, help="with --defaults: records for the CPU reducer")
     p.add_argument("--cpu-rounds", type=int, default=200, help="with --defaults: SHA-256 rounds per record")
+    p.add_argument("--bound-rounds", type=int, default=3,
+                   help="with --defaults: print doubling's best reachable ring for 1..N rounds per reducer (default 3)")
+    p.add_argument("--oracle", action="store_true",
+                   help="with --defaults: also run the Zipf job on each of those best rings from its first record, "
+                        "never rebalancing (doubling's floor at run time)")
     p.add_argument("--spark-child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help="write the figures as JSON to this file")
     args = p.parse_args(argv)

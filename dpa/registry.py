@@ -241,7 +241,9 @@ def make_policy(config: JobConfig) -> PolicySpec:
         ConfigError: Unknown name (the message lists the valid ones) or bad options.
     """
     settings = policy_settings(config)
-    return _entry(settings.name).factory(settings, job_shape(config))
+    # By the name the config gives: a policy registered without a settings class of its
+    # own (``PolicySettings``, no options) has settings that name no policy.
+    return _entry(policy_name(config.policy)).factory(settings, job_shape(config))
 
 
 def default_min_gap(config: JobConfig) -> int:

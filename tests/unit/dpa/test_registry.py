@@ -135,6 +135,29 @@ def test_external_registration():
         registry._REGISTRY.pop("test-echo", None)
 
 
+def test_a_policy_registered_without_settings_is_selected_by_its_name():
+    @dataclasses.dataclass(frozen=True)
+    class EchoPolicy(dpa.PolicySpec):
+        reducers: int = 1
+
+        def initial_snapshot(self, num_reducers):
+            return ModSnapshot(num_reducers)
+
+        def make_router(self, mapper_id, num_reducers):
+            return ModRouter()
+
+    dpa.register_policy("test-plain", lambda s, shape: EchoPolicy(shape.num_reducers), "plain")
+    try:
+        assert make_policy(local(policy="test-plain", num_reducers=3)) == EchoPolicy(3)
+        with pytest.raises(ConfigError, match="valid options: [(]none[)]"):
+            make_policy(local(policy="test-plain", policy_options={"x": 1}))
+        assert dpa.run(["a", "b", "a"], config=local(policy="test-plain", num_reducers=2)).to_dict() == {"a": 2, "b": 1}
+    finally:
+        from dpa import registry
+
+        registry._REGISTRY.pop("test-plain", None)
+
+
 def test_the_contract_module_names_no_implementation():
     from dpa import policy
     from dpa.partitioners.hashing import ModSnapshot
