@@ -6,33 +6,15 @@ no wrong result, no unexpected error, no hang, no dpa actor left after ``dpa.shu
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
-ROOT = Path(__file__).resolve().parents[3]
 
-
-def _load_soak() -> ModuleType:
-    """Imports ``benchmarks.soak`` from this repository (pyarrow ships a ``benchmarks``
-    package of its own, which may come first on ``sys.path``)."""
-    pkg = sys.modules.get("benchmarks")
-    if pkg is not None and Path(pkg.__file__ or "").resolve().parent != ROOT / "benchmarks":
-        for name in [n for n in sys.modules if n == "benchmarks" or n.startswith("benchmarks.")]:
-            del sys.modules[name]
-    if str(ROOT) not in sys.path[:1]:
-        sys.path.insert(0, str(ROOT))
-    return importlib.import_module("benchmarks.soak")
-
-
-def test_soak_smoke_has_no_wrong_results_unexpected_errors_hangs_or_leaks(tmp_path):
-    soak = _load_soak()
+def test_soak_smoke_has_no_wrong_results_unexpected_errors_hangs_or_leaks(tmp_path, repo_benchmark):
+    soak = repo_benchmark("soak")
     out = tmp_path / "soak.json"
     code = soak.main([
         "--jobs", "12", "--seed", "21", "--threads", "2", "--kill-rate", "0.25", "--bad-rate", "0.2",

@@ -103,21 +103,24 @@ def test_factories_get_the_job_shape():
     assert isinstance(make_policy(local(policy=dpa.PKGSettings(d=4))), PKGPolicy)
 
 
+@dataclasses.dataclass(frozen=True)
+class EchoPolicy(dpa.PolicySpec):
+    """A registered-from-outside policy: routes by key hash modulo the reducers."""
+
+    reducers: int = 1
+
+    def initial_snapshot(self, num_reducers):
+        return ModSnapshot(num_reducers)
+
+    def make_router(self, mapper_id, num_reducers):
+        return ModRouter()
+
+
 def test_external_registration():
     @dataclasses.dataclass(frozen=True)
     class EchoSettings(dpa.PolicySettings):
         name = "test-echo"
         modulo: int = 1
-
-    @dataclasses.dataclass(frozen=True)
-    class EchoPolicy(dpa.PolicySpec):
-        reducers: int = 1
-
-        def initial_snapshot(self, num_reducers):
-            return ModSnapshot(num_reducers)
-
-        def make_router(self, mapper_id, num_reducers):
-            return ModRouter()
 
     dpa.register_policy("test-echo", lambda s, shape: EchoPolicy(shape.num_reducers), "echo", EchoSettings)
     try:
@@ -136,16 +139,6 @@ def test_external_registration():
 
 
 def test_a_policy_registered_without_settings_is_selected_by_its_name():
-    @dataclasses.dataclass(frozen=True)
-    class EchoPolicy(dpa.PolicySpec):
-        reducers: int = 1
-
-        def initial_snapshot(self, num_reducers):
-            return ModSnapshot(num_reducers)
-
-        def make_router(self, mapper_id, num_reducers):
-            return ModRouter()
-
     dpa.register_policy("test-plain", lambda s, shape: EchoPolicy(shape.num_reducers), "plain")
     try:
         assert make_policy(local(policy="test-plain", num_reducers=3)) == EchoPolicy(3)
