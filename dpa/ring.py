@@ -46,6 +46,7 @@ import numpy as np
 
 from dpa.errors import ConfigError
 from dpa.keys import hash_bytes, hash_key
+from dpa.murmur3 import murmur3_32_batch
 
 __all__ = [
     "DEFAULT_HALVING_TOKENS",
@@ -462,6 +463,28 @@ class HashRing:
     def key_lookup(self, key: Any) -> int:
         """Returns the reducer owning ``key`` in the current version."""
         return self.snapshot().key_lookup(key)
+
+    def token_positions(self, reducer: int, count: int, start: int = 0) -> np.ndarray:
+        """Positions of tokens ``start .. count - 1`` of ``reducer`` on this ring (its
+        spacing), in token order (``int64``): where they would sit with ``count`` tokens,
+        whatever it holds now.
+
+        A reducer's positions do not depend on the other reducers' counts, so rings that
+        differ only in counts can be compared reducer by reducer
+        (:mod:`dpa.partitioners.ring_forecast`).
+        """
+        reducer = self._check_node(reducer)
+        js = range(int(start), int(count))
+        names = [f"token-{reducer}-{j}".encode() for j in js]
+        offsets = np.zeros(len(names) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in names], out=offsets[1:])
+        out = murmur3_32_batch(b"".join(names), offsets).astype(np.int64)  # token_position, vectorised
+        spaced, even = self._even
+        if reducer < spaced and js.start < even:
+            table = _even_positions(spaced, even)
+            for j in range(js.start, min(even, js.stop)):
+                out[j - js.start] = table[reducer, j]
+        return out
 
     def lookup_hash(self, h: int) -> int:
         """Returns the reducer owning hash ``h`` in the current version."""

@@ -16,7 +16,8 @@ import numpy as np
 
 from dpa.errors import ConfigError
 from dpa.partitioners.common import SnapshotRouter, check_int_option
-from dpa.partitioners.ring_lookahead import KeyLoads, arc_shares, plan_rounds
+from dpa.partitioners.ring_forecast import FORECAST_ROUNDS, plan_first_ring
+from dpa.partitioners.ring_lookahead import KeyLoads, LookaheadPlan, arc_shares, plan_rounds
 from dpa.policy import Decision, JobShape, Planner, PolicySettings, PolicySpec, RebalanceEvent
 from dpa.ring import HashRing, RingSnapshot
 from dpa.sketches import SpaceSaving
@@ -97,6 +98,14 @@ class DPAPlanner(Planner):
       once, or nothing when no prefix is predicted to lower the largest share by 5% of a
       fair share (a refusal uses no round; the rule looks again once a quarter more
       records were counted). Until some keys were reported, the paper's single round.
+    * The first ring, with ``lookahead``: the first mapper forecast (the key counts of a
+      mapper's first block, before any record is routed) is planned on at once
+      (:func:`~dpa.partitioners.ring_forecast.plan_first_ring`): up to
+      :data:`~dpa.partitioners.ring_forecast.FORECAST_ROUNDS` rounds per reducer, chosen
+      together, go out as the ring the first push is routed under, or nothing when the
+      forecast predicts no gain of 5% of a fair share. These rounds come before the job
+      runs and do not count against ``max_rounds``; later forecasts are not planned on
+      (records may be on their way by then).
 
     Elastic rings (:attr:`active`): only reducer slots that own tokens take part. The
     fresh-report gate, the loads compared and the straggler rule consider active slots
@@ -139,6 +148,8 @@ class DPAPlanner(Planner):
         self.lookahead = bool(lookahead)
         self.sketch = SpaceSaving(LOOKAHEAD_CAPACITY)
         self._refused_at = 0.0  # records counted when the lookahead last kept the ring
+        self._forecast_seen = False
+        self._first_ring: LookaheadPlan | None = None  # planned on the first forecast, not published yet
         self._active = np.array([t > 0 for t in ring.token_counts], dtype=bool)
 
     @property
@@ -169,6 +180,23 @@ class DPAPlanner(Planner):
     def observe_keys(self, reducer: int, hashes: np.ndarray, counts: np.ndarray, total: int) -> None:
         if self.lookahead:
             self.sketch.update(hashes, counts, total=int(total))
+
+    def observe_forecast(self, mapper: int, hashes: np.ndarray, counts: np.ndarray, total: int) -> None:
+        """Plans the first ring on the first forecast (see the class docstring); :meth:`check`
+        publishes it."""
+        if not self.lookahead or self.max_rounds == 0 or self._forecast_seen:
+            return
+        self._forecast_seen = True
+        n = float(total)
+        c = np.asarray(counts, dtype=np.float64)
+        named = c >= n * NAMED_KEY_SHARE / self.num_active
+        loads = KeyLoads(np.asarray(hashes, dtype=np.uint32)[named], c[named], max(0.0, n - float(c[named].sum())))
+        left = [FORECAST_ROUNDS if a else 0 for a in self._active.tolist()]
+        plan = plan_first_ring(self.ring, self.method, loads, left)
+        if plan.relieved:
+            self._first_ring = plan
+        else:
+            logger.debug("forecast keeps the first ring: predicted largest share %.2f", plan.before)
 
     def key_loads(self) -> KeyLoads:
         """The lookahead's estimate: keys of at least :data:`NAMED_KEY_SHARE` of a fair
@@ -239,6 +267,10 @@ class DPAPlanner(Planner):
         return self.ring.snapshot()
 
     def check(self, now: float) -> list[Decision]:
+        if self._first_ring is not None:
+            plan, self._first_ring = self._first_ring, None
+            logger.info("forecast: first ring's largest predicted share %.2f -> %.2f", plan.before, plan.after)
+            return self._relieve(plan.relieved, now, counted=False)
         if not self._fresh():
             return []
         x = self._straggler(*self._rule_inputs())
@@ -272,14 +304,15 @@ class DPAPlanner(Planner):
         logger.info("lookahead: largest predicted share %.2f -> %.2f", plan.before, plan.after)
         return self._relieve(plan.relieved, now)
 
-    def _relieve(self, relieved: tuple[int, ...], now: float) -> list[Decision]:
+    def _relieve(self, relieved: tuple[int, ...], now: float, counted: bool = True) -> list[Decision]:
         """Applies the rounds and publishes the ring once: one event per round (with the
-        tokens after it), all under the published version."""
+        tokens after it), all under the published version. ``counted=False``: the rounds
+        do not count against ``max_rounds`` (the first ring's)."""
         seen = tuple(self.queue_lengths)
         action = "halve" if self.method == "halving" else "double"
         tokens = []
         for r in relieved:
-            self.rounds[r] += 1
+            self.rounds[r] += int(counted)
             self.ring.redistribute(r, self.method)
             tokens.append(self.ring.token_counts)
         self._snapshot = self._ring_changed()
@@ -486,6 +519,10 @@ class DPAPolicy(RingSettings, PolicySpec):
 
     @property
     def wants_key_stats(self) -> bool:  # type: ignore[override]
+        return self.lookahead and self.max_rounds > 0
+
+    @property
+    def wants_block_stats(self) -> bool:  # type: ignore[override]
         return self.lookahead and self.max_rounds > 0
 
     def _ring(self, num_reducers: int) -> HashRing:

@@ -49,10 +49,15 @@ def test_a_mapper_forecasts_its_first_block_only_and_only_if_the_policy_wants_it
     assert mapper.take_forecast() is None  # taken
     mapper.start_block(table)
     assert mapper.take_forecast() is None  # not the first block
-    for other in (_plan(table, "doubling"), _plan(table, reducer=dpa.Count())):  # no planner use / combined rows
+    paper = _plan(table, "doubling", policy_options={"lookahead": False})
+    for other in (paper, _plan(table, reducer=dpa.Count())):  # no planner use / combined rows
         m = MapperLogic(0, other, other.policy.initial_snapshot(8))
         m.start_block(table)
         assert m.take_forecast() is None
+    ring = _plan(table, "doubling")  # a ring policy plans its first ring on it
+    m = MapperLogic(0, ring, ring.policy.initial_snapshot(8))
+    m.start_block(table)
+    assert m.take_forecast() is not None
 
 
 def test_a_key_hot_in_the_forecast_is_split_over_every_reducer_before_any_report():
