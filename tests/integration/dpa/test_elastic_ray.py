@@ -29,8 +29,10 @@ def _expected(table):
 
 @pytest.mark.parametrize("policy", ["doubling", "halving", "hybrid"])
 def test_state_migration_is_exact_for_every_ring_policy(policy):
+    # The ring policies without their forecast, whose first ring would leave nothing to move.
+    options = None if policy == "hybrid" else {"lookahead": False}
     res = dpa.run(ZIPF, key="key", reducer=dpa.WithCost(dpa.Count(), 5e-4),
-                  config=dpa.JobConfig(num_reducers=6, policy=policy, migrate="state"))
+                  config=dpa.JobConfig(num_reducers=6, policy=policy, migrate="state", policy_options=options))
     assert _counts(res) == _expected(ZIPF)
     s = res.stats
     assert sum(s.processed) == ZIPF.num_rows
@@ -43,7 +45,8 @@ def test_state_migration_is_exact_for_every_ring_policy(policy):
 
 def test_records_mode_counts_the_keys_its_final_merge_combined():
     res = dpa.run(ZIPF, key="key", reducer=dpa.WithCost(dpa.Count(), 5e-4),
-                  config=dpa.JobConfig(num_reducers=6, policy="doubling", max_rounds=3))
+                  config=dpa.JobConfig(num_reducers=6, policy="doubling", max_rounds=3,
+                                       policy_options={"lookahead": False}))
     assert _counts(res) == _expected(ZIPF)
     assert res.stats.state_moves == 0
     assert (res.stats.merged_keys > 0) == (res.stats.ring_version > 0)

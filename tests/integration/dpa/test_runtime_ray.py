@@ -85,7 +85,7 @@ def test_forced_rebalance_forwards_and_stays_exact(policy):
     words = workload("WL4") * 3  # a straggler under both initial rings
     res = dpa.run(words, reducer=dpa.WithCost(dpa.Count(), 0.004),
                   config=dpa.JobConfig(policy=policy, max_rounds=2, batch_size=10, chunk_size=2, tau=0.2,
-                                       policy_options={"token_spacing": "hashed"}))  # the paper's ring
+                                       policy_options={"token_spacing": "hashed", "lookahead": False}))  # the paper's
     assert res.to_dict() == dict(collections.Counter(words))
     assert len(res.stats.rebalances) >= 1
     assert sum(res.stats.forwarded) > 0 and res.stats.merged

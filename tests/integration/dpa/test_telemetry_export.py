@@ -40,7 +40,7 @@ def test_metrics_match_stats_and_show_the_straggler(ray_session):
     # longer than Ray's 1 s metrics export interval; the job still rebalances and forwards.
     cfg = dpa.JobConfig(policy="halving", max_rounds=4, batch_size=20, chunk_size=1, tau=0.2,
                         lb_interval_s=0.5,
-                        policy_options={"patience": 3, "token_spacing": "hashed"})  # the paper's ring
+                        policy_options={"patience": 3, "token_spacing": "hashed", "lookahead": False})  # the paper's
     reducer = dpa.WithCost(dpa.Count(), 0.01)
     dpa.run(words[:20], reducer=reducer, config=cfg)  # warm pool
     during: list = []
