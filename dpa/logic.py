@@ -129,6 +129,8 @@ class MapperLogic:
         self.pushes = 0
         self.combiner = unwrap(plan.reducer)[0] if plan.combine else None
         self.window = FIRST_PUSH_ROWS  # rows of the next push
+        #: Version of the snapshot this mapper's first push was routed under (None: none yet).
+        self.first_routed: int | None = None
         self._last_push: tuple[int, dict[int, int]] = (0, {})  # its rows, and rows per reducer
         # The planner's forecast from the first block (PolicySpec.wants_block_stats); not
         # for combined rows: a key is one row per block then, there is nothing to split.
@@ -200,6 +202,8 @@ class MapperLogic:
         start, end = self._offset, min(table.num_rows, self._offset + max(1, n))
         part = table if start == 0 and end == table.num_rows else table.slice(start, end - start)
         dest = np.asarray(self.router.route(self._hashes[start:end], self.snapshot), dtype=np.int64)
+        if self.first_routed is None:
+            self.first_routed = self.snapshot.version
         self._offset = end
         if end >= table.num_rows:
             self._table, self._hashes, self._offset = None, None, 0

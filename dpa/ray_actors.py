@@ -251,7 +251,7 @@ class MapperActor(_JobMember):
                 done = None
             if logic.emitted > before:
                 metric("dpa_records_emitted").inc(logic.emitted - before, tags=self.tags)
-        await self.coordinator.mapper_done.remote(job_id, self.mapper_id, done)
+        await self.coordinator.mapper_done.remote(job_id, self.mapper_id, done, logic.first_routed)
         self.job_id, self.task = None, None  # the job is over for this mapper: later news is dropped
         return logic.emitted
 

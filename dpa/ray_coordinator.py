@@ -143,6 +143,7 @@ class CoordinatorActor:
         self.reducer_num_cpus = float(reducer_num_cpus)
         self.generation = 0
         self.answered: set[str] = set()  # members that answered a ping at least once
+        self.first_routed: dict[int, int] = {}  # per mapper, this run: the version of its first push
         if members is None:
             members = start_members(pool_id, num_mappers, num_reducers, initial_reducers, reducer_num_cpus)
         self.balancer, reducers, mappers = members
@@ -327,9 +328,13 @@ class CoordinatorActor:
         self._check()
         return split
 
-    async def mapper_done(self, run_id: str, mapper: int, done: tuple[int, int] | None = None) -> None:
-        """``mapper`` routed all its items; ``done`` as :meth:`next_block` takes it."""
+    async def mapper_done(self, run_id: str, mapper: int, done: tuple[int, int] | None = None,
+                          first_routed: int | None = None) -> None:
+        """``mapper`` routed all its items; ``done`` as :meth:`next_block` takes it;
+        ``first_routed``: the snapshot version of its first push (None: it pushed nothing)."""
         if run_id == self.run_id:
+            if first_routed is not None:
+                self.first_routed[mapper] = int(first_routed)
             if done is not None:
                 self.logic.on_block_done(mapper, *done)
             self.logic.on_mapper_done(mapper)
@@ -517,6 +522,7 @@ class CoordinatorActor:
         me = ray.get_runtime_context().current_actor
         ck = self.checkpoint
         self.member_run = run_id
+        self.first_routed = {}
         balancer_peers = self._peers_for(self.balancer, (self.mappers, self.job_reducers, me))
         try:
             if resume:  # a recovered run starts from the snapshot the balancer (kept or new) has
@@ -567,7 +573,8 @@ class CoordinatorActor:
             # Merge unless every key stayed on one reducer (after a rollback: always, unless
             # states followed their keys).
             merged = ((run_id != plan.job_id and plan.migrate != "state")
-                      or needs_final_merge(plan.policy, snapshot, final, plan.migrate))
+                      or needs_final_merge(plan.policy, snapshot, final, plan.migrate,
+                                           min(self.first_routed.values(), default=None)))
             early = finalize_at_stop(plan, merged)  # (ReducerActor.stop)
             await asyncio.gather(*[r.stop.remote(run_id, final, early) for r in self.job_reducers])
             counters = await asyncio.gather(*[t for t, name in tasks.items() if "reducer" in name])

@@ -57,14 +57,19 @@ class RunOutput:
     scaling: list[Any] = field(default_factory=list)
 
 
-def needs_final_merge(policy: Any, initial_snapshot: Any, final_snapshot: Any, migrate: str = "records") -> bool:
+def needs_final_merge(policy: Any, initial_snapshot: Any, final_snapshot: Any, migrate: str = "records",
+                      routed_from: int | None = None) -> bool:
     """Whether partial states of one key may sit on several reducers at the end.
 
     True when the policy splits keys by design (unless it splits them only under snapshots
-    its planner publishes, :attr:`~dpa.policy.PolicySpec.splits_by_plan`), or when the
-    routing changed during the job (a moved key was processed by its old and its new
-    owner). Otherwise every key stayed on one reducer, and the partitioned final merge is
-    skipped.
+    its planner publishes, :attr:`~dpa.policy.PolicySpec.splits_by_plan`, and the final
+    one splits none), or when the routing changed after the first record was routed (a
+    moved key was processed by its old and its new owner). Otherwise every key stayed on
+    one reducer, and the partitioned final merge is skipped.
+
+    ``routed_from`` is the oldest snapshot version any mapper routed a record under (None:
+    not known, taken as the initial snapshot's): a ring planned on the mappers' forecast
+    goes out before the first push, so a job that ends on it moved no key.
 
     With ``migrate="state"`` a moved key's state follows it, so at the end every key sits
     where the final snapshot routes it: only keys that snapshot splits (a hot key of
@@ -73,7 +78,9 @@ def needs_final_merge(policy: Any, initial_snapshot: Any, final_snapshot: Any, m
     always = bool(policy.splits_keys) and not getattr(policy, "splits_by_plan", False)
     if migrate == "state":
         return always or (bool(policy.splits_keys) and getattr(final_snapshot, "table_size", 0) > 0)
-    return always or final_snapshot.version != initial_snapshot.version
+    first = initial_snapshot.version if routed_from is None else routed_from
+    split_now = bool(policy.splits_keys) and getattr(final_snapshot, "table_size", 0) > 0
+    return always or split_now or final_snapshot.version != first
 
 
 def finalize_at_stop(plan: Any, merged: bool) -> bool:

@@ -306,7 +306,9 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
     # After a rollback a key's records may have been absorbed under several routings (with
     # migrate="state" its state follows it whatever happened).
     merged = ((recovered and plan.migrate != "state")
-              or needs_final_merge(policy, snapshot, balancer.snapshot, plan.migrate))
+              or needs_final_merge(policy, snapshot, balancer.snapshot, plan.migrate,
+                                   min((m.first_routed for m in mappers if m.first_routed is not None),
+                                       default=None)))
     if merged:
         parts = [red.partition_state() for red in reducers]
         for src in range(R):

@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 
+import numpy as np
 import pyarrow as pa
 import pytest
 import ray
@@ -322,3 +323,14 @@ def test_a_block_of_a_big_table_goes_to_the_object_store_without_its_parent(monk
     monkeypatch.setenv("RAY_DISABLE_CUSTOM_ARROW_DATA_SERIALIZATION", "1")
     copied = _for_put(block)
     assert copied is not block and copied.equals(block)
+
+
+def test_a_forecast_ring_is_routed_from_the_first_push_and_needs_no_merge():
+    keys = np.concatenate([np.zeros(3000, np.int64), np.arange(7000, dtype=np.int64) % 900 + 1])
+    np.random.default_rng(4).shuffle(keys)
+    table = pa.table({"key": keys})
+    res = dpa.run(table, key="key", reducer=dpa.WithCost(dpa.Count(), 2e-4),
+                  config=dpa.JobConfig(num_reducers=4, policy="doubling", tau=100.0))  # no round but the forecast's
+    assert res.to_dict() == dict(collections.Counter(keys.tolist()))
+    assert res.stats.rebalances and all(not any(e.queue_lengths) for e in res.stats.rebalances)
+    assert res.stats.ring_version > 0 and not res.stats.merged and sum(res.stats.forwarded) == 0

@@ -134,3 +134,42 @@ def test_a_hot_key_job_runs_on_its_forecast_ring_and_counts_exactly():
     no_lb = dpa.run(pa.table({"key": keys}), key="key", reducer=dpa.WithCost(dpa.Count(), 1e-3),
                     config=dpa.JobConfig(num_reducers=8, runtime="local", policy="doubling", max_rounds=0))
     assert res.stats.virtual_time_s < no_lb.stats.virtual_time_s
+
+
+def test_a_ring_changed_only_before_the_first_push_needs_no_final_merge():
+    from dpa.partitioners.hybrid import HybridPolicy
+    from dpa.run_output import needs_final_merge
+
+    ring = make_policy(dpa.JobConfig(policy="doubling", num_reducers=4, runtime="local"))
+    v0 = HashRing([16] * 4).snapshot()
+    later = HashRing([16, 32, 32, 32])
+    later._version = 2
+    v2 = later.snapshot()
+    assert needs_final_merge(ring, v0, v2)  # routing changed during the job (nothing known of the first push)
+    assert needs_final_merge(ring, v0, v2, routed_from=0)
+    assert needs_final_merge(ring, v0, v2, routed_from=1)
+    assert not needs_final_merge(ring, v0, v2, routed_from=2)  # every record was routed under the final ring
+    assert not needs_final_merge(ring, v0, v0, routed_from=0)
+    hybrid = HybridPolicy(num_mappers=1)
+
+    class Split:
+        version, table_size = 2, 1
+
+    assert needs_final_merge(hybrid, v0, Split(), routed_from=2)  # split keys sit on several reducers
+
+
+def test_a_job_whose_only_rounds_came_from_the_forecast_skips_the_merge_and_stays_exact():
+    import collections
+
+    import pyarrow as pa
+
+    keys = np.concatenate([np.zeros(3000, np.int64), np.arange(7000, dtype=np.int64) % 900 + 1])
+    np.random.default_rng(4).shuffle(keys)
+    for tau in (0.2, 100.0):  # tau 100: no round after the forecast's
+        cfg = dpa.JobConfig(num_reducers=8, runtime="local", policy="doubling", tau=tau)
+        res = dpa.run(pa.table({"key": keys}), key="key", reducer=dpa.WithCost(dpa.Count(), 1e-3), config=cfg)
+        assert res.to_dict() == dict(collections.Counter(keys.tolist()))
+        later = [e for e in res.stats.rebalances if e.time_s > 0]
+        assert res.stats.rebalances and res.stats.merged == bool(later)
+        if tau > 1:
+            assert not later and not res.stats.merged
