@@ -97,6 +97,24 @@ def _even_positions(num_reducers: int, tokens: int) -> dict[tuple[int, int], int
     return {(i, j): int((k + 0.5) * step) for k, (_, i, j) in enumerate(order)}
 
 
+#: Hashed positions of each reducer's tokens ``0 .. n - 1`` (:func:`token_position`,
+#: vectorised), kept per reducer and grown on demand: a balancer planning first rings
+#: (:mod:`dpa.partitioners.ring_forecast`) computes them once per process.
+_HASHED: dict[int, np.ndarray] = {}
+
+
+def _hashed_positions(reducer: int, count: int) -> np.ndarray:
+    """``token_position(reducer, j)`` for ``j < count`` or more (``uint32``, token order)."""
+    known = _HASHED.get(reducer, np.zeros(0, dtype=np.uint32))
+    if len(known) < count:
+        js = range(len(known), max(int(count), 2 * len(known)))
+        names = [f"token-{reducer}-{j}".encode() for j in js]
+        offsets = np.zeros(len(names) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in names], out=offsets[1:])
+        known = _HASHED[reducer] = np.concatenate([known, murmur3_32_batch(b"".join(names), offsets)])
+    return known
+
+
 def _position_function(num_reducers: int, even_tokens: int) -> Any:
     if even_tokens <= 0:
         return token_position
@@ -475,10 +493,7 @@ class HashRing:
         """
         reducer = self._check_node(reducer)
         js = range(int(start), int(count))
-        names = [f"token-{reducer}-{j}".encode() for j in js]
-        offsets = np.zeros(len(names) + 1, dtype=np.int64)
-        np.cumsum([len(b) for b in names], out=offsets[1:])
-        out = murmur3_32_batch(b"".join(names), offsets).astype(np.int64)  # token_position, vectorised
+        out = _hashed_positions(reducer, js.stop)[js.start:js.stop].astype(np.int64)
         spaced, even = self._even
         if reducer < spaced and js.start < even:
             table = _even_positions(spaced, even)

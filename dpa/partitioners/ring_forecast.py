@@ -35,7 +35,7 @@ __all__ = ["BEAM_WIDTH", "FORECAST_ROUNDS", "TAIL_POINTS", "plan_first_ring", "r
 #: ``max_rounds``, which bounds the rebalances of a running job).
 FORECAST_ROUNDS = 3
 #: Vectors of rounds the beam search keeps per step.
-BEAM_WIDTH = 16
+BEAM_WIDTH = 12
 #: Evenly spaced hashes that stand for the forecast's tail of unnamed keys.
 TAIL_POINTS = 2048
 _SPACE = 1 << 32
@@ -67,8 +67,8 @@ class _Scorer:
     """Predicted largest share of rings that differ from ``ring`` only in token counts."""
 
     def __init__(self, ring: HashRing, loads: KeyLoads, points: int) -> None:
-        grid = ((np.arange(points) + 0.5) * (_SPACE / points)).astype(np.int64)
-        self.hashes = np.concatenate([np.asarray(loads.hashes, dtype=np.int64), grid])
+        grid = ((np.arange(points) + 0.5) * (_SPACE / points)).astype(np.uint32)
+        self.hashes = np.concatenate([np.asarray(loads.hashes, dtype=np.uint32), grid])
         self.weights = np.concatenate([np.asarray(loads.counts, dtype=np.float64),
                                        np.full(points, loads.tail / points)])
         self.fixed = loads.fixed
@@ -85,10 +85,10 @@ class _Scorer:
             if len(known) < tokens:
                 grown = self.ring.token_positions(reducer, tokens, start=len(known))
                 known = self._positions[reducer] = np.concatenate([known, grown])
-            p = np.sort(known[:tokens])
+            p = np.sort(known[:tokens]).astype(np.uint32)
             k = np.searchsorted(p, self.hashes, side="left")
-            after = np.where(k < len(p), p[np.minimum(k, len(p) - 1)], p[0] + _SPACE)
-            self._distances[key] = after - self.hashes
+            # (wrapping past the last token to the first is uint32 arithmetic's own)
+            self._distances[key] = p[np.where(k < len(p), k, 0)] - self.hashes
         return self._distances[key]
 
     def peak(self, counts: Sequence[int]) -> float:
