@@ -304,14 +304,6 @@ def run_defaults_once(table: pa.Table, policy: str | None, reducer: Any, ref: di
             "load_avg_1m": os.getloadavg()[0]}
 
 
-def _next_token_distances(hashes: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """Clockwise distance from each key hash to the first of ``positions`` at or after it."""
-    p = np.sort(positions.astype(np.int64))
-    k = np.searchsorted(p, hashes, side="left")
-    after = np.where(k < len(p), p[np.minimum(k, len(p) - 1)], p[0] + (1 << 32))
-    return after - hashes
-
-
 def doubling_bound(table: pa.Table, num_reducers: int = 8, rounds: int = 1, initial_tokens: int | None = None,
                    token_spacing: str | None = None) -> tuple[float, tuple[int, ...], tuple[int, ...]]:
     """The lowest largest share (in fair shares) of any ring token doubling can reach.
@@ -319,11 +311,9 @@ def doubling_bound(table: pa.Table, num_reducers: int = 8, rounds: int = 1, init
     Doubling rounds commute (each doubles every reducer's tokens but one), so a ring is
     fixed by how often each reducer was relieved: every combination of up to ``rounds``
     per reducer (rings past :data:`~dpa.ring.MAX_RING_TOKENS` excluded, as the planner
-    refuses them) is scored with the table's exact key counts. A key goes to the reducer
-    whose nearest token at or after its hash is the nearest of all (ties to the lowest
-    reducer id, as in :class:`~dpa.ring.RingSnapshot`); a reducer's token positions do
-    not depend on the other reducers' counts, so each reducer's distances are computed
-    once per token count. The ``doubling`` makespan cannot beat this times the ideal.
+    refuses them) is scored with the table's exact key counts
+    (:class:`~dpa.partitioners.ring_forecast.RingScorer`, no tail). The ``doubling``
+    makespan cannot beat this times the ideal.
 
     Args:
         table: Records with an integer ``key`` column.
@@ -340,35 +330,25 @@ def doubling_bound(table: pa.Table, num_reducers: int = 8, rounds: int = 1, init
 
     import dpa
     from dpa.key_columns import hash_key_columns
+    from dpa.partitioners.ring_forecast import RingScorer, round_tokens
+    from dpa.partitioners.ring_lookahead import KeyLoads
     from dpa.registry import make_policy
-    from dpa.ring import MAX_RING_TOKENS, HashRing
+    from dpa.ring import HashRing
 
     counts = table.group_by("key").aggregate([([], "count_all")])
-    hashes = hash_key_columns(counts, ["key"]).astype(np.int64)
-    weights = counts["count_all"].to_numpy().astype(np.float64)
+    loads = KeyLoads(hash_key_columns(counts, ["key"]), counts["count_all"].to_numpy().astype(np.float64), 0.0)
     policy = make_policy(dpa.JobConfig(policy="doubling", num_reducers=num_reducers))
     base = policy.initial_tokens if initial_tokens is None else initial_tokens
     even = (policy.token_spacing if token_spacing is None else token_spacing) == "even"
-    distances: dict[tuple[int, int], np.ndarray] = {}
-
-    def distance(reducer: int, doublings: int) -> np.ndarray:
-        if (reducer, doublings) not in distances:
-            alone = [0] * num_reducers
-            alone[reducer] = base << doublings
-            positions = HashRing(alone, base if even else 0).snapshot().positions
-            distances[reducer, doublings] = _next_token_distances(hashes, positions)
-        return distances[reducer, doublings]
-
-    fair = float(weights.sum()) / num_reducers
+    first = [base] * num_reducers
+    scorer = RingScorer(HashRing(first, base if even else 0), loads, points=0)
     best: tuple[float, tuple[int, ...], tuple[int, ...]] = (float("inf"), (), ())
     for relieved in itertools.product(range(rounds + 1), repeat=num_reducers):
-        doublings = [sum(relieved) - r for r in relieved]
-        if sum(base << d for d in doublings) > MAX_RING_TOKENS:
-            continue
-        owners = np.stack([distance(i, d) for i, d in enumerate(doublings)]).argmin(axis=0)
-        share = float(np.bincount(owners, weights=weights, minlength=num_reducers).max()) / fair
-        if share < best[0]:
-            best = (share, relieved, tuple(base << d for d in doublings))
+        tokens = round_tokens(first, "doubling", relieved)
+        if tokens is not None:  # (None: past the ring's bound, which the planner refuses too)
+            share = scorer.peak(tokens)
+            if share < best[0]:
+                best = (share, relieved, tokens)
     return best
 
 

@@ -115,16 +115,16 @@ def _hashed_positions(reducer: int, count: int) -> np.ndarray:
     return known
 
 
-def _position_function(num_reducers: int, even_tokens: int) -> Any:
-    if even_tokens <= 0:
-        return token_position
-    even = _even_positions(num_reducers, even_tokens)
-
-    def position(i: int, j: int) -> int:
-        p = even.get((i, j))
-        return token_position(i, j) if p is None else p
-
-    return position
+def _reducer_positions(reducer: int, count: int, even: tuple[int, int], start: int = 0) -> np.ndarray:
+    """Positions of tokens ``start .. count - 1`` of ``reducer`` (``int64``, token order)
+    on a ring whose spacing is ``even`` (see :meth:`RingSnapshot.build`)."""
+    out = _hashed_positions(reducer, count)[start:count].astype(np.int64)
+    spaced, tokens = even
+    if reducer < spaced and start < tokens:
+        table = _even_positions(spaced, tokens)
+        for j in range(start, min(tokens, count)):
+            out[j - start] = table[reducer, j]
+    return out
 
 
 def _check_counts(token_counts: Sequence[int]) -> tuple[int, ...]:
@@ -196,18 +196,10 @@ class RingSnapshot:
                 or the total is zero.
         """
         counts = _check_counts(token_counts)
-        total = sum(counts)
-        position = _position_function(*even)
-        pos = np.empty(total, dtype=np.uint32)
-        owner = np.empty(total, dtype=np.int32)
-        index = np.empty(total, dtype=np.int64)
-        k = 0
-        for i, t in enumerate(counts):
-            for j in range(t):
-                pos[k] = position(i, j)
-                owner[k] = i
-                index[k] = j
-                k += 1
+        held = [(i, t) for i, t in enumerate(counts) if t]
+        pos = np.concatenate([_reducer_positions(i, t, even) for i, t in held]).astype(np.uint32)
+        owner = np.concatenate([np.full(t, i, dtype=np.int32) for i, t in held])
+        index = np.concatenate([np.arange(t, dtype=np.int64) for _, t in held])
         order = np.lexsort((index, owner, pos))
         return cls(
             version=int(version),
@@ -491,15 +483,7 @@ class HashRing:
         differ only in counts can be compared reducer by reducer
         (:mod:`dpa.partitioners.ring_forecast`).
         """
-        reducer = self._check_node(reducer)
-        js = range(int(start), int(count))
-        out = _hashed_positions(reducer, js.stop)[js.start:js.stop].astype(np.int64)
-        spaced, even = self._even
-        if reducer < spaced and js.start < even:
-            table = _even_positions(spaced, even)
-            for j in range(js.start, min(even, js.stop)):
-                out[j - js.start] = table[reducer, j]
-        return out
+        return _reducer_positions(self._check_node(reducer), int(count), self._even, int(start))
 
     def lookup_hash(self, h: int) -> int:
         """Returns the reducer owning hash ``h`` in the current version."""

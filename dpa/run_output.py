@@ -76,10 +76,10 @@ def needs_final_merge(policy: Any, initial_snapshot: Any, final_snapshot: Any, m
     ``hybrid``, :attr:`table_size` > 0) or a policy that always splits need the merge.
     """
     always = bool(policy.splits_keys) and not getattr(policy, "splits_by_plan", False)
-    if migrate == "state":
-        return always or (bool(policy.splits_keys) and getattr(final_snapshot, "table_size", 0) > 0)
-    first = initial_snapshot.version if routed_from is None else routed_from
     split_now = bool(policy.splits_keys) and getattr(final_snapshot, "table_size", 0) > 0
+    if migrate == "state":
+        return always or split_now
+    first = initial_snapshot.version if routed_from is None else routed_from
     return always or split_now or final_snapshot.version != first
 
 

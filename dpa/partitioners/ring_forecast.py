@@ -29,7 +29,7 @@ import numpy as np
 from dpa.partitioners.ring_lookahead import KeyLoads, LookaheadPlan
 from dpa.ring import MAX_RING_TOKENS, HashRing
 
-__all__ = ["BEAM_WIDTH", "FORECAST_ROUNDS", "TAIL_POINTS", "plan_first_ring", "round_tokens"]
+__all__ = ["BEAM_WIDTH", "FORECAST_ROUNDS", "TAIL_POINTS", "RingScorer", "plan_first_ring", "round_tokens"]
 
 #: Most rounds per reducer the first ring may take (they do not count against
 #: ``max_rounds``, which bounds the rebalances of a running job).
@@ -63,29 +63,31 @@ def round_tokens(counts: Sequence[int], method: str, rounds: Sequence[int]) -> t
     return out if sum(out) <= MAX_RING_TOKENS else None
 
 
-class _Scorer:
-    """Predicted largest share of rings that differ from ``ring`` only in token counts."""
+class RingScorer:
+    """Predicted largest share of rings that differ from ``ring`` only in token counts.
 
-    def __init__(self, ring: HashRing, loads: KeyLoads, points: int) -> None:
-        grid = ((np.arange(points) + 0.5) * (_SPACE / points)).astype(np.uint32)
+    Args:
+        ring: The ring whose spacing (token positions) the scored rings share.
+        loads: Named keys, scored exactly, and a tail.
+        points: Evenly spaced hashes that stand for the tail (0: no tail, e.g. exact
+            counts of every key).
+    """
+
+    def __init__(self, ring: HashRing, loads: KeyLoads, points: int = TAIL_POINTS) -> None:
+        grid = ((np.arange(points) + 0.5) * (_SPACE / max(1, points))).astype(np.uint32)
         self.hashes = np.concatenate([np.asarray(loads.hashes, dtype=np.uint32), grid])
         self.weights = np.concatenate([np.asarray(loads.counts, dtype=np.float64),
-                                       np.full(points, loads.tail / points)])
+                                       np.full(points, loads.tail / max(1, points))])
         self.fixed = loads.fixed
         self.ring = ring
         self.fair = loads.total / max(1, sum(1 for t in ring.token_counts if t > 0))
         self._distances: dict[tuple[int, int], np.ndarray] = {}
-        self._positions: dict[int, np.ndarray] = {}  # per reducer, in token order (a prefix per count)
 
     def _distance(self, reducer: int, tokens: int) -> np.ndarray:
         """Clockwise distance from each hash to ``reducer``'s nearest token at or after it."""
         key = (reducer, tokens)
         if key not in self._distances:
-            known = self._positions.get(reducer, np.empty(0, dtype=np.int64))
-            if len(known) < tokens:
-                grown = self.ring.token_positions(reducer, tokens, start=len(known))
-                known = self._positions[reducer] = np.concatenate([known, grown])
-            p = np.sort(known[:tokens]).astype(np.uint32)
+            p = np.sort(self.ring.token_positions(reducer, tokens)).astype(np.uint32)
             k = np.searchsorted(p, self.hashes, side="left")
             # (wrapping past the last token to the first is uint32 arithmetic's own)
             self._distances[key] = p[np.where(k < len(p), k, 0)] - self.hashes
@@ -127,7 +129,7 @@ def plan_first_ring(ring: HashRing, method: str, loads: KeyLoads, rounds_left: S
     counts = ring.token_counts
     if loads.total <= 0:
         return LookaheadPlan((), counts, 0.0, 0.0)
-    scorer = _Scorer(ring, loads, points)
+    scorer = RingScorer(ring, loads, points)
     before = scorer.peak(counts)
     if before <= 1.0 + margin:
         return LookaheadPlan((), counts, before, before)  # nothing to gain: spare the search

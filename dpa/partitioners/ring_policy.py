@@ -187,12 +187,8 @@ class DPAPlanner(Planner):
         if not self.lookahead or self.max_rounds == 0 or self._forecast_seen:
             return
         self._forecast_seen = True
-        n = float(total)
-        c = np.asarray(counts, dtype=np.float64)
-        named = c >= n * NAMED_KEY_SHARE / self.num_active
-        loads = KeyLoads(np.asarray(hashes, dtype=np.uint32)[named], c[named], max(0.0, n - float(c[named].sum())))
         left = [FORECAST_ROUNDS if a else 0 for a in self._active.tolist()]
-        plan = plan_first_ring(self.ring, self.method, loads, left)
+        plan = plan_first_ring(self.ring, self.method, self._named(hashes, counts, float(total)), left)
         if plan.relieved:
             self._first_ring = plan
         else:
@@ -201,11 +197,14 @@ class DPAPlanner(Planner):
     def key_loads(self) -> KeyLoads:
         """The lookahead's estimate: keys of at least :data:`NAMED_KEY_SHARE` of a fair
         share by name (SpaceSaving counts), every other record as a uniform tail."""
-        n = float(self.sketch.n)
-        hashes, counts = self.sketch.top()
-        named = np.asarray(counts, dtype=np.float64) >= n * NAMED_KEY_SHARE / self.num_active
-        h, c = np.asarray(hashes, dtype=np.uint32)[named], np.asarray(counts, dtype=np.float64)[named]
-        return KeyLoads(h, c, max(0.0, n - float(c.sum())))
+        return self._named(*self.sketch.top(), float(self.sketch.n))
+
+    def _named(self, hashes: np.ndarray, counts: np.ndarray, n: float) -> KeyLoads:
+        """Keys of at least :data:`NAMED_KEY_SHARE` of a fair share of ``n`` records by
+        name, the rest of the ``n`` as a uniform tail."""
+        c = np.asarray(counts, dtype=np.float64)
+        named = c >= n * NAMED_KEY_SHARE / self.num_active
+        return KeyLoads(np.asarray(hashes, dtype=np.uint32)[named], c[named], max(0.0, n - float(c[named].sum())))
 
     def observe(self, reducer: int, queue_length: int, version: int) -> None:
         if version >= self.report_versions[reducer]:

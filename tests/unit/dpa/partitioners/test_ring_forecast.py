@@ -8,7 +8,12 @@ import numpy as np
 import pytest
 
 import dpa
-from dpa.partitioners.ring_forecast import FORECAST_ROUNDS, _Scorer, plan_first_ring, round_tokens
+from dpa.partitioners.ring_forecast import (
+    FORECAST_ROUNDS,
+    RingScorer,
+    plan_first_ring,
+    round_tokens,
+)
 from dpa.partitioners.ring_lookahead import KeyLoads, predicted_loads
 from dpa.partitioners.ring_policy import DPAPlanner
 from dpa.registry import make_policy
@@ -52,7 +57,7 @@ def test_token_positions_are_where_the_ring_puts_them():
 def test_the_scorer_agrees_with_the_rings_predicted_loads():
     ring = HashRing.for_method("doubling", 5, 16, even=True)
     loads = _hot(ring, 0.3)
-    scorer = _Scorer(ring, loads, 1 << 14)
+    scorer = RingScorer(ring, loads, 1 << 14)
     for counts in ((16,) * 5, (16, 32, 32, 32, 32), (64, 32, 128, 128, 128)):
         exact = predicted_loads(HashRing(list(counts), 16).snapshot(), loads).max() * 5 / loads.total
         assert scorer.peak(counts) == pytest.approx(exact, abs=0.02)
@@ -63,7 +68,7 @@ def test_a_wide_beam_is_the_exhaustive_search(method, reducers):
     ring = HashRing.for_method(method, reducers, 16, even=True)
     loads = _hot(ring, 0.35, rng_seed=reducers)
     plan = plan_first_ring(ring, method, loads, [2] * reducers, width=10**6, margin=0.0)
-    scorer = _Scorer(ring, loads, 2048)
+    scorer = RingScorer(ring, loads, 2048)
     best = min(scorer.peak(t) for rounds in itertools.product(range(3), repeat=reducers)
                if (t := round_tokens(ring.token_counts, method, rounds)) is not None)
     assert plan.after == pytest.approx(best)
