@@ -67,7 +67,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -304,33 +304,44 @@ def run_defaults_once(table: pa.Table, policy: str | None, reducer: Any, ref: di
             "load_avg_1m": os.getloadavg()[0]}
 
 
+class Bound(NamedTuple):
+    """A ring :func:`doubling_bound` found: its largest share (in fair shares), the rounds
+    per reducer, the tokens per reducer, and the first ring's tokens per reducer."""
+
+    share: float
+    rounds: tuple[int, ...]
+    tokens: tuple[int, ...]
+    first_tokens: int
+
+
 def doubling_bound(table: pa.Table, num_reducers: int = 8, rounds: int = 1, initial_tokens: int | None = None,
-                   token_spacing: str | None = None) -> tuple[float, tuple[int, ...], tuple[int, ...]]:
+                   token_spacing: str | None = None) -> Bound:
     """The lowest largest share (in fair shares) of any ring token doubling can reach.
 
     Doubling rounds commute (each doubles every reducer's tokens but one), so a ring is
-    fixed by how often each reducer was relieved: every combination of up to ``rounds``
-    per reducer (rings past :data:`~dpa.ring.MAX_RING_TOKENS` excluded, as the planner
-    refuses them) is scored with the table's exact key counts
-    (:class:`~dpa.partitioners.ring_forecast.RingScorer`, no tail). The ``doubling``
-    makespan cannot beat this times the ideal.
+    fixed by its first ring and how often each reducer was relieved: every combination of
+    up to ``rounds`` per reducer (rings past :data:`~dpa.ring.MAX_RING_TOKENS` excluded, as
+    the planner refuses them), from each first ring the planner may start from, is scored
+    with the table's exact key counts (:class:`~dpa.partitioners.ring_forecast.RingScorer`,
+    no tail). The ``doubling`` makespan cannot beat this times the ideal.
 
     Args:
         table: Records with an integer ``key`` column.
         num_reducers: Reducers of the ring.
         rounds: Most rounds per reducer.
-        initial_tokens: Tokens per reducer on the first ring; None = the policy's default.
+        initial_tokens: Tokens per reducer of the only first ring to start from; None = the
+            policy's default and the other sizes its planner may choose on a forecast
+            (:func:`~dpa.partitioners.ring_forecast.first_ring_sizes`).
         token_spacing: ``"even"`` or ``"hashed"`` first tokens; None = the policy's default.
 
     Returns:
-        The lowest largest share, the rounds per reducer that reach it and that ring's
-        tokens per reducer.
+        The best ring.
     """
     import itertools
 
     import dpa
     from dpa.key_columns import hash_key_columns
-    from dpa.partitioners.ring_forecast import RingScorer, round_tokens
+    from dpa.partitioners.ring_forecast import RingScorer, first_ring_sizes, round_tokens
     from dpa.partitioners.ring_lookahead import KeyLoads
     from dpa.registry import make_policy
     from dpa.ring import HashRing
@@ -338,28 +349,31 @@ def doubling_bound(table: pa.Table, num_reducers: int = 8, rounds: int = 1, init
     counts = table.group_by("key").aggregate([([], "count_all")])
     loads = KeyLoads(hash_key_columns(counts, ["key"]), counts["count_all"].to_numpy().astype(np.float64), 0.0)
     policy = make_policy(dpa.JobConfig(policy="doubling", num_reducers=num_reducers))
-    base = policy.initial_tokens if initial_tokens is None else initial_tokens
     even = (policy.token_spacing if token_spacing is None else token_spacing) == "even"
-    first = [base] * num_reducers
-    scorer = RingScorer(HashRing(first, base if even else 0), loads, points=0)
-    best: tuple[float, tuple[int, ...], tuple[int, ...]] = (float("inf"), (), ())
-    for relieved in itertools.product(range(rounds + 1), repeat=num_reducers):
-        tokens = round_tokens(first, "doubling", relieved)
-        if tokens is not None:  # (None: past the ring's bound, which the planner refuses too)
-            share = scorer.peak(tokens)
-            if share < best[0]:
-                best = (share, relieved, tokens)
+    sizes = ((policy.initial_tokens, *first_ring_sizes("doubling", policy.initial_tokens))
+             if initial_tokens is None else (initial_tokens,))
+    best = Bound(float("inf"), (), (), 0)
+    for base in sizes:
+        first = [base] * num_reducers
+        scorer = RingScorer(HashRing(first, base if even else 0), loads, points=0)
+        for relieved in itertools.product(range(rounds + 1), repeat=num_reducers):
+            tokens = round_tokens(first, "doubling", relieved)
+            if tokens is not None:  # (None: past the ring's bound, which the planner refuses too)
+                share = scorer.peak(tokens)
+                if share < best.share:
+                    best = Bound(share, relieved, tokens, base)
     return best
 
 
-def fixed_ring_policy(name: str, tokens: tuple[int, ...]) -> str:
+def fixed_ring_policy(name: str, tokens: tuple[int, ...], first_tokens: int | None = None) -> str:
     """Registers, in this driver, ``doubling`` started on a given ring that never rebalances.
 
-    The first ring has ``tokens[i]`` tokens for reducer ``i`` at doubling's positions (the
-    default policy's first tokens evenly spaced), as if the rounds of
-    :func:`doubling_bound` had been taken before the first record: an oracle that knew
-    every key's count in advance. Its makespan is what doubling's best ring costs at run
-    time with no forwarding and no waiting for a rebalance.
+    The first ring has ``tokens[i]`` tokens for reducer ``i`` at doubling's positions
+    from a first ring of ``first_tokens`` per reducer (None = the policy's default; its
+    tokens evenly spaced as the policy's are), as if the rounds of :func:`doubling_bound`
+    had been taken before the first record: an oracle that knew every key's count in
+    advance. Its makespan is what doubling's best ring costs at run time with no
+    forwarding and no waiting for a rebalance.
 
     Returns:
         ``name``, for ``JobConfig(policy=...)``.
@@ -378,8 +392,10 @@ def fixed_ring_policy(name: str, tokens: tuple[int, ...]) -> str:
             return HashRing(list(self.first_tokens), self.initial_tokens if self.token_spacing == "even" else 0)
 
     def factory(settings: Any, shape: Any) -> Any:
-        return FixedRing(**resolved_fields(RingSettings(method="doubling", max_rounds=0), shape),
-                         first_tokens=tuple(int(t) for t in tokens))
+        fields = resolved_fields(RingSettings(method="doubling", max_rounds=0), shape)
+        if first_tokens is not None:
+            fields["initial_tokens"] = int(first_tokens)
+        return FixedRing(**fields, first_tokens=tuple(int(t) for t in tokens))
 
     dpa.register_policy(name, factory, "doubling started on a given ring, never rebalancing (benchmark oracle)")
     return name
@@ -406,13 +422,14 @@ def run_defaults(args: Any) -> dict[str, Any]:
     info: dict[str, Any] = {"ray_init_s": init_ray()}
     if "zipf" in args.workloads:
         for rounds in range(1, args.bound_rounds + 1):
-            share, relieved, tokens = doubling_bound(zipf_table, rounds=rounds)
-            info[f"doubling_bound_r{rounds}"] = share
+            bound = doubling_bound(zipf_table, rounds=rounds)
+            info[f"doubling_bound_r{rounds}"] = bound.share
             print(f"zipf: the best ring any set of doubling rounds (at most {rounds} per reducer) reaches holds "
-                  f"{share:.3f}x a fair share on its largest reducer (rounds {relieved}; before any overhead)",
-                  flush=True)
+                  f"{bound.share:.3f}x a fair share on its largest reducer (first ring of {bound.first_tokens} "
+                  f"tokens per reducer, rounds {bound.rounds}; before any overhead)", flush=True)
             if args.oracle:
-                zipf_policies.append(fixed_ring_policy(f"doubling-best-ring-r{rounds}", tokens))
+                zipf_policies.append(fixed_ring_policy(f"doubling-best-ring-r{rounds}", bound.tokens,
+                                                       bound.first_tokens))
     warm = zipf_table.slice(0, 2000)
     run_defaults_once(warm, None, dpa.Count(), reference(warm))  # start the actors (untimed)
     rows = []

@@ -59,7 +59,7 @@ COST_SMOOTHING = 0.3
 #: this many rows of its first block ...
 FORECAST_SAMPLE_ROWS = 1 << 16
 #: ... and reports this many of the most frequent.
-FORECAST_TOP = 64
+FORECAST_TOP = 512
 
 
 def top_key_counts(hashes: np.ndarray, weights: np.ndarray | None, top: int) -> tuple[np.ndarray, np.ndarray, int]:

@@ -46,9 +46,12 @@ class RebalanceEvent:
 
     Attributes:
         time_s: Seconds since the job started (virtual seconds in the local runtime).
-        reducer: The reducer the action was about (the longest queue).
-        action: ``"halve"``, ``"double"``, ``"exhausted"`` (halving had nothing left) or a
-            policy-specific action name.
+        reducer: The reducer the action was about (the longest queue); -1 for an action
+            on the whole ring (``"first_ring"``).
+        action: ``"halve"``, ``"double"``, ``"exhausted"`` (halving had nothing left),
+            ``"first_ring"`` (a ring policy's first ring dealt again with another number of
+            tokens per reducer, on the mappers' forecast, before any record was routed) or
+            a policy-specific action name.
         queue_lengths: The queue lengths the decision was based on, per reducer.
         tokens_after: Tokens per reducer after the action (ring policies).
         version: Routing-state version after the action.

@@ -160,12 +160,15 @@ class RingSnapshot:
         token_counts: Tokens owned by each reducer.
         positions: Sorted ``uint32`` token positions.
         owners: ``int32`` reducer owning the token at each sorted position.
+        spacing: ``(R, E)``: tokens ``j < E`` of reducers ``i < R`` sit evenly spaced (see
+            the module docstring); ``(0, 0)`` = every token at its hash.
     """
 
     version: int
     token_counts: tuple[int, ...]
     positions: np.ndarray = field(repr=False, compare=False)
     owners: np.ndarray = field(repr=False, compare=False)
+    spacing: tuple[int, int] = (0, 0)
     _pos_list: list[int] = field(init=False, repr=False, compare=False, default_factory=list)
     _own_list: list[int] = field(init=False, repr=False, compare=False, default_factory=list)
     _buckets: np.ndarray | None = field(init=False, repr=False, compare=False, default=None)
@@ -206,6 +209,7 @@ class RingSnapshot:
             token_counts=counts,
             positions=np.ascontiguousarray(pos[order]),
             owners=np.ascontiguousarray(owner[order]),
+            spacing=(int(even[0]), int(even[1])) if even[1] else (0, 0),
         )
 
     def __getstate__(self) -> dict[str, Any]:
@@ -214,6 +218,7 @@ class RingSnapshot:
             "token_counts": self.token_counts,
             "positions": self.positions,
             "owners": self.owners,
+            "spacing": self.spacing,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -504,8 +509,8 @@ class HashRing:
         self._version += 1
 
     def restore(self, snapshot: RingSnapshot) -> None:
-        """Takes the tokens and version of ``snapshot``, one of this ring's (a balancer
-        restarted after a failure).
+        """Takes the tokens, spacing and version of ``snapshot``, one of this ring's (a
+        balancer restarted after a failure).
 
         Raises:
             ConfigError: If it has another number of reducers.
@@ -514,8 +519,40 @@ class HashRing:
             raise ConfigError(f"a snapshot of {snapshot.num_reducers} reducers cannot restore a ring of "
                               f"{len(self._counts)}")
         self._counts = list(snapshot.token_counts)
+        self._even = (int(snapshot.spacing[0]), int(snapshot.spacing[1]))
         self._version = snapshot.version
         self._snapshot = None
+
+    def respace(self, tokens: int) -> bool:
+        """Deals the first ring again: ``tokens`` tokens for every reducer that owns any,
+        placed as a first ring of that many (evenly spaced if this ring's first tokens are).
+
+        Unlike a round, this may move any key: it is meant for the ring a job starts
+        from, before a key is routed (:mod:`dpa.partitioners.ring_forecast`).
+
+        Args:
+            tokens: Tokens per reducer (>= 1).
+
+        Returns:
+            Whether the ring changed (the version then increments).
+
+        Raises:
+            ConfigError: If ``tokens`` is not an integer >= 1.
+        """
+        if isinstance(tokens, bool) or not isinstance(tokens, (int, np.integer)) or tokens < 1:
+            raise ConfigError(f"a first ring needs an integer >= 1 of tokens per reducer, got {tokens!r}")
+        counts = [int(tokens) if t else 0 for t in self._counts]
+        even = (self._even[0], int(tokens)) if self._even[1] else (0, 0)
+        if counts == self._counts and even == self._even:
+            return False
+        self._counts, self._even = counts, even
+        self._changed()
+        return True
+
+    @property
+    def spacing(self) -> tuple[int, int]:
+        """``(R, E)``: tokens ``j < E`` of reducers ``i < R`` are evenly spaced; ``(0, 0)``: none."""
+        return self._even
 
     def halve(self, node_id: int) -> bool:
         """Token halving: removes the highest half of ``node_id``'s token indices.

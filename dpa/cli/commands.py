@@ -103,7 +103,8 @@ def _describe_stats(stats: Any, baseline: Any = None, num_keys: int | None = Non
                  + ("" if stats.final_tokens is None else f"   tokens: {list(stats.final_tokens)}"))
     lines.append(f"  rebalances ({len(stats.rebalances)}):")
     for e in stats.rebalances[:20]:
-        lines.append(f"    t={e.time_s:.3f}s {e.action:<9} reducer {e.reducer}  queues={list(e.queue_lengths)}"
+        who = f"reducer {e.reducer}" if e.reducer >= 0 else "whole ring"
+        lines.append(f"    t={e.time_s:.3f}s {e.action:<10} {who}  queues={list(e.queue_lengths)}"
                      f"  tokens after={list(e.tokens_after)}  v{e.version}")
     if len(stats.rebalances) > 20:
         lines.append(f"    ... {len(stats.rebalances) - 20} more (see --report)")

@@ -16,8 +16,13 @@ import numpy as np
 
 from dpa.errors import ConfigError
 from dpa.partitioners.common import SnapshotRouter, check_int_option
-from dpa.partitioners.ring_forecast import FORECAST_ROUNDS, plan_first_ring
-from dpa.partitioners.ring_lookahead import KeyLoads, LookaheadPlan, arc_shares, plan_rounds
+from dpa.partitioners.ring_forecast import (
+    FORECAST_ROUNDS,
+    FirstRingPlan,
+    first_ring_sizes,
+    plan_first_ring,
+)
+from dpa.partitioners.ring_lookahead import KeyLoads, arc_shares, plan_rounds
 from dpa.policy import Decision, JobShape, Planner, PolicySettings, PolicySpec, RebalanceEvent
 from dpa.ring import HashRing, RingSnapshot
 from dpa.sketches import SpaceSaving
@@ -103,9 +108,14 @@ class DPAPlanner(Planner):
       (:func:`~dpa.partitioners.ring_forecast.plan_first_ring`): up to
       :data:`~dpa.partitioners.ring_forecast.FORECAST_ROUNDS` rounds per reducer, chosen
       together, go out as the ring the first push is routed under, or nothing when the
-      forecast predicts no gain of 5% of a fair share. These rounds come before the job
-      runs and do not count against ``max_rounds``; later forecasts are not planned on
-      (records may be on their way by then).
+      forecast predicts no gain of 5% of a fair share. The rounds may start from a first
+      ring of another number of tokens per reducer
+      (:func:`~dpa.partitioners.ring_forecast.first_ring_sizes`; event ``"first_ring"``,
+      reducer -1): another draw of token positions, where a ring cannot split a hot key.
+      These rounds come before the job runs and do not count against ``max_rounds``;
+      later forecasts are not planned on (records may be on their way by then). Until
+      the reducers have reported as many records as the forecast counted, the lookahead
+      predicts on the forecast (:meth:`key_loads`).
 
     Elastic rings (:attr:`active`): only reducer slots that own tokens take part. The
     fresh-report gate, the loads compared and the straggler rule consider active slots
@@ -149,7 +159,8 @@ class DPAPlanner(Planner):
         self.sketch = SpaceSaving(LOOKAHEAD_CAPACITY)
         self._refused_at = 0.0  # records counted when the lookahead last kept the ring
         self._forecast_seen = False
-        self._first_ring: LookaheadPlan | None = None  # planned on the first forecast, not published yet
+        self._first_ring: FirstRingPlan | None = None  # planned on the first forecast, not published yet
+        self._forecast_loads: KeyLoads | None = None  # the first forecast, every key named
         self._active = np.array([t > 0 for t in ring.token_counts], dtype=bool)
 
     @property
@@ -188,15 +199,31 @@ class DPAPlanner(Planner):
             return
         self._forecast_seen = True
         left = [FORECAST_ROUNDS if a else 0 for a in self._active.tolist()]
-        plan = plan_first_ring(self.ring, self.method, self._named(hashes, counts, float(total)), left)
-        if plan.relieved:
+        # Every key the mapper counted is named: its counts are exact counts of a sample,
+        # not a sketch's estimates that only the heavy keys can trust.
+        c = np.asarray(counts, dtype=np.float64)
+        loads = self._forecast_loads = KeyLoads(np.asarray(hashes, dtype=np.uint32), c,
+                                                max(0.0, float(total) - float(c.sum())))
+        plan = plan_first_ring(self.ring, self.method, loads, left, self._first_sizes())
+        if plan.relieved or plan.respace:
             self._first_ring = plan
         else:
             logger.debug("forecast keeps the first ring: predicted largest share %.2f", plan.before)
 
+    def _first_sizes(self) -> tuple[int, ...]:
+        """Other first rings :meth:`observe_forecast` may choose, in tokens per reducer."""
+        counts = {t for t in self.ring.token_counts if t > 0}
+        return first_ring_sizes(self.method, counts.pop()) if len(counts) == 1 else ()
+
     def key_loads(self) -> KeyLoads:
         """The lookahead's estimate: keys of at least :data:`NAMED_KEY_SHARE` of a fair
-        share by name (SpaceSaving counts), every other record as a uniform tail."""
+        share by name (SpaceSaving counts), every other record as a uniform tail; or,
+        while the reducers have reported fewer records than it counted, the first
+        forecast's (every key it counted named), on which the first ring was planned: a
+        sketch of a few early reports would judge that ring on a coarser view."""
+        forecast = self._forecast_loads
+        if forecast is not None and self.sketch.n < forecast.total:
+            return forecast
         return self._named(*self.sketch.top(), float(self.sketch.n))
 
     def _named(self, hashes: np.ndarray, counts: np.ndarray, n: float) -> KeyLoads:
@@ -269,7 +296,15 @@ class DPAPlanner(Planner):
         if self._first_ring is not None:
             plan, self._first_ring = self._first_ring, None
             logger.info("forecast: first ring's largest predicted share %.2f -> %.2f", plan.before, plan.after)
-            return self._relieve(plan.relieved, now, counted=False)
+            first: list[Decision] = []
+            if plan.respace and self.ring.respace(plan.respace):
+                self._snapshot = self._ring_changed()
+                event = RebalanceEvent(now, -1, "first_ring", tuple(self.queue_lengths), self.ring.token_counts,
+                                       self._snapshot.version)
+                if not plan.relieved:
+                    return [Decision(self._snapshot, event)]
+                first = [Decision(None, event)]
+            return first + self._relieve(plan.relieved, now, counted=False)
         if not self._fresh():
             return []
         x = self._straggler(*self._rule_inputs())
@@ -391,6 +426,8 @@ class RingSettings(PolicySettings):
         initial_tokens: Tokens per reducer on the first ring (a power of two; 16 allows
             4 halvings). The paper starts doubling from 1 token per reducer, whose arcs
             differ several-fold; 16 even them out (``benchmarks.stragglers --defaults``).
+            With ``lookahead``, a first ring planned on the mappers' forecast may start
+            from another power of two (:class:`DPAPlanner`).
         patience: Consecutive checks the same straggler must persist (1 = the paper).
         balance_on: ``"work"`` (default): compare the reducers' backlogs in estimated
             seconds of work; ``"records"``: compare queue lengths in records (the paper's

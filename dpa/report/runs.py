@@ -106,10 +106,11 @@ def queue_series(stats: Mapping[str, Any]) -> tuple[list[float], list[list[int]]
 
 
 def event_markers(stats: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Rebalance events as ``{"time_s", "reducer", "action", "label"}`` (``"halve r0"``)."""
+    """Rebalance events as ``{"time_s", "reducer", "action", "label"}`` (``"halve r0"``;
+    an event about the whole ring, reducer -1, is labelled by its action alone)."""
     return [
         {"time_s": float(e["time_s"]), "reducer": int(e["reducer"]), "action": str(e["action"]),
-         "label": f"{e['action']} r{e['reducer']}"}
+         "label": f"{e['action']} r{e['reducer']}" if int(e["reducer"]) >= 0 else str(e["action"])}
         for e in _events(stats)
     ]
 
@@ -118,7 +119,8 @@ def initial_token_counts(stats: Mapping[str, Any], initial_tokens: int | Sequenc
     """Tokens per reducer when the job started, or None for policies without a ring.
 
     In order: ``initial_tokens`` when given (an int means that many for every reducer);
-    the final tokens when nothing was rebalanced; 1 each for ``doubling``; the first
+    the final tokens when nothing was rebalanced; the ring of a ``first_ring`` event (a
+    first ring chosen on the mappers' forecast, before any record was routed); the first
     event undone (``halve`` doubles the reducer's tokens back, ``double`` halves every
     other reducer's); ``DEFAULT_HALVING_TOKENS`` each for ``halving``.
     """
@@ -134,12 +136,12 @@ def initial_token_counts(stats: Mapping[str, Any], initial_tokens: int | Sequenc
     if not events:
         return [int(t) for t in final]
     policy = str(stats.get("policy", ""))
-    if policy == "doubling":
-        return [1] * r
     first = events[0]
     after = [int(t) for t in first.get("tokens_after") or final]
     x = int(first["reducer"])
     action = first["action"]
+    if action == "first_ring":
+        return after
     if action == "halve":
         after[x] *= 2
         return after

@@ -32,7 +32,8 @@ def test_the_bound_is_the_best_ring_of_every_combination_of_rounds(repo_benchmar
     rng = np.random.default_rng(3)
     table = pa.table({"key": rng.zipf(1.3, 3000) % 400})
     for rounds in (1, 2):
-        share, relieved, tokens = stragglers.doubling_bound(table, 3, rounds, base, spacing)
+        share, relieved, tokens, first = stragglers.doubling_bound(table, 3, rounds, base, spacing)
+        assert first == base
         assert share == pytest.approx(_brute_force(table, 3, rounds, base, spacing == "even"))
         assert max(relieved) <= rounds
         assert tokens == tuple(base << (sum(relieved) - r) for r in relieved)
@@ -48,6 +49,16 @@ def test_more_rounds_never_give_a_worse_bound(repo_benchmark):
     shares = [stragglers.doubling_bound(table, 4, rounds)[0] for rounds in (1, 2)]
     assert shares[1] <= shares[0] + 1e-12
     assert shares[0] >= 1.0
+
+
+def test_the_bound_over_first_rings_is_the_best_of_each(repo_benchmark):
+    stragglers = repo_benchmark("stragglers")
+    table = pa.table({"key": np.random.default_rng(6).zipf(1.2, 3000) % 300})
+    best = stragglers.doubling_bound(table, 3, 1)
+    each = [stragglers.doubling_bound(table, 3, 1, base) for base in (2, 4, 8, 16, 32)]
+    assert best.share == pytest.approx(min(b.share for b in each))
+    assert best.first_tokens in (2, 4, 8, 16, 32)
+    assert best == min(each, key=lambda b: b.share)
 
 
 def test_the_fixed_ring_policy_starts_on_its_ring_and_never_rebalances(repo_benchmark):
@@ -67,3 +78,20 @@ def test_the_fixed_ring_policy_starts_on_its_ring_and_never_rebalances(repo_benc
         assert res.stats.rebalances == []
     finally:
         registry._REGISTRY.pop(name, None)
+    name = stragglers.fixed_ring_policy("test-fixed-ring-2", (2, 4, 8), first_tokens=2)
+    try:
+        spec = registry.make_policy(dpa.JobConfig(runtime="local", policy=name, num_reducers=3))
+        got, expect = spec.initial_snapshot(3), HashRing([2, 4, 8], 2).snapshot()  # first 2 tokens evenly spaced
+        assert got.token_counts == (2, 4, 8) and got.spacing == (3, 2)
+        assert np.array_equal(got.positions, expect.positions) and np.array_equal(got.owners, expect.owners)
+    finally:
+        registry._REGISTRY.pop(name, None)
+
+
+def test_first_rings_of_other_sizes_never_plan_worse_when_every_key_is_counted(repo_benchmark):
+    first_ring = repo_benchmark("first_ring")
+    out = first_ring.main(["--seeds", "3", "--rows", "4000", "--keys", "300"])  # every key named: exact
+    rows = {(r["policy"], r["first rings"]): r for r in out["rows"]}
+    for method in ("doubling", "halving"):
+        alone, more = rows[method, "the policy's"], rows[method, "other sizes too"]
+        assert 1.0 <= more["worst"] <= alone["worst"] + 1e-9 and more["mean"] <= alone["mean"] + 1e-9

@@ -343,3 +343,34 @@ def test_set_tokens_activates_and_retires_a_reducer_moving_only_its_keys():
             ring.set_tokens(1, bad)
     with pytest.raises(ConfigError, match="reducer id"):
         ring.set_tokens(4, 1)
+
+
+@pytest.mark.parametrize("even", [True, False])
+def test_respace_deals_the_first_ring_of_another_size(even):
+    ring = HashRing.for_method("doubling", 6, 16, even=even, active=4)
+    ring.double_except(0)
+    assert ring.respace(4) and ring.version == 2
+    assert ring.token_counts == (4, 4, 4, 4, 0, 0)  # inactive slots stay empty
+    fresh = HashRing.for_method("doubling", 6, 4, even=even, active=4).snapshot()
+    snap = ring.snapshot()
+    assert np.array_equal(snap.positions, fresh.positions) and np.array_equal(snap.owners, fresh.owners)
+    assert ring.spacing == snap.spacing == ((4, 4) if even else (0, 0))
+    assert not ring.respace(4) and ring.version == 2  # the same ring: nothing changes
+    ring.double_except(1)  # rounds go on from the new first ring (its later tokens hashed)
+    assert ring.token_counts == (8, 4, 8, 8, 0, 0)
+    with pytest.raises(ConfigError, match="tokens per reducer"):
+        ring.respace(0)
+
+
+def test_a_snapshot_carries_its_spacing_to_restore_and_pickle():
+    ring = HashRing([16] * 4, even_tokens=16)
+    ring.respace(2)
+    ring.double_except(3)
+    snap = ring.snapshot()
+    clone = pickle.loads(pickle.dumps(snap))
+    assert clone == snap and clone.spacing == (4, 2)
+    other = HashRing([16] * 4, even_tokens=16)  # a new balancer's ring, restored from a checkpoint
+    other.restore(clone)
+    assert other.spacing == (4, 2) and other.version == snap.version
+    assert np.array_equal(other.snapshot().positions, snap.positions)
+    assert HashRing([4, 2], 0).snapshot() != HashRing([4, 2], 2).snapshot()  # same counts, other positions

@@ -11,6 +11,7 @@ import dpa
 from dpa.partitioners.ring_forecast import (
     FORECAST_ROUNDS,
     RingScorer,
+    first_ring_sizes,
     plan_first_ring,
     round_tokens,
 )
@@ -67,7 +68,7 @@ def test_the_scorer_agrees_with_the_rings_predicted_loads():
 def test_a_wide_beam_is_the_exhaustive_search(method, reducers):
     ring = HashRing.for_method(method, reducers, 16, even=True)
     loads = _hot(ring, 0.35, rng_seed=reducers)
-    plan = plan_first_ring(ring, method, loads, [2] * reducers, width=10**6, margin=0.0)
+    plan = plan_first_ring(ring, method, loads, [2] * reducers, width=10**6, margin=0.0, points=2048)
     scorer = RingScorer(ring, loads, 2048)
     best = min(scorer.peak(t) for rounds in itertools.product(range(3), repeat=reducers)
                if (t := round_tokens(ring.token_counts, method, rounds)) is not None)
@@ -75,6 +76,36 @@ def test_a_wide_beam_is_the_exhaustive_search(method, reducers):
     assert plan.after < plan.before
     counts = [plan.relieved.count(i) for i in range(reducers)]
     assert plan.token_counts == round_tokens(ring.token_counts, method, counts)
+
+
+def test_first_rings_of_other_sizes_are_searched_too():
+    ring = HashRing.for_method("doubling", 3, 16, even=True)
+    loads = _hot(ring, 0.35, rng_seed=7)
+    plan = plan_first_ring(ring, "doubling", loads, [2] * 3, respace=(4, 8), width=10**6, margin=0.0, points=2048)
+    best = []
+    for size in (16, 4, 8):
+        start = ring.copy()
+        start.respace(size)
+        scorer = RingScorer(start, loads, 2048)
+        best += [scorer.peak(t) for rounds in itertools.product(range(3), repeat=3)
+                 if (t := round_tokens(start.token_counts, "doubling", rounds)) is not None]
+    assert plan.after == pytest.approx(min(best))
+    alone = plan_first_ring(ring, "doubling", loads, [2] * 3, width=10**6, margin=0.0, points=2048)
+    assert plan.after <= alone.after and alone.respace == 0
+    # the plan is the ring it names: that first ring, then its rounds
+    got = ring.copy()
+    if plan.respace:
+        got.respace(plan.respace)
+    for x in plan.relieved:
+        got.redistribute(x, "doubling")
+    assert got.token_counts == plan.token_counts
+    assert RingScorer(got, loads, 2048).peak(got.token_counts) == pytest.approx(plan.after)
+
+
+def test_first_ring_sizes_are_powers_of_two_around_the_policys():
+    assert first_ring_sizes("doubling", 16) == (2, 4, 8, 32)
+    assert first_ring_sizes("halving", 16) == (8, 32, 64, 128)
+    assert first_ring_sizes("doubling", 1) == (2,)
 
 
 def test_a_forecast_with_nothing_to_gain_keeps_the_ring():
@@ -104,13 +135,53 @@ def test_the_planner_publishes_the_first_ring_once_without_using_rounds():
     planner.observe_forecast(0, hashes, counts, total)
     decisions = planner.check(0.0)
     assert decisions and decisions[-1].snapshot is not None and all(d.snapshot is None for d in decisions[:-1])
-    assert all(d.event.action == "double" and d.event.time_s == 0.0 for d in decisions)
-    assert decisions[-1].snapshot.token_counts != (16,) * 8
+    actions = [d.event.action for d in decisions]
+    assert set(actions[1:]) <= {"double"} and actions[0] in ("double", "first_ring")
+    assert all(d.event.time_s == 0.0 for d in decisions)
+    assert decisions[-1].snapshot.token_counts != (16,) * 8 or planner.ring.spacing != (8, 16)
     assert planner.rounds == [0] * 8  # max_rounds stays for the running job
     planner.observe_forecast(1, hashes, counts, total)  # the next mapper's forecast: not planned on
     for r in range(8):
         planner.observe(r, 0, decisions[-1].snapshot.version)
     assert planner.check(0.1) == []
+
+
+@pytest.mark.parametrize("policy", ["doubling", "halving"])
+def test_the_planner_publishes_a_first_ring_of_another_size_as_one_event_and_its_rounds(policy):
+    respaced = 0
+    for seed in range(10):
+        planner = _planner(policy)
+        loads = _hot(planner.ring, 0.25, rng_seed=seed)
+        planner.observe_forecast(0, loads.hashes, loads.counts.astype(np.int64), int(loads.total))
+        plan = planner._first_ring
+        decisions = planner.check(0.0)
+        if plan is None or not plan.respace:
+            continue
+        respaced += 1
+        first = decisions[0].event
+        assert (first.action, first.reducer, first.tokens_after) == ("first_ring", -1, (plan.respace,) * 8)
+        assert [d.event.reducer for d in decisions[1:]] == list(plan.relieved)
+        expect = HashRing.for_method(policy, 8, plan.respace, even=True)
+        for x in plan.relieved:
+            expect.redistribute(x, policy)
+        final = decisions[-1].snapshot
+        assert final is not None and final.token_counts == expect.token_counts == plan.token_counts
+        assert np.array_equal(final.positions, expect.snapshot().positions)
+        assert planner.rounds == [0] * 8
+    assert respaced  # (some of these forecasts are best served by another first ring)
+
+
+def test_the_lookahead_predicts_on_the_forecast_until_the_reports_outnumber_it():
+    planner = _planner()
+    loads = _hot(planner.ring, 0.3)
+    planner.observe_forecast(0, loads.hashes, loads.counts.astype(np.int64), int(loads.total))
+    forecast = planner.key_loads()
+    assert np.array_equal(forecast.hashes, loads.hashes) and forecast.tail == pytest.approx(loads.tail)
+    other = np.array([7], np.uint32)
+    planner.observe_keys(0, other, np.array([500]), 500)  # fewer records than the forecast counted
+    assert planner.key_loads() is forecast
+    planner.observe_keys(1, other, np.array([600]), 600)
+    assert planner.key_loads().hashes.tolist() == [7]  # the reports' sketch from here on
 
 
 def test_no_first_ring_without_the_lookahead_or_without_rounds():

@@ -135,9 +135,14 @@ def test_initial_token_counts_rules():
     doubling = {"processed": [1, 1, 1], "policy": "doubling", "final_tokens": [1, 4, 4],
                 "rebalances": [{"time_s": 0.1, "reducer": 0, "action": "double", "queue_lengths": [9, 1, 1],
                                 "tokens_after": [1, 2, 2], "version": 1}]}
-    assert initial_token_counts(doubling) == [1, 1, 1]
-    doubling["policy"] = "custom"  # undo the first "double" instead
-    assert initial_token_counts(doubling) == [1, 1, 1]
+    assert initial_token_counts(doubling) == [1, 1, 1]  # the first "double" undone
+    doubling["rebalances"][0]["tokens_after"] = [16, 32, 32]
+    assert initial_token_counts(doubling) == [16, 16, 16]
+    first_ring = {"time_s": 0.0, "reducer": -1, "action": "first_ring", "queue_lengths": [0, 0, 0],
+                  "tokens_after": [4, 4, 4], "version": 1}
+    doubling["rebalances"].insert(0, first_ring)  # the ring the first record was routed under
+    assert initial_token_counts(doubling) == [4, 4, 4]
+    assert [m["label"] for m in event_markers(doubling)] == ["first_ring", "double r0"]
     assert initial_token_counts({"processed": [1, 1], "policy": "halving", "final_tokens": [8, 8]}) == [8, 8]
     assert initial_token_counts({"processed": [1, 1], "final_tokens": [8, 8]}, initial_tokens=4) == [4, 4]
     assert initial_token_counts({"processed": [1, 1], "policy": "hash", "final_tokens": None}) is None
