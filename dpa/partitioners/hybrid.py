@@ -45,6 +45,10 @@ logger = logging.getLogger(__name__)
 
 _EMPTY_U32 = np.zeros(0, dtype=np.uint32)
 _PHI = (np.sqrt(5.0) - 1.0) / 2.0  # the golden ratio's fractional part
+#: Keys of each mapper's forecast the hot-key rule keeps (its most frequent): a hot key
+#: holds at least ``theta`` of the records, so it is among them; the ring policies plan
+#: their first ring on every key a forecast names.
+FORECAST_KEYS = 64
 
 
 @dataclass(frozen=True, eq=False)
@@ -237,7 +241,8 @@ class HybridPlanner(DPAPlanner):
         self.held[reducer] = held
 
     def observe_forecast(self, mapper: int, hashes: np.ndarray, counts: np.ndarray, total: int) -> None:
-        for h, c in zip(np.asarray(hashes).tolist(), np.asarray(counts).tolist()):
+        keep = FORECAST_KEYS  # (most frequent first; the rest is tail to the hot-key rule)
+        for h, c in zip(np.asarray(hashes)[:keep].tolist(), np.asarray(counts)[:keep].tolist()):
             self.forecast[h] = self.forecast.get(h, 0) + int(c)
         self.forecast_n += int(total)
 

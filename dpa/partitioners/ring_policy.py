@@ -296,15 +296,14 @@ class DPAPlanner(Planner):
         if self._first_ring is not None:
             plan, self._first_ring = self._first_ring, None
             logger.info("forecast: first ring's largest predicted share %.2f -> %.2f", plan.before, plan.after)
-            first: list[Decision] = []
-            if plan.respace and self.ring.respace(plan.respace):
+            if not (plan.respace and self.ring.respace(plan.respace)):
+                return self._relieve(plan.relieved, now, counted=False)
+            first = self.ring.token_counts  # the first ring the rounds start from
+            decisions = self._relieve(plan.relieved, now, counted=False) if plan.relieved else []
+            if not decisions:
                 self._snapshot = self._ring_changed()
-                event = RebalanceEvent(now, -1, "first_ring", tuple(self.queue_lengths), self.ring.token_counts,
-                                       self._snapshot.version)
-                if not plan.relieved:
-                    return [Decision(self._snapshot, event)]
-                first = [Decision(None, event)]
-            return first + self._relieve(plan.relieved, now, counted=False)
+            event = RebalanceEvent(now, -1, "first_ring", tuple(self.queue_lengths), first, self._snapshot.version)
+            return [Decision(None if decisions else self._snapshot, event), *decisions]
         if not self._fresh():
             return []
         x = self._straggler(*self._rule_inputs())

@@ -167,6 +167,7 @@ def test_the_planner_publishes_a_first_ring_of_another_size_as_one_event_and_its
         final = decisions[-1].snapshot
         assert final is not None and final.token_counts == expect.token_counts == plan.token_counts
         assert np.array_equal(final.positions, expect.snapshot().positions)
+        assert {d.event.version for d in decisions} == {final.version}  # one ring change, published once
         assert planner.rounds == [0] * 8
     assert respaced  # (some of these forecasts are best served by another first ring)
 
