@@ -215,7 +215,9 @@ def plan_first_ring(ring: HashRing, method: str, loads: KeyLoads, rounds_left: S
     scorer = RingScorer(ring, loads, points)
     before = scorer.peak(counts)
     keep = FirstRingPlan((), counts, before, before)
-    if before <= 1.0 + margin:
+    # No ring splits a key: the largest named one is a floor under every ring's peak.
+    floor = float(np.max(loads.counts)) / scorer.fair if len(loads.counts) and loads.fixed is None else 0.0
+    if before <= max(1.0, floor) + margin:
         return keep  # nothing to gain: spare the search
     best = (*_beam(scorer, counts, method, rounds_left, width), 0)
     for tokens in respace:

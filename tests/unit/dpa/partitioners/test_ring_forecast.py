@@ -116,6 +116,19 @@ def test_a_forecast_with_nothing_to_gain_keeps_the_ring():
     assert plan_first_ring(ring, "doubling", KeyLoads(np.zeros(0, np.uint32), np.zeros(0), 0.0), [3] * 8).relieved == ()
 
 
+def test_a_key_no_ring_can_beat_spares_the_search(monkeypatch):
+    import dpa.partitioners.ring_forecast as ring_forecast
+
+    ring = HashRing.for_method("doubling", 8, 16, even=True)
+    searched = []
+    monkeypatch.setattr(ring_forecast, "_beam", lambda *args: searched.append(args) or (9.0, (0,) * 8, (16,) * 8))
+    one_key = _hot(ring, 0.98)  # 7.84 fair shares in one key: every ring holds at least that
+    plan = plan_first_ring(ring, "doubling", one_key, [FORECAST_ROUNDS] * 8, respace=(2, 4))
+    assert plan.relieved == () and plan.respace == 0 and plan.after == plan.before and not searched
+    plan_first_ring(ring, "doubling", _hot(ring, 0.3), [FORECAST_ROUNDS] * 8, respace=(2, 4))
+    assert len(searched) == 3  # (a key of 2.4 fair shares leaves a ring something to gain)
+
+
 def test_inactive_slots_take_no_round_and_stay_empty():
     ring = HashRing.for_method("doubling", 6, 16, even=True, active=4)
     plan = plan_first_ring(ring, "doubling", _hot(ring, 0.4), [3, 3, 3, 3, 0, 0])
