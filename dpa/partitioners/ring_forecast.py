@@ -78,14 +78,13 @@ def round_tokens(counts: Sequence[int], method: str, rounds: Sequence[int]) -> t
         The counts, or None if a round cannot be taken: halving below one token, a round
         for an inactive slot, or a ring past :data:`~dpa.ring.MAX_RING_TOKENS`.
     """
-    pairs = list(zip(counts, rounds))
-    if any(r and not t for t, r in pairs):
+    if any(r and not t for t, r in zip(counts, rounds)):
         return None
     if method == "halving":
-        out = tuple([t >> r for t, r in pairs])
-        return None if any(t and not o for (t, _), o in zip(pairs, out)) else out
+        out = tuple(t >> r for t, r in zip(counts, rounds))
+        return None if any(t and not o for t, o in zip(counts, out)) else out
     n = sum(rounds)
-    out = tuple([t << (n - r) for t, r in pairs])
+    out = tuple(t << (n - r) for t, r in zip(counts, rounds))
     return out if sum(out) <= MAX_RING_TOKENS else None
 
 
@@ -193,7 +192,7 @@ def plan_first_ring(ring: HashRing, method: str, loads: KeyLoads, rounds_left: S
     current one first on ties, then the earlier in ``respace``), provided it beats the
     current ring by more than ``margin`` fair shares. Rings of another size are other
     draws of token positions: where a ring cannot split a hot key, the choice among more
-    rings is what lowers the largest share (``benchmarks.stragglers --defaults``).
+    rings is what lowers the largest share (``python -m benchmarks.first_ring``).
 
     Args:
         ring: The current ring (not changed).
@@ -220,13 +219,13 @@ def plan_first_ring(ring: HashRing, method: str, loads: KeyLoads, rounds_left: S
     if before <= max(1.0, floor) + margin:
         return keep  # nothing to gain: spare the search
     best = (*_beam(scorer, counts, method, rounds_left, width), 0)
-    for tokens in respace:
+    for size in respace:
         other = ring.copy()
-        if not other.respace(int(tokens)):
+        if not other.respace(int(size)):
             continue
         found = _beam(RingScorer(other, loads, points), other.token_counts, method, rounds_left, width)
         if found[0] < best[0] - 1e-9:
-            best = (*found, int(tokens))
+            best = (*found, int(size))
     peak, rounds, tokens, base = best
     if peak >= before - margin or (not any(rounds) and not base):
         return keep
