@@ -108,6 +108,17 @@ def test_planner_splits_a_hot_key_and_levels_loads():
     assert planner.check(2.0) == []
 
 
+def test_the_hot_key_rule_keeps_a_forecasts_most_frequent_keys_only():
+    from dpa.partitioners.hybrid import FORECAST_KEYS
+
+    planner = HybridPolicy(max_rounds=0).make_planner(4)
+    hashes = np.arange(1, 513, dtype=np.uint32)
+    counts = np.arange(512, 0, -1, dtype=np.int64) * 10  # most frequent first, as mappers send them
+    planner.observe_forecast(0, hashes, counts, int(counts.sum()) + 1000)
+    assert sorted(planner.forecast) == hashes[:FORECAST_KEYS].tolist()
+    assert planner.forecast_n == int(counts.sum()) + 1000  # the rest still counts as records announced
+
+
 def _hot_planner(R: int, cands: list[int], held: list[int], queues: list[int], arrived: int | None = None):
     """A planner with one hot key split over ``cands`` (published), then the given reports."""
     policy = HybridPolicy(max_rounds=0, min_width=len(cands))
