@@ -36,15 +36,17 @@ def planned_share(table: Any, method: str, num_reducers: int, other_sizes: bool)
     import dpa
     from dpa.key_columns import hash_key_columns
     from dpa.logic import block_forecast
-    from dpa.partitioners.ring_forecast import FORECAST_ROUNDS, first_ring_sizes, plan_first_ring
-    from dpa.partitioners.ring_lookahead import KeyLoads
+    from dpa.partitioners.ring_forecast import (
+        FORECAST_ROUNDS,
+        first_ring_sizes,
+        forecast_loads,
+        plan_first_ring,
+    )
     from dpa.registry import make_policy
 
     policy = make_policy(dpa.JobConfig(policy=method, num_reducers=num_reducers))
     ring = policy.make_planner(num_reducers).ring
-    hashes, counts, total = block_forecast(hash_key_columns(table, ["key"]))
-    c = counts.astype(np.float64)
-    loads = KeyLoads(hashes, c, float(total) - float(c.sum()))  # as DPAPlanner.observe_forecast names them
+    loads = forecast_loads(*block_forecast(hash_key_columns(table, ["key"])))  # as the planner takes it
     sizes = first_ring_sizes(method, policy.initial_tokens) if other_sizes else ()
     t0 = time.perf_counter()
     plan = plan_first_ring(ring, method, loads, [FORECAST_ROUNDS] * num_reducers, sizes)

@@ -86,7 +86,12 @@ def token_position(reducer: int, j: int) -> int:
     Returns:
         ``hash_bytes(f"token-{reducer}-{j}".encode("utf-8"))``, in ``[0, 2**32)``.
     """
-    return hash_bytes(f"token-{reducer}-{j}".encode())
+    return hash_bytes(_token_name(reducer, j))
+
+
+def _token_name(reducer: int, j: int) -> bytes:
+    """The bytes token ``j`` of ``reducer`` is hashed from (the paper's token naming)."""
+    return f"token-{reducer}-{j}".encode()
 
 
 @lru_cache(maxsize=64)
@@ -108,7 +113,7 @@ def _hashed_positions(reducer: int, count: int) -> np.ndarray:
     known = _HASHED.get(reducer, np.zeros(0, dtype=np.uint32))
     if len(known) < count:
         js = range(len(known), max(int(count), 2 * len(known)))
-        names = [f"token-{reducer}-{j}".encode() for j in js]
+        names = [_token_name(reducer, j) for j in js]
         offsets = np.zeros(len(names) + 1, dtype=np.int64)
         np.cumsum([len(b) for b in names], out=offsets[1:])
         known = _HASHED[reducer] = np.concatenate([known, murmur3_32_batch(b"".join(names), offsets)])

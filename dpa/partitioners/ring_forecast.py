@@ -42,7 +42,7 @@ from dpa.ring import MAX_RING_TOKENS, HashRing
 
 __all__ = [
     "BEAM_WIDTH", "FIRST_RING_SHIFTS", "FORECAST_ROUNDS", "TAIL_POINTS", "FirstRingPlan", "RingScorer",
-    "first_ring_sizes", "plan_first_ring", "round_tokens",
+    "first_ring_sizes", "forecast_loads", "plan_first_ring", "round_tokens",
 ]
 
 #: Most rounds per reducer the first ring may take (they do not count against
@@ -64,6 +64,14 @@ def first_ring_sizes(method: str, initial_tokens: int) -> tuple[int, ...]:
     besides one of ``initial_tokens`` (:data:`FIRST_RING_SHIFTS`; at least 1 each)."""
     sizes = {max(1, initial_tokens << s if s >= 0 else initial_tokens >> -s) for s in FIRST_RING_SHIFTS[method]}
     return tuple(sorted(sizes - {initial_tokens}))
+
+
+def forecast_loads(hashes: np.ndarray, counts: np.ndarray, total: int) -> KeyLoads:
+    """A mapper's forecast as key loads: every key it counted named (exact counts of a
+    sample, not a sketch's estimates that only the heavy keys can trust), the rest of its
+    ``total`` records as a uniform tail."""
+    c = np.asarray(counts, dtype=np.float64)
+    return KeyLoads(np.asarray(hashes, dtype=np.uint32), c, max(0.0, float(total) - float(c.sum())))
 
 
 def round_tokens(counts: Sequence[int], method: str, rounds: Sequence[int]) -> tuple[int, ...] | None:

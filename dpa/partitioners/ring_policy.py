@@ -20,6 +20,7 @@ from dpa.partitioners.ring_forecast import (
     FORECAST_ROUNDS,
     FirstRingPlan,
     first_ring_sizes,
+    forecast_loads,
     plan_first_ring,
 )
 from dpa.partitioners.ring_lookahead import KeyLoads, arc_shares, plan_rounds
@@ -199,11 +200,7 @@ class DPAPlanner(Planner):
             return
         self._forecast_seen = True
         left = [FORECAST_ROUNDS if a else 0 for a in self._active.tolist()]
-        # Every key the mapper counted is named: its counts are exact counts of a sample,
-        # not a sketch's estimates that only the heavy keys can trust.
-        c = np.asarray(counts, dtype=np.float64)
-        loads = self._forecast_loads = KeyLoads(np.asarray(hashes, dtype=np.uint32), c,
-                                                max(0.0, float(total) - float(c.sum())))
+        loads = self._forecast_loads = forecast_loads(hashes, counts, total)
         plan = plan_first_ring(self.ring, self.method, loads, left, self._first_sizes())
         if plan.relieved or plan.respace:
             self._first_ring = plan
@@ -296,14 +293,7 @@ class DPAPlanner(Planner):
         if self._first_ring is not None:
             plan, self._first_ring = self._first_ring, None
             logger.info("forecast: first ring's largest predicted share %.2f -> %.2f", plan.before, plan.after)
-            if not (plan.respace and self.ring.respace(plan.respace)):
-                return self._relieve(plan.relieved, now, counted=False)
-            first = self.ring.token_counts  # the first ring the rounds start from
-            decisions = self._relieve(plan.relieved, now, counted=False) if plan.relieved else []
-            if not decisions:
-                self._snapshot = self._ring_changed()
-            event = RebalanceEvent(now, -1, "first_ring", tuple(self.queue_lengths), first, self._snapshot.version)
-            return [Decision(None if decisions else self._snapshot, event), *decisions]
+            return self._relieve(plan.relieved, now, counted=False, respace=plan.respace)
         if not self._fresh():
             return []
         x = self._straggler(*self._rule_inputs())
@@ -337,20 +327,25 @@ class DPAPlanner(Planner):
         logger.info("lookahead: largest predicted share %.2f -> %.2f", plan.before, plan.after)
         return self._relieve(plan.relieved, now)
 
-    def _relieve(self, relieved: tuple[int, ...], now: float, counted: bool = True) -> list[Decision]:
+    def _relieve(self, relieved: tuple[int, ...], now: float, counted: bool = True,
+                 respace: int = 0) -> list[Decision]:
         """Applies the rounds and publishes the ring once: one event per round (with the
         tokens after it), all under the published version. ``counted=False``: the rounds
-        do not count against ``max_rounds`` (the first ring's)."""
+        do not count against ``max_rounds`` (the first ring's). ``respace``: the rounds
+        start from a first ring of that many tokens per reducer (event ``"first_ring"``,
+        reducer -1)."""
         seen = tuple(self.queue_lengths)
         action = "halve" if self.method == "halving" else "double"
-        tokens = []
+        steps = [(-1, "first_ring", self.ring.token_counts)] if respace and self.ring.respace(respace) else []
         for r in relieved:
             self.rounds[r] += int(counted)
             self.ring.redistribute(r, self.method)
-            tokens.append(self.ring.token_counts)
+            steps.append((r, action, self.ring.token_counts))
+        if not steps:
+            return []
         self._snapshot = self._ring_changed()
         version = self._snapshot.version
-        events = [RebalanceEvent(now, r, action, seen, t, version) for r, t in zip(relieved, tokens)]
+        events = [RebalanceEvent(now, r, a, seen, t, version) for r, a, t in steps]
         logger.info("rebalance: %s reducer(s) %s, queues %s -> tokens %s (v%d)", action, list(relieved), seen,
                     self.ring.token_counts, version)
         return [Decision(None, e) for e in events[:-1]] + [Decision(self._snapshot, events[-1])]
