@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from dpa.errors import KeyEncodingError, SchemaError
 
-__all__ = ["hash_key_columns"]
+__all__ = ["canonical_float_keys", "hash_key_columns"]
 
 from dpa.keys import (
     INT64_MAX,
@@ -315,3 +315,26 @@ def hash_key_columns(
     distinct_columns = [per_col[j][1].take(pa.array(tuple_codes[j])) for j in range(len(per_col))]
     hashes = _hash_encoded(_tuple_encoding(distinct_columns))
     return hashes[combined]
+
+
+def canonical_float_keys(table: pa.Table, key_cols: Sequence[str]) -> pa.Table:
+    """``table`` with its floating-point key columns canonical, so that Arrow's group-by
+    and dpa's per-key dicts group keys as Spark and DuckDB do: ``-0.0`` becomes ``0.0``
+    (the merged group's key prints as ``0.0``, as theirs does) and every NaN one NaN bit
+    pattern. Other columns, and tables without such keys, are returned as they are.
+    """
+    for name in key_cols:
+        if name not in table.column_names:
+            continue
+        column = table[name]
+        if not pa.types.is_floating(column.type):
+            continue
+        if pa.types.is_float16(column.type):
+            continue  # (Arrow computes nothing on half floats; hashing canonicalises them)
+        nan, zero = pa.scalar(math.nan, column.type), pa.scalar(0.0, column.type)
+        # Chunk by chunk: the column keeps the table's chunk layout (Arrow's grouping
+        # kernels misread columns chunked unlike one another).
+        canonical = pa.chunked_array([pc.if_else(pc.is_nan(chunk), nan, pc.add(chunk, zero))
+                                      for chunk in column.chunks], column.type)
+        table = table.set_column(table.schema.get_field_index(name), table.schema.field(name), canonical)
+    return table

@@ -61,7 +61,9 @@ import pyarrow as pa
 from dpa.errors import ConfigError, KeyEncodingError
 
 __all__ = [
+    "NAN_KEY",
     "KeyHashCache",
+    "canonical_key",
     "encode_key",
     "int_key_out_of_range",
     "key_type_class",
@@ -276,6 +278,24 @@ def hash_bytes(data: bytes) -> int:
         The 32-bit hash as an unsigned int in ``[0, 2**32)``.
     """
     return mmh3.hash(data, seed=0, signed=False)
+
+
+#: The one NaN object every NaN key is replaced by (:func:`canonical_key`): Python compares
+#: NaN unequal to itself but finds an object in a dict by identity, so one object makes
+#: one group.
+NAN_KEY = math.nan
+
+
+def canonical_key(key: Any) -> Any:
+    """The representative of ``key``'s group, as Spark and DuckDB group floating-point keys:
+    ``-0.0`` becomes ``0.0`` and every NaN :data:`NAN_KEY`, in tuples too (their encodings,
+    :func:`encode_key`, already agree). Any other key is returned as it is.
+    """
+    if isinstance(key, float):
+        return NAN_KEY if key != key else key + 0.0  # (-0.0 + 0.0 == 0.0)
+    if isinstance(key, tuple) and any(isinstance(k, (float, tuple)) for k in key):
+        return tuple(canonical_key(k) for k in key)
+    return key
 
 
 def hash_key(key: Any) -> int:

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from dpa.elastic import ScalingEvent, ScalingRule
 from dpa.epochs import EpochLedger, Rest
 from dpa.instructions import Forward, Publish, Push, ScaleOut, StateMove
-from dpa.key_columns import hash_key_columns
+from dpa.key_columns import canonical_float_keys, hash_key_columns
 from dpa.keys import KeyHashCache
 from dpa.plan import JobPlan
 from dpa.policy import Decision, RebalanceEvent
@@ -159,7 +159,7 @@ class MapperLogic:
         self.blocks += 1
         if self.plan.input_combined:  # partial states already: hash and route only
             self.emitted += weight(block)
-            table = block
+            table = canonical_float_keys(block, self.plan.key_cols)
         else:
             table = self.plan.prepare(block)
             self.emitted += table.num_rows

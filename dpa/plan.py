@@ -39,6 +39,7 @@ from dpa.block_types import (
 )
 from dpa.config import DefaultPolicyName, JobConfig
 from dpa.errors import ConfigError, KeyEncodingError, SchemaError, UserCodeError
+from dpa.key_columns import canonical_float_keys
 from dpa.policy import PolicySpec
 from dpa.records import (
     SCALAR_COLUMN,
@@ -169,8 +170,21 @@ class JobPlan:
                 type dpa cannot promote to exactly (see :class:`BlockTypes`).
         """
         table = self.apply_key(self.apply_map(block))
+        wanted = self.key_cols + [c for c in self.keep_cols or () if c not in self.key_cols]
+        missing = [c for c in wanted if c not in table.column_names]
+        if missing:
+            if not table.num_rows:
+                # map_fn emitted no record for this block (and no job-wide schema names the
+                # columns it would have): nothing to route.
+                return table
+            what = "map_fn's records" if self.map_fn is not None else "the records"
+            raise SchemaError(
+                f"{what} lack the column(s) {missing} that the key and reducer read (a block of "
+                f"{table.num_rows} records has only {table.column_names}); emit every one of {wanted} "
+                "in each record (None for a missing value)")
         if self.keep_cols is not None:
-            table = table.select(self.key_cols + [c for c in self.keep_cols if c not in self.key_cols])
+            table = table.select(wanted)
+        table = canonical_float_keys(table, self.key_cols)  # -0.0/0.0 one key, every NaN one key
         if table.num_rows:
             if self._tracker is None:
                 self._tracker = BlockTypes(self, values=not self.checked_upstream)
@@ -267,6 +281,16 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
             "each key on one reducer (policy='hash', or max_rounds=0)"
         )
 
+    checkpoint_interval_s = float(config.checkpoint_interval_s)
+    if checkpoint_interval_s > 0 and not bound.can_merge:
+        # A checkpoint keeps one partial state per input epoch and folds them into the base
+        # state with merge(); without it a key's state cannot be cut at an epoch. Such a job
+        # takes no checkpoints: a failure replays its whole input (docs/fault_recovery.md).
+        logger.info("%r does not implement merge(): the job takes no checkpoints (checkpoint_interval_s=%s "
+                    "ignored), so a failure replays the whole input; implement merge() to checkpoint",
+                    bound, config.checkpoint_interval_s)
+        checkpoint_interval_s = 0.0
+
     # Key.
     key_fn = None
     key_types: list[pa.DataType | None] = []
@@ -341,7 +365,7 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
         num_reducers=config.slots, queue_capacity=config.queue_capacity, chunk_size=config.chunk_size,
         lb_interval_s=config.lb_interval_s, report_interval_s=config.report_interval_s,
         step_time_s=float(config.step_time_s), queue_time_s=float(config.queue_time_s),
-        checkpoint_interval_s=float(config.checkpoint_interval_s), max_recoveries=int(config.max_recoveries),
+        checkpoint_interval_s=checkpoint_interval_s, max_recoveries=int(config.max_recoveries),
         output_schema=output_schema, input_schema=schema, job_id=uuid.uuid4().hex[:8],
         combine=(bool(config.map_side_combine) and policy.combinable and isinstance(inner, ColumnarReducer)
                  and unwrap(bound)[1] == 0 and not config.input_combined),

@@ -365,8 +365,18 @@ class Sum(_ColumnReducer):
         return finalize_int_sums(super().finalize_table(table, key_cols), self.name, key_cols, self.column)
 
 
+def _is_nan(value: Any) -> bool:
+    """Whether ``value`` is a floating-point NaN (the only value not equal to itself)."""
+    return value != value
+
+
 class Min(_ColumnReducer):
-    """Minimum of ``column`` per key (nulls ignored)."""
+    """Minimum of ``column`` per key (nulls ignored).
+
+    Floating-point values are ordered as Spark and DuckDB order them: NaN equals NaN and
+    is larger than every other value, so the minimum is NaN only when a key holds nothing
+    but NaN (and nulls). ``-0.0`` and ``0.0`` compare equal: either may come out.
+    """
 
     kind = "min"
     default_name = "min"
@@ -377,7 +387,9 @@ class Min(_ColumnReducer):
     def add(self, acc: Any, value: Any) -> Any:
         if value is None:
             return acc
-        return value if acc is None or value < acc else acc
+        if acc is None or (_is_nan(acc) and not _is_nan(value)):
+            return value
+        return value if value < acc else acc  # (False for a NaN value: NaN is the largest)
 
     def merge(self, a: Any, b: Any) -> Any:
         return self.add(a, b)
@@ -387,11 +399,22 @@ class Min(_ColumnReducer):
             raise SchemaError(f"{type(self).__name__}({self.column!r}) cannot order values of type {dtype}")
 
     def state_aggregations(self) -> list[tuple[str | None, str, str]]:
-        return [(self.column, "min", "min")]
+        return [(self.column, self.kind, self.kind)]
+
+    def partial_from_batch(self, table: pa.Table, group_cols: list[str], weight_col: str | None = None) -> pa.Table:
+        if pa.types.is_floating(table.schema.field(self.column).type):
+            return _nan_ordered(table, group_cols, self.column, self.kind, self.kind, weight_col)
+        return super().partial_from_batch(table, group_cols, weight_col)
+
+    def merge_partials(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
+        if pa.types.is_floating(table.schema.field(self.kind).type):
+            return _nan_ordered(table, group_cols, self.kind, self.kind, self.kind, None)
+        return super().merge_partials(table, group_cols)
 
 
 class Max(Min):
-    """Maximum of ``column`` per key (nulls ignored)."""
+    """Maximum of ``column`` per key (nulls ignored; a floating-point NaN is larger than
+    every other value, as in Spark and DuckDB: a key holding a NaN has the maximum NaN)."""
 
     kind = "max"
     default_name = "max"
@@ -399,10 +422,39 @@ class Max(Min):
     def add(self, acc: Any, value: Any) -> Any:
         if value is None:
             return acc
-        return value if acc is None or value > acc else acc
+        if acc is None or (_is_nan(value) and not _is_nan(acc)):
+            return value
+        return value if value > acc else acc  # (False against a NaN acc: NaN is the largest)
 
-    def state_aggregations(self) -> list[tuple[str | None, str, str]]:
-        return [(self.column, "max", "max")]
+
+def _nan_ordered(table: pa.Table, group_cols: list[str], column: str, fn: str, out: str,
+                 weight_col: str | None) -> pa.Table:
+    """Arrow's ``hash_min``/``hash_max`` of a floating-point ``column`` under Spark's and
+    DuckDB's order, where NaN is larger than every other value (Arrow skips NaN, and gives
+    an infinity for a group of NaN only). One row per group: ``group_cols``, ``out`` and,
+    with ``weight_col``, the group's row count."""
+    # One chunk throughout: Arrow's hash_any misreads a column chunked unlike the keys.
+    work = table.select(group_cols).combine_chunks()
+    values = table[column].combine_chunks()
+    nan = pc.is_nan(values).fill_null(False)
+    numbers = pc.if_else(nan, pa.scalar(None, values.type), values)
+    work = work.append_column("__dpa_v", numbers).append_column("__dpa_nan", nan)
+    aggs: list[tuple[Any, str]] = [("__dpa_v", fn), ("__dpa_nan", "any")]
+    if weight_col is not None:
+        aggs.append(([], "count_all"))
+    grouped = work.group_by(group_cols, use_threads=False).aggregate(aggs)
+    best, has_nan = grouped.column(len(group_cols)), grouped.column(len(group_cols) + 1).fill_null(False)
+    nan_value = pa.scalar(float("nan"), values.type)
+    if fn == "max":  # any NaN is the maximum
+        result = pc.if_else(has_nan, nan_value, best)
+    else:  # NaN is the minimum only when nothing else is there
+        result = pc.if_else(pc.and_(has_nan, pc.is_null(best)), nan_value, best)
+    columns = [grouped[c] for c in group_cols] + [result]
+    names = list(group_cols) + [out]
+    if weight_col is not None:
+        columns.append(grouped.column(len(group_cols) + 2))
+        names.append(weight_col)
+    return pa.table(columns, names=names)
 
 
 class Mean(_ColumnReducer):
@@ -485,9 +537,9 @@ class Collect(_ColumnReducer):
 
 
 def _rank(value: Any) -> tuple[bool, Any]:
-    """TopK's order: NaN below every number (like Min/Max, which take NaN only when a key
-    has nothing else), so the result never depends on the order records arrived in."""
-    return (value == value, value)
+    """TopK's order: a floating-point NaN above every number, as Spark and DuckDB order
+    values (and as Min/Max do), so the result never depends on the order records arrived in."""
+    return (_is_nan(value), value)
 
 
 def _top(k: int, values: list[Any]) -> list[Any]:
@@ -495,8 +547,8 @@ def _top(k: int, values: list[Any]) -> list[Any]:
 
 
 class TopK(_ColumnReducer):
-    """The ``k`` largest values of ``column`` per key, largest first (nulls ignored; NaN
-    ranks below every number)."""
+    """The ``k`` largest values of ``column`` per key, largest first (nulls ignored; a
+    floating-point NaN ranks above every number, as in Spark and DuckDB)."""
 
     kind = "top_k"
     default_name = "top_k"

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from dpa.errors import SchemaError
-from dpa.keys import key_type_class
+from dpa.keys import canonical_key, key_type_class
 from dpa.records import table_to_records, unify
 from dpa.reducers import HASH_COL, WEIGHT_COL, ColumnarReducer, Reducer
 
@@ -286,9 +286,15 @@ class DictState:
         self._merged: set[Any] | None = None  # keys merged in the final merge (while it runs)
 
     def _keys(self, table: pa.Table) -> list[Any]:
-        if len(self.key_cols) == 1:
-            return table[self.key_cols[0]].to_pylist()
-        return list(zip(*(table[c].to_pylist() for c in self.key_cols)))
+        columns = []
+        for c in self.key_cols:
+            values = table[c].to_pylist()
+            if pa.types.is_floating(table.schema.field(c).type):
+                values = [canonical_key(v) for v in values]  # every NaN one object: one dict key
+            columns.append(values)
+        if len(columns) == 1:
+            return columns[0]
+        return list(zip(*columns))
 
     def add(self, table: pa.Table) -> None:
         """Folds a batch of raw records in, one ``add_batch`` per distinct key."""
@@ -320,6 +326,7 @@ class DictState:
     def add_partial(self, partial: list[tuple[Any, int, Any]] | None) -> None:
         """Merges ``(key, hash, acc)`` triples produced by another reducer's partition."""
         for k, h, acc in partial or ():
+            k = canonical_key(k)  # (a NaN key unpickled from a peer is another object)
             mine = self._accs.get(k)
             if mine is None:
                 self._accs[k] = [h, acc]

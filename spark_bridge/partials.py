@@ -4,7 +4,7 @@
 expressions: one row per key and input partition, as a dpa mapper's combine of that
 partition would give, computed by Spark's own (code-generated) hash aggregation. Where
 the state columns are bare aggregates whose partial buffers hold their values (``Count``,
-``Sum`` of integers and floats, ``Min``/``Max`` of non-float columns, ``Mean``), only
+``Sum`` of integers and floats, ``Min``/``Max``, ``Mean``), only
 Spark's partial aggregation runs, with no shuffle and no final aggregation
 (:mod:`spark_bridge.partial_plan`); otherwise, or when that plan cannot be taken, the
 aggregates are grouped by ``(spark_partition_id(), key columns...)``, which keeps the
@@ -29,14 +29,14 @@ Per reducer (``c`` is the reducer's column):
            non-ANSI ``sum`` would); float/double: ``sum(c)`` (a double);
            ``decimal(p, s)`` with ``p <= 28``: ``sum(c)``, a ``decimal(p + 10, s)`` as
            dpa widens it
-``Min``    ``min(c)``; for float/double ``coalesce(min(nanvl(c, null)), max(c))``:
-           NaN only when a partition holds nothing else, as Arrow's (dpa's) ``min``
-``Max``    as ``Min`` with ``max``
+``Min``    ``min(c)`` (Spark orders NaN as dpa does: NaN equals NaN and is larger than
+           every other value)
+``Max``    ``max(c)``
 ``Mean``   ``sum(cast(c as double))``, ``count(c)``
 ``Collect`` ``transform(collect_list(struct(c)), s -> s.c)`` (nulls kept, as dpa keeps
            them; ``collect_list`` alone drops them)
 ``TopK``   ``slice(sort_array(collect_list(c), false), 1, k)`` (nulls ignored, largest
-           first; float NaNs placed last, where dpa ranks them)
+           first; float NaNs first, where Spark and dpa rank them)
 ========== ========================================================================
 
 Everything else returns ``None`` and the bridge keeps its ``mapInArrow`` precombine
@@ -160,8 +160,7 @@ def _col(name: str) -> Column:
 #: is set where the aggregate is a bare function whose partial buffer is one column of that
 #: type holding the final value, so Spark's partial aggregation alone already gives dpa's
 #: state (:mod:`spark_bridge.partial_plan`); ``None`` where it is not (a decimal ``sum``'s
-#: buffer has an ``isEmpty`` flag, the float ``min``/``max`` wrap theirs in ``coalesce``,
-#: ``collect_list``'s is serialized).
+#: buffer has an ``isEmpty`` flag, ``collect_list``'s is serialized).
 State = tuple[str, "Column", "DataType | None"]
 
 
@@ -196,12 +195,8 @@ def _state_expressions(inner: Any, dtype: DataType | None) -> tuple[list[State],
     if kind in (Min, Max):
         if not isinstance(dtype, atomic):
             return None
-        first, other = (F.min, F.max) if kind is Min else (F.max, F.min)
-        if isinstance(dtype, (T.FloatType, T.DoubleType)):
-            # Arrow's min/max (dpa's) skip NaN unless a group holds nothing else.
-            non_nan = F.when(F.isnan(c), F.lit(None)).otherwise(c)
-            return [(kind.kind, F.coalesce(first(non_nan), other(c)), None)], None
-        return [(kind.kind, first(c), dtype)], None
+        # Spark orders NaN as dpa does (equal to itself, above every number).
+        return [(kind.kind, (F.min if kind is Min else F.max)(c), dtype)], None
     if kind is Mean:
         if not isinstance(dtype, T.NumericType):
             return None
@@ -214,13 +209,7 @@ def _state_expressions(inner: Any, dtype: DataType | None) -> tuple[list[State],
     if kind is TopK:
         if not isinstance(dtype, atomic):
             return None
-        values = F.collect_list(c)
-        if isinstance(dtype, (T.FloatType, T.DoubleType)):
-            # dpa ranks NaN below every number (Spark's sort_array: above): NaNs go last.
-            numbers = F.sort_array(F.filter(values, lambda v: ~F.isnan(v)), asc=False)
-            values = F.concat(numbers, F.filter(values, lambda v: F.isnan(v)))
-        else:
-            values = F.sort_array(values, asc=False)
+        values = F.sort_array(F.collect_list(c), asc=False)  # (NaN first, as dpa ranks it)
         return [("items", F.slice(values, 1, inner.k), None)], None
     return None
 
