@@ -6,7 +6,10 @@ scalars, a generator of Arrow tables), 1-4 mappers and 1-4 reducers, a ``map_fn`
 a per-record one that explodes and filters records, a ``dpa.BatchMap`` over Arrow or
 pandas batches), a reducer (Count, Sum, Min, Max, Mean, Collect, TopK, ``WithCost``, user
 ``dpa.Reducer`` subclasses with and without ``merge``) and a key (a column, several
-columns, a callable, a callable returning a tuple). Jobs run from a
+columns, a callable, a callable returning a tuple). Every ``--long-every``-th job is a
+*long* one: its reducer (often a user reducer without ``merge``) is wrapped in
+``WithCost`` so that the job lasts about :data:`LONG_JOB_S` seconds, several default
+checkpoint intervals, and the checkpoint path is exercised. Jobs run from a
 ``ThreadPoolExecutor(--threads)`` of driver threads, all over one ``ray.init``.
 
 About ``--bad-rate`` of the jobs carry a mistake (a missing key column, a reducer without
@@ -23,6 +26,9 @@ Checked:
   (``collections.Counter`` for counts, plain dict aggregation for the others, floats with
   a tolerance), and the reducers processed as many records as the oracle saw;
 * every bad input raises its expected dpa exception;
+* the in-process ``runtime="local"`` runs every job too (unless ``--no-local-check``) and
+  must agree with Ray: the same answer (both equal to the oracle) or the same exception
+  class (a disagreement is a ``runtime_mismatch``);
 * no job hangs: each has ``JobConfig.timeout_s`` and the driver guards each future with
   its own, longer, deadline (a hang is reported, the soak carries on with the threads
   left);
@@ -31,11 +37,12 @@ Checked:
   no job running) do not grow beyond ``--mem-bound`` times their value after warm-up.
 
 Run: ``python -m benchmarks.soak [--jobs 300] [--seed 0] [--quick] [--json PATH]``
-(``--help`` lists the rest). ``--quick`` is a CI smoke run (30 jobs of at most 5,000
+(``--help`` lists the rest). ``--print-specs`` lists the jobs of a seed; ``--only 31,74``
+replays some of them (same seed and mix options) without the others. ``--quick`` is a CI smoke run (30 jobs of at most 5,000
 records); ``--init-from-thread`` lets a first ``dpa.run`` on a short-lived thread start Ray;
 ``--runtime local`` runs the same jobs without Ray, which checks the soak's own oracle.
 The exit code is 1 if any result was wrong, any error unexpected, any job hung, any actor
-leaked or memory grew beyond the bound; 0 otherwise.
+leaked, the runtimes disagreed or memory grew beyond the bound; 0 otherwise.
 """
 
 from __future__ import annotations
@@ -79,6 +86,10 @@ POISON_STR = "POISON"
 #: Per-record cost of the ``WithCost`` jobs (seconds), and their largest size.
 COST_S = 2e-5
 COST_MAX_RECORDS = 20_000
+#: About how long a long job lasts (seconds of reducer work): several default
+#: ``checkpoint_interval_s``; and the record counts long jobs draw from.
+LONG_JOB_S = 3.0
+LONG_SIZES = (1_000, 5_000, 20_000)
 
 #: Bad-input kinds -> the dpa exception classes accepted for them.
 BAD_KINDS: dict[str, tuple[type[BaseException], ...]] = {
@@ -101,7 +112,8 @@ BAD_CONFIG_VALUES: tuple[dict[str, Any], ...] = (
     {"runtime": "gpu"}, {"lb_interval_s": 0},
 )
 
-OUTCOMES = ("ok", "expected_error", "wrong_result", "unexpected_error", "hang", "harness_error")
+OUTCOMES = ("ok", "expected_error", "wrong_result", "unexpected_error", "hang", "runtime_mismatch",
+            "harness_error")
 
 
 @dataclass
@@ -135,6 +147,9 @@ class JobSpec:
         bad: The bad-input kind (a key of :data:`BAD_KINDS`), or None for a good job.
         bad_config: The invalid config fields of a ``bad_config`` job.
         kill_before: Whether an actor is killed right before this job.
+        long: Whether the reducer is wrapped in ``WithCost`` so that the job lasts about
+            :data:`LONG_JOB_S` seconds (several checkpoint intervals).
+        checkpoint_interval_s: ``JobConfig.checkpoint_interval_s`` (None = dpa's default).
     """
 
     index: int
@@ -161,6 +176,16 @@ class JobSpec:
     bad: str | None = None
     bad_config: dict[str, Any] = field(default_factory=dict)
     kill_before: bool = False
+    long: bool = False
+    checkpoint_interval_s: float | None = None
+
+    @property
+    def cost_s(self) -> float:
+        """Per-record cost of a long job's ``WithCost`` (0 for the others): about
+        :data:`LONG_JOB_S` seconds of work per reducer."""
+        if not self.long:
+            return 0.0
+        return LONG_JOB_S * self.num_reducers / max(1, self.size)
 
     @property
     def kind(self) -> str:
@@ -180,6 +205,10 @@ class JobSpec:
             parts.append("no-reuse")
         if self.bad:
             parts.append(f"BAD={self.bad}{self.bad_config or ''}")
+        if self.long:
+            parts.append(f"long(cost={self.cost_s:.2g}s)")
+        if self.checkpoint_interval_s is not None:
+            parts.append(f"ckpt={self.checkpoint_interval_s}")
         if self.kill_before:
             parts.append("after-kill")
         return " ".join(parts)
@@ -194,9 +223,12 @@ def needs_merge(policy: str, max_rounds: int, num_mappers: int, num_reducers: in
 
 
 def _good_spec(rng: random.Random, index: int, shape: tuple[int, int], policies: list[str],
-               max_records: int) -> JobSpec:
-    """A random valid job."""
+               max_records: int, long: bool = False) -> JobSpec:
+    """A random valid job; a ``long`` one lasts several checkpoint intervals (its reducer,
+    a user one without ``merge`` half of the time, is wrapped in ``WithCost``)."""
     size = min(rng.choices(SIZES, SIZE_WEIGHTS)[0], max_records)
+    if long:
+        size = min(rng.choice(LONG_SIZES), max(1, max_records))
     source = rng.choice(SOURCES)
     kind = RECORD_KIND[source]
     scalar_type = rng.choice(("str", "int"))
@@ -213,6 +245,8 @@ def _good_spec(rng: random.Random, index: int, shape: tuple[int, int], policies:
     if numeric:
         reducers += ["sum", "sum", "mean"]
     reducer = rng.choice(reducers)
+    if long:
+        reducer = "nomerge" if rng.random() < 0.5 else rng.choice([r for r in reducers if r != "cost"])
     if reducer == "cost" and size > COST_MAX_RECORDS:
         reducer = "count"
     column: str | None = None
@@ -237,6 +271,7 @@ def _good_spec(rng: random.Random, index: int, shape: tuple[int, int], policies:
         column=column, policy=policy, num_mappers=shape[0], num_reducers=shape[1], max_rounds=max_rounds,
         tau=rng.choice((0.0, 0.2, 1.0)), batch_size=batch_size, chunk_size=chunk_size,
         reuse_actors=rng.random() >= 0.05, progress=rng.random() < 0.1, topk_k=rng.randint(1, 5),
+        long=long,
     )
 
 
@@ -301,12 +336,14 @@ def _fit_to_kind(spec: JobSpec) -> JobSpec:
 
 
 def make_specs(jobs: int, seed: int, kill_rate: float, bad_rate: float, max_records: int,
-               shape_change_rate: float, max_width: int = 4) -> list[JobSpec]:
+               shape_change_rate: float, max_width: int = 4, long_every: int = 10) -> list[JobSpec]:
     """Draws the whole soak up front (deterministic in ``seed``).
 
     The mapper/reducer shape changes with probability ``shape_change_rate`` per job, so
     that warm pools are both reused and replaced. A job right after an actor kill is
-    always a valid one (it must succeed).
+    always a valid one (it must succeed). Job ``i`` is a long, valid one when
+    ``i % long_every == long_every // 2`` (none with ``long_every=0``), so that even a
+    short soak has one.
     """
     rng = random.Random(seed)
     policies = sorted(dpa.policies())
@@ -316,8 +353,9 @@ def make_specs(jobs: int, seed: int, kill_rate: float, bad_rate: float, max_reco
         if rng.random() < shape_change_rate:
             shape = (rng.randint(1, max_width), rng.randint(1, max_width))
         kill = i > 0 and rng.random() < kill_rate
-        bad = None if kill or rng.random() >= bad_rate else rng.choice(sorted(BAD_KINDS))
-        spec = _good_spec(rng, i, shape, policies, max_records)
+        long = long_every > 0 and i % long_every == long_every // 2
+        bad = None if kill or long or rng.random() >= bad_rate else rng.choice(sorted(BAD_KINDS))
+        spec = _good_spec(rng, i, shape, policies, max_records, long)
         if bad is not None:
             spec = _make_bad(spec, bad, rng, policies)
         spec.kill_before = kill
@@ -602,6 +640,8 @@ def prepare(spec: JobSpec) -> Prepared:
         "bomb_add": lambda: BombOnAdd(dpa_col, name="span"),
         "bomb_finalize": lambda: BombOnFinalize(dpa_col, name="span"),
     }[spec.reducer]()
+    if spec.long:
+        reducer = dpa.WithCost(reducer, spec.cost_s)
 
     map_fn: Any = None
     py_map: Callable[[Any], list[Any]] | None = None
@@ -689,6 +729,8 @@ class Outcome:
     raw_ray_error: bool = False
     after_kill: bool = False
     thread: str = ""
+    long: bool = False
+    checkpoints: int | None = None
 
 
 @dataclass
@@ -715,29 +757,25 @@ def _config(spec: JobSpec, timeout_s: float, runtime: str) -> dpa.JobConfig:
         fields["batch_size"] = spec.batch_size
     if spec.chunk_size is not None:
         fields["chunk_size"] = spec.chunk_size
+    if spec.checkpoint_interval_s is not None:
+        fields["checkpoint_interval_s"] = spec.checkpoint_interval_s
     fields.update(spec.bad_config)
     return dpa.JobConfig(**fields)
 
 
-def run_job(running: _Running, timeout_s: float, runtime: str = "ray") -> Outcome:
-    """Runs one job on a driver thread and judges it; never raises."""
-    spec = running.spec
-    running.started = time.monotonic()
-    thread = threading.current_thread().name
+def _attempt(spec: JobSpec, timeout_s: float, runtime: str) -> tuple[str, str, BaseException | None, int | None]:
+    """Runs ``spec`` once on ``runtime`` and judges it against the oracle.
 
-    def outcome(kind: str, detail: str, exc: BaseException | None = None) -> Outcome:
-        detail = " ".join(detail.split())
-        return Outcome(spec.index, kind, detail, time.monotonic() - (running.started or 0.0), spec.describe(),
-                       bad=spec.bad, error_type=None if exc is None else _error_name(exc),
-                       raw_ray_error=exc is not None and _is_raw_ray(exc), after_kill=spec.kill_before,
-                       thread=thread)
-
+    Returns:
+        ``(outcome, detail, exception, checkpoints)``: an :data:`OUTCOMES` name (not
+        ``runtime_mismatch``), what happened, the exception raised (None if none) and the
+        checkpoints the job took (None if it failed).
+    """
     try:
         prep = prepare(spec)
         want, want_records = oracle(spec, prep) if spec.bad is None else ({}, 0)
     except Exception as exc:
-        return outcome("harness_error", f"building the job failed: {traceback.format_exc(limit=3)}", exc)
-
+        return "harness_error", f"building the job failed: {traceback.format_exc(limit=3)}", exc, None
     seen: list[int] = []
     try:
         config = _config(spec, timeout_s, runtime)
@@ -747,29 +785,63 @@ def run_job(running: _Running, timeout_s: float, runtime: str = "ray") -> Outcom
         res = dpa.run(prep.source, key=prep.key, reducer=prep.reducer, map_fn=prep.map_fn, config=config, **extra)
         got = res.to_dict()
         processed = sum(res.stats.processed)
+        checkpoints = int(getattr(res.stats, "checkpoints", 0) or 0)
     except BaseException as exc:  # judged below; KeyboardInterrupt too, so the soak reports it
         message = f"{_error_name(exc)}: {str(exc)[:400]}"
         if isinstance(exc, dpa.JobFailedError) and "timeout_s=" in str(exc):
-            return outcome("hang", f"dpa's own timeout fired: {message}", exc)
+            return "hang", f"dpa's own timeout fired: {message}", exc, None
         if spec.bad is not None:
             accepted = BAD_KINDS[spec.bad]
             if isinstance(exc, accepted):
-                return outcome("expected_error", message, exc)
+                return "expected_error", message, exc, None
             names = "/".join(c.__name__ for c in accepted)
-            return outcome("unexpected_error", f"expected {names} for {spec.bad}, got {message}", exc)
-        return outcome("unexpected_error", message, exc)
+            return "unexpected_error", f"expected {names} for {spec.bad}, got {message}", exc, None
+        return "unexpected_error", message, exc, None
 
     if spec.bad is not None:
         names = "/".join(c.__name__ for c in BAD_KINDS[spec.bad])
-        return outcome("unexpected_error", f"expected {names} for {spec.bad}, but the job succeeded "
-                                           f"with {len(got)} keys")
+        return ("unexpected_error", f"expected {names} for {spec.bad}, but the job succeeded with {len(got)} keys",
+                None, checkpoints)
     diff = compare(spec, got, want)
     if diff is not None:
-        return outcome("wrong_result", diff)
+        return "wrong_result", diff, None, checkpoints
     if processed != want_records:
-        return outcome("wrong_result", f"result right, but stats.processed sums to {processed}, "
-                                       f"not {want_records} records")
-    return outcome("ok", f"{len(got)} keys, {want_records} records")
+        return ("wrong_result", f"result right, but stats.processed sums to {processed}, not {want_records} records",
+                None, checkpoints)
+    return "ok", f"{len(got)} keys, {want_records} records", None, checkpoints
+
+
+def _disagreement(ray_out: tuple[str, str, BaseException | None, int | None],
+                  local_out: tuple[str, str, BaseException | None, int | None]) -> str | None:
+    """What differs between the Ray and the local runtime's run of one job, or None. Both
+    must succeed with the oracle's answer, or both raise the same exception class."""
+    (r_kind, r_detail, r_exc, _), (l_kind, l_detail, l_exc, _) = ray_out, local_out
+    r_err = None if r_exc is None else _error_name(r_exc)
+    l_err = None if l_exc is None else _error_name(l_exc)
+    if r_kind == l_kind and r_err == l_err:
+        return None
+    return (f"Ray: {r_kind} ({r_err or r_detail[:120]}); local: {l_kind} "
+            f"({l_err or l_detail[:120]}): {l_detail[:200]}")
+
+
+def run_job(running: _Running, timeout_s: float, runtime: str = "ray", local_check: bool = False) -> Outcome:
+    """Runs one job on a driver thread and judges it; never raises. With ``local_check``
+    (and ``runtime="ray"``) the job then runs on ``runtime="local"`` too, which must agree."""
+    spec = running.spec
+    running.started = time.monotonic()
+    thread = threading.current_thread().name
+    kind, detail, exc, checkpoints = first = _attempt(spec, timeout_s, runtime)
+    seconds = time.monotonic() - running.started
+    if local_check and runtime == "ray" and kind not in ("hang", "harness_error"):
+        diff = _disagreement(first, _attempt(spec, timeout_s, "local"))
+        if diff is not None and kind in ("ok", "expected_error"):
+            kind, detail = "runtime_mismatch", diff
+        elif diff is not None:
+            detail = f"{detail} [runtimes disagree: {diff}]"
+    return Outcome(spec.index, kind, " ".join(detail.split()), seconds, spec.describe(),
+                   bad=spec.bad, error_type=None if exc is None else _error_name(exc),
+                   raw_ray_error=exc is not None and _is_raw_ray(exc), after_kill=spec.kill_before,
+                   thread=thread, long=spec.long, checkpoints=checkpoints)
 
 
 # ----------------------------------------------------------------------------- actors
@@ -974,7 +1046,8 @@ class Soak:
                     self.not_run += len(specs) - spec.index
                     break
                 running = _Running(spec)
-                self.inflight[pool.submit(run_job, running, self.opts.timeout_s, self.opts.runtime)] = running
+                self.inflight[pool.submit(run_job, running, self.opts.timeout_s, self.opts.runtime,
+                                         self.opts.local_check)] = running
             self._wait(0)
             self._sample_memory(len(specs))
         finally:
@@ -1029,6 +1102,7 @@ NUMBER_OPTIONS: tuple[tuple[str, type, float | None, str], ...] = (
     ("--mem-every", int, None, "sample memory every N jobs (default jobs/15)"),
     ("--mem-bound", float, 1.5, "allowed memory growth after warm-up (x)"),
     ("--warmup", int, None, "jobs before the memory baseline (default jobs/5)"),
+    ("--long-every", int, 10, "every N-th job is a long one, lasting several checkpoint intervals (0: none)"),
 )
 
 
@@ -1042,6 +1116,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="let the first dpa.run start Ray from a driver thread (default: the main thread)")
     p.add_argument("--runtime", choices=("ray", "local"), default="ray",
                    help="'local' runs the same jobs in-process without Ray (checks the soak's oracle)")
+    p.add_argument("--no-local-check", dest="local_check", action="store_false",
+                   help="do not run every job on runtime='local' too (by default both runtimes must agree)")
+    p.add_argument("--only", default=None, metavar="I,J",
+                   help="run only these jobs of the mix (indices, comma-separated): replays them")
+    p.add_argument("--print-specs", action="store_true", help="print the jobs of the mix and exit")
     p.add_argument("--json", default=None, metavar="PATH", help="write the summary as JSON")
     p.add_argument("--verbose", action="store_true", help="print every job and Ray's worker logs")
     return p
@@ -1059,8 +1138,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             opts.max_records = 5_000
         if "--timeout-s" not in explicit:
             opts.timeout_s = 60.0
-    if opts.jobs < 1 or opts.threads < 1 or opts.max_width < 1:
-        p.error("--jobs, --threads and --max-width must be >= 1")
+    if opts.jobs < 1 or opts.threads < 1 or opts.max_width < 1 or opts.long_every < 0:
+        p.error("--jobs, --threads and --max-width must be >= 1, --long-every >= 0")
+    try:
+        opts.only = None if opts.only is None else sorted({int(i) for i in opts.only.split(",") if i.strip()})
+    except ValueError:
+        p.error(f"--only takes job indices separated by commas, got {opts.only!r}")
     opts.mem_every = opts.mem_every or max(1, opts.jobs // 15)
     opts.warmup = opts.warmup if opts.warmup is not None else max(opts.mem_every, opts.jobs // 5)
     return opts
@@ -1084,7 +1167,9 @@ def run_soak(opts: argparse.Namespace) -> dict[str, Any]:
 
                 ensure_ray(logging_level="ERROR", log_to_driver=opts.verbose)
         specs = make_specs(opts.jobs, opts.seed, opts.kill_rate, opts.bad_rate, opts.max_records,
-                           opts.shape_change_rate, opts.max_width)
+                           opts.shape_change_rate, opts.max_width, opts.long_every)
+        if opts.only is not None:
+            specs = [s for s in specs if s.index in opts.only]
         print(f"soak: {opts.jobs} jobs, seed {opts.seed}, {opts.threads} threads, kill rate {opts.kill_rate}, "
               f"bad rate {opts.bad_rate}, up to {opts.max_records:,} records, timeout_s {opts.timeout_s}",
               flush=True)
@@ -1103,6 +1188,7 @@ def run_soak(opts: argparse.Namespace) -> dict[str, Any]:
             ray.shutdown()
 
     counts = collections.Counter(o.outcome for o in soak.outcomes)
+    long_jobs = [o for o in soak.outcomes if o.long]
     bad_table: dict[str, dict[str, int]] = {}
     for o in soak.outcomes:
         if o.bad is not None:
@@ -1130,11 +1216,17 @@ def run_soak(opts: argparse.Namespace) -> dict[str, Any]:
         "leaked_actors": leaked,
         "actor_list_via": "state API" if watch.state_api else "list_named_actors",
         "memory": memory,
+        "local_check": bool(opts.local_check and opts.runtime == "ray"),
+        "long_jobs_run": len(long_jobs),
+        "long_job_seconds": sorted(round(o.seconds, 1) for o in long_jobs),
+        "longest_job_s": round(max((o.seconds for o in soak.outcomes), default=0.0), 1),
+        "checkpoints": sum(o.checkpoints or 0 for o in soak.outcomes),
         "failures": failures,
         "wall_s": round(time.monotonic() - soak.t0, 1),
     }
     summary["passed"] = not (counts.get("wrong_result") or counts.get("unexpected_error") or counts.get("hang")
-                             or counts.get("harness_error") or leaked or memory["growth"])
+                             or counts.get("runtime_mismatch") or counts.get("harness_error") or leaked
+                             or memory["growth"])
     return summary
 
 
@@ -1157,7 +1249,12 @@ def print_summary(summary: dict[str, Any]) -> None:
         ("wrong result", out["wrong_result"]),
         ("unexpected error", f"{out['unexpected_error']} ({summary['raw_ray_errors']} raw Ray exceptions)"),
         ("hang", out["hang"]),
+        ("Ray and local disagree", out["runtime_mismatch"] if summary["local_check"] else "not checked"),
         ("harness error", out["harness_error"]),
+        ("long jobs: run / Ray seconds (min-max)",
+         f"{summary['long_jobs_run']} / {min(summary['long_job_seconds'], default=0)}-"
+         f"{max(summary['long_job_seconds'], default=0)} s"),
+        ("checkpoints taken (Ray)", summary["checkpoints"]),
         ("actor kills injected", f"{summary['kills_injected']} (skipped, none alive: "
                                  f"{summary['kills_skipped_no_actor']})"),
         ("jobs right after a kill failed", f"{summary['jobs_after_kill_failed']} of {summary['jobs_after_kill']}"),
@@ -1181,9 +1278,15 @@ def print_summary(summary: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Runs the soak; returns 1 on any wrong result, unexpected error, hang, leak or memory
-    growth beyond the bound, else 0."""
+    """Runs the soak; returns 1 on any wrong result, unexpected error, hang, disagreement of
+    the runtimes, leak or memory growth beyond the bound, else 0."""
     opts = parse_args(argv)
+    if opts.print_specs:
+        for spec in make_specs(opts.jobs, opts.seed, opts.kill_rate, opts.bad_rate, opts.max_records,
+                               opts.shape_change_rate, opts.max_width, opts.long_every):
+            if opts.only is None or spec.index in opts.only:
+                print(spec.describe())
+        return 0
     summary = run_soak(opts)
     print_summary(summary)
     write_json(opts.json, summary)
