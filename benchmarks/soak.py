@@ -363,6 +363,37 @@ def make_specs(jobs: int, seed: int, kill_rate: float, bad_rate: float, max_reco
     return specs
 
 
+def regression_specs() -> dict[int, JobSpec]:
+    """Jobs that once failed, by their index in the soak that found them (seed 33), for
+    the regression tests:
+
+    * ``#31 arrow n=5000 key=multi map=none red=nomerge(v) pol=hash m3r2 rounds=0 bs=100 cs=256``
+    * ``#74 arrow_gen n=100000 key=callable_tuple map=batch_arrow red=nomerge(k) pol=hash m3r3
+      rounds=0 bs=1000 cs=334``
+    * ``#100 pandas n=1 key=callable map=explode red=sum(v) pol=potc m1r3 rounds=2 bs=1000 cs=16``
+    * ``#127 pandas n=1 key=callable map=explode red=min(k) pol=mixed m2r3 rounds=1 bs=1000``
+
+    The merge-less ones (#31, #74) failed once a checkpoint was taken: they run with a
+    short ``checkpoint_interval_s`` so that they outlive several intervals. The one-record
+    ones (#100, #127) have a record that ``explode`` drops (seed 11): the map output is empty.
+    """
+    common: dict[str, Any] = dict(scalar_type="str", nulls=False, tau=0.0, reuse_actors=True, progress=False)
+    return {
+        31: JobSpec(index=31, seed=31, size=5000, source="arrow", vocab=100, key="multi", map="none",
+                    reducer="nomerge", column="v", policy="hash", num_mappers=3, num_reducers=2,
+                    max_rounds=0, batch_size=100, chunk_size=256, checkpoint_interval_s=0.05, **common),
+        74: JobSpec(index=74, seed=74, size=100_000, source="arrow_gen", vocab=10_000, key="callable_tuple",
+                    map="batch_arrow", reducer="nomerge", column="k", policy="hash", num_mappers=3,
+                    num_reducers=3, max_rounds=0, batch_size=1000, chunk_size=334, **common),
+        100: JobSpec(index=100, seed=11, size=1, source="pandas", vocab=5, key="callable", map="explode",
+                    reducer="sum", column="v", policy="potc", num_mappers=1, num_reducers=3, max_rounds=2,
+                    batch_size=1000, chunk_size=16, **common),
+        127: JobSpec(index=127, seed=11, size=1, source="pandas", vocab=5, key="callable", map="explode",
+                    reducer="min", column="k", policy="mixed", num_mappers=2, num_reducers=3, max_rounds=1,
+                    batch_size=1000, chunk_size=None, **common),
+    }
+
+
 # ----------------------------------------------------------------------------- user code
 # Module-level so that Ray can pickle them (by value: see _pickle_by_value).
 

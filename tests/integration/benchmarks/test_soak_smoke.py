@@ -1,7 +1,9 @@
 """A short run of the soak (``benchmarks/soak.py``) against the session's Ray.
 
 Twelve mixed jobs from two driver threads, with bad inputs and actor kills between jobs:
-no wrong result, no unexpected error, no hang, no dpa actor left after ``dpa.shutdown()``.
+no wrong result, no unexpected error, no hang, no dpa actor left after ``dpa.shutdown()``,
+and the local runtime agrees with Ray on every job. One job is a long one, lasting more
+than a default checkpoint interval (1 s), so the checkpoint path runs.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ def test_soak_smoke_has_no_wrong_results_unexpected_errors_hangs_or_leaks(tmp_pa
     assert outcomes["wrong_result"] == 0, failures
     assert outcomes["unexpected_error"] == 0, failures
     assert outcomes["hang"] == 0, failures
+    assert outcomes["runtime_mismatch"] == 0, failures
+    assert summary["local_check"]
+    assert summary["long_jobs_run"] == 1 and summary["long_job_seconds"][0] > 1.0, summary["long_job_seconds"]
     assert outcomes["harness_error"] == 0, failures
     assert summary["raw_ray_errors"] == 0, failures
     assert summary["kills_injected"] >= 1
