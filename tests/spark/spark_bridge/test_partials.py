@@ -120,7 +120,7 @@ def test_native_top_k_is_largest_first_per_key(spark, derived, column):
 
 
 def test_native_equals_dpa_own_combine_with_nan(spark):
-    """Float min/max follow dpa's (Arrow's) rule: NaN only where a key has nothing else."""
+    """Float min/max/top-k order NaN as Spark does (above every number), natively or not."""
     nan = float("nan")
     df = spark.createDataFrame([(1, nan), (1, 2.5), (2, nan), (2, None), (3, None), (1, -1.0)], "k int, x double")
     df = df.repartition(2).selectExpr("k", "x")
