@@ -176,3 +176,31 @@ def test_kills_and_a_node_removed_mid_job_on_a_three_node_cluster(tmp_path):
     assert sum("random-kill" in line for line in lines) == 6
     assert sum("'recoveries': 1" in line for line in lines) >= 6  # most kills landed mid-job
     assert "exact=False" not in out.stdout
+
+
+class _CountNoMerge(dpa.Reducer):
+    """A user reducer without ``merge`` (valid with policy="hash")."""
+
+    def create(self):
+        return 0
+
+    def add(self, acc, value):
+        return acc + 1
+
+    def finalize(self, acc):
+        return acc
+
+
+def test_a_reducer_without_merge_outlives_many_intervals_and_a_kill_replays_the_whole_input():
+    reducer = dpa.WithCost(_CountNoMerge("k", name="count"), 1e-3)
+    table = pa.table({"k": KEYS})
+    calm = dpa.run(table, key="k", reducer=reducer, config=_config(policy="hash"))
+    assert _counts(calm) == EXPECTED and calm.stats.checkpoints == 0
+    killed: list = []
+    thread = _kill_later("reducer-1", 0.8, killed)
+    res = dpa.run(table, key="k", reducer=reducer, config=_config(policy="hash"))
+    thread.join()
+    assert _counts(res) == EXPECTED
+    assert sum(res.stats.processed) == len(KEYS) and res.stats.checkpoints == 0
+    if killed and res.stats.recoveries:
+        assert res.stats.recoveries[0].epoch == -1  # back to the start: nothing to merge

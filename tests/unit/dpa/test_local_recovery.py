@@ -129,3 +129,27 @@ def test_a_restarted_balancer_continues_from_the_checkpoints_routing(policy):
     # the new balancer's versions go on from the checkpoint's snapshot, not from 0
     before = [e.version for e in first.events if e.time_s <= rec.at_s - 1.0]
     assert before and out.final_snapshot.version >= max(before)
+
+
+class CountNoMerge(dpa.Reducer):
+    """A user reducer without ``merge``: valid where each key stays on one reducer."""
+
+    def create(self):
+        return 0
+
+    def add(self, acc, value):
+        return acc + 1
+
+    def finalize(self, acc):
+        return acc
+
+
+@pytest.mark.parametrize("faults", [[], [(5.0, "reducer-1")], [(2.0, "mapper-0"), (6.0, "reducer-4")]],
+                         ids=["no-failure", "reducer", "mapper-and-reducer"])
+def test_a_reducer_without_merge_takes_no_checkpoints_and_a_failure_replays_the_whole_input(faults):
+    out = _run("hash", faults, reducer=dpa.WithCost(CountNoMerge("k", name="count"), 1e-3))
+    assert out.virtual_time_s > 5 * 0.5  # outlived several checkpoint intervals
+    assert _counts(out) == EXPECTED and sum(out.processed) == len(KEYS)
+    assert out.checkpoints == 0
+    assert len(out.recoveries) == len(faults)
+    assert all(rec.epoch == -1 for rec in out.recoveries)
