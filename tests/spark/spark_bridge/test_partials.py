@@ -222,9 +222,9 @@ def _over_rdd(frame) -> bool:
 
 
 MAP_SIDE = [dpa.Count(), dpa.Sum("n_int"), dpa.Sum("n_long"), dpa.Sum("n_double"), dpa.Min("n_long"),
-            dpa.Max("text"), dpa.Min("n_dec"), dpa.Mean("n_long"), dpa.Mean("n_int")]
-PARTITION_GROUPING = [dpa.Sum("n_dec"), dpa.Min("n_double"), dpa.Max("n_double"), dpa.Collect("text"),
-                      dpa.TopK("n_long", 3)]
+            dpa.Max("text"), dpa.Min("n_dec"), dpa.Mean("n_long"), dpa.Mean("n_int"), dpa.Min("n_double"),
+            dpa.Max("n_double")]
+PARTITION_GROUPING = [dpa.Sum("n_dec"), dpa.Collect("text"), dpa.TopK("n_long", 3)]
 
 
 @pytest.mark.parametrize("reducer", MAP_SIDE, ids=repr)
