@@ -178,21 +178,20 @@ def test_kills_and_a_node_removed_mid_job_on_a_three_node_cluster(tmp_path):
     assert "exact=False" not in out.stdout
 
 
-class _CountNoMerge(dpa.Reducer):
-    """A user reducer without ``merge`` (valid with policy="hash")."""
-
-    def create(self):
-        return 0
-
-    def add(self, acc, value):
-        return acc + 1
-
-    def finalize(self, acc):
-        return acc
-
-
 def test_a_reducer_without_merge_outlives_many_intervals_and_a_kill_replays_the_whole_input():
-    reducer = dpa.WithCost(_CountNoMerge("k", name="count"), 1e-3)
+    class CountNoMerge(dpa.Reducer):  # (local: shipped to the actors by value)
+        """A user reducer without ``merge`` (valid with policy="hash")."""
+
+        def create(self):
+            return 0
+
+        def add(self, acc, value):
+            return acc + 1
+
+        def finalize(self, acc):
+            return acc
+
+    reducer = dpa.WithCost(CountNoMerge("k", name="count"), 1e-3)
     table = pa.table({"k": KEYS})
     calm = dpa.run(table, key="k", reducer=reducer, config=_config(policy="hash"))
     assert _counts(calm) == EXPECTED and calm.stats.checkpoints == 0
