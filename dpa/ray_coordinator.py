@@ -160,6 +160,8 @@ class CoordinatorActor:
         self.member_run: str | None = None  # the run members were last started with
         self.failed: str | None = None
         self.job_task: asyncio.Task | None = None
+        self.members_changed = asyncio.Event()  # (a run's own, from its start)
+        self.checkpoint_error: BaseException | None = None  # user code raised in a checkpoint
         self.cond = asyncio.Condition()
         self.blocks: deque[Any] = deque()
         # Per member (by actor id), the peers' handles (by actor id) its last start_job
@@ -386,9 +388,14 @@ class CoordinatorActor:
                         for i, r in zip(slots, reducers)])
                 await asyncio.gather(*[r.release_checkpoint.remote(run_id) for r in reducers])
                 snapshot = await self.balancer.snapshot.remote(run_id)
-            except Exception:  # a member died: the run is recovered from the previous checkpoint
+            except Exception as exc:  # a member died: the run is recovered from the previous checkpoint
                 if run_id == self.run_id:
                     self.logic.ledger.abandon_close()
+                    if not member_lost(exc):
+                        # User code raised while a share was cut (a reducer's merge() folding
+                        # the epochs): that reducer's state is no longer whole, so the job fails.
+                        self.checkpoint_error = exc
+                        self.members_changed.set()
                 return
         if run_id != self.run_id:
             return
@@ -548,6 +555,7 @@ class CoordinatorActor:
             recoveries[-1].recover_s = time.monotonic() - recoveries[-1].at_s - self.job_started
         self.tasks = tasks  # (a scale-out adds its reducers' loops)
         self.members_changed = asyncio.Event()
+        self.checkpoint_error = None
         for role, actor in self._job_members():
             method = actor.run if role.startswith("mapper") else actor.serve
             tasks[asyncio.ensure_future(await_ref(method.remote(run_id)))] = f"dpa:{self.pool_id}:{role}"
@@ -566,6 +574,10 @@ class CoordinatorActor:
                     if member_lost(fut.exception()):
                         raise _Lost(tasks[fut], fut.exception())
                     raise self._fail(tasks[fut], fut.exception())
+            if self.checkpoint_error is not None:
+                raise self._fail(f"dpa:{self.pool_id}:checkpoint", self.checkpoint_error)
+        if self.checkpoint_error is not None:
+            raise self._fail(f"dpa:{self.pool_id}:checkpoint", self.checkpoint_error)
         try:
             # The balancer stops first: the reducers end on its final routing (and hand
             # over the states it moves) with no newer one on the way.

@@ -203,3 +203,36 @@ def test_a_reducer_without_merge_outlives_many_intervals_and_a_kill_replays_the_
     assert sum(res.stats.processed) == len(KEYS) and res.stats.checkpoints == 0
     if killed and res.stats.recoveries:
         assert res.stats.recoveries[0].epoch == -1  # back to the start: nothing to merge
+
+
+def _merge_raising_once():
+    """A counting reducer whose merge raises the first time it is called in a process:
+    with keys kept in place (hash), that is in a checkpoint folding the epochs' states."""
+    raised = {"once": False}
+
+    class MergeRaisesOnce(dpa.Reducer):  # (local: shipped to the actors by value)
+        def create(self):
+            return 0
+
+        def add(self, acc, value):
+            return acc + 1
+
+        def merge(self, a, b):
+            if not raised["once"]:
+                raised["once"] = True
+                raise ValueError("merge refuses to combine")
+            return a + b
+
+        def finalize(self, acc):
+            return acc
+
+    return dpa.WithCost(MergeRaisesOnce("k", name="count"), 1e-3)
+
+
+@pytest.mark.parametrize("runtime", ["ray", "local"])
+def test_a_merge_that_raises_while_a_checkpoint_folds_the_epochs_fails_the_job(runtime):
+    # The checkpoint's share is not whole once merge() raised: the job must fail, never go
+    # on without the records of the epoch being folded.
+    with pytest.raises(dpa.JobFailedError, match="merge refuses to combine"):
+        dpa.run(pa.table({"k": KEYS}), key="k", reducer=_merge_raising_once(),
+                config=_config(policy="hash", runtime=runtime))
