@@ -8,13 +8,15 @@ import pytest
 
 import dpa
 from spark_bridge import run_with_result
-from spark_bridge.paths import choose_path, is_raydp_session
+from spark_bridge.paths import choose_path, is_connect, is_raydp_session
 
 from .cases import assert_same_rows, check_equals_spark, reducer_cases, skewed_frame
+from .conftest import CONNECT
 
 
 def test_a_session_without_raydp_takes_the_staged_path(spark):
     df = skewed_frame(spark)
+    assert is_connect(df) == CONNECT
     assert not is_raydp_session(df)
     assert choose_path(df) == "staged"
     with pytest.raises(dpa.ConfigError, match="path='raydp' needs RayDP"):
