@@ -48,7 +48,8 @@ def _session(raydp: bool) -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     return (SparkSession.builder.master("local[2]").appName("dpa-spark-paths")
             .config("spark.driver.extraJavaOptions", JAVA17_OPTIONS).config("spark.driver.memory", "2g")
-            .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false").getOrCreate())
+            .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false").getOrCreate())
 
 
 def _rows(df: Any) -> list[tuple]:
