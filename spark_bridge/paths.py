@@ -32,7 +32,7 @@ def is_connect(df: Any) -> bool:
 
 
 def is_raydp_session(df: Any) -> bool:
-    """Whether ``df`` belongs to the running RayDP session of this process.
+    """Whether ``df`` belongs to the running RayDP session (its SparkContext) of this process.
 
     False when RayDP is not installed, no RayDP session runs, ``df`` is a Spark Connect
     DataFrame, or its session is another one (e.g. a plain ``local[*]`` session).
@@ -45,7 +45,8 @@ def is_raydp_session(df: Any) -> bool:
         session = _raydp_session()
     except ImportError:
         return False
-    return session is not None and df.sparkSession is session
+    # RayDP's executors belong to its SparkContext: any session on it (newSession()) works.
+    return session is not None and df.sparkSession.sparkContext is session.sparkContext
 
 
 def choose_path(df: Any, path: str | None = None) -> str:
