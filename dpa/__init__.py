@@ -16,7 +16,9 @@ returns a :class:`dpa.Result`. Then read, in this order:
 * :mod:`dpa.reducers` and :mod:`dpa.state` — the combine contract and keyed state;
 * :mod:`dpa.partitioners` — the DPA ring policies, the literature's and dpa's own ``hybrid``;
   :mod:`dpa.sketches` — lossy counting and SpaceSaving; :mod:`dpa.simulate` — replay a key
-  stream through any policy without Ray.
+  stream through any policy without Ray;
+* :mod:`dpa.groupby` — ``dpa.groupby(ds, key).sum("v")``: Ray Data's groupby, returning a
+  ``ray.data.Dataset`` built by :mod:`dpa.ray_dataset` from the reducers' result blocks.
 """
 
 from dpa.api import run
@@ -32,6 +34,7 @@ from dpa.errors import (
     SchemaError,
     UserCodeError,
 )
+from dpa.groupby import GroupedDataset, groupby
 from dpa.keys import encode_key, hash_key
 from dpa.metrics import skew
 from dpa.partitioners import (
@@ -56,7 +59,7 @@ from dpa.sources import ArrowRefs, ParquetFiles
 from dpa.user_code import BatchMap
 
 __all__ = [
-    "run", "Result", "Stats", "Recovery", "ScalingEvent", "JobConfig", "BatchMap", "ArrowRefs", "ParquetFiles",
+    "run", "groupby", "GroupedDataset", "Result", "Stats", "Recovery", "ScalingEvent", "JobConfig", "BatchMap", "ArrowRefs", "ParquetFiles",
     "Reducer", "Count", "Sum", "Min", "Max", "Mean", "Collect", "TopK", "WithCost",
     "HashRing", "RingSnapshot", "PolicySpec", "RebalanceEvent", "policies", "register_policy",
     "PolicySettings", "JobShape", "RingSettings", "HashSettings", "ShuffleSettings", "PKGSettings",

@@ -124,7 +124,9 @@ class Result:
 
     The result has the key column(s) followed by the reducer's output column. On the Ray
     runtime the per-reducer parts stay in the object store (:attr:`arrow_refs`) until
-    asked for, so the Spark bridge can hand them on without collecting on the driver.
+    asked for, so :meth:`to_ray_dataset` and the Spark bridge hand them on without
+    collecting on the driver; :meth:`to_arrow`, :meth:`to_pandas` and :meth:`to_dict`
+    gather them.
     """
 
     def __init__(self, tables: list[pa.Table] | None, empty: pa.Table, key_cols: list[str],
@@ -136,6 +138,7 @@ class Result:
         self.value_column = value_col
         self.stats = stats
         self.arrow_refs = arrow_refs
+        self._dataset: Any = None
 
     @property
     def schema(self) -> pa.Schema:
@@ -153,6 +156,24 @@ class Result:
                 self._tables = tables
             self._table = concat_results(tables, self._empty)
         return self._table
+
+    def to_ray_dataset(self) -> Any:
+        """The result as a ``ray.data.Dataset``, without gathering it on the driver.
+
+        On the Ray runtime the dataset's blocks are the reducers' result tables, where they
+        already are in the object store (:func:`dpa.ray_dataset.result_dataset`): only their
+        schemas are read, and a block whose column types differ from the others' is cast
+        in place. It holds the same rows and types as :meth:`to_arrow`. The in-process
+        runtime's table is put into the object store. The dataset is built once per result.
+        """
+        if self._dataset is None:
+            from dpa.ray_dataset import result_dataset, tables_dataset
+
+            if self.arrow_refs is not None:
+                self._dataset = result_dataset(list(self.arrow_refs), self._empty)
+            else:
+                self._dataset = tables_dataset(list(self._tables or []), self._empty)
+        return self._dataset
 
     def to_pandas(self) -> Any:
         """The result as a ``pandas.DataFrame``."""

@@ -15,7 +15,9 @@ from .convert import (
     spark_to_arrow_refs,
 )
 from .partials import native_partials
+from .paths import choose_path
 from .pushdown import parquet_scan
+from .staged import run_staged
 
 if TYPE_CHECKING:  # pragma: no cover - imported for type hints only
     from pyspark.sql import DataFrame
@@ -70,13 +72,15 @@ def run(
     config: Any = None,
     precombine: bool | str | None = None,
     pushdown: bool | None = None,
+    path: str | None = None,
+    staging_dir: str | None = None,
 ) -> DataFrame:
     """Aggregates ``df`` by ``key`` with dpa; returns a Spark DataFrame.
 
     See :func:`run_with_result` (which also returns the :class:`dpa.Result` with its
     stats) for the arguments.
     """
-    return run_with_result(df, key, reducer, map_fn, config, precombine, pushdown)[0]
+    return run_with_result(df, key, reducer, map_fn, config, precombine, pushdown, path, staging_dir)[0]
 
 
 def can_precombine(reducer: Any, map_fn: Any, config: Any) -> bool:
@@ -131,11 +135,16 @@ def run_with_result(
     config: Any = None,
     precombine: bool | str | None = None,
     pushdown: bool | None = None,
+    path: str | None = None,
+    staging_dir: str | None = None,
 ) -> tuple[DataFrame, Any]:
     """Aggregate ``df`` by ``key`` with a dpa reducer running on Ray actors.
 
-    The DataFrame must belong to a Spark-on-Ray session (see
-    :func:`spark_bridge.get_or_create_spark`). Columns are validated before anything runs;
+    Two paths (:mod:`spark_bridge.paths`; ``result.stats.extra["spark_path"]`` says which
+    ran): a DataFrame of a Spark-on-Ray session (see
+    :func:`spark_bridge.get_or_create_spark`, RayDP) goes the way described below; any
+    other (PySpark 4, Spark Connect, a plain session) crosses through a staging directory
+    of Parquet files (:mod:`spark_bridge.staged`). Columns are validated before anything runs;
     the data goes Spark -> Ray object store -> dpa actors -> Spark; only a result of at most
     :data:`spark_bridge.convert.DRIVER_RESULT_MAX_BYTES` passes through the driver on its way
     back (:func:`spark_bridge.convert.arrow_refs_to_spark`).
@@ -167,6 +176,10 @@ def run_with_result(
             Spark's executors and the object store. ``None`` (default) = whenever possible
             (no ``map_fn``; local, non-partitioned files that pyarrow reads with Spark's
             types); ``False`` = always through Spark; ``True`` = require it.
+        path: ``None`` (default) = ``"raydp"`` for a DataFrame of the RayDP session, else
+            ``"staged"``; or force one (:func:`spark_bridge.paths.choose_path`).
+        staging_dir: Parent of the staged path's Parquet directory (default
+            ``$DPA_SPARK_STAGING`` or the temporary directory); shared with Spark.
 
     Returns:
         ``(DataFrame, dpa.Result)``: the DataFrame has the key columns (input types) followed
@@ -179,11 +192,18 @@ def run_with_result(
     """
     key_columns = _key_columns(key)
     input_schema = df.schema
-    columns = [f.name for f in input_schema.fields]
-
-    # Validate before any Spark job or Ray work starts.
     if map_fn is None:
         result_spark_schema(input_schema, key_columns, reducer)  # column and type checks, fail fast
+    if choose_path(df, path) == "staged":
+        import dpa
+
+        if pushdown:
+            raise ConfigError("pushdown=True needs the RayDP path; the staged path reads through Spark")
+        return run_staged(df, key_columns, reducer, map_fn, dpa.JobConfig() if config is None else config,
+                          precombine, staging_dir)
+    columns = [f.name for f in input_schema.fields]
+
+    # Validated above, before any Spark job or Ray work starts.
     # With a map_fn the key and input columns may be ones it creates: dpa.run checks them
     # on a dry run over the first rows, still before any actor starts.
 
@@ -246,6 +266,7 @@ def run_with_result(
         if source is not None:
             release_spark_dataset(source)
     logger.info("dpa.run finished: %s", getattr(result, "stats", None))
+    result.stats.extra["spark_path"] = "raydp"
 
     if map_fn is None:
         out_schema = result_spark_schema(input_schema, key_columns, reducer, result.schema)

@@ -1,0 +1,147 @@
+"""Result.to_ray_dataset(): the reducers' result blocks as a Ray Dataset, for every reducer."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import ray
+
+import dpa
+from dpa.reducers import Reducer
+
+KEYS = 40
+
+
+def _spread() -> Reducer:
+    class Spread(Reducer):  # defined here: cloudpickle ships it by value to the actors
+        """A user reducer without a columnar path: ``"min..max"`` of ``v`` as a string."""
+
+        def __init__(self) -> None:
+            super().__init__("v", "spread")
+
+        def create(self):
+            return None
+
+        def add(self, acc, value):
+            return (value, value) if acc is None else (min(acc[0], value), max(acc[1], value))
+
+        def merge(self, a, b):
+            return a if b is None else b if a is None else (min(a[0], b[0]), max(a[1], b[1]))
+
+        def finalize(self, acc):
+            return f"{acc[0]}..{acc[1]}"
+
+    return Spread()
+
+
+def _reducers() -> list[Reducer]:
+    """One instance of every reducer dpa exports, reading column ``v`` where it reads one.
+
+    Found from ``dpa.__all__``, so that a new built-in reducer is covered without editing
+    this list: a reducer is built as ``cls("v")``, or ``cls()`` when it takes no column.
+    """
+    out: list[Reducer] = []
+    for name in dpa.__all__:
+        cls = getattr(dpa, name)
+        if not (inspect.isclass(cls) and issubclass(cls, Reducer)) or cls is Reducer:
+            continue
+        if name == "WithCost":
+            out.append(dpa.WithCost(dpa.Count(), 0.0))
+            continue
+        params = list(inspect.signature(cls.__init__).parameters)
+        out.append(cls("v") if "column" in params else cls())
+    return [*out, _spread()]
+
+
+def _table(rows: int = 3000, seed: int = 3) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    keys = np.minimum(rng.zipf(1.3, rows), KEYS).astype(np.int64)
+    v = rng.integers(-50, 50, rows).astype(np.int64)
+    return pa.table({"k": keys, "v": v})
+
+
+def _sorted(table: pa.Table) -> pa.Table:
+    return table.sort_by([("k", "ascending")])
+
+
+def _canonical(table: pa.Table) -> pa.Table:
+    """Sorted by key, list values sorted too (the order Collect gathers in is not fixed)."""
+    table = _sorted(table)
+    for i, field in enumerate(table.schema):
+        if pa.types.is_list(field.type) or pa.types.is_large_list(field.type):
+            values = [None if v is None else sorted(v) for v in table[field.name].to_pylist()]
+            table = table.set_column(i, field, pa.array(values, field.type))
+    return table
+
+
+def _collected(ds) -> pa.Table:
+    return pa.concat_tables(ray.get(list(ds.to_arrow_refs())))
+
+
+@pytest.mark.parametrize("reducer", _reducers(), ids=repr)
+def test_round_trips_every_reducer(ray_session, reducer):
+    data = _table()
+    source = ray.data.from_arrow([data.slice(0, 1500), data.slice(1500)])
+    result = dpa.run(source, key="k", reducer=reducer, runtime="ray", num_mappers=2, num_reducers=4)
+    ds = result.to_ray_dataset()
+    got = _collected(ds)
+    want = result.to_arrow()
+    assert got.schema.equals(want.schema), (got.schema, want.schema)
+    assert _sorted(got).equals(_sorted(want))
+    # The local oracle agrees too, through its own to_ray_dataset().
+    local = dpa.run(data, key="k", reducer=reducer, runtime="local", num_mappers=2, num_reducers=4)
+    assert _canonical(_collected(local.to_ray_dataset())).equals(_canonical(want))
+
+
+def test_blocks_are_the_reducers_own_objects(ray_session):
+    result = dpa.run(_table(), key="k", reducer=dpa.Sum("v"), runtime="ray", num_mappers=2, num_reducers=4)
+    ds = result.to_ray_dataset()
+    assert result.to_ray_dataset() is ds  # built once
+    blocks = {r.hex() for r in ds.to_arrow_refs()}
+    assert blocks <= {r.hex() for r in result.arrow_refs}  # no copy made on the driver
+    assert ds.count() == KEYS or ds.count() == len(result)
+
+
+def test_blocks_of_different_types_are_promoted(ray_session):
+    # Keys 0..19 have int64 values, keys 20..39 float64: reducers holding only one kind
+    # type their Max output differently; the dataset promotes as to_arrow() does.
+    ints = pa.table({"k": np.arange(20, dtype=np.int64), "v": np.arange(20, dtype=np.int64)})
+    floats = pa.table({"k": np.arange(20, 40, dtype=np.int64), "v": np.arange(20, 40, dtype=np.float64) + 0.5})
+    source = ray.data.from_arrow([ints, floats])
+    result = dpa.run(source, key="k", reducer=dpa.Max("v"), runtime="ray", num_mappers=2, num_reducers=8)
+    got = _collected(result.to_ray_dataset())
+    want = result.to_arrow()
+    assert got.schema.field("max" if "max" in got.column_names else result.value_column).type == pa.float64()
+    assert _sorted(got).equals(_sorted(want))
+
+
+def test_empty_result_keeps_its_schema(ray_session):
+    empty = pa.table({"k": pa.array([], pa.int64()), "v": pa.array([], pa.int64())})
+    result = dpa.run(ray.data.from_arrow(empty), key="k", reducer=dpa.Sum("v"), runtime="ray")
+    ds = result.to_ray_dataset()
+    assert ds.count() == 0
+    assert ds.schema().names == ["k", result.value_column]
+
+
+@pytest.mark.parametrize("method", ["count", "sum", "min", "max", "mean"])
+def test_groupby_equals_ray_datas_own(ray_session, method):
+    source = ray.data.from_arrow([_table(seed=5).slice(0, 1500), _table(seed=5).slice(1500)])
+    args = () if method == "count" else ("v",)
+    got = getattr(dpa.groupby(source, "k", num_mappers=2, num_reducers=4), method)(*args)
+    want = getattr(source.groupby("k"), method)(*args)
+    got_t = _sorted(_collected(got))
+    want_t = _sorted(pa.Table.from_pandas(want.to_pandas(), preserve_index=False))
+    assert got_t.column_names == want_t.column_names
+    assert got_t["k"].to_pylist() == want_t["k"].to_pylist()
+    g, w = got_t.column(1).to_pylist(), want_t.column(1).to_pylist()
+    assert g == pytest.approx(w) if method == "mean" else g == w
+
+
+def test_groupby_rejects_bad_input():
+    with pytest.raises(dpa.ConfigError, match="groupby key"):
+        dpa.groupby(None, 3)
+    with pytest.raises(dpa.ConfigError, match="dpa.Reducer"):
+        dpa.groupby(None, "k").aggregate("sum")
