@@ -6,6 +6,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow as pa
+
 from dpa.config import JobConfig
 from dpa.errors import ConfigError, JobFailedError, KeyEncodingError, SchemaError
 from dpa.plan import build_plan, empty_input_table
@@ -124,7 +126,9 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
     if report is not None:
         report(sum(out.processed))
     stats = Stats.from_output(out, runtime=config.runtime, policy=plan.policy.name, job_id=plan.job_id)
-    result = Result(tables, empty, plan.key_cols, plan.reducer.name, stats, arrow_refs=out.arrow_refs)
+    dictionaries = {c: t for c, t in zip(plan.key_cols, plan.key_types or []) if t is not None and pa.types.is_dictionary(t)}
+    result = Result(tables, empty, plan.key_cols, plan.reducer.name, stats, arrow_refs=out.arrow_refs,
+                    key_types=dictionaries)
     if tables is not None:
         stats.num_keys = len(result)
     return result

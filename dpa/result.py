@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dpa.metrics import skew
 from dpa.run_output import RunOutput
@@ -119,6 +120,21 @@ class Stats:
         }
 
 
+def restore_key_types(table: pa.Table, key_types: dict[str, pa.DataType]) -> pa.Table:
+    """``table`` with the named key columns cast back to their input types (a dictionary
+    key column is decoded while the job runs, so the output keeps the input's type)."""
+    for name, dtype in key_types.items():
+        if name in table.column_names and table.schema.field(name).type != dtype:
+            idx = table.schema.get_field_index(name)
+            column = pc.dictionary_encode(table[name]) if pa.types.is_dictionary(dtype) else table[name]
+            try:
+                column = column.cast(dtype)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # e.g. another index width
+                pass
+            table = table.set_column(idx, table.schema.field(name).with_type(column.type), column)
+    return table
+
+
 class Result:
     """The merged result of a job, with its :class:`Stats`.
 
@@ -128,7 +144,8 @@ class Result:
     """
 
     def __init__(self, tables: list[pa.Table] | None, empty: pa.Table, key_cols: list[str],
-                 value_col: str, stats: Stats, arrow_refs: list[Any] | None = None) -> None:
+                 value_col: str, stats: Stats, arrow_refs: list[Any] | None = None,
+                 key_types: dict[str, pa.DataType] | None = None) -> None:
         self._tables = tables
         self._empty = empty
         self._table: pa.Table | None = None
@@ -136,6 +153,8 @@ class Result:
         self.value_column = value_col
         self.stats = stats
         self.arrow_refs = arrow_refs
+        # Key columns whose input type the job decoded (dictionaries): cast back in to_arrow.
+        self._key_types = dict(key_types or {})
 
     @property
     def schema(self) -> pa.Schema:
@@ -151,7 +170,7 @@ class Result:
 
                 tables = ray.get(list(self.arrow_refs or []))
                 self._tables = tables
-            self._table = concat_results(tables, self._empty)
+            self._table = restore_key_types(concat_results(tables, self._empty), self._key_types)
         return self._table
 
     def to_pandas(self) -> Any:
