@@ -318,7 +318,9 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
     source.head_records = None
     if HASH_COL in key_cols:
         raise ConfigError(f"{HASH_COL!r} is reserved by dpa")
-    if bound.name in key_cols:
+    if hasattr(inner, "check_key_names"):  # several aggregates: one output column each
+        inner.check_key_names(key_cols)
+    elif bound.name in key_cols:
         raise ConfigError(
             f"the reducer's output column {bound.name!r} has the same name as a key column; "
             f"give the reducer another name, e.g. {type(unwrap(bound)[0]).__name__}(..., name='{bound.name}_out')"

@@ -144,13 +144,15 @@ class Result:
     """
 
     def __init__(self, tables: list[pa.Table] | None, empty: pa.Table, key_cols: list[str],
-                 value_col: str, stats: Stats, arrow_refs: list[Any] | None = None,
+                 value_col: str | list[str], stats: Stats, arrow_refs: list[Any] | None = None,
                  key_types: dict[str, pa.DataType] | None = None) -> None:
         self._tables = tables
         self._empty = empty
         self._table: pa.Table | None = None
         self.key_columns = key_cols
-        self.value_column = value_col
+        #: The output columns after the keys: one per aggregate.
+        self.value_columns = [value_col] if isinstance(value_col, str) else list(value_col)
+        self.value_column = self.value_columns[0] if len(self.value_columns) == 1 else None
         self.stats = stats
         self.arrow_refs = arrow_refs
         # Key columns whose input type the job decoded (dictionaries): cast back in to_arrow.
@@ -177,10 +179,23 @@ class Result:
         """The result as a ``pandas.DataFrame``."""
         return self.to_arrow().to_pandas()
 
-    def to_dict(self) -> dict[Any, Any]:
-        """``{key: value}``; multi-column keys become tuples."""
+    def to_dict(self, row: str = "tuple") -> dict[Any, Any]:
+        """``{key: value}``; multi-column keys become tuples.
+
+        Args:
+            row: For several aggregates per job (a list of reducers), each key's values as a
+                ``"tuple"`` (in the list's order, the default) or a ``"dict"`` of output
+                column -> value. A single reducer gives its value either way.
+        """
+        if row not in ("tuple", "dict"):
+            raise ValueError(f"row must be 'tuple' or 'dict', got {row!r}")
         table = self.to_arrow()
-        values = table[self.value_column].to_pylist()
+        if self.value_column is not None:
+            values = table[self.value_column].to_pylist()
+        else:
+            columns = [table[c].to_pylist() for c in self.value_columns]
+            values = (list(zip(*columns)) if row == "tuple"
+                      else [dict(zip(self.value_columns, v)) for v in zip(*columns)])
         if len(self.key_columns) == 1:
             keys = table[self.key_columns[0]].to_pylist()
         else:
