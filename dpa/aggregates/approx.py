@@ -49,12 +49,14 @@ def _datasketches() -> Any:
 
 
 def _hll_item(value: Any) -> Any:
-    """What the HLL sketch hashes for a value: ints, floats and strings as themselves, other
-    types as their canonical key encoding (dates, decimals, bytes, ...)."""
+    """What the HLL sketch hashes for a value: ints and floats as themselves, strings with a
+    one-character prefix, other types as their canonical key encoding (dates, decimals, ...)."""
     if isinstance(value, (bool, np.bool_)):
         return int(value)
-    if isinstance(value, (int, str)):
+    if isinstance(value, int):
         return value
+    if isinstance(value, str):  # (prefixed: the sketch skips empty strings)
+        return "s" + value
     if isinstance(value, float):
         return canonical_value(value)
     return encode_key(value).hex()

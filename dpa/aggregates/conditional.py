@@ -96,7 +96,9 @@ class Any(_Boolean):
         return self.add(a, b)
 
     def state_aggregations(self) -> list[tuple[str | None, str, str]]:
-        return [(self.column, "any", "any")]
+        # max of booleans: Arrow 17's hash "any"/"all" misread sliced batches (they ignore the
+        # array offset), hash "max"/"min" do not.
+        return [(self.column, "max", "any")]
 
     def output_type(self, input_type: pa.DataType | None) -> pa.DataType:
         return pa.bool_()
@@ -115,4 +117,4 @@ class All(Any):
         return bool(value) if acc is None else (acc and bool(value))
 
     def state_aggregations(self) -> list[tuple[str | None, str, str]]:
-        return [(self.column, "all", "all")]
+        return [(self.column, "min", "all")]
