@@ -1,9 +1,10 @@
 """Variance and standard deviation per key, with a numerically stable parallel merge.
 
-The state of a key is ``(n, mean, m2)``: the number of non-null values, their mean and
-the sum of squared deviations from it. A batch gets it from Arrow's hash ``count``,
-``mean`` and population ``variance`` (``m2 = variance * n``); partial states merge with
-the pairwise formula of Chan, Golub and LeVeque (1979), generalised to many parts:
+The state of a key is ``(n, mean, var)``: the number of non-null values, their mean and
+their population variance, i.e. ``m2 / n`` with ``m2`` the sum of squared deviations from
+the mean. A batch gets it from Arrow's hash ``count``, ``mean`` and ``variance``; partial
+states merge with the pairwise formula of Chan, Golub and LeVeque (1979), generalised to
+many parts:
 
     n = sum(n_i);  mean = sum(n_i * mean_i) / n;
     m2 = sum(m2_i) + sum(n_i * (mean_i - mean) ** 2)
@@ -27,9 +28,6 @@ from dpa.errors import ConfigError
 from dpa.reducers import ColumnarReducer, Sum
 
 __all__ = ["Std", "Var"]
-
-_POPULATION = pc.VarianceOptions(ddof=0)
-
 
 class Var(ColumnarReducer):
     """Variance of ``column`` per key, sample (``ddof=1``, Spark's ``var_samp``, the default)
@@ -94,20 +92,9 @@ class Var(ColumnarReducer):
         return pa.float64()
 
     def state_aggregations(self) -> list[tuple[str | None, str, str]]:
-        return [(self.column, "count", "n"), (self.column, "mean", "mean"), (self.column, "variance", "m2")]
-
-    def partial_from_batch(self, table: pa.Table, group_cols: list[str], weight_col: str | None = None) -> pa.Table:
-        table = self.prepare(table)
-        aggs: list[Any] = [(self.column, "count"), (self.column, "mean"), (self.column, "variance", _POPULATION)]
-        names = list(group_cols) + ["n", "mean", "m2"]
-        if weight_col is not None:
-            aggs.append(([], "count_all"))
-            names.append(weight_col)
-        out = table.group_by(group_cols, use_threads=False).aggregate(aggs).rename_columns(names)
-        n = pc.cast(out["n"], pa.float64())
-        m2 = pc.multiply(pc.fill_null(out["m2"], 0.0), n)
-        out = out.set_column(names.index("m2"), "m2", m2)
-        return out.set_column(names.index("mean"), "mean", pc.fill_null(out["mean"], 0.0))
+        # Plain Arrow aggregates (so a list of aggregates computes them in its one group-by):
+        # the part's count, mean and population variance (Arrow's default ddof=0).
+        return [(self.column, "count", "n"), (self.column, "mean", "mean"), (self.column, "variance", "var")]
 
     def merge_partials(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
         from dpa.aggregates.composite import group_ids
@@ -116,22 +103,23 @@ class Var(ColumnarReducer):
         gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
         n_i = np.asarray(table["n"], dtype=np.float64)
         mean_i = np.asarray(pc.fill_null(table["mean"], 0.0), dtype=np.float64)
-        m2_i = np.asarray(pc.fill_null(table["m2"], 0.0), dtype=np.float64)
+        m2_i = np.asarray(pc.fill_null(table["var"], 0.0), dtype=np.float64) * n_i
         n = np.bincount(gid, weights=n_i, minlength=size)
         with np.errstate(invalid="ignore", divide="ignore"):
             mean = np.bincount(gid, weights=n_i * mean_i, minlength=size) / n
             mean = np.where(n > 0, mean, 0.0)
             spread = n_i * (mean_i - mean[gid]) ** 2
-        spread = np.where(n_i > 0, spread, 0.0)  # (an empty part adds nothing, even beside a NaN mean)
-        m2 = np.bincount(gid, weights=m2_i, minlength=size) + np.bincount(gid, weights=spread, minlength=size)
+            spread = np.where(n_i > 0, spread, 0.0)  # (an empty part adds nothing, even beside a NaN mean)
+            m2 = np.bincount(gid, weights=m2_i, minlength=size) + np.bincount(gid, weights=spread, minlength=size)
+            var = np.where(n > 0, m2 / n, 0.0)
         _, first = np.unique(gid, return_index=True)
         keys = table.select(group_cols).take(pa.array(first))
-        return pa.table([keys[c] for c in group_cols] + [pa.array(n.astype(np.int64)), pa.array(mean), pa.array(m2)],
-                        names=list(group_cols) + ["n", "mean", "m2"])
+        return pa.table([keys[c] for c in group_cols] + [pa.array(n.astype(np.int64)), pa.array(mean), pa.array(var)],
+                        names=list(group_cols) + ["n", "mean", "var"])
 
     def finalize_table(self, table: pa.Table, key_cols: list[str]) -> pa.Table:
         n = np.asarray(table["n"], dtype=np.float64)
-        m2 = np.asarray(pc.fill_null(table["m2"], 0.0), dtype=np.float64)
+        m2 = np.asarray(pc.fill_null(table["var"], 0.0), dtype=np.float64) * n
         denominator = n - 1 if self.sample else n
         with np.errstate(invalid="ignore", divide="ignore"):
             values = self._scale_array(m2 / denominator)
