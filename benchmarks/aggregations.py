@@ -20,7 +20,8 @@ the single Count job.
 **Costly skewed keys** (``--stragglers``): the stragglers workload (``benchmarks.stragglers``:
 N=40k records, Zipf(1.1) over 10k keys, a 1 ms sleep per record on 8 reducers, ideal
 makespan ``N * c / 8`` = 5 s) with ``[WithCost(Count(), c), CountDistinct("v")]`` and
-``JobConfig(num_reducers=8)`` otherwise defaults. Target: <= 1.15x ideal.
+``JobConfig(num_reducers=8)`` otherwise defaults, interleaved with ``WithCost(Count(), c)``
+alone as the peer. Target: <= 1.15x ideal.
 
 Run (small, about a minute)::
 
@@ -152,23 +153,30 @@ def run_stragglers(args: Any) -> dict[str, Any]:
     table = zipf(1.1, 10_000, args.straggler_rows, seed=args.seed)
     table = table.append_column("v", pa.array(np.random.default_rng(args.seed).integers(0, 500, table.num_rows)))
     ideal = table.num_rows * cost / 8
-    reducer = [dpa.WithCost(dpa.Count(), cost), dpa.CountDistinct("v")]
+    variants = {
+        "[WithCost(Count()), CountDistinct('v')]": [dpa.WithCost(dpa.Count(), cost), dpa.CountDistinct("v")],
+        "WithCost(Count()) alone": dpa.WithCost(dpa.Count(), cost),
+    }
     init_ray()
-    dpa.run(table.slice(0, 2000), key="key", reducer=reducer, num_reducers=8).to_arrow()  # warm (untimed)
-    runs = []
-    for _ in range(args.reps):
-        t0 = time.perf_counter()
-        result = dpa.run(table, key="key", reducer=reducer, num_reducers=8)
-        result.to_arrow()
-        runs.append(time.perf_counter() - t0)
-        print(f"stragglers [WithCost(Count()), CountDistinct('v')]: {runs[-1]:.2f}s = {runs[-1] / ideal:.2f}x ideal "
-              f"({result.stats.policy}, {len(result.stats.rebalances)} rebalances)", flush=True)
+    dpa.run(table.slice(0, 2000), key="key", reducer=variants["WithCost(Count()) alone"], num_reducers=8).to_arrow()
+    runs: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(args.reps):  # interleaved, so both see the same load
+        for name, reducer in variants.items():
+            t0 = time.perf_counter()
+            result = dpa.run(table, key="key", reducer=reducer, num_reducers=8)
+            result.to_arrow()
+            runs[name].append(time.perf_counter() - t0)
+            print(f"stragglers {name}: {runs[name][-1]:.2f}s = {runs[name][-1] / ideal:.2f}x ideal "
+                  f"({result.stats.policy}, {len(result.stats.rebalances)} rebalances, load {os.getloadavg()[0]:.0f})",
+                  flush=True)
     stop_ray()
-    out = {"records": table.num_rows, "cost_ms": args.cost_ms, "ideal_s": ideal, "runs_s": runs,
-           "median_s": median(runs), "spread_s": max(runs) - min(runs), "x_ideal": median(runs) / ideal}
-    print(f"stragglers: median {out['median_s']:.2f}s (spread {out['spread_s']:.2f}s) = {out['x_ideal']:.2f}x ideal "
-          "(target <= 1.15x)")
-    return out
+    rows = [{"reducer": name, "median_s": median(ts), "spread_s": max(ts) - min(ts), "x_ideal": median(ts) / ideal,
+             "runs_s": ts} for name, ts in runs.items()]
+    print_table(rows, ["reducer", "median_s", "spread_s", "x_ideal"],
+                title=f"stragglers: {table.num_rows:,} records, {args.cost_ms} ms each, 8 reducers, ideal {ideal:.1f}s, "
+                      f"median of {args.reps} (target <= 1.15x ideal)")
+    return {"records": table.num_rows, "cost_ms": args.cost_ms, "ideal_s": ideal, "rows": rows,
+            "x_ideal": rows[0]["x_ideal"], "over_count_alone": rows[0]["median_s"] / rows[1]["median_s"]}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
