@@ -21,6 +21,18 @@ returns a :class:`dpa.Result`. Then read, in this order:
   ``ray.data.Dataset`` built by :mod:`dpa.ray_dataset` from the reducers' result blocks.
 """
 
+from dpa.aggregates import (
+    All,
+    Any,
+    ApproxCountDistinct,
+    ApproxQuantile,
+    CollectSet,
+    CountDistinct,
+    CountIf,
+    Median,
+    Std,
+    Var,
+)
 from dpa.api import run
 from dpa.config import JobConfig
 from dpa.elastic import ScalingEvent
@@ -61,6 +73,8 @@ from dpa.user_code import BatchMap
 __all__ = [
     "run", "groupby", "GroupedDataset", "Result", "Stats", "Recovery", "ScalingEvent", "JobConfig", "BatchMap", "ArrowRefs", "ParquetFiles",
     "Reducer", "Count", "Sum", "Min", "Max", "Mean", "Collect", "TopK", "WithCost",
+    "CountDistinct", "CollectSet", "ApproxCountDistinct", "ApproxQuantile", "Median", "Var", "Std",
+    "CountIf", "Any", "All",
     "HashRing", "RingSnapshot", "PolicySpec", "RebalanceEvent", "policies", "register_policy",
     "PolicySettings", "JobShape", "RingSettings", "HashSettings", "ShuffleSettings", "PKGSettings",
     "PoTCSettings", "OnGreedySettings", "OffGreedySettings", "DKGSettings", "FangSettings", "GedikSettings",

@@ -6,6 +6,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow as pa
+
 from dpa.config import JobConfig
 from dpa.errors import ConfigError, JobFailedError, KeyEncodingError, SchemaError
 from dpa.plan import build_plan, empty_input_table
@@ -59,7 +61,9 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
             of records (dicts, tuples or scalars).
         key: A column/field name, a list of names (composite key), an int (tuple field)
             or a callable ``record -> key``. May be omitted for scalar records.
-        reducer: A :class:`dpa.Reducer`, e.g. ``dpa.Count()`` (the default).
+        reducer: A :class:`dpa.Reducer`, e.g. ``dpa.Count()`` (the default), or a list of
+            them, computed in one pass with one output column each
+            (:mod:`dpa.aggregates.composite`; names like Spark's, e.g. ``sum(amount)``).
         map_fn: Optional ``record -> iterable of records``, or ``dpa.BatchMap(fn)`` to map
             whole Arrow/pandas batches.
         config: A :class:`JobConfig` (or a dict of its fields); keyword ``overrides``
@@ -91,6 +95,10 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
         # Field by field, not asdict(): that would turn a policy settings object into a dict.
         config = _config_from_dict({**{f.name: getattr(config, f.name) for f in fields(config)}, **overrides})
     reducer = Count() if reducer is None else reducer
+    if isinstance(reducer, (list, tuple)):  # several aggregates in one pass
+        from dpa.aggregates.composite import combine
+
+        reducer = combine(list(reducer))
     adapter = find_source_adapter(source)
     if adapter is not None:  # e.g. a Spark DataFrame, through spark_bridge
         return adapter.run(source, key=key, reducer=reducer, map_fn=map_fn, config=config)
@@ -124,7 +132,11 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
     if report is not None:
         report(sum(out.processed))
     stats = Stats.from_output(out, runtime=config.runtime, policy=plan.policy.name, job_id=plan.job_id)
-    result = Result(tables, empty, plan.key_cols, plan.reducer.name, stats, arrow_refs=out.arrow_refs)
+    dictionaries = {c: t for c, t in zip(plan.key_cols, plan.key_types or []) if t is not None and pa.types.is_dictionary(t)}
+    from dpa.aggregates.composite import output_names
+
+    result = Result(tables, empty, plan.key_cols, output_names(plan.reducer), stats, arrow_refs=out.arrow_refs,
+                    key_types=dictionaries)
     if tables is not None:
         stats.num_keys = len(result)
     return result

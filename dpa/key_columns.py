@@ -18,8 +18,9 @@ import pyarrow.compute as pc
 
 from dpa.errors import KeyEncodingError, SchemaError
 
-__all__ = ["canonical_float_keys", "hash_key_columns"]
+__all__ = ["canonical_float_keys", "check_key_type", "decode_key_dictionaries", "hash_key_columns"]
 
+from dpa.key_types import encode_temporal_array, temporal_key_class
 from dpa.keys import (
     INT64_MAX,
     TAG_BYTES,
@@ -113,6 +114,8 @@ def _encode_array(arr: pa.Array) -> pa.Array:
         values[np.isnan(values)] = math.nan
         payload = values.astype(">f8").view(np.uint8).reshape(n, 8)
         enc = _fixed_encoding(TAG_FLOAT, payload)
+    elif temporal_key_class(t) is not None:
+        enc = encode_temporal_array(arr)
     else:
         raise _bad_column_type(t)
     if nulls:
@@ -133,13 +136,44 @@ def _supported_type(t: pa.DataType) -> bool:
         or pa.types.is_boolean(t)
         or pa.types.is_integer(t)
         or pa.types.is_floating(t)
+        or temporal_key_class(t) is not None
     )
 
 
+def check_key_type(name: str, t: pa.DataType) -> None:
+    """Raises :class:`KeyEncodingError` if a column of type ``t`` cannot be a key column.
+
+    The key types are the scalar ones (strings, binary, numbers, booleans, null, dates,
+    times, timestamps, durations, decimals) and dictionaries of them; nested types (lists,
+    structs, maps, unions) are not.
+    """
+    if not _supported_type(t):
+        raise KeyEncodingError(f"key column {name!r}: {_bad_column_type(t)}")
+
+
+def decode_key_dictionaries(table: pa.Table, key_cols: Sequence[str]) -> pa.Table:
+    """``table`` with its dictionary-encoded key columns (a pandas categorical, a parquet
+    dictionary column) decoded to their value type.
+
+    Batches of one job carry different dictionaries, which Arrow's group-by cannot unify;
+    the job's result gets the dictionary type back (:class:`dpa.result.Result`).
+    """
+    for name in key_cols:
+        if name in table.column_names and pa.types.is_dictionary(table.schema.field(name).type):
+            idx = table.schema.get_field_index(name)
+            field = table.schema.field(name)
+            table = table.set_column(idx, field.with_type(field.type.value_type),
+                                     table[name].cast(field.type.value_type))
+    return table
+
+
 def _bad_column_type(t: pa.DataType) -> KeyEncodingError:
+    hint = ("flatten it, e.g. key=[...] naming its fields as columns, or cast it to a string"
+            if pa.types.is_nested(t) else "cast it, e.g. to pa.string()")
     return KeyEncodingError(
         f"cannot hash key column of Arrow type {t}; key columns must be string, binary, "
-        "integer, floating point, boolean or null — cast it, e.g. to pa.string()"
+        "integer, floating point, boolean, null, date, time, timestamp, duration, decimal, or a "
+        f"dictionary of one of these — {hint}"
     )
 
 

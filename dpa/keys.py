@@ -25,6 +25,9 @@ Encoding rules (the encoding is injective: different keys give different bytes):
   ``tuple``             T    for each element: 4-byte big-endian length, then the
                              element's own encoding (so ``("ab", "c")`` differs
                              from ``("a", "bc")``); tuples nest
+  date, datetime, time, D w  see :mod:`dpa.key_types` (the unit of a timestamp
+  timedelta, Decimal    t h  column, or a decimal's scale, does not change its keys)
+                        u c
   ====================  ===  ====================================================
 
   numpy integers and floats are encoded like the equivalent Python ``int``/``float``.
@@ -59,6 +62,7 @@ import numpy as np
 import pyarrow as pa
 
 from dpa.errors import ConfigError, KeyEncodingError
+from dpa.key_types import encode_temporal, python_temporal_class, temporal_key_class
 
 __all__ = [
     "NAN_KEY",
@@ -90,7 +94,7 @@ _PACK_D = struct.Struct(">d").pack
 _PACK_LEN = struct.Struct(">I").pack
 _CANONICAL_NAN = _PACK_D(math.nan)
 
-_ALLOWED = "str, bytes, int, float, bool, None or tuples of these"
+_ALLOWED = "str, bytes, int, float, bool, None or tuples of these (or date, datetime, time, timedelta, Decimal)"
 
 
 def _bad_key(key: Any) -> KeyEncodingError:
@@ -183,6 +187,9 @@ def encode_key(key: Any) -> bytes:
         return TAG_BYTES + bytes(key)
     if isinstance(key, tuple):
         return encode_key(tuple(key))
+    encoded = encode_temporal(key)  # dates, times, timestamps, durations, decimals
+    if encoded is not None:
+        return encoded
     raise _bad_key(key)
 
 
@@ -234,7 +241,7 @@ def python_key_class(value: Any) -> str:
         return "bytes"
     if isinstance(value, tuple):
         return "tuple"
-    return type(value).__name__
+    return python_temporal_class(value) or type(value).__name__
 
 
 def key_type_class(dtype: pa.DataType) -> str:
@@ -265,7 +272,7 @@ def key_type_class(dtype: pa.DataType) -> str:
         return "str"
     if pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype) or pa.types.is_fixed_size_binary(dtype):
         return "bytes"
-    return str(dtype)
+    return temporal_key_class(dtype) or str(dtype)
 
 
 def hash_bytes(data: bytes) -> int:

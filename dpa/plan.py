@@ -27,7 +27,6 @@ from typing import Any
 import pyarrow as pa
 
 from dpa.block_types import (
-    BAD_KEY_TYPES,
     BlockTypes,
     add_key_columns,
     bad_map_output,
@@ -39,7 +38,7 @@ from dpa.block_types import (
 )
 from dpa.config import DefaultPolicyName, JobConfig
 from dpa.errors import ConfigError, KeyEncodingError, SchemaError, UserCodeError
-from dpa.key_columns import canonical_float_keys
+from dpa.key_columns import canonical_float_keys, check_key_type, decode_key_dictionaries
 from dpa.policy import PolicySpec
 from dpa.records import (
     SCALAR_COLUMN,
@@ -169,7 +168,7 @@ class JobPlan:
             SchemaError: a key column changed its key class, or a value column changed to a
                 type dpa cannot promote to exactly (see :class:`BlockTypes`).
         """
-        table = self.apply_key(self.apply_map(block))
+        table = decode_key_dictionaries(self.apply_key(self.apply_map(block)), self.key_cols)
         wanted = self.key_cols + [c for c in self.keep_cols or () if c not in self.key_cols]
         missing = [c for c in wanted if c not in table.column_names]
         if missing:
@@ -331,12 +330,7 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
                     f"key column(s) {missing} not found; available columns: {', '.join(schema.names)}"
                 )
             for k in key_cols:
-                dtype = schema.field(k).type
-                if any(check(dtype) for check in BAD_KEY_TYPES):
-                    raise KeyEncodingError(
-                        f"key column {k!r} has type {dtype}, which cannot be a key; keys must be strings, "
-                        "binary, numbers, booleans or null (flatten or cast the column first)"
-                    )
+                check_key_type(k, schema.field(k).type)
             key_types = [schema.field(k).type for k in key_cols]
         if map_fn is None:
             # The key columns are source columns: later record blocks check their keys while
@@ -347,7 +341,9 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
     source.head_records = None
     if HASH_COL in key_cols:
         raise ConfigError(f"{HASH_COL!r} is reserved by dpa")
-    if bound.name in key_cols:
+    if hasattr(inner, "check_key_names"):  # several aggregates: one output column each
+        inner.check_key_names(key_cols)
+    elif bound.name in key_cols:
         raise ConfigError(
             f"the reducer's output column {bound.name!r} has the same name as a key column; "
             f"give the reducer another name, e.g. {type(unwrap(bound)[0]).__name__}(..., name='{bound.name}_out')"
@@ -427,7 +423,10 @@ def empty_input_table(plan: JobPlan) -> pa.Table:
         return base.empty_table()
     fields = []
     for c in plan.key_cols:
-        fields.append(schema.field(c) if schema is not None and c in schema.names else pa.field(c, pa.null()))
+        key_field = schema.field(c) if schema is not None and c in schema.names else pa.field(c, pa.null())
+        if pa.types.is_dictionary(key_field.type):  # decoded by JobPlan.prepare
+            key_field = key_field.with_type(key_field.type.value_type)
+        fields.append(key_field)
     for c in plan.keep_cols or []:
         fields.append(schema.field(c) if schema is not None and c in schema.names else pa.field(c, pa.null()))
     fields.append(pa.field(HASH_COL, pa.uint32()))

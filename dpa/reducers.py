@@ -26,6 +26,7 @@ spin) so experiments can model compute-heavy reducers, as in the DPA paper.
 
 from __future__ import annotations
 
+import copy
 import heapq
 import logging
 from typing import Any
@@ -77,6 +78,14 @@ class Reducer:
     def finalize(self, acc: Any) -> Any:
         """Turns an accumulator into the output value (identity by default)."""
         return acc
+
+    def alias(self, name: str) -> Reducer:
+        """A copy of this reducer whose output column is ``name`` (e.g. in a list of aggregates)."""
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"alias needs a non-empty name, got {name!r}")
+        out = copy.copy(self)
+        out.name, out._aliased = name, True
+        return out
 
     def add_batch(self, acc: Any, values: list[Any]) -> Any:
         """Folds many values of one key into ``acc``; override for speed."""
@@ -680,6 +689,9 @@ def bind_reducer(reducer: Reducer, record_kind: str) -> Reducer:
             f"reducer must be a dpa.Reducer (e.g. dpa.Count(), dpa.Sum('x')), got {type(reducer).__name__}"
         )
     inner, _, _ = unwrap(reducer)
+    if hasattr(inner, "bind"):  # several aggregates (dpa.aggregates.combine): bound member by member
+        inner.bind(record_kind)
+        return reducer
     if isinstance(inner, ColumnarReducer) and not isinstance(inner, Count) and inner.column is None:
         if record_kind == "scalar":
             inner.column = "value"

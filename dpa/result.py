@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dpa.metrics import skew
 from dpa.run_output import RunOutput
@@ -119,6 +120,21 @@ class Stats:
         }
 
 
+def restore_key_types(table: pa.Table, key_types: dict[str, pa.DataType]) -> pa.Table:
+    """``table`` with the named key columns cast back to their input types (a dictionary
+    key column is decoded while the job runs, so the output keeps the input's type)."""
+    for name, dtype in key_types.items():
+        if name in table.column_names and table.schema.field(name).type != dtype:
+            idx = table.schema.get_field_index(name)
+            column = pc.dictionary_encode(table[name]) if pa.types.is_dictionary(dtype) else table[name]
+            try:
+                column = column.cast(dtype)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # e.g. another index width
+                pass
+            table = table.set_column(idx, table.schema.field(name).with_type(column.type), column)
+    return table
+
+
 class Result:
     """The merged result of a job, with its :class:`Stats`.
 
@@ -130,15 +146,20 @@ class Result:
     """
 
     def __init__(self, tables: list[pa.Table] | None, empty: pa.Table, key_cols: list[str],
-                 value_col: str, stats: Stats, arrow_refs: list[Any] | None = None) -> None:
+                 value_col: str | list[str], stats: Stats, arrow_refs: list[Any] | None = None,
+                 key_types: dict[str, pa.DataType] | None = None) -> None:
         self._tables = tables
         self._empty = empty
         self._table: pa.Table | None = None
         self.key_columns = key_cols
-        self.value_column = value_col
+        #: The output columns after the keys: one per aggregate.
+        self.value_columns = [value_col] if isinstance(value_col, str) else list(value_col)
+        self.value_column = self.value_columns[0] if len(self.value_columns) == 1 else None
         self.stats = stats
         self.arrow_refs = arrow_refs
         self._dataset: Any = None
+        # Key columns whose input type the job decoded (dictionaries): cast back in to_arrow.
+        self._key_types = dict(key_types or {})
 
     @property
     def schema(self) -> pa.Schema:
@@ -154,7 +175,7 @@ class Result:
 
                 tables = ray.get(list(self.arrow_refs or []))
                 self._tables = tables
-            self._table = concat_results(tables, self._empty)
+            self._table = restore_key_types(concat_results(tables, self._empty), self._key_types)
         return self._table
 
     def to_ray_dataset(self) -> Any:
@@ -179,10 +200,23 @@ class Result:
         """The result as a ``pandas.DataFrame``."""
         return self.to_arrow().to_pandas()
 
-    def to_dict(self) -> dict[Any, Any]:
-        """``{key: value}``; multi-column keys become tuples."""
+    def to_dict(self, row: str = "tuple") -> dict[Any, Any]:
+        """``{key: value}``; multi-column keys become tuples.
+
+        Args:
+            row: For several aggregates per job (a list of reducers), each key's values as a
+                ``"tuple"`` (in the list's order, the default) or a ``"dict"`` of output
+                column -> value. A single reducer gives its value either way.
+        """
+        if row not in ("tuple", "dict"):
+            raise ValueError(f"row must be 'tuple' or 'dict', got {row!r}")
         table = self.to_arrow()
-        values = table[self.value_column].to_pylist()
+        if self.value_column is not None:
+            values = table[self.value_column].to_pylist()
+        else:
+            columns = [table[c].to_pylist() for c in self.value_columns]
+            values = (list(zip(*columns)) if row == "tuple"
+                      else [dict(zip(self.value_columns, v)) for v in zip(*columns)])
         if len(self.key_columns) == 1:
             keys = table[self.key_columns[0]].to_pylist()
         else:

@@ -417,19 +417,29 @@ class DictState:
             if dtype is not None and pa.types.is_null(dtype):
                 dtype = None  # keys first seen all null, then typed ones (merged from peers)
             arrays.append(pa.array(values, type=dtype))
-        try:
-            arrays.append(pa.array(results))
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise TypeError(
-                f"{self.reducer!r}.finalize() returned values Arrow cannot type consistently ({exc}); "
-                f"first results: {results[:3]!r}"
-            ) from exc
-        return pa.table(arrays, names=self.key_cols + [self.reducer.name])
+        names = _output_names(self.reducer)
+        outputs = [results] if len(names) == 1 and not hasattr(self.reducer, "members") else (
+            [list(col) for col in zip(*results)])
+        for name, values in zip(names, outputs):
+            try:
+                arrays.append(pa.array(values))
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                raise TypeError(
+                    f"{self.reducer!r}.finalize() returned values Arrow cannot type consistently for {name!r} ({exc}); "
+                    f"first results: {values[:3]!r}"
+                ) from exc
+        return pa.table(arrays, names=self.key_cols + names)
 
     def empty_result(self, input_schema: pa.Schema) -> pa.Table:
         """An empty output table (the output column is typed null: nothing to infer from)."""
         fields = [input_schema.field(c) for c in self.key_cols]
-        return pa.schema(fields + [pa.field(self.reducer.name, pa.null())]).empty_table()
+        return pa.schema(fields + [pa.field(n, pa.null()) for n in _output_names(self.reducer)]).empty_table()
+
+
+def _output_names(reducer: Reducer) -> list[str]:
+    """The output columns of a reducer: its name, or each member's for several aggregates."""
+    members = getattr(reducer, "members", None)
+    return [reducer.name] if members is None else [m.name for m in members]
 
 
 def make_state(reducer: Reducer, key_cols: list[str], record_kind: str) -> ColumnarState | DictState:

@@ -152,8 +152,8 @@ def run_with_result(
     Args:
         df: Input DataFrame (RayDP session).
         key: Grouping column name or list of names.
-        reducer: A ``dpa.Reducer``; it types its own output column
-            (:meth:`dpa.Reducer.output_field`).
+        reducer: A ``dpa.Reducer``, or a list of them (one output column each, computed
+            in one pass); it types its own output column (:meth:`dpa.Reducer.output_field`).
         map_fn: Optional per-row/batch function dpa applies before reducing. When given, the
             reducer's input column may be produced by it; such outputs are typed from the
             result's Arrow schema.
@@ -191,6 +191,10 @@ def run_with_result(
             a DataFrame that is not a plain parquet scan.
     """
     key_columns = _key_columns(key)
+    if isinstance(reducer, (list, tuple)):  # several aggregates in one pass
+        from dpa.aggregates.composite import combine
+
+        reducer = combine(list(reducer))
     input_schema = df.schema
     if map_fn is None:
         result_spark_schema(input_schema, key_columns, reducer)  # column and type checks, fail fast

@@ -571,8 +571,7 @@ def result_spark_schema(
             not fit the reducer (e.g. a sum of strings).
         ConfigError: The output name is empty or clashes with a key column.
     """
-    from pyspark.sql.pandas.types import to_arrow_type
-    from pyspark.sql.types import NullType, StructField, StructType
+    from pyspark.sql.types import StructType
 
     from dpa.reducers import Reducer
 
@@ -580,9 +579,23 @@ def result_spark_schema(
         raise ConfigError(
             f"reducer must be a dpa.Reducer (e.g. dpa.Count(), dpa.Sum('x')), got {type(reducer).__name__}"
         )
-    name, column = reducer.name, reducer.column
     by_name = {f.name: f for f in input_schema.fields}
     validate_columns(by_name, [*key_columns, *(reducer.input_columns() or [])])
+    from dpa.reducers import unwrap
+
+    members = getattr(unwrap(reducer)[0], "members", None)  # several aggregates: a column each
+    outputs = [_output_struct_field(m, by_name, key_columns, arrow_schema) for m in (members or [reducer])]
+    return StructType([by_name[k] for k in key_columns] + outputs)
+
+
+def _output_struct_field(reducer: Any, by_name: dict[str, StructField], key_columns: Sequence[str],
+                         arrow_schema: pa.Schema | None) -> StructField:
+    """The Spark field of one reducer's output column (see :func:`result_spark_schema`)."""
+    from pyspark.sql.pandas.types import to_arrow_type
+    from pyspark.sql.types import NullType, StructField
+
+    name, column = reducer.name, reducer.column
+    validate_columns(by_name, reducer.input_columns() or [])
     if not isinstance(name, str) or not name:
         raise ConfigError(f"output names must be non-empty strings, got {name!r}")
     if name in key_columns:
@@ -604,8 +617,7 @@ def result_spark_schema(
         dtype: DataType = NullType()  # placeholder: type it from the result's Arrow schema
     else:
         dtype = _output_spark_type(field.type, by_name.get(column) if column is not None else None)
-    output = StructField(name, dtype, nullable=True if field is None else field.nullable)
-    return StructType([by_name[k] for k in key_columns] + [output])
+    return StructField(name, dtype, nullable=True if field is None else field.nullable)
 
 
 def _arrow_field(arrow_schema: pa.Schema, name: str) -> pa.Field:

@@ -278,6 +278,8 @@ def native_partials(
 
     inner = unwrap(reducer)[0]
     fields = {f.name: f for f in df.schema.fields}
+    if getattr(inner, "members", None) is not None:
+        return _composite_partials(df, key_columns, inner.members, fields)
     column = getattr(inner, "column", None)
     dtype = fields[column].dataType if column in fields else None
     built = _state_expressions(inner, dtype)
@@ -301,6 +303,56 @@ def native_partials(
     # as one buffer anyway (it turns count(c) of a non-nullable column into count(1)).
     weight_from = "count" if isinstance(inner, Count) else (
         "mcount" if isinstance(inner, Mean) and not fields[column].nullable else None)
+    frame = _map_side_frame(df, key_columns, states, weight_from, fields)
+    if frame is not None:
+        return frame, replace(finish, weight_from=weight_from)
+    grouping = [F.spark_partition_id().alias(PARTITION_COL), *(_col(k) for k in key_columns)]
+    aggregates = [aggregate.alias(name) for name, aggregate, _ in states]
+    frame = df.groupBy(*grouping).agg(*aggregates, F.count(F.lit(1)).alias(WEIGHT_COL)).drop(PARTITION_COL)
+    return frame, finish
+
+
+def _composite_partials(df: DataFrame, key_columns: list[str], members: list[Any],
+                        fields: dict[str, Any]) -> tuple[DataFrame, PartialFinish] | None:
+    """:func:`native_partials` of several aggregates (:mod:`dpa.aggregates.composite`): each
+    member's Spark aggregates under its prefixed state names, in one Spark aggregation; None
+    when a member has no formulation here or two members sum a long column as halves."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    from dpa.aggregates.composite import _prefix
+    from dpa.reducers import WEIGHT_COL, Count
+
+    states: list[State] = []
+    state_types: dict[str, pa.DataType] = {}
+    split_sum = split_column = weight_from = None
+    try:
+        key_types = [to_arrow_type(fields[k].dataType) for k in key_columns]
+    except TypeError:
+        return None
+    for i, m in enumerate(members):
+        column = getattr(m, "column", None)
+        dtype = fields[column].dataType if column in fields else None
+        built = _state_expressions(m, dtype)
+        if built is None:
+            return None
+        member_states, member_split = built
+        try:
+            input_type = None if dtype is None else to_arrow_type(dtype)
+        except TypeError:
+            return None
+        if member_split is not None:
+            if split_sum is not None:
+                return None
+            split_sum, split_column = _prefix(i, member_split), column
+        for name, aggregate, buffer in member_states:
+            states.append((name if name in (SUM_HIGH_COL, SUM_LOW_COL) else _prefix(i, name), aggregate, buffer))
+        state_types.update({_prefix(i, n): t for n, t in _state_arrow_types(m, input_type).items()})
+        if type(m) is Count and weight_from is None:
+            weight_from = _prefix(i, "count")
+    schema = pa.schema([pa.field(k, t) for k, t in zip(key_columns, key_types)]
+                       + [pa.field(n, t) for n, t in state_types.items()] + [pa.field(WEIGHT_COL, pa.int64())])
+    finish = PartialFinish(schema, split_sum, split_column, WEIGHT_COL)
     frame = _map_side_frame(df, key_columns, states, weight_from, fields)
     if frame is not None:
         return frame, replace(finish, weight_from=weight_from)

@@ -51,6 +51,15 @@ def list_inputs() -> int:
 def _reducer(args: argparse.Namespace, cols: Sequence[str] | None) -> Any:
     import dpa
 
+    if getattr(args, "agg", None):  # several aggregates in one pass
+        if args.reducer != "count" or args.value:
+            raise UsageError("--agg replaces --reducer/--value: give every aggregate as --agg, e.g. --agg sum:bytes")
+        from dpa.cli.aggs import parse_aggs
+
+        red: Any = parse_aggs(args.agg, cols)
+        if args.cost_us < 0:
+            raise UsageError(f"--cost-us must be >= 0, got {args.cost_us}")
+        return [dpa.WithCost(red[0], args.cost_us * 1e-6, mode=args.cost_mode), *red[1:]] if args.cost_us > 0 else red
     if args.reducer == "count":
         if args.value:
             raise UsageError("--value is only used by --reducer sum/min/max/mean")
@@ -140,7 +149,7 @@ def _top_keys(result: Any, n: int) -> list[str]:
     import pyarrow.compute as pc
 
     table = result.to_arrow()
-    value = result.value_column
+    value = result.value_columns[0]
     if n <= 0 or table.num_rows == 0 or value not in table.column_names:
         return []
     try:

@@ -83,6 +83,9 @@ def _add_job(p: argparse.ArgumentParser) -> None:
     g.add_argument("--chunk-size", type=parse_count, default=None, help="records a reducer takes per step")
     g.add_argument("--reducer", default="count", choices=commands.REDUCERS, help="aggregation (default count)")
     g.add_argument("--value", help="value column of sum/min/max/mean")
+    g.add_argument("--agg", action="append", metavar="NAME[:COLUMN[:Q]]",
+                   help="an aggregate; repeat for several in one pass (replaces --reducer), e.g. --agg count "
+                        "--agg sum:bytes --agg count_distinct:user --agg quantile:latency:0.95")
     g.add_argument("--cost-us", type=float, default=0.0,
                    help="per-record reducer cost in microseconds (models an expensive reducer)")
     g.add_argument("--cost-mode", choices=("sleep", "spin"), default="sleep")

@@ -1,0 +1,203 @@
+"""Several aggregates per key: one dpa pass vs one job per aggregate vs pyarrow vs DuckDB.
+
+**Five aggregates** (``--rows``, default 10M records, Zipf(``--z``=1.1) keys over ``--keys``
+(default 100k) keys, on Ray with ``JobConfig()`` defaults): per key ``count(1)``,
+``sum(amount)``, ``avg(latency)``, ``stddev_samp(latency)`` and ``max(amount)``
+
+* **one pass**: ``dpa.run(table, "key", [Count(), Sum("amount"), Mean("latency"), Std("latency"), Max("amount")])``;
+* **count**: the single ``dpa.run(table, "key", Count())`` job the one pass is measured against;
+* **five jobs**: the five aggregates as five separate ``dpa.run`` jobs, one after the other;
+* **pyarrow**: ``table.group_by("key").aggregate([...])`` in this process (no Ray);
+* **duckdb**: ``SELECT key, count(*), sum(amount), ... GROUP BY key`` over the same Arrow
+  table, in this process.
+
+``--sketches`` also times a pass with ``count(DISTINCT session)`` and ``percentile_approx(latency,
+0.95)`` (exact distinct sets and KLL sketches), against DuckDB's ``count(DISTINCT ...)`` and
+``approx_quantile``. Each variant runs ``--reps`` times (the actors are warmed by an untimed
+job first); the figures are medians with their spread (max - min). Target: one pass <= 1.5x
+the single Count job.
+
+**Costly skewed keys** (``--stragglers``): the stragglers workload (``benchmarks.stragglers``:
+N=40k records, Zipf(1.1) over 10k keys, a 1 ms sleep per record on 8 reducers, ideal
+makespan ``N * c / 8`` = 5 s) with ``[WithCost(Count(), c), CountDistinct("v")]`` and
+``JobConfig(num_reducers=8)`` otherwise defaults, interleaved with ``WithCost(Count(), c)``
+alone as the peer. Target: <= 1.15x ideal.
+
+Run (small, about a minute)::
+
+    python -m benchmarks.aggregations --rows 1M --reps 2
+
+Full::
+
+    python -m benchmarks.aggregations --rows 10M --reps 3 --sketches --stragglers --out benchmarks/results/aggregations.json
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from benchmarks.common import (
+    base_parser,
+    init_ray,
+    median,
+    parse_int,
+    print_table,
+    stop_ray,
+    write_json,
+)
+
+
+def make_table(rows: int, keys: int, z: float, seed: int) -> pa.Table:
+    """Zipf keys with an int amount, a float latency and an int session id per record."""
+    from workloads.generators import zipf
+
+    key = zipf(z, keys, rows, seed=seed)["key"]
+    rng = np.random.default_rng(seed + 1)
+    return pa.table({"key": key, "amount": rng.integers(0, 10_000, rows), "latency": rng.exponential(20.0, rows),
+                     "session": rng.integers(0, 200_000, rows)})
+
+
+def five() -> list[Any]:
+    import dpa
+
+    return [dpa.Count(), dpa.Sum("amount"), dpa.Mean("latency"), dpa.Std("latency"), dpa.Max("amount")]
+
+
+def sketches() -> list[Any]:
+    import dpa
+
+    return [dpa.Count(), dpa.Sum("amount"), dpa.Mean("latency"), dpa.CountDistinct("session"),
+            dpa.ApproxQuantile("latency", q=0.95)]
+
+
+def timed(fn: Callable[[], Any], reps: int) -> dict[str, Any]:
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return {"median_s": median(times), "spread_s": max(times) - min(times), "runs_s": times}
+
+
+def dpa_job(table: pa.Table, reducer: Any, **cfg: Any) -> Callable[[], int]:
+    import dpa
+
+    def run() -> int:
+        return dpa.run(table, key="key", reducer=reducer, **cfg).to_arrow().num_rows
+
+    return run
+
+
+def pyarrow_job(table: pa.Table, aggs: list[tuple[str, str]]) -> Callable[[], int]:
+    return lambda: table.group_by("key").aggregate(aggs).num_rows
+
+
+def duckdb_job(table: pa.Table, select: str) -> Callable[[], int]:
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(f"SET threads TO {os.cpu_count() or 1}")
+    con.register("t", table)
+    return lambda: len(con.execute(f"SELECT key, {select} FROM t GROUP BY key").fetchall())
+
+
+def run_aggregates(args: Any) -> dict[str, Any]:
+    import dpa
+
+    table = make_table(args.rows, args.keys, args.z, args.seed)
+    print(f"table: {args.rows:,} records, {args.keys:,} Zipf({args.z}) keys", flush=True)
+    init_ray()
+    dpa_job(table.slice(0, 100_000), five())()  # start and warm the actors (untimed)
+    rows = []
+
+    def add(name: str, fn: Callable[[], Any]) -> dict[str, Any]:
+        row = {"variant": name, **timed(fn, args.reps)}
+        rows.append(row)
+        print(f"{name:<28} {row['median_s']:7.2f}s  (spread {row['spread_s']:.2f}s)", flush=True)
+        return row
+
+    count = add("dpa count (1 aggregate)", dpa_job(table, dpa.Count()))
+    one = add("dpa one pass (5 aggregates)", dpa_job(table, five()))
+    add("dpa 5 separate jobs", lambda: [dpa_job(table, r)() for r in five()])
+    add("pyarrow group_by (5)", pyarrow_job(table, [("key", "count"), ("amount", "sum"), ("latency", "mean"),
+                                                     ("latency", "stddev", pa.compute.VarianceOptions(ddof=1)),
+                                                     ("amount", "max")]))
+    add("duckdb (5)", duckdb_job(table, "count(*), sum(amount), avg(latency), stddev_samp(latency), max(amount)"))
+    out: dict[str, Any] = {"rows": rows, "one_pass_over_count": one["median_s"] / count["median_s"]}
+    if args.sketches:
+        sk = add("dpa one pass with sketches", dpa_job(table, sketches()))
+        add("duckdb with sketches", duckdb_job(
+            table, "count(*), sum(amount), avg(latency), count(DISTINCT session), approx_quantile(latency, 0.95)"))
+        out["sketches_over_count"] = sk["median_s"] / count["median_s"]
+    stop_ray()
+    for row in rows:
+        row["x_count"] = row["median_s"] / count["median_s"]
+    print_table(rows, ["variant", "median_s", "spread_s", "x_count"],
+                title=f"{args.rows:,} records, {args.keys:,} keys, median of {args.reps} (x_count: / the dpa Count job)")
+    print(f"one pass / single Count job = {out['one_pass_over_count']:.2f}x (target <= 1.5x)")
+    return out
+
+
+def run_stragglers(args: Any) -> dict[str, Any]:
+    import dpa
+    from workloads.generators import zipf
+
+    cost = args.cost_ms / 1000.0
+    table = zipf(1.1, 10_000, args.straggler_rows, seed=args.seed)
+    table = table.append_column("v", pa.array(np.random.default_rng(args.seed).integers(0, 500, table.num_rows)))
+    ideal = table.num_rows * cost / 8
+    variants = {
+        "[WithCost(Count()), CountDistinct('v')]": [dpa.WithCost(dpa.Count(), cost), dpa.CountDistinct("v")],
+        "WithCost(Count()) alone": dpa.WithCost(dpa.Count(), cost),
+    }
+    init_ray()
+    dpa.run(table.slice(0, 2000), key="key", reducer=variants["WithCost(Count()) alone"], num_reducers=8).to_arrow()
+    runs: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(args.reps):  # interleaved, so both see the same load
+        for name, reducer in variants.items():
+            t0 = time.perf_counter()
+            result = dpa.run(table, key="key", reducer=reducer, num_reducers=8)
+            result.to_arrow()
+            runs[name].append(time.perf_counter() - t0)
+            print(f"stragglers {name}: {runs[name][-1]:.2f}s = {runs[name][-1] / ideal:.2f}x ideal "
+                  f"({result.stats.policy}, {len(result.stats.rebalances)} rebalances, load {os.getloadavg()[0]:.0f})",
+                  flush=True)
+    stop_ray()
+    rows = [{"reducer": name, "median_s": median(ts), "spread_s": max(ts) - min(ts), "x_ideal": median(ts) / ideal,
+             "runs_s": ts} for name, ts in runs.items()]
+    print_table(rows, ["reducer", "median_s", "spread_s", "x_ideal"],
+                title=f"stragglers: {table.num_rows:,} records, {args.cost_ms} ms each, 8 reducers, ideal {ideal:.1f}s, "
+                      f"median of {args.reps} (target <= 1.15x ideal)")
+    return {"records": table.num_rows, "cost_ms": args.cost_ms, "ideal_s": ideal, "rows": rows,
+            "x_ideal": rows[0]["x_ideal"], "over_count_alone": rows[0]["median_s"] / rows[1]["median_s"]}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = base_parser(__doc__.split("\n")[0], 10_000_000)
+    p.add_argument("--keys", type=parse_int, default=100_000, help="distinct keys (default 100k)")
+    p.add_argument("--z", type=float, default=1.1, help="Zipf exponent (default 1.1)")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--sketches", action="store_true", help="also time count(DISTINCT) and p95 in one pass")
+    p.add_argument("--stragglers", action="store_true", help="also run the costly skewed case")
+    p.add_argument("--only-stragglers", action="store_true")
+    p.add_argument("--straggler-rows", type=parse_int, default=40_000)
+    p.add_argument("--cost-ms", type=float, default=1.0)
+    args = p.parse_args(argv)
+    payload: dict[str, Any] = {"command": "python -m benchmarks.aggregations " + " ".join(argv or sys.argv[1:])}
+    if not args.only_stragglers:
+        payload["aggregates"] = run_aggregates(args)
+    if args.stragglers or args.only_stragglers:
+        payload["stragglers"] = run_stragglers(args)
+    write_json(args.out, payload)
+    return payload
+
+
+if __name__ == "__main__":
+    main()

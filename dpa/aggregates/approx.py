@@ -1,0 +1,354 @@
+"""Approximate distinct counts and quantiles per key, with Apache DataSketches.
+
+* :class:`ApproxCountDistinct` keeps an HLL sketch per key (``datasketches.hll_sketch``,
+  ``lg_k=12`` by default): about 4 KiB per key however many values it has, merged with
+  ``hll_union``. Relative standard error ``1.04 / sqrt(2**lg_k)`` (1.6% at ``lg_k=12``);
+  dpa's tests hold every estimate within three of them (4.9%). Keys with few distinct
+  values (below about ``2**lg_k / 8``) are counted almost exactly (the sketch's list and
+  set modes).
+* :class:`ApproxQuantile` / :class:`Median` keep a KLL sketch per key
+  (``datasketches.kll_doubles_sketch``, ``k=200``), merged with KLL's merge. The value
+  returned for ``q`` has a normalised rank within ``±1.33%`` of ``q`` with 99%
+  confidence (``kll_doubles_sketch.get_normalized_rank_error(200, False)``); a key with
+  at most ``k`` values is exact. The quantile is the smallest value whose rank (the
+  fraction of values ``<=`` it) is at least ``q``, as Spark's ``percentile_approx``.
+
+Both read only the distinct values of each key per batch into the HLL sketch, and whole
+numpy arrays per key into KLL, so the Python work per batch is per key, not per record.
+Nulls are ignored. Values order as in Spark and DuckDB: NaN is larger than every number
+and equal to itself — the quantile sketch counts NaNs beside the KLL sketch (which skips
+them), so a key's high quantiles are NaN when enough of its values are. ApproxCountDistinct
+counts NaN as one value and ``-0.0`` as ``0.0``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dpa.aggregates.distinct import canonical_value
+from dpa.errors import ConfigError, SchemaError
+from dpa.keys import encode_key
+from dpa.reducers import ColumnarReducer, Sum
+
+__all__ = ["ApproxCountDistinct", "ApproxQuantile", "Median"]
+
+_ONLY_VALID = pc.CountOptions(mode="only_valid")
+
+
+def _datasketches() -> Any:
+    try:
+        import datasketches
+    except ImportError as exc:  # pragma: no cover - a runtime dependency
+        raise ConfigError("approximate aggregates need Apache DataSketches: pip install datasketches") from exc
+    return datasketches
+
+
+def _hll_item(value: Any) -> Any:
+    """What the HLL sketch hashes for a value: ints and floats as themselves, strings with a
+    one-character prefix, other types as their canonical key encoding (dates, decimals, ...)."""
+    if isinstance(value, (bool, np.bool_)):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):  # (prefixed: the sketch skips empty strings)
+        return "s" + value
+    if isinstance(value, float):
+        return canonical_value(value)
+    return encode_key(value).hex()
+
+
+def _grouped(table: pa.Table, group_cols: list[str], column: str, fn: str, options: Any = None) -> pa.Table:
+    agg = (column, fn) if options is None else (column, fn, options)
+    return table.group_by(group_cols, use_threads=False).aggregate([agg, ([], "count_all")])
+
+
+class ApproxCountDistinct(ColumnarReducer):
+    """Approximate number of distinct non-null values of ``column`` per key (HLL; int64).
+
+    Args:
+        column: The column.
+        lg_k: log2 of the HLL sketch's registers, 4..21 (default 12: 1.6% standard error).
+        name: Output column name.
+    """
+
+    kind = "approx_count_distinct"
+    default_name = "approx_count_distinct"
+
+    def __init__(self, column: str | None = None, lg_k: int = 12, name: str | None = None) -> None:
+        if isinstance(lg_k, bool) or not isinstance(lg_k, int) or not 4 <= lg_k <= 21:
+            raise ConfigError(f"ApproxCountDistinct lg_k must be an int in 4..21, got {lg_k!r}")
+        super().__init__(column, name or self.default_name)
+        self.lg_k = lg_k
+
+    @property
+    def relative_error(self) -> float:
+        """The sketch's relative standard error, ``1.04 / sqrt(2**lg_k)``."""
+        return 1.04 / (2 ** self.lg_k) ** 0.5
+
+    def _sketch(self, items: Sequence[Any] = ()) -> Any:
+        sketch = _datasketches().hll_sketch(self.lg_k)
+        for item in items:
+            sketch.update(_hll_item(item))
+        return sketch
+
+    def create(self) -> bytes:
+        return self._sketch().serialize_compact()
+
+    def add_batch(self, acc: bytes, values: list[Any]) -> bytes:
+        return self.merge(acc, self._sketch([v for v in set(map(canonical_value, values)) if v is not None])
+                          .serialize_compact())
+
+    def add(self, acc: bytes, value: Any) -> bytes:
+        return self.add_batch(acc, [value])
+
+    def merge(self, a: bytes, b: bytes) -> bytes:
+        ds = _datasketches()
+        union = ds.hll_union(self.lg_k)
+        union.update(ds.hll_sketch.deserialize(a))
+        union.update(ds.hll_sketch.deserialize(b))
+        return union.get_result().serialize_compact()
+
+    def finalize(self, acc: bytes) -> int:
+        return int(round(_datasketches().hll_sketch.deserialize(acc).get_estimate()))
+
+    def check_type(self, dtype: pa.DataType) -> None:
+        if pa.types.is_nested(dtype):
+            raise SchemaError(f"ApproxCountDistinct({self.column!r}) cannot hash values of type {dtype}")
+
+    def output_type(self, input_type: pa.DataType | None) -> pa.DataType:
+        return pa.int64()
+
+    def output_field(self, input_schema: pa.Schema | None) -> pa.Field | None:
+        field = super().output_field(input_schema)
+        return None if field is None else field.with_nullable(False)
+
+    def state_aggregations(self) -> list[tuple[str | None, str, str]]:
+        return [(self.column, "hll", "hll")]
+
+    def prepare(self, table: pa.Table) -> pa.Table:
+        from dpa.aggregates.distinct import CountDistinct
+
+        return CountDistinct(self.column).prepare(table)
+
+    def partial_from_batch(self, table: pa.Table, group_cols: list[str], weight_col: str | None = None) -> pa.Table:
+        out = _grouped(self.prepare(table), group_cols, self.column, "distinct", _ONLY_VALID)
+        sketches = [self._sketch(values).serialize_compact() for values in out[self.column + "_distinct"].to_pylist()]
+        columns = [out[c] for c in group_cols] + [pa.array(sketches, pa.binary())]
+        names = list(group_cols) + ["hll"]
+        if weight_col is not None:
+            columns.append(out["count_all"])
+            names.append(weight_col)
+        return pa.table(columns, names=names)
+
+    def merge_partials(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
+        return _merge_binary(table, group_cols, "hll", lambda parts: _hll_union(self.lg_k, parts))
+
+    def finalize_table(self, table: pa.Table, key_cols: list[str]) -> pa.Table:
+        ds = _datasketches()
+        estimates = [int(round(ds.hll_sketch.deserialize(b).get_estimate())) for b in table["hll"].to_pylist()]
+        return pa.table([table[c] for c in key_cols] + [pa.array(estimates, pa.int64())], names=list(key_cols) + [self.name])
+
+    def spark_name(self) -> str:
+        return self.name if self.name != self.default_name else f"approx_count_distinct({self.column})"
+
+    def __repr__(self) -> str:
+        return f"ApproxCountDistinct({self.column!r}, lg_k={self.lg_k})"
+
+
+def _hll_union(lg_k: int, parts: list[bytes]) -> bytes:
+    ds = _datasketches()
+    if len(parts) == 1:
+        return parts[0]
+    union = ds.hll_union(lg_k)
+    for b in parts:
+        union.update(ds.hll_sketch.deserialize(b))
+    return union.get_result().serialize_compact()
+
+
+def _merge_binary(table: pa.Table, group_cols: list[str], state: str, fold: Any,
+                  extra: Sequence[str] = ()) -> pa.Table:
+    """Merges partial rows with equal keys: ``fold(list of state bytes) -> bytes`` per key;
+    ``extra`` integer columns are summed."""
+    from dpa.aggregates.composite import group_ids
+    from dpa.reducers import HASH_COL
+
+    gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
+    order = np.argsort(gid, kind="stable")
+    bounds = np.searchsorted(gid[order], np.arange(size + 1))
+    blobs = table[state].to_pylist()
+    merged = [fold([blobs[j] for j in order[bounds[g]:bounds[g + 1]]]) for g in range(size)]
+    first = order[bounds[:-1]]
+    keys = table.select(group_cols).take(pa.array(first))
+    columns = [keys[c] for c in group_cols] + [pa.array(merged, pa.binary())]
+    names = list(group_cols) + [state]
+    for col in extra:
+        columns.append(pa.array(np.bincount(gid, weights=np.asarray(table[col], dtype=np.float64),
+                                            minlength=size).astype(np.int64)))
+        names.append(col)
+    return pa.table(columns, names=names)
+
+
+class ApproxQuantile(ColumnarReducer):
+    """Approximate quantile(s) of ``column`` per key (KLL sketch; float64).
+
+    Args:
+        column: A numeric column (read as float64).
+        q: A quantile in [0, 1] (the output is a float64) or a list of them (a list of
+            float64, in the given order).
+        k: The KLL sketch's size parameter (default 200: rank error ±1.33% at 99%).
+        name: Output column name.
+    """
+
+    kind = "approx_quantile"
+    default_name = "approx_quantile"
+    check_type = Sum.check_type
+
+    def __init__(self, column: str | None = None, q: float | Sequence[float] = 0.5, k: int = 200,
+                 name: str | None = None) -> None:
+        qs = [q] if isinstance(q, (int, float)) and not isinstance(q, bool) else list(q) if isinstance(q, (list, tuple)) else None
+        if not qs or any(isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x <= 1 for x in qs):
+            raise ConfigError(f"{type(self).__name__} q must be a number in [0, 1] or a non-empty list of them, got {q!r}")
+        if isinstance(k, bool) or not isinstance(k, int) or not 8 <= k <= 65535:
+            raise ConfigError(f"{type(self).__name__} k must be an int in 8..65535, got {k!r}")
+        super().__init__(column, name or self.default_name)
+        self.q = q
+        self.quantiles = [float(x) for x in qs]
+        self.k = k
+
+    @property
+    def rank_error(self) -> float:
+        """Normalised rank error of one quantile at 99% confidence."""
+        return float(_datasketches().kll_doubles_sketch.get_normalized_rank_error(self.k, False))
+
+    def _new(self) -> Any:
+        return _datasketches().kll_doubles_sketch(self.k)
+
+    # -- scalar contract: (sketch bytes, NaN count) ----------------------------------------
+    def create(self) -> tuple[bytes, int]:
+        return (self._new().serialize(), 0)
+
+    def add_batch(self, acc: tuple[bytes, int], values: list[Any]) -> tuple[bytes, int]:
+        x = np.array([float(v) for v in values if v is not None], dtype=np.float64)
+        sketch = self._new()
+        nans = int(np.isnan(x).sum())
+        if len(x) - nans:
+            sketch.update(x[~np.isnan(x)])
+        return self.merge(acc, (sketch.serialize(), nans))
+
+    def add(self, acc: tuple[bytes, int], value: Any) -> tuple[bytes, int]:
+        return self.add_batch(acc, [value])
+
+    def merge(self, a: tuple[bytes, int], b: tuple[bytes, int]) -> tuple[bytes, int]:
+        return (_kll_merge([a[0], b[0]]), a[1] + b[1])
+
+    def finalize(self, acc: tuple[bytes, int]) -> Any:
+        values = _quantiles(_datasketches().kll_doubles_sketch.deserialize(acc[0]), acc[1], self.quantiles)
+        return values if isinstance(self.q, (list, tuple)) else values[0]
+
+    # -- columnar contract -----------------------------------------------------------------
+    def output_type(self, input_type: pa.DataType | None) -> pa.DataType:
+        return pa.list_(pa.float64()) if isinstance(self.q, (list, tuple)) else pa.float64()
+
+    def state_aggregations(self) -> list[tuple[str | None, str, str]]:
+        return [(self.column, "kll", "kll"), (self.column, "nans", "nans")]
+
+    def partial_from_batch(self, table: pa.Table, group_cols: list[str], weight_col: str | None = None) -> pa.Table:
+        from dpa.aggregates.composite import group_ids
+        from dpa.reducers import HASH_COL
+
+        n = table.num_rows
+        keys_only = [c for c in group_cols if c != HASH_COL] or group_cols
+        gid, size = group_ids(table, keys_only) if n else (np.zeros(0, np.int64), 0)
+        values = np.asarray(pc.cast(table[self.column], pa.float64(), safe=False).fill_null(np.nan), dtype=np.float64)
+        valid = np.asarray(table[self.column].is_valid(), dtype=bool) if n else np.zeros(0, bool)
+        nan = np.isnan(values) & valid
+        order = np.argsort(gid, kind="stable")
+        bounds = np.searchsorted(gid[order], np.arange(size + 1))
+        keep = ~np.isnan(values)
+        sketches = []
+        for g in range(size):
+            rows = order[bounds[g]:bounds[g + 1]]
+            sketch = self._new()
+            x = values[rows][keep[rows]]
+            if len(x):
+                sketch.update(x)
+            sketches.append(sketch.serialize())
+        first = order[bounds[:-1]]
+        keys = table.select(group_cols).take(pa.array(first, pa.int64()))
+        columns = [keys[c] for c in group_cols] + [
+            pa.array(sketches, pa.binary()), pa.array(np.bincount(gid, weights=nan, minlength=size).astype(np.int64))]
+        names = list(group_cols) + ["kll", "nans"]
+        if weight_col is not None:
+            columns.append(pa.array(np.bincount(gid, minlength=size).astype(np.int64)))
+            names.append(weight_col)
+        return pa.table(columns, names=names)
+
+    def merge_partials(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
+        return _merge_binary(table, group_cols, "kll", _kll_merge, extra=["nans"])
+
+    def finalize_table(self, table: pa.Table, key_cols: list[str]) -> pa.Table:
+        ds = _datasketches()
+        rows = [_quantiles(ds.kll_doubles_sketch.deserialize(b), nans, self.quantiles)
+                for b, nans in zip(table["kll"].to_pylist(), table["nans"].to_pylist())]
+        if isinstance(self.q, (list, tuple)):
+            out = pa.array([None if r[0] is None else r for r in rows], pa.list_(pa.float64()))
+        else:
+            out = pa.array([r[0] for r in rows], pa.float64())
+        return pa.table([table[c] for c in key_cols] + [out], names=list(key_cols) + [self.name])
+
+    def spark_name(self) -> str:
+        if self.name != self.default_name:
+            return self.name
+        q = ", ".join(repr(x) for x in self.quantiles)
+        return f"percentile_approx({self.column}, {'array(' + q + ')' if isinstance(self.q, (list, tuple)) else q})"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.column!r}, q={self.q!r})"
+
+
+class Median(ApproxQuantile):
+    """Approximate median of ``column`` per key: ``ApproxQuantile(column, 0.5)``."""
+
+    kind = "median"
+    default_name = "median"
+
+    def __init__(self, column: str | None = None, k: int = 200, name: str | None = None) -> None:
+        super().__init__(column, 0.5, k, name)
+
+    def spark_name(self) -> str:
+        return self.name if self.name != self.default_name else f"median({self.column})"
+
+    def __repr__(self) -> str:
+        return f"Median({self.column!r})"
+
+
+def _kll_merge(parts: list[bytes]) -> bytes:
+    if len(parts) == 1:
+        return parts[0]
+    ds = _datasketches()
+    sketch = ds.kll_doubles_sketch.deserialize(parts[0])
+    for b in parts[1:]:
+        sketch.merge(ds.kll_doubles_sketch.deserialize(b))
+    return sketch.serialize()
+
+
+def _quantiles(sketch: Any, nans: int, quantiles: list[float]) -> list[float | None]:
+    """The quantiles of a key whose numbers are in ``sketch`` and which has ``nans`` NaNs
+    besides (NaN ranks above every number)."""
+    n = sketch.n
+    total = n + nans
+    if total == 0:
+        return [None] * len(quantiles)
+    out: list[float | None] = []
+    for q in quantiles:
+        rank = q * total  # the smallest value with at least this many values <= it
+        if rank > n or n == 0:
+            out.append(float("nan"))
+        else:
+            out.append(float(sketch.get_quantile(min(1.0, rank / n), True)))
+    return out

@@ -1,0 +1,366 @@
+"""Several aggregates in one job: ``dpa.run(source, key, reducer=[dpa.Sum("x"), dpa.Count()])``.
+
+A list of reducers becomes one composite reducer (:func:`combine`): the job routes each
+record once, and every key gets one result row with one column per aggregate. The
+composite follows the same combine contract as a single reducer, member by member, so
+the load balancer may split a hot key over several reducers and the final state merge
+combines each member's partial state with that member's own merge:
+
+* :class:`Aggregates` when every member is a columnar built-in: a batch is pre-aggregated
+  with one Arrow hash group-by holding every member whose partial state is plain Arrow
+  aggregates (count, sum, min, max, mean); members with their own Arrow code (lists,
+  sets, sketches) run on the same groups, aligned by a group id;
+* :class:`RecordAggregates` when a member is user-defined: a tuple of the members'
+  accumulators per key, through the scalar contract.
+
+Output columns are named as Spark names them (:func:`spark_name`: ``count(1)``,
+``sum(amount)``, ``avg(latency)``, ``count(DISTINCT session)``, ...) unless a member was
+named (``dpa.Sum("amount", name="total")``, ``dpa.Sum("amount").alias("total")``); two
+members with one name are a :class:`~dpa.errors.ConfigError`. A member wrapped in
+:class:`~dpa.reducers.WithCost` adds its cost per record to the job's.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dpa.errors import ConfigError, SchemaError
+from dpa.int_sums import sum_may_overflow
+from dpa.reducers import (
+    HASH_COL,
+    ColumnarReducer,
+    Count,
+    Reducer,
+    Sum,
+    WithCost,
+    bind_reducer,
+    unwrap,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Aggregates", "RecordAggregates", "combine", "output_names", "spark_name"]
+
+GID_COL = "__dpa_gid"
+ROW_COL = "__dpa_row"
+
+_SPARK_NAMES = {"sum": "sum({c})", "mean": "avg({c})", "min": "min({c})", "max": "max({c})",
+                "collect": "collect_list({c})"}
+
+
+def spark_name(reducer: Reducer) -> str:
+    """The output name Spark would give ``reducer``'s aggregate (``sum(amount)``), or the
+    reducer's own name where it was named by the user or Spark has no such aggregate."""
+    if getattr(reducer, "_aliased", False):
+        return reducer.name
+    own = getattr(reducer, "spark_name", None)
+    if callable(own):
+        return own()
+    if isinstance(reducer, Count) and type(reducer) is Count:
+        return "count(1)" if reducer.name == "count" else reducer.name
+    template = _SPARK_NAMES.get(reducer.kind)
+    default = getattr(type(reducer), "default_name", None)
+    if template is not None and reducer.name == default and reducer.column is not None:
+        return template.format(c=reducer.column)
+    if reducer.kind == "top_k" and reducer.name == default and reducer.column is not None:
+        return f"top_k({reducer.column}, {reducer.k})"
+    return reducer.name
+
+
+def output_names(reducer: Reducer) -> list[str]:
+    """The output columns a (possibly composite) reducer adds after the key columns."""
+    inner = unwrap(reducer)[0]
+    if isinstance(inner, (Aggregates, RecordAggregates)):
+        return [m.name for m in inner.members]
+    return [reducer.name]
+
+
+def combine(reducers: Sequence[Reducer]) -> Reducer:
+    """The composite reducer of a list of reducers (see the module docstring).
+
+    Raises:
+        ConfigError: the list is empty, holds something that is not a ``dpa.Reducer``, or
+            two members have one output name.
+    """
+    if not reducers:
+        raise ConfigError("reducer is an empty list; give at least one aggregate, e.g. [dpa.Count()]")
+    members: list[Reducer] = []
+    cost, mode = 0.0, "sleep"
+    for i, r in enumerate(reducers):
+        if not isinstance(r, Reducer):
+            raise ConfigError(
+                f"reducer[{i}] must be a dpa.Reducer (e.g. dpa.Count(), dpa.Sum('x')), got {type(r).__name__}")
+        inner, c, m = unwrap(r)
+        if isinstance(inner, (Aggregates, RecordAggregates)):
+            raise ConfigError(f"reducer[{i}] is a list of aggregates itself; give one flat list")
+        if c:
+            cost, mode = cost + c, m
+        member = copy.copy(inner)
+        member.name = spark_name(inner)
+        members.append(member)
+    names = [m.name for m in members]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigError(
+            f"two aggregates are both named {duplicates[0]!r}; name one of them, e.g. "
+            f"dpa.Sum('x').alias('total') or dpa.Sum('x', name='total')")
+    if all(isinstance(m, ColumnarReducer) for m in members):
+        out: Reducer = Aggregates(members)
+    else:
+        out = RecordAggregates(members)
+    return WithCost(out, cost, mode=mode) if cost else out
+
+
+def _check_names(members: list[Reducer], key_cols: Sequence[str]) -> None:
+    for m in members:
+        if m.name in key_cols:
+            raise ConfigError(
+                f"the aggregate {m!r} is named {m.name!r} like a key column; name it otherwise, e.g. .alias('{m.name}_out')")
+
+
+class _Members:
+    """What both composites share: members, names, validation, merge capability."""
+
+    members: list[Reducer]
+
+    def _init_members(self, members: list[Reducer]) -> None:
+        self.members = members
+        self.name = ", ".join(m.name for m in members)
+        self.column = None
+        self.kind = "aggregates"
+
+    @property
+    def can_merge(self) -> bool:
+        return all(m.can_merge for m in self.members)
+
+    def input_columns(self) -> list[str] | None:
+        cols: list[str] = []
+        for m in self.members:
+            need = m.input_columns()
+            if need is None:
+                return None
+            cols += [c for c in need if c not in cols]
+        return cols
+
+    def validate(self, schema: pa.Schema | None) -> None:
+        for m in self.members:
+            m.validate(schema)
+
+    def bind(self, record_kind: str) -> None:
+        """Resolves each member's default column (see :func:`dpa.reducers.bind_reducer`)."""
+        self.members = [bind_reducer(m, record_kind) for m in self.members]
+
+    def check_key_names(self, key_cols: Sequence[str]) -> None:
+        """Raises :class:`ConfigError` if an output column is named like a key column."""
+        _check_names(self.members, key_cols)
+
+    def output_fields(self, input_schema: pa.Schema | None) -> list[pa.Field | None]:
+        """Each member's output field (None where it is known only from the result)."""
+        return [m.output_field(input_schema) for m in self.members]
+
+    def __repr__(self) -> str:
+        return "[" + ", ".join(repr(m) for m in self.members) + "]"
+
+
+def _prefix(i: int, state: str) -> str:
+    return f"__a{i}_{state}"
+
+
+def group_ids(table: pa.Table, key_cols: Sequence[str]) -> tuple[np.ndarray, int]:
+    """``(id per row, number of groups)``: rows with equal key tuples share an id in ``[0, n)``."""
+    from dpa.key_columns import _codes
+
+    codes, values = _codes(table[key_cols[0]].combine_chunks())
+    combined, size = codes, len(values)
+    for name in key_cols[1:]:
+        c, v = _codes(table[name].combine_chunks())
+        joint = combined * len(v) + c
+        uniq, combined = np.unique(joint, return_inverse=True)
+        size = len(uniq)
+    return combined.astype(np.int64), size
+
+
+def _by_gid(table: pa.Table, size: int) -> pa.Table:
+    """``table`` (one row per group id in :data:`GID_COL`) in group-id order."""
+    gid = table[GID_COL].to_numpy()
+    if len(gid) != size:
+        raise SchemaError(f"internal: an aggregate returned {len(gid)} partial rows for {size} groups")
+    order = np.empty(size, dtype=np.int64)
+    order[gid] = np.arange(size, dtype=np.int64)
+    return table.take(pa.array(order))
+
+
+class Aggregates(_Members, ColumnarReducer):
+    """Columnar composite of built-in (columnar) reducers; see the module docstring.
+
+    Args:
+        members: The reducers, already named (:func:`combine` names them).
+    """
+
+    def __init__(self, members: list[ColumnarReducer]) -> None:
+        ColumnarReducer.__init__(self, None, "aggregates")
+        self._init_members(members)
+
+    @property
+    def float_rounding(self) -> bool:  # type: ignore[override]
+        return all(m.float_rounding for m in self.members)
+
+    def state_aggregations(self) -> list[tuple[str | None, str, str]]:
+        out = []
+        for i, m in enumerate(self.members):
+            out += [(col, fn, _prefix(i, s)) for col, fn, s in m.state_aggregations()]
+        return out
+
+    def state_columns(self) -> list[str]:
+        return [_prefix(i, s) for i, m in enumerate(self.members) for s in m.state_columns()]
+
+    def _plain(self, m: ColumnarReducer, table: pa.Table, merge: bool) -> bool:
+        """Whether a member's step is plain Arrow aggregates (so it joins the shared group-by)."""
+        if isinstance(m, Sum) and type(m) is Sum:
+            column = table[_prefix(self.members.index(m), "sum")] if merge else table[m.column]
+            return not sum_may_overflow(column)
+        method = "merge_partials" if merge else "partial_from_batch"
+        return getattr(type(m), method) is getattr(ColumnarReducer, method)
+
+    def partial_from_batch(self, table: pa.Table, group_cols: list[str], weight_col: str | None = None) -> pa.Table:
+        aggs: list[tuple[Any, str]] = []
+        names: list[str] = []
+        special: list[int] = []
+        extra: dict[str, Any] = {}
+        for i, m in enumerate(self.members):
+            if not self._plain(m, table, merge=False):
+                special.append(i)
+                continue
+            col = m.column
+            if col is not None:
+                prepared = m.prepare(pa.table({col: table[col]}))
+                if prepared.schema.field(col).type != table.schema.field(col).type:
+                    extra[f"__in{i}"] = prepared[col]
+                    col = f"__in{i}"
+            for c, fn, s in m.state_aggregations():
+                aggs.append(([] if c is None else col, fn))
+                names.append(_prefix(i, s))
+        if weight_col is not None:
+            aggs.append(([], "count_all"))
+            names.append(weight_col)
+        base = table
+        for name, column in extra.items():
+            base = base.append_column(name, column)
+        if not special:
+            out = base.group_by(group_cols, use_threads=False).aggregate(aggs)
+            return out.rename_columns(list(group_cols) + names).select(self._order(group_cols, weight_col))
+        gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
+        base = base.append_column(GID_COL, pa.array(gid)).append_column(ROW_COL, pa.array(np.arange(table.num_rows)))
+        fused = base.group_by([GID_COL], use_threads=False).aggregate(aggs + [(ROW_COL, "min")])
+        fused = _by_gid(fused.rename_columns([GID_COL, *names, ROW_COL]), size)
+        parts = {n: fused[n] for n in names}
+        keys = table.select(group_cols).take(fused[ROW_COL])
+        with_gid = table.append_column(GID_COL, pa.array(gid))
+        for i in special:
+            m = self.members[i]
+            cols = [GID_COL] + [c for c in (m.input_columns() or []) if c != GID_COL]
+            part = _by_gid(m.partial_from_batch(with_gid.select(cols), [GID_COL]), size)
+            for s in m.state_columns():
+                parts[_prefix(i, s)] = part[s]
+        columns = [keys[c] for c in group_cols] + [parts[n] for n in self.state_columns()]
+        out_names = list(group_cols) + self.state_columns()
+        if weight_col is not None:
+            columns.append(parts[weight_col])
+            out_names.append(weight_col)
+        return pa.table(columns, names=out_names)
+
+    def _order(self, group_cols: list[str], weight_col: str | None) -> list[str]:
+        return list(group_cols) + self.state_columns() + ([weight_col] if weight_col is not None else [])
+
+    def merge_partials(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
+        aggs: list[tuple[str, str]] = []
+        names: list[str] = []
+        special: list[int] = []
+        for i, m in enumerate(self.members):
+            if not self._plain(m, table, merge=True):
+                special.append(i)
+                continue
+            for s, fn in m.merge_aggregations():
+                aggs.append((_prefix(i, s), fn))
+                names.append(_prefix(i, s))
+        if not special:
+            out = table.group_by(group_cols, use_threads=False).aggregate(aggs)
+            return out.rename_columns(list(group_cols) + names).select(self._order(group_cols, None))
+        gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
+        base = table.append_column(GID_COL, pa.array(gid)).append_column(ROW_COL, pa.array(np.arange(table.num_rows)))
+        fused = base.group_by([GID_COL], use_threads=False).aggregate(aggs + [(ROW_COL, "min")])
+        fused = _by_gid(fused.rename_columns([GID_COL, *names, ROW_COL]), size)
+        parts = {n: fused[n] for n in names}
+        keys = table.select(group_cols).take(fused[ROW_COL])
+        for i in special:
+            m = self.members[i]
+            states = m.state_columns()
+            sub = pa.table([pa.array(gid)] + [table[_prefix(i, s)] for s in states], names=[GID_COL, *states])
+            part = _by_gid(m.merge_partials(sub, [GID_COL]), size)
+            for s in states:
+                parts[_prefix(i, s)] = part[s]
+        return pa.table([keys[c] for c in group_cols] + [parts[n] for n in self.state_columns()],
+                        names=list(group_cols) + self.state_columns())
+
+    def finalize_table(self, table: pa.Table, key_cols: list[str]) -> pa.Table:
+        columns = [table[c] for c in key_cols]
+        for i, m in enumerate(self.members):
+            states = m.state_columns()
+            sub = pa.table([table[c] for c in key_cols] + [table[_prefix(i, s)] for s in states],
+                           names=[*key_cols, *states])
+            columns.append(m.finalize_table(sub, list(key_cols))[m.name])
+        return pa.table(columns, names=[*key_cols, *(m.name for m in self.members)])
+
+    def output_field(self, input_schema: pa.Schema | None) -> pa.Field | None:
+        return None  # several columns: see output_fields
+
+
+class RecordAggregates(_Members, Reducer):
+    """Composite through the scalar contract (some member is user-defined).
+
+    The accumulator is a list with one accumulator per member; a member reading a column
+    gets that field of each record, a member reading whole records (``column=None``) the
+    record itself.
+    """
+
+    def __init__(self, members: list[Reducer]) -> None:
+        Reducer.__init__(self, None, "aggregates")
+        self._init_members(members)
+        self.record_kind = "dict"
+
+    def bind(self, record_kind: str) -> None:
+        super().bind(record_kind)
+        self.record_kind = record_kind
+
+    def input_columns(self) -> list[str] | None:
+        return None  # whole records: members pick their fields
+
+    def _value(self, m: Reducer, record: Any) -> Any:
+        if m.column is None:
+            return record
+        if self.record_kind == "dict":
+            return record.get(m.column)
+        if self.record_kind == "tuple":
+            return record[int(m.column[1:])] if m.column[:1] == "f" and m.column[1:].isdigit() else record
+        return record
+
+    def create(self) -> list[Any]:
+        return [m.create() for m in self.members]
+
+    def add(self, acc: list[Any], value: Any) -> list[Any]:
+        return [m.add(a, self._value(m, value)) for m, a in zip(self.members, acc)]
+
+    def add_batch(self, acc: list[Any], values: list[Any]) -> list[Any]:
+        return [m.add_batch(a, [self._value(m, v) for v in values]) for m, a in zip(self.members, acc)]
+
+    def merge(self, a: list[Any], b: list[Any]) -> list[Any]:
+        return [m.merge(x, y) for m, x, y in zip(self.members, a, b)]
+
+    def finalize(self, acc: list[Any]) -> tuple[Any, ...]:
+        return tuple(m.finalize(a) for m, a in zip(self.members, acc))

@@ -1,0 +1,61 @@
+"""Several aggregates and the new key types on Ray (the broad property test runs locally:
+tests/unit/dpa/aggregates/test_duckdb_differential.py)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import dpa
+from dpa.errors import KeyEncodingError
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+duckdb = pytest.importorskip("duckdb")
+
+
+@pytest.mark.parametrize("policy", ["shuffle", "hybrid"])
+def test_several_aggregates_on_ray_equal_duckdb(policy):
+    rng = np.random.default_rng(11)
+    n = 40_000
+    table = pa.table({
+        "day": pa.array(np.datetime64("2024-01-01") + (rng.zipf(1.3, n) % 30).astype("timedelta64[D]")),
+        "amount": pa.array(rng.integers(0, 10**6, n).astype(np.int64)),
+        "price": pa.array(rng.integers(0, 10**4, n) / 100, pa.float64()).cast(pa.decimal128(10, 2)),
+        "session": pa.array([f"s{v}" for v in rng.integers(0, 3000, n)]),
+        "latency": rng.exponential(10.0, n),
+    })
+    reducers = [dpa.Count(), dpa.Sum("amount"), dpa.Mean("latency"), dpa.CountDistinct("session"),
+                dpa.Std("latency"), dpa.Max("price")]
+    result = dpa.run(table, key="day", reducer=reducers, runtime="ray", policy=policy, num_reducers=2, batch_size=4096)
+    out = result.to_arrow()
+    assert out.schema.field("day").type == pa.date32()
+    ours = result.to_dict()
+    con = duckdb.connect()
+    con.register("t", table)
+    rows = con.execute("SELECT day, count(*), sum(amount), avg(latency), count(DISTINCT session), stddev_samp(latency), "
+                       "max(price) FROM t GROUP BY day").fetchall()
+    assert len(rows) == len(ours)
+    for day, *want in rows:
+        got = ours[day]
+        assert got[0] == want[0] and got[1] == want[1] and got[3] == want[3] and got[5] == want[5]
+        assert got[2] == pytest.approx(want[2], rel=1e-9) and got[4] == pytest.approx(want[4], rel=1e-9)
+    if policy == "shuffle":
+        assert result.stats.merged_keys > 0
+
+
+def test_key_types_on_ray_and_nested_keys_rejected_before_actors_start():
+    table = pa.table({"t": pa.array([dt.datetime(2024, 1, 1, h % 3, tzinfo=dt.timezone.utc) for h in range(90)],
+                                    pa.timestamp("ms", tz="UTC")),
+                      "d": pa.array([decimal.Decimal(h % 2) for h in range(90)], pa.decimal128(5, 1)),
+                      "x": list(range(90))})
+    out = dpa.run(table, key=["t", "d"], reducer=[dpa.Count(), dpa.CollectSet("x")], runtime="ray")
+    assert out.to_arrow().schema.field("t").type == pa.timestamp("ms", tz="UTC")
+    assert sum(c for c, _ in out.to_dict().values()) == 90
+    nested = pa.table({"k": pa.array([[1], [2]]), "x": [1, 2]})
+    with pytest.raises(KeyEncodingError, match="key column 'k'.*list<item: int64>"):
+        dpa.run(nested, key="k", runtime="ray")
