@@ -1042,7 +1042,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="let the first dpa.run start Ray from a driver thread (default: the main thread)")
     p.add_argument("--runtime", choices=("ray", "local"), default="ray",
                    help="'local' runs the same jobs in-process without Ray (checks the soak's oracle)")
-    p.add_argument("--json", default=None, metavar="PATH", help="write the summary as JSON")
+    p.add_argument("--out", "--json", dest="json", default=None, metavar="PATH",
+                   help="write the summary as JSON")
     p.add_argument("--verbose", action="store_true", help="print every job and Ray's worker logs")
     return p
 
