@@ -22,9 +22,9 @@ def test_main_job_prints_its_table_writes_its_plot_and_the_engines_agree(spark, 
     png = tmp_path / "load_over_time.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     sums = pq.read_table(str(tmp_path / "sums.parquet"))
-    assert set(sums.column_names) == {"user", "amount"}
+    assert set(sums.column_names) == {"user", "sum"}
     events = pq.read_table(str(tmp_path / "input" / "events.parquet"))
-    assert sum(sums["amount"].to_pylist()) == sum(events["amount"].to_pylist())
+    assert sum(sums["sum"].to_pylist()) == sum(events["amount"].to_pylist())
     # Quiet without --verbose: Ray Data's progress bars and notices are off.
     from ray.data import DataContext
 
