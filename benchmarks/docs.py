@@ -234,6 +234,15 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] = ()) -> lis
     return lines
 
 
+def row_lists(payload: Mapping[str, Any]) -> list[tuple[str, list[Mapping[str, Any]]]]:
+    """The payload's tables: ``results`` first, then every other top-level list of dicts."""
+    found = []
+    for name, value in sorted(payload.items(), key=lambda kv: kv[0] != "results"):
+        if isinstance(value, list) and value and all(isinstance(r, Mapping) for r in value):
+            found.append((name, value))
+    return found
+
+
 def section(path: Path) -> list[str]:
     """The markdown section of one results file."""
     try:
@@ -255,15 +264,17 @@ def section(path: Path) -> list[str]:
     out.append(f"- **Machine:** {machine_of(payload)}")
     out.append(f"- **Figures:** [`benchmarks/results/{path.name}`](../benchmarks/results/{path.name})")
     out.append("")
-    rows = payload.get("results")
-    if isinstance(rows, list) and rows and all(isinstance(r, Mapping) for r in rows):
+    tables = row_lists(payload)
+    for name, rows in tables:
+        if len(tables) > 1:
+            out += [f"`{name}`:", ""]
         out += table(rows, entry.columns if entry else ())
-    else:
+        out.append("")
+    if not tables:
         summary = {k: v for k, v in payload.items() if k not in ("env", "command") and scalar(v)}
-        out += table([summary]) if summary else ["(no figures in the file)"]
+        out += (table([summary]) if summary else ["(no figures in the file)"]) + [""]
     for note in entry.notes if entry else ():
-        out += ["", note]
-    out.append("")
+        out += [note, ""]
     return out
 
 

@@ -1,4 +1,4 @@
-"""Elastic reducers and state migration (issue 15), on one local Ray.
+"""Elastic reducers and state migration, on one local Ray.
 
 Two parts, every job with the default ``JobConfig`` except what is named:
 

@@ -4,8 +4,8 @@ A mapper hashes every block it routes: with map-side combine (built-in reducers)
 block's distinct keys after the combine (with ``distinct=True``, as the mapper calls it),
 else every raw row. Prints, per key type, the median time of ``hash_key_columns`` on a raw
 block of Zipf keys and on the same block combined (one row per key), next to the
-dictionary path (hash each distinct value once, then gather), which is how every key type
-used to be hashed.
+dictionary path (hash each distinct value once, then gather), the alternative the
+vectorised row-by-row hash is measured against.
 
     python -m benchmarks.hashing [--rows 1048576] [--reps 9]
 """
