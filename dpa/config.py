@@ -157,7 +157,7 @@ class JobConfig:
             whole input). See ``docs/fault_recovery.md``.
         max_recoveries: Failures a job recovers from before it fails with
             :class:`~dpa.errors.JobFailedError` naming every one (``0`` = fail at the
-            first, as before). Errors in user code are never retried.
+            first). Errors in user code are never retried.
         seed: Seed for any randomised policy.
         policy_options: Options of a policy given by name: the fields of its settings
             class (e.g. ``{"d": 3}`` for ``pkg``, ``{"patience": 3}`` for ``halving``);
