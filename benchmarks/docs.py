@@ -19,7 +19,7 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,72 @@ class Entry:
     what: str
     columns: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: payload -> rows of the page's "Against the peers" table (see :func:`peer_row`).
+    headline: Callable[[Mapping[str, Any]], list[dict[str, str]]] | None = None
+
+
+def timing(row: Mapping[str, Any], key: str = "median_s") -> str:
+    """``"4.64 s (4.50–4.90)"``: a row's median and, where recorded, its range."""
+    med = row.get(key)
+    if not isinstance(med, (int, float)):
+        return "–"
+    times = row.get("times_s")
+    low = row.get("min_s", min(times) if isinstance(times, list) and times else None)
+    high = row.get("max_s", max(times) if isinstance(times, list) and times else None)
+    spread = f" ({fmt(float(low))}–{fmt(float(high))})" if low is not None and high is not None else ""
+    return f"{fmt(float(med))} s{spread}"
+
+
+def peer_row(job: str, ours: Mapping[str, Any] | None, peer_name: str, peer: Mapping[str, Any] | None,
+             key: str = "median_s") -> list[dict[str, str]]:
+    """One row of the headline table: dpa's time, the peer's, and peer / dpa (> 1: dpa faster)."""
+    if ours is None or peer is None or not ours.get(key) or not peer.get(key):
+        return []
+    return [{"job": job, "dpa": timing(ours, key), "peer": peer_name, "peer's time": timing(peer, key),
+             "dpa faster by": f"{float(peer[key]) / float(ours[key]):.2f}x"}]
+
+
+def _find(rows: Any, **match: Any) -> Mapping[str, Any] | None:
+    for r in rows if isinstance(rows, list) else []:
+        if isinstance(r, Mapping) and all(
+                (v(r.get(k)) if callable(v) else r.get(k) == v) for k, v in match.items()):
+            return r
+    return None
+
+
+def _main_job(p: Mapping[str, Any]) -> list[dict[str, str]]:
+    rows = p.get("results")
+    ours = _find(rows, engine=lambda e: isinstance(e, str) and e.startswith("dpa, JobConfig"))
+    job = "main job: skewed per-key work read through Spark on Ray"
+    return (peer_row(job, ours, "Spark groupBy.applyInPandas", _find(rows, engine=lambda e: str(e).startswith("Spark")))
+            + peer_row(job, ours, "dpa without balancing (hash)",
+                       _find(rows, engine=lambda e: "no balancing" in str(e))))
+
+
+def _stragglers_spark(p: Mapping[str, Any]) -> list[dict[str, str]]:
+    rows = p.get("results")
+    ours = _find(rows, engine="dpa", config=lambda c: str(c).split()[0] in ("hybrid", "default"))
+    spark = [r for r in rows or [] if isinstance(r, Mapping) and r.get("engine") == "spark" and r.get("makespan_s")]
+    best = min(spark, key=lambda r: r["makespan_s"], default=None)
+    name = f"Spark {best['config']} (its best)" if best else ""
+    return peer_row("stragglers: 1 ms per record, Zipf(1.1), 8 reducers", ours, name, best, key="makespan_s")
+
+
+def _throughput(p: Mapping[str, Any]) -> list[dict[str, str]]:
+    rows = p.get("results")
+    ours = _find(rows, engine="dpa", config="default")
+    spark = _find(rows, engine="spark")
+    return (peer_row("cheap Count of 10M Zipf records", ours, f"Spark {spark['config']}" if spark else "", spark)
+            + peer_row("cheap Count of 10M Zipf records", ours, "pyarrow group_by, one process",
+                       _find(rows, engine="pyarrow")))
+
+
+def _spark_e2e(p: Mapping[str, Any]) -> list[dict[str, str]]:
+    rows = p.get("results")
+    what = {"scan": "Count of a 10M-row parquet scan, written back", "derived":
+            "Count of 10M rows with a key derived in Spark, written back"}.get(str(p.get("workload")), "Spark end to end")
+    return peer_row(what, _find(rows, engine="dpa", config="default"), "Spark groupBy().count()",
+                    _find(rows, engine="spark"))
 
 
 #: Results file stem (or a prefix of it, e.g. ``spark_e2e`` for ``spark_e2e_derived``) ->
@@ -54,6 +120,7 @@ BENCHMARKS: dict[str, Entry] = {
         "Spark's `groupBy().applyInPandas` with the same per-event cost (one shuffle partition "
         "per task slot, no coalescing); each after a warm-up. `x_ideal` = time / (work / workers).",
         ("engine", "median_s", "min_s", "max_s", "x_ideal", "skew_S", "rebalances", "runs"),
+        headline=_main_job,
     ),
     "stragglers_spark": Entry(
         "Stragglers against Spark: a per-record cost on Zipf keys",
@@ -63,6 +130,7 @@ BENCHMARKS: dict[str, Entry] = {
         "(a speed-up). dpa's rows use the benchmark's `--batch-size` and `--chunk-size`.",
         ("engine", "config", "makespan_s", "min_s", "x_ideal", "vs_spark_best", "max_over_mean", "rebalances",
          "status"),
+        headline=_stragglers_spark,
     ),
     "stragglers": Entry(
         "Balancing with defaults: Zipf, uniform, one hot key, a CPU-bound reducer",
@@ -77,6 +145,7 @@ BENCHMARKS: dict[str, Entry] = {
         "`groupBy().count()` on the same machine and pyarrow's `group_by` in one process. "
         "`x_spark` = Spark's time / this one.",
         ("engine", "config", "median_s", "times_s", "Mrec_per_s", "cpu_s", "x_spark", "x_pyarrow", "status"),
+        headline=_throughput,
     ),
     "spark_e2e": Entry(
         "Spark end to end",
@@ -84,6 +153,8 @@ BENCHMARKS: dict[str, Entry] = {
         "Spark's own `groupBy(\"key\").count()`, both written as parquet, in one Spark-on-Ray "
         "session. `scan`: a plain parquet scan (dpa's mappers read the files); `derived`: a key "
         "derived in Spark (`key % 50000`), which goes through Spark's partial aggregation.",
+        ("engine", "config", "median_s", "min_s", "bridge_s", "core_s", "output_s", "x_spark", "status"),
+        headline=_spark_e2e,
     ),
     "small_job": Entry(
         "Start-up and small jobs",
@@ -293,6 +364,21 @@ def render(results: Path = RESULTS) -> str:
         "load is noted: compare figures of the same run (ratios), not across runs.",
         "",
     ]
+    peers = []
+    for path in paths:
+        entry = entry_for(path.stem)
+        if entry is None or entry.headline is None:
+            continue
+        try:
+            payload = json.loads(path.read_text())
+            peers += [{**row, "section": f"`{path.stem}`"} for row in entry.headline(payload)]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a file of another layout: its own section still shows it
+    if peers:
+        lines += ["## Against the peers", "", "Medians (with their range), from the sections below; "
+                  "`dpa faster by` = the peer's time / dpa's (below 1: the peer is faster).", ""]
+        lines += table(peers, ("job", "dpa", "peer", "peer's time", "dpa faster by", "section"))
+        lines.append("")
     if not paths:
         lines += ["No results yet: run a benchmark with `--out benchmarks/results/<name>.json`.", ""]
     else:
