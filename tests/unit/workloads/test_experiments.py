@@ -210,7 +210,7 @@ DOCS_FIGURE3 = {
 }
 
 
-def test_figure3_local_is_the_readme_table() -> None:
+def test_figure3_local_is_the_documented_table() -> None:
     result = figure3.run_figure3("local", runs=1, workloads=list(DOCS_FIGURE3), log=None)
     got = {w: {m: [round(v, 2) for v in s] for m, s in by_method.items()} for w, by_method in result["series"].items()}
     assert got == DOCS_FIGURE3
