@@ -283,7 +283,15 @@ def main(argv: list[str] | None = None) -> int:
     warmup = out / "input" / "warmup.parquet"
     warmup.parent.mkdir(parents=True, exist_ok=True)
 
+    from dpa.ray_session import ensure_ray
     from spark_bridge import SparkConfig, spark_session
+
+    try:
+        ensure_ray()
+    except Exception as exc:  # noqa: BLE001 - Ray's start-up error is a plain Exception
+        print(f"error: Ray did not start: {str(exc).splitlines()[0]} A heavily loaded machine can miss Ray's "
+              "start-up deadline: try again when it is quieter.", file=sys.stderr)
+        return 1
 
     cost_s = args.cost_ms / 1000
     config = dpa.JobConfig() if args.policy is None else dpa.JobConfig(policy=args.policy)
