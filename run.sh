@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # dpa developer entry point. Sets everything up on a fresh machine (idempotent), then:
-#   ./run.sh main [args]   the main job: skewed word count read through Spark on Ray, counted by dpa
+#   ./run.sh main [args]   the main job: skewed per-key work read through Spark on Ray, dpa vs hash vs Spark
 #   ./run.sh test [args]   the test suite (unit, integration on Ray, Spark on Ray)
 #   ./run.sh setup         set-up only
 set -euo pipefail
@@ -35,7 +35,7 @@ cmd=${1:-main}
 shift || true
 case "$cmd" in
   setup) setup ;;
-  main)  setup; exec "$VENV/bin/python" -m workloads.wordcount "$@" ;;
+  main)  setup; exec "$VENV/bin/python" -m workloads.skewed_job "$@" ;;
   test)  setup; exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests "$@" ;;
   *) echo "usage: ./run.sh [main|test|setup] [args...]" >&2; exit 2 ;;
 esac

@@ -124,10 +124,22 @@ def environment() -> dict[str, Any]:
     }
 
 
+def command_line() -> str:
+    """The command that runs this script, as a user would type it (``python -m benchmarks.x ...``)."""
+    import shlex
+
+    import __main__
+
+    spec = getattr(__main__, "__spec__", None)
+    head = ["python", "-m", spec.name] if spec is not None and spec.name else ["python", *sys.argv[:1]]
+    return shlex.join([*head, *sys.argv[1:]])
+
+
 def write_json(path: str | None, payload: dict[str, Any]) -> None:
     if not path:
         return
-    payload = {"env": environment(), **payload}
+    payload = {"env": environment(), "command": command_line(), **payload}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as fh:
         json.dump(payload, fh, indent=2, default=_json_default)
     print(f"\nwrote {path}")

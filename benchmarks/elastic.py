@@ -1,4 +1,4 @@
-"""Elastic reducers and state migration (issue 15), on one local Ray.
+"""Elastic reducers and state migration, on one local Ray.
 
 Two parts, every job with the default ``JobConfig`` except what is named:
 
@@ -34,6 +34,8 @@ import pyarrow as pa
 import dpa
 
 COST_S = 1e-3
+#: Summary rows of the parts run, written by ``--out``.
+RESULTS: list[dict[str, Any]] = []
 
 
 def reference(table: pa.Table) -> dict[Any, int]:
@@ -71,6 +73,8 @@ def compare(name: str, table: pa.Table, configs: dict[str, dpa.JobConfig], reps:
             last = res
     for label, values in times.items():
         print(f"  {name} {label}: makespan median {spread(values)}")
+        RESULTS.append({"part": name, "run": label, "median_s": statistics.median(values),
+                        "min_s": min(values), "max_s": max(values), "runs": len(values)})
     return times, last
 
 
@@ -90,6 +94,7 @@ def scale(args: argparse.Namespace) -> None:
     times, last = compare("scale", table, configs, args.reps, describe)
     ratio = statistics.median(times["elastic"]) / statistics.median(times["fixed-2"])
     print(f"  elastic / fixed-2 = {ratio:.3f} (target <= 0.45)")
+    RESULTS[-1]["ratio_of_medians"] = ratio
     for event in last.stats.scaling:
         print(f"    {event.time_s:6.2f} s {event.action:>9} {list(event.reducers)} -> width {event.width}: "
               f"{event.reason}")
@@ -110,6 +115,7 @@ def migrate(args: argparse.Namespace) -> None:
     times, _ = compare("migrate", table, configs, args.reps, describe)
     ratio = statistics.median(times["state"]) / statistics.median(times["records"])
     print(f"  state / records = {ratio:.3f} (target <= 1.10)")
+    RESULTS[-1]["ratio_of_medians"] = ratio
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=40_000, help="records of the migrate part")
     parser.add_argument("--scale-rows", type=int, default=16_000, help="records of the scale part")
     parser.add_argument("--only", choices=["scale", "migrate"], default=None)
+    parser.add_argument("--out", default=None, help="write the figures as JSON to this file")
     args = parser.parse_args(argv)
     print(f"# {' '.join([sys.executable, '-m', 'benchmarks.elastic', *(argv or sys.argv[1:])])}  "
           f"load {os.getloadavg()[0]:.1f}", flush=True)
@@ -128,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         scale(args)
     if args.only in (None, "migrate"):
         migrate(args)
+    from benchmarks.common import write_json
+
+    write_json(args.out, {"reps": args.reps, "rows": args.rows, "scale_rows": args.scale_rows, "results": RESULTS})
     return 0
 
 

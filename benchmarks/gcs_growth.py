@@ -10,7 +10,6 @@ Runs ``--jobs`` small jobs on warm actors and samples the resident memory of Ray
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import numpy as np
@@ -18,6 +17,7 @@ import psutil
 import pyarrow as pa
 
 import dpa
+from benchmarks.common import write_json
 from dpa.ray_session import ensure_ray
 
 
@@ -39,14 +39,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--every", type=int, default=25, help="sample every N jobs")
     parser.add_argument("--warmup", type=int, default=20)
-    parser.add_argument("--policy", default="doubling")
+    parser.add_argument("--policy", default=None, help="JobConfig.policy (default: dpa's)")
     parser.add_argument("--out", help="write the figures as JSON here")
     args = parser.parse_args(argv)
 
     ensure_ray(logging_level="ERROR")
     rng = np.random.default_rng(0)
     table = pa.table({"key": rng.zipf(1.3, args.records) % 1000})
-    config = dpa.JobConfig(policy=args.policy, batch_size=2_000, chunk_size=1_000)
+    config = dpa.JobConfig(batch_size=2_000, chunk_size=1_000,
+                           **({} if args.policy is None else {"policy": args.policy}))
     for _ in range(args.warmup):
         dpa.run(table, key="key", config=config)
     samples: list[tuple[int, float]] = [(0, gcs_rss_mb())]
@@ -62,10 +63,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{rss[0]:.0f} MB -> {rss[-1]:.0f} MB, {slope * 1000:.0f} KB per job")
     for n, mb in samples:
         print(f"  after {n:>4} jobs: {mb:7.1f} MB")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"jobs": args.jobs, "records": args.records, "samples": samples,
-                       "kb_per_job": slope * 1000, "seconds": elapsed}, f, indent=2)
+    write_json(args.out, {"jobs": args.jobs, "records": args.records, "policy": args.policy,
+                          "kb_per_job": slope * 1000, "seconds": elapsed,
+                          "results": [{"after jobs": n, "gcs_server RSS MB": mb} for n, mb in samples]})
     dpa.shutdown()
     return 0
 

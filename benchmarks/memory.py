@@ -114,8 +114,8 @@ def quiet_ray_data() -> None:
 def run_one(n: int, args: Any) -> dict[str, Any]:
     import dpa
 
-    cfg = dpa.JobConfig(num_mappers=args.mappers, num_reducers=args.reducers, policy="doubling",
-                        max_rounds=args.max_rounds, **config_overrides(args))
+    cfg = dpa.JobConfig(num_mappers=args.mappers, num_reducers=args.reducers, max_rounds=args.max_rounds,
+                        **({} if args.policy is None else {"policy": args.policy}), **config_overrides(args))
     if args.source == "dataset":
         source = make_dataset(n, args.block_rows, args.z, args.keys, args.seed)
     else:
@@ -157,7 +157,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--block-rows", type=parse_int, default=1_000_000, help="records per source block")
     p.add_argument("--keys", type=int, default=100_000)
     p.add_argument("--z", type=float, default=1.1)
-    p.add_argument("--max-rounds", type=int, default=1, help="doubling rounds (0 = no LB)")
+    p.add_argument("--policy", default=None, help="JobConfig.policy (default: dpa's)")
+    p.add_argument("--max-rounds", type=int, default=1, help="JobConfig.max_rounds (0 = no LB)")
     p.add_argument("--interval", type=float, default=0.2, help="sampling period, seconds")
     args = parse_shaped(p, argv)
 

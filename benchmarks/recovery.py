@@ -151,6 +151,10 @@ def describe(res: dpa.Result) -> dict[str, Any]:
             "actors": ",".join(r.actors)}
 
 
+#: Summary rows of the parts run, written by ``--out``.
+RESULTS: list[dict[str, Any]] = []
+
+
 def kills(args: argparse.Namespace) -> None:
     from benchmarks.common import init_ray
 
@@ -176,6 +180,11 @@ def kills(args: argparse.Namespace) -> None:
                     recover.append(info["recover_s"])
                 print(f"{policy:9s} kill {victim:9s} makespan {seconds:.2f} s  ratio {seconds / base_med:.2f}  "
                       f"exact={ok}  {info}", flush=True)
+            RESULTS.append({"part": "kills", "policy": policy, "victim": victim, "fault_free_s": base_med,
+                            "ratio_median": statistics.median(ratios), "ratio_min": min(ratios),
+                            "ratio_max": max(ratios),
+                            "recover_s_median": statistics.median(recover) if recover else None,
+                            "runs": len(ratios)})
             print(f"{policy:9s} kill {victim:9s} SUMMARY ratio median {statistics.median(ratios):.2f} "
                   f"(min {min(ratios):.2f}, max {max(ratios):.2f}); recover_s median "
                   f"{statistics.median(recover) if recover else float('nan'):.2f} "
@@ -208,6 +217,8 @@ def cost_of(rows: int, reps: int) -> None:
         rate = rows / med[name] / 1e6
         print(f"cost {rows:,} Zipf Count checkpoints {name:3s}: median {med[name]:.3f} s ({rate:.1f}M rec/s), "
               f"runs {', '.join(f'{t:.3f}' for t in times[name])}", flush=True)
+    RESULTS.append({"part": "cost", "records": rows, "on_median_s": med["on"], "off_median_s": med["off"],
+                    "on_off": med["on"] / med["off"], "runs": reps})
     print(f"cost {rows:,} SUMMARY on/off {med['on'] / med['off']:.3f} (checkpoints per job {checkpoints})",
           flush=True)
 
@@ -334,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster", action="store_true", help="the node-removal run on a 3-node local cluster")
     parser.add_argument("--quick", action="store_true", help="a smaller input (with --cluster)")
     parser.add_argument("--seed", type=int, default=11, help="of the random kills (with --cluster)")
+    parser.add_argument("--out", default=None, help="write the figures as JSON to this file")
     args = parser.parse_args(argv)
     print(f"# {' '.join([sys.executable, '-m', 'benchmarks.recovery', *(argv or sys.argv[1:])])}  "
           f"load {os.getloadavg()[0]:.1f}", flush=True)
@@ -345,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
         cost(args)
     if args.only == "overhead":
         overhead(args)
+    from benchmarks.common import write_json
+
+    write_json(args.out, {"reps": args.reps, "rows": args.rows, "results": RESULTS})
     return 0
 
 

@@ -13,6 +13,7 @@ import statistics
 import time
 
 import dpa
+from benchmarks.common import write_json
 from dpa.ray_session import ensure_ray
 
 
@@ -23,17 +24,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", default=None, help="JobConfig.policy (default: dpa's)")
     parser.add_argument("--mappers", type=int, default=None, help="JobConfig.num_mappers (default: dpa's)")
     parser.add_argument("--reducers", type=int, default=None, help="JobConfig.num_reducers (default: dpa's)")
+    parser.add_argument("--out", default=None, help="write the figures as JSON to this file")
     args = parser.parse_args(argv)
     words = [f"w{i % 37}" for i in range(args.records)]
     t = time.perf_counter()
     ensure_ray(logging_level="ERROR")
-    print(f"ray.init: {time.perf_counter() - t:.2f}s  (load average {os.getloadavg()[0]:.1f})")
+    init_s = time.perf_counter() - t
+    print(f"ray.init: {init_s:.2f}s  (load average {os.getloadavg()[0]:.1f})")
     cfg = dpa.JobConfig(num_mappers=args.mappers, num_reducers=args.reducers,
                         **({} if args.policy is None else {"policy": args.policy}))
     t = time.perf_counter()
     res = dpa.run(words, config=cfg)
+    cold_s = time.perf_counter() - t
     print(f"cold job ({cfg.num_mappers} mappers x {cfg.num_reducers} reducers: starts "
-          f"{cfg.num_mappers + cfg.num_reducers + 2} actors): {time.perf_counter() - t:.2f}s")
+          f"{cfg.num_mappers + cfg.num_reducers + 2} actors): {cold_s:.2f}s")
     times = []
     for _ in range(args.reps):
         t = time.perf_counter()
@@ -42,6 +46,14 @@ def main(argv: list[str] | None = None) -> int:
         assert res.to_dict() == dict(collections.Counter(words))
     print(f"warm job, {args.records:,} records: median {statistics.median(times):.3f}s, "
           f"min {min(times):.3f}s, max {max(times):.3f}s over {args.reps} runs")
+    write_json(args.out, {
+        "records": args.records, "reps": args.reps, "mappers": cfg.num_mappers, "reducers": cfg.num_reducers,
+        "results": [
+            {"what": "ray.init", "median_s": init_s, "runs": 1},
+            {"what": "cold first job (starts the pool)", "median_s": cold_s, "runs": 1},
+            {"what": f"warm {args.records:,}-record job", "median_s": statistics.median(times),
+             "min_s": min(times), "max_s": max(times), "runs": len(times)},
+        ]})
     dpa.shutdown()
     return 0
 

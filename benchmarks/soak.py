@@ -1152,7 +1152,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", default=None, metavar="I,J",
                    help="run only these jobs of the mix (indices, comma-separated): replays them")
     p.add_argument("--print-specs", action="store_true", help="print the jobs of the mix and exit")
-    p.add_argument("--json", default=None, metavar="PATH", help="write the summary as JSON")
+    p.add_argument("--out", "--json", dest="json", default=None, metavar="PATH",
+                   help="write the summary as JSON")
     p.add_argument("--verbose", action="store_true", help="print every job and Ray's worker logs")
     return p
 

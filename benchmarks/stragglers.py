@@ -22,7 +22,7 @@ N=40k records, K=10k, c=1 ms: 40 s of work, ideal makespan ``N * c / 8`` = 5 s).
 * Optionally (``--bridge``) the best dpa policy again, reading the same data through
   ``spark_bridge.run_with_result`` on Spark on Ray (in this process, after the rest).
 
-``--defaults`` (issue #12's targets) runs ``JobConfig()`` defaults instead (only
+``--defaults`` (the balancing-with-defaults targets) runs ``JobConfig()`` defaults instead (only
 ``num_reducers=8`` and the policy) on a Zipf job, uniform keys, one hot key and a
 user-defined CPU-bound reducer. It first prints the best ring token doubling can reach
 on the Zipf job (:func:`doubling_bound`, 1..``--bound-rounds`` rounds per reducer);
@@ -402,7 +402,7 @@ def fixed_ring_policy(name: str, tokens: tuple[int, ...], first_tokens: int | No
 
 
 def run_defaults(args: Any) -> dict[str, Any]:
-    """Issue #12's targets with ``JobConfig()`` defaults (only ``num_reducers=8`` and the policy)."""
+    """The balancing-with-defaults targets with ``JobConfig()`` defaults (only ``num_reducers=8`` and the policy)."""
     import dpa
     from workloads.generators import zipf
 
@@ -610,7 +610,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--sweep-chunks", type=parse_int, nargs="+", default=[8, 16, 64, 256, 4096, 65536])
     p.add_argument("--sweep-batches", type=parse_int, nargs="+", default=[512, 262144])
     p.add_argument("--defaults", action="store_true",
-                   help="issue #12's mode: JobConfig() defaults (only num_reducers=8 and the policy) on a Zipf "
+                   help="defaults mode: JobConfig() defaults (only num_reducers=8 and the policy) on a Zipf "
                         "workload, one hot key and a user-defined CPU-bound reducer; no Spark")
     p.add_argument("--workloads", nargs="+", default=["zipf", "uniform", "one-hot-key", "user-cpu-reducer"],
                    help="with --defaults: which workloads")

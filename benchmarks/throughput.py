@@ -8,7 +8,7 @@ An in-memory Zipf table (default 10M records, z=1.1, K=100k keys) is counted per
   and "no-lb,no-combine" / "doubling,no-combine" (``map_side_combine=False``);
 * ``table.group_by("key").aggregate([([], "count_all")])`` in this process (pyarrow), with
   Arrow's thread pool (every core) and with ``use_threads=False`` (one core: the
-  single-core floor issue 13 compares dpa with);
+  single-core floor dpa is compared with);
 * Spark: ``df.groupBy("key").count().collect()`` on a cached DataFrame read from a
   parquet copy of the same table (plain pyspark ``local[N]``, not RayDP).
 

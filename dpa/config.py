@@ -33,7 +33,7 @@ class DefaultPolicyName(str):
         return (DefaultPolicyName, (str(self),))
 
 
-#: ``JobConfig.policy`` when not given: balances by default (see the README).
+#: ``JobConfig.policy`` when not given: balances by default (see docs/configuration.md).
 DEFAULT_POLICY = DefaultPolicyName("hybrid")
 
 
@@ -86,9 +86,9 @@ class JobConfig:
         num_mappers: Mapper actors (each pulls input blocks from the coordinator). None
             (the default) = one per CPU dpa can use (:func:`available_cpus`: the Ray
             cluster's if Ray is up when the config is made, else this machine's), at most
-            16; 4 with ``runtime="local"``. Every actor is a process: on a 2-core machine
-            2 mappers and 2 reducers ran the 10M-record Count 1.7x faster than 4 and 4,
-            and their first job took 4.4 s instead of 7.2 s (README, "Default shape").
+            16; 4 with ``runtime="local"``. Every actor is a process, so more actors than
+            CPUs cost start-up time and CPU without adding throughput
+            (docs/configuration.md, "Default shape").
         num_reducers: Reducer actors, each with its own bounded input queue. None (the
             default) = like ``num_mappers``, but at least 2 (and within
             ``min_reducers``..``max_reducers`` when those are set).
@@ -131,8 +131,7 @@ class JobConfig:
             files are cut into one block per mapper, or into more (as many per mapper)
             where such a block would pass 64 MiB, but never below 1,048,576 rows, which
             is also the block of a streamed input (an iterable). Every block costs calls
-            and is combined on its own, so fewer, larger blocks are cheaper (README,
-            "blocks sized from the input", "one block per mapper").
+            and is combined on its own, so fewer, larger blocks are cheaper.
         step_time_s: Target seconds of work of one reducer step. A reducer takes off its
             queue the rows that fit this time at its measured cost per row (any reducer,
             user-defined ones included): an expensive reducer takes a few records at a
@@ -157,7 +156,7 @@ class JobConfig:
             whole input). See ``docs/fault_recovery.md``.
         max_recoveries: Failures a job recovers from before it fails with
             :class:`~dpa.errors.JobFailedError` naming every one (``0`` = fail at the
-            first, as before). Errors in user code are never retried.
+            first). Errors in user code are never retried.
         seed: Seed for any randomised policy.
         policy_options: Options of a policy given by name: the fields of its settings
             class (e.g. ``{"d": 3}`` for ``pkg``, ``{"patience": 3}`` for ``halving``);

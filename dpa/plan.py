@@ -37,7 +37,7 @@ from dpa.block_types import (
     key_columns_for,
 )
 from dpa.config import DefaultPolicyName, JobConfig
-from dpa.errors import ConfigError, KeyEncodingError, SchemaError, UserCodeError
+from dpa.errors import ConfigError, SchemaError, UserCodeError
 from dpa.key_columns import canonical_float_keys, check_key_type, decode_key_dictionaries
 from dpa.policy import PolicySpec
 from dpa.records import (

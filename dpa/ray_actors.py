@@ -101,7 +101,7 @@ class ActorFailure(Exception):
 def _warm_up() -> None:
     """Pays a new worker process's one-time costs: the first ``Table.group_by`` imports
     ``pyarrow.acero`` and pandas (about 0.5 s of CPU). Run in a thread while the actor
-    starts, they no longer delay the first block (or first push) it handles."""
+    starts, they do not delay the first block (or first push) it handles."""
     try:
         import pyarrow.acero  # noqa: F401  (imports pandas through pyarrow's shim)
 

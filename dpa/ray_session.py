@@ -149,9 +149,11 @@ def ensure_ray(**init_kwargs: Any) -> Any:
     with _LOCK:
         if ray.is_initialized():
             return None
+        from dpa.quiet import RAY_INIT_DEFAULTS, after_ray_start
+
         options: dict[str, Any] = {
             "include_dashboard": False,
-            "logging_level": logging.WARNING,
+            **RAY_INIT_DEFAULTS,
             "_system_config": {"metrics_report_interval_ms": METRICS_REPORT_INTERVAL_MS},
         }
         options.update(init_kwargs)
@@ -159,7 +161,9 @@ def ensure_ray(**init_kwargs: Any) -> Any:
         start = _init if threading.current_thread() is threading.main_thread() else _init_in_keeper
         for attempt in range(START_ATTEMPTS):
             try:
-                return start(options)
+                context = start(options)
+                after_ray_start()
+                return context
             except Exception as exc:
                 if "timed out" not in str(exc) or attempt == START_ATTEMPTS - 1:
                     raise

@@ -136,7 +136,7 @@ def _for_put(block: Any) -> Any:
     slice, so a slice of a large table (a block of the user's table) goes as it is, without
     a copy first; only columns in several chunks are joined (mappers take one chunk per
     column). With that reducer switched off (``RAY_DISABLE_CUSTOM_ARROW_DATA_SERIALIZATION=1``)
-    a slice would carry its parent's whole buffers, so it is copied as before.
+    a slice would carry its parent's whole buffers, so it is copied first.
     """
     if os.environ.get("RAY_DISABLE_CUSTOM_ARROW_DATA_SERIALIZATION", "0") == "1":
         return compact(block)

@@ -36,6 +36,7 @@ from spark_bridge.java import (  # re-exported: part of this module's API
     java_version,
     parse_java_version,
 )
+from spark_bridge.logs import LOG_LEVELS, java_option, log4j2_file, quiet_jvm_start
 
 logger = logging.getLogger(__name__)
 
@@ -203,6 +204,9 @@ class SparkConfig:
             a small machine; Spark still runs ``executor_cores`` tasks at once.
         python_executable: Python that Spark's executor-side Python workers run (default:
             this interpreter, unless ``PYSPARK_PYTHON`` is already set).
+        log_level: What Spark's JVMs print on the console (log4j2 level: ``"ERROR"``,
+            ``"WARN"``, ``"INFO"``, ``"DEBUG"``); ``"ERROR"`` keeps the console to the job's
+            own output (see :mod:`spark_bridge.logs`).
     """
 
     app_name: str = "dpa"
@@ -212,6 +216,7 @@ class SparkConfig:
     extra_conf: dict[str, str] = field(default_factory=dict)
     executor_actor_cpus: float | None = None
     python_executable: str | None = None
+    log_level: str = "ERROR"
 
     def __post_init__(self) -> None:
         if not isinstance(self.app_name, str) or not self.app_name.strip():
@@ -242,6 +247,8 @@ class SparkConfig:
                 raise ValueError(f"extra_conf[{key!r}] is None; give a string value")
             conf[key] = str(value).lower() if isinstance(value, bool) else str(value)
         self.extra_conf = conf
+        if self.log_level not in LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
         if self.executor_actor_cpus is not None:
             cpus = self.executor_actor_cpus
             if isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or cpus < 0:
@@ -265,6 +272,11 @@ class SparkConfig:
         }
         if self.executor_actor_cpus is not None:
             conf[_EXECUTOR_ACTOR_CPU_KEY] = str(self.executor_actor_cpus)
+        # One log4j2 file for the driver, app-master and executor JVMs (RayDP's keys).
+        log_file = log4j2_file(self.log_level).as_uri()
+        conf["spark.log4j.config.file.name"] = log_file
+        conf["spark.ray.log4j.config.file.name"] = log_file
+        conf["spark.executor.extraJavaOptions"] = java_option(self.log_level)
         conf.update(self.extra_conf)
         for key in JAVA_OPTION_KEYS:
             conf[key] = merge_java_options(conf.get(key))
@@ -379,13 +391,16 @@ def get_or_create_spark(config: SparkConfig | None = None) -> SparkSession:
         config.executor_memory,
     )
     try:
-        spark = raydp.init_spark(
-            app_name=config.app_name,
-            num_executors=int(config.num_executors),
-            executor_cores=int(config.executor_cores),
-            executor_memory=config.executor_memory,
-            configs=config.spark_conf(),
-        )
+        with quiet_jvm_start(config.log_level) as jvm_log:
+            if jvm_log is not None:
+                logger.info("Spark's JVMs write their console output to %s", jvm_log)
+            spark = raydp.init_spark(
+                app_name=config.app_name,
+                num_executors=int(config.num_executors),
+                executor_cores=int(config.executor_cores),
+                executor_memory=config.executor_memory,
+                configs=config.spark_conf(),
+            )
     except BaseException:
         _shutdown_driver_gateway()
         if _state["ray"] and not started_ray_before:

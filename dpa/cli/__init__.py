@@ -52,8 +52,11 @@ __all__ = ["main"]
 
 
 def _setup_logging(verbose: bool) -> None:
+    from dpa.quiet import quiet_logs
+
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    quiet_logs(verbose=verbose)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

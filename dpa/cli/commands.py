@@ -80,12 +80,13 @@ def _reducer(args: argparse.Namespace, cols: Sequence[str] | None) -> Any:
 def _config(args: argparse.Namespace, **changes: Any) -> Any:
     import dpa
 
+    given = {"policy": args.policy, "tau": args.tau, "max_rounds": args.rounds, "initial_tokens": args.initial_tokens}
     fields: dict[str, Any] = dict(
-        num_mappers=args.mappers, num_reducers=args.reducers, policy=args.policy, tau=args.tau,
-        max_rounds=args.rounds, initial_tokens=args.initial_tokens, runtime=args.runtime,
+        num_mappers=args.mappers, num_reducers=args.reducers, runtime=args.runtime,
         timeout_s=args.timeout, seed=args.seed, migrate=getattr(args, "migrate", "records"),
         max_reducers=getattr(args, "max_reducers", None), min_reducers=getattr(args, "min_reducers", None),
     )
+    fields.update({name: value for name, value in given.items() if value is not None})  # else JobConfig()'s
     if args.batch_size is not None:
         fields["batch_size"] = args.batch_size
     if args.chunk_size is not None:
@@ -179,7 +180,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = _config(args)  # validates policy, tau, rounds, ... before reading anything
     baseline_config = None
     if args.report and not args.no_baseline:
-        baseline_config = _config(args, max_rounds=0) if args.policy in ("halving", "doubling") \
+        baseline_config = _config(args, max_rounds=0) if config.policy_name in ("halving", "doubling") \
             else _config(args, policy="hash", max_rounds=0)
     inp = load_input(args)
     cols = inp.source.column_names if hasattr(inp.source, "column_names") else None
@@ -222,7 +223,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         files = write_report(result, args.report, baseline_stats=None if baseline is None else baseline.stats,
                              title=f"{inp.name} {config.policy}",
-                             initial_tokens=args.initial_tokens if config.policy in ("halving", "doubling") else None)
+                             initial_tokens=config.initial_tokens if config.policy_name in ("halving", "doubling") else None)
         print(f"report: {len(files)} files in {args.report}/ ({', '.join(f.name for f in files)})", file=out)
     if args.dashboard:
         hold_dashboard(url)
@@ -287,7 +288,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from dpa.simulate import simulate
 
     register_policies()
-    names = [p.strip() for p in args.policy.split(",") if p.strip()]
+    import dpa
+
+    policy = args.policy if args.policy is not None else dpa.JobConfig(runtime="local").policy_name
+    names = [p.strip() for p in policy.split(",") if p.strip()]
     if not names:
         raise UsageError("--policy needs at least one policy name")
     if args.tau is not None and args.tau < 0:

@@ -69,13 +69,17 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
 
 def _add_job(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("job")
-    g.add_argument("--policy", "-p", default="doubling", help="partitioning policy (see 'dpa policies')")
-    g.add_argument("--tau", type=float, default=0.2, help="straggler threshold tau >= 0 (default 0.2)")
-    g.add_argument("--rounds", type=int, default=1, help="max rebalances per reducer; 0 = no LB (default 1)")
+    g.add_argument("--policy", "-p", default=None,
+                   help="partitioning policy (see 'dpa policies'; default: JobConfig()'s, hybrid)")
+    g.add_argument("--tau", type=float, default=None, help="straggler threshold tau >= 0 (default: JobConfig()'s, 0.2)")
+    g.add_argument("--rounds", type=int, default=None,
+                   help="max rebalances per reducer; 0 = no LB (default: JobConfig()'s, 1)")
     g.add_argument("--mappers", type=int, default=None, help="mapper actors (default: one per CPU, at most 16)")
     g.add_argument("--reducers", type=int, default=None,
                    help="reducer actors (default: one per CPU, at least 2, at most 16)")
-    g.add_argument("--initial-tokens", type=int, default=16, help="ring policies: tokens per reducer on the first ring (power of two; the paper's doubling: 1)")
+    g.add_argument("--initial-tokens", type=int, default=None,
+                   help="ring policies: tokens per reducer on the first ring (power of two; default: JobConfig()'s, "
+                        "16; the paper's doubling: 1)")
     g.add_argument("--token-spacing", choices=("even", "hashed"), default=None,
                    help="ring policies: first ring's tokens evenly spaced (default) or at their hashes "
                         "(the paper's ring, which its workloads WL1-WL5 are built for)")
@@ -142,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Replay a workload's keys through partitioning policies (dpa.simulate).")
     _add_common(p)
     add_source_arguments(p)
-    p.add_argument("--policy", "-p", default="doubling", help="policy name, or several separated by commas")
+    p.add_argument("--policy", "-p", default=None,
+                   help="policy name, or several separated by commas (default: JobConfig()'s)")
     p.add_argument("--sources", type=int, default=4, help="number of sources (mappers)")
     p.add_argument("--workers", type=int, default=4, help="number of workers (reducers)")
     p.add_argument("--tau", type=float, default=None, help="straggler threshold of halving/doubling")

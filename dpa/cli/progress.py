@@ -1,7 +1,8 @@
 """Progress of a running job: a tqdm bar on a terminal, plain lines otherwise.
 
 :func:`run_with_progress` passes a :class:`ProgressDisplay` to :func:`dpa.run` as its
-``progress`` callback. On a terminal (stderr) it draws a tqdm bar; otherwise it prints one
+``progress`` callback. On a terminal (stderr) it draws a tqdm bar once the job has run for
+:data:`BAR_DELAY_S` seconds; otherwise it prints one
 plain line every few seconds, so logs of long jobs still show that they move.
 """
 
@@ -15,6 +16,9 @@ import time
 from typing import Any
 
 logger = logging.getLogger(__name__)
+
+#: Seconds a job runs before its progress bar appears.
+BAR_DELAY_S = 3.0
 
 
 class ProgressDisplay:
@@ -46,8 +50,9 @@ class ProgressDisplay:
                 columns = 0
             # Some pseudo-terminals report 0 columns, which would make tqdm print nothing.
             width = {"dynamic_ncols": True} if columns > 0 else {"ncols": 100, "nrows": 24}
+            # delay: a job done within a few seconds leaves no bar behind, only its result.
             self.bar = tqdm(total=total, desc=desc, unit="rec", unit_scale=True, file=self.stream,
-                            mininterval=0.2, leave=True, **width)
+                            mininterval=0.2, leave=True, delay=BAR_DELAY_S, **width)
 
     def __call__(self, done: int, total: int | None = None) -> None:
         if not self.enabled:

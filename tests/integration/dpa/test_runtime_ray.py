@@ -287,7 +287,7 @@ def test_default_config_balances_a_user_reducer_on_its_measured_cost():
 
 def test_member_warm_up_pays_the_first_block_s_imports_while_the_actor_starts():
     """The first ``group_by`` of a worker imports pyarrow.acero and pandas (~0.5 s of CPU):
-    member actors start that in a thread, so it no longer delays their first block."""
+    member actors start that in a thread, so it does not delay their first block."""
     import subprocess
     import sys
 

@@ -1,4 +1,4 @@
-"""Issue #10: bad inputs give the exact answer or a clear error, never a wrong number.
+"""Bad inputs give the exact answer or a clear error, never a wrong number.
 
 1. Column types that change between input blocks: value columns are promoted exactly,
    key columns must keep one key class.

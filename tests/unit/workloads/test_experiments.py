@@ -49,24 +49,24 @@ def test_table1_local_no_lb_matches_paper(local_table1: list[dict]) -> None:
         assert row["no_lb"]["runs"][0]["ring_version"] == 0
 
 
-#: The with-LB skews of the in-process Table 1 that the README shows ("with LB: ours,
-#: local"): the reproduction must not drift when the runtime's defaults change (a change
-#: to queue bounds once moved WL4 doubling to 0.20 unnoticed).
-README_LOCAL_WITH_LB = {
+#: The with-LB skews of the in-process Table 1 that docs/experiments.md shows ("with LB:
+#: ours, local"): the reproduction must not drift when the runtime's defaults change (a
+#: change to queue bounds can move WL4 doubling to 0.20 unnoticed).
+DOCS_LOCAL_WITH_LB = {
     ("WL1", "halving"): 0.00, ("WL1", "doubling"): 0.15, ("WL2", "halving"): 0.00, ("WL2", "doubling"): 0.00,
     ("WL3", "halving"): 1.00, ("WL3", "doubling"): 0.99, ("WL4", "halving"): 0.48, ("WL4", "doubling"): 0.09,
     ("WL5", "halving"): 0.20, ("WL5", "doubling"): 0.11,
 }
 
 
-def test_table1_local_with_lb_is_the_readme_table(local_table1: list[dict]) -> None:
+def test_table1_local_with_lb_is_the_documented_table(local_table1: list[dict]) -> None:
     got = {(r["workload"], r["method"].lower()): round(r["with_lb"]["skew_mean"], 2) for r in local_table1}
-    assert got == README_LOCAL_WITH_LB
+    assert got == DOCS_LOCAL_WITH_LB
 
 
 def test_hybrid_meets_its_target_on_every_paper_workload_locally() -> None:
-    """README, "Every policy on the paper's workloads": ``hybrid`` S <= 0.05 on WL1-WL5
-    (it had drifted to 0.08 on WL1 with the runtime's queue bounds)."""
+    """docs/experiments.md, "Every policy on the paper's workloads": ``hybrid`` S <= 0.05 on
+    WL1-WL5 (the runtime's queue bounds, left on, would put WL1 at 0.08)."""
     from workloads.table1_policies import run_all
 
     cells = run_all(["hybrid"], "local", 1, 1, Settings())
@@ -201,8 +201,8 @@ def test_local_runs_are_deterministic() -> None:
     assert cell["skew_std"] == 0.0
 
 
-#: The README's Figure 3 table (local runtime, deterministic): S by max rounds 0..4.
-README_FIGURE3 = {
+#: docs/experiments.md's Figure 3 table (local runtime, deterministic): S by max rounds 0..4.
+DOCS_FIGURE3 = {
     "WL1": {"halving": [0.00, 0.00, 0.00, 0.00, 0.00], "doubling": [1.00, 0.15, 0.15, 0.15, 0.15]},
     "WL3": {"halving": [1.00, 1.00, 1.00, 0.97, 0.95], "doubling": [1.00, 0.99, 0.97, 0.97, 0.97]},
     "WL4": {"halving": [0.80, 0.48, 0.21, 0.12, 0.39], "doubling": [0.49, 0.09, 0.09, 0.09, 0.05]},
@@ -210,10 +210,10 @@ README_FIGURE3 = {
 }
 
 
-def test_figure3_local_is_the_readme_table() -> None:
-    result = figure3.run_figure3("local", runs=1, workloads=list(README_FIGURE3), log=None)
+def test_figure3_local_is_the_documented_table() -> None:
+    result = figure3.run_figure3("local", runs=1, workloads=list(DOCS_FIGURE3), log=None)
     got = {w: {m: [round(v, 2) for v in s] for m, s in by_method.items()} for w, by_method in result["series"].items()}
-    assert got == README_FIGURE3
+    assert got == DOCS_FIGURE3
 
 
 def test_figure3_small_png(tmp_path) -> None:

@@ -1,0 +1,415 @@
+"""Writes ``docs/benchmarks.md`` from the figures the benchmarks last wrote.
+
+Every benchmark writes its figures as JSON with ``--out`` (``benchmarks.common.write_json``:
+the command that ran, the machine, the figures). The current results live in
+``benchmarks/results/<name>.json``; this script renders one section per file, in the order of
+:data:`BENCHMARKS` and then any other file alphabetically, so a figure in the docs is always
+the last one measured, with its command, its machine and its spread. A results file no entry
+of :data:`BENCHMARKS` describes still gets its section (its figures, command and machine).
+
+Run::
+
+    python -m benchmarks.docs                 # benchmarks/results/*.json -> docs/benchmarks.md
+    python -m benchmarks.docs --check         # exit 1 if docs/benchmarks.md is not up to date
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+PAGE = ROOT / "docs" / "benchmarks.md"
+
+#: Most columns of a rendered table (the first ones; the JSON file has them all).
+MAX_COLUMNS = 11
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What the page says about one results file: a title, what it measures, and
+    optionally which columns of its ``results`` rows to show, in order."""
+
+    title: str
+    what: str
+    columns: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    #: payload -> rows of the page's "Against the peers" table (see :func:`peer_row`).
+    headline: Callable[[Mapping[str, Any]], list[dict[str, str]]] | None = None
+
+
+def timing(row: Mapping[str, Any], key: str = "median_s") -> str:
+    """``"4.64 s (4.50–4.90)"``: a row's median and, where recorded, its range."""
+    med = row.get(key)
+    if not isinstance(med, (int, float)):
+        return "–"
+    times = row.get("times_s")
+    low = row.get("min_s", min(times) if isinstance(times, list) and times else None)
+    high = row.get("max_s", max(times) if isinstance(times, list) and times else None)
+    spread = f" ({fmt(float(low))}–{fmt(float(high))})" if low is not None and high is not None else ""
+    return f"{fmt(float(med))} s{spread}"
+
+
+def peer_row(job: str, ours: Mapping[str, Any] | None, peer_name: str, peer: Mapping[str, Any] | None,
+             key: str = "median_s") -> list[dict[str, str]]:
+    """One row of the headline table: dpa's time, the peer's, and peer / dpa (> 1: dpa faster)."""
+    if ours is None or peer is None or not ours.get(key) or not peer.get(key):
+        return []
+    return [{"job": job, "dpa": timing(ours, key), "peer": peer_name, "peer's time": timing(peer, key),
+             "dpa faster by": f"{float(peer[key]) / float(ours[key]):.2f}x"}]
+
+
+def _find(rows: Any, **match: Any) -> Mapping[str, Any] | None:
+    for r in rows if isinstance(rows, list) else []:
+        if isinstance(r, Mapping) and all(
+                (v(r.get(k)) if callable(v) else r.get(k) == v) for k, v in match.items()):
+            return r
+    return None
+
+
+def _main_job(p: Mapping[str, Any]) -> list[dict[str, str]]:
+    rows = p.get("results")
+    ours = _find(rows, engine=lambda e: isinstance(e, str) and e.startswith("dpa, JobConfig"))
+    job = "main job: skewed per-key work read through Spark on Ray"
+    return (peer_row(job, ours, "Spark groupBy.applyInPandas", _find(rows, engine=lambda e: str(e).startswith("Spark")))
+            + peer_row(job, ours, "dpa without balancing (hash)",
+                       _find(rows, engine=lambda e: "no balancing" in str(e))))
+
+
+def _stragglers_spark(p: Mapping[str, Any]) -> list[dict[str, str]]:
+    rows = p.get("results")
+    ours = _find(rows, engine="dpa", config=lambda c: str(c).split()[0] in ("hybrid", "default"))
+    spark = [r for r in rows or [] if isinstance(r, Mapping) and r.get("engine") == "spark" and r.get("makespan_s")]
+    best = min(spark, key=lambda r: r["makespan_s"], default=None)
+    name = f"Spark {best['config']} (its best)" if best else ""
+    return peer_row("stragglers: 1 ms per record, Zipf(1.1), 8 reducers", ours, name, best, key="makespan_s")
+
+
+def _throughput(p: Mapping[str, Any]) -> list[dict[str, str]]:
+    rows = p.get("results")
+    ours = _find(rows, engine="dpa", config="default")
+    spark = _find(rows, engine="spark")
+    return (peer_row("cheap Count of 10M Zipf records", ours, f"Spark {spark['config']}" if spark else "", spark)
+            + peer_row("cheap Count of 10M Zipf records", ours, "pyarrow group_by, one process",
+                       _find(rows, engine="pyarrow")))
+
+
+def _spark_e2e(p: Mapping[str, Any]) -> list[dict[str, str]]:
+    rows = p.get("results")
+    what = {"scan": "Count of a 10M-row parquet scan, written back", "derived":
+            "Count of 10M rows with a key derived in Spark, written back"}.get(str(p.get("workload")), "Spark end to end")
+    return peer_row(what, _find(rows, engine="dpa", config="default"), "Spark groupBy().count()",
+                    _find(rows, engine="spark"))
+
+
+#: Results file stem (or a prefix of it, e.g. ``spark_e2e`` for ``spark_e2e_derived``) ->
+#: its entry. Files without one are rendered too, with a generic heading.
+BENCHMARKS: dict[str, Entry] = {
+    "skewed_job": Entry(
+        "Main job: skewed per-key work, dpa against hash partitioning and Spark",
+        "The main job (`./run.sh main`): events whose keys follow Zipf(1.5) over 1,000 users, "
+        "0.5 ms of work per event at the reducer, a sum per user, read through Spark on Ray. dpa "
+        "with `JobConfig()` defaults against the same job with `policy=\"hash\"` and against "
+        "Spark's `groupBy().applyInPandas` with the same per-event cost (one shuffle partition "
+        "per task slot, no coalescing); each after a warm-up. `x_ideal` = time / (work / workers).",
+        ("engine", "median_s", "min_s", "max_s", "x_ideal", "skew_S", "rebalances", "runs"),
+        headline=_main_job,
+    ),
+    "stragglers_spark": Entry(
+        "Stragglers against Spark: a per-record cost on Zipf keys",
+        "40,000 records, Zipf(1.1) over 10,000 keys (the hottest holds 15%), 1 ms of sleep per "
+        "record at the reducer, 8 reducers; Spark runs `groupBy(\"key\").applyInPandas` with the "
+        "same per-row cost on `local[8]`. `vs_spark_best` = Spark's best makespan / this one "
+        "(a speed-up). dpa's rows use the benchmark's `--batch-size` and `--chunk-size`.",
+        ("engine", "config", "makespan_s", "min_s", "x_ideal", "vs_spark_best", "max_over_mean", "rebalances",
+         "status"),
+        headline=_stragglers_spark,
+    ),
+    "stragglers": Entry(
+        "Balancing with defaults: Zipf, uniform, one hot key, a CPU-bound reducer",
+        "`JobConfig()` defaults (only `num_reducers=8` and the policy named) on 40,000 Zipf(1.1) "
+        "records with 1 ms per record, the same over uniform keys, 20,000 records of one key, "
+        "and a user-defined reducer burning SHA-256 rounds (no `WithCost`). Ideal = work / 8.",
+        ("workload", "policy", "makespan_s", "spread_s", "x_ideal", "S", "max_over_mean", "rebalances", "status"),
+    ),
+    "throughput": Entry(
+        "Throughput: a cheap Count of 10M Zipf records",
+        "10M records, Zipf(1.1) over 100,000 keys, `Count`, warm actors; against Spark "
+        "`groupBy().count()` on the same machine and pyarrow's `group_by` in one process. "
+        "`x_spark` = Spark's time / this one.",
+        ("engine", "config", "median_s", "times_s", "Mrec_per_s", "cpu_s", "x_spark", "x_pyarrow", "status"),
+        headline=_throughput,
+    ),
+    "spark_e2e": Entry(
+        "Spark end to end",
+        "A 10M-row parquet data set through `spark_bridge.run` (or `run_with_result`) against "
+        "Spark's own `groupBy(\"key\").count()`, both written as parquet, in one Spark-on-Ray "
+        "session. `scan`: a plain parquet scan (dpa's mappers read the files); `derived`: a key "
+        "derived in Spark (`key % 50000`), which goes through Spark's partial aggregation.",
+        ("engine", "config", "median_s", "min_s", "bridge_s", "core_s", "output_s", "x_spark", "status"),
+        headline=_spark_e2e,
+    ),
+    "small_job": Entry(
+        "Start-up and small jobs",
+        "`ray.init`, the first job of a driver (it starts the actor pool) and a warm "
+        "1,000-record job, dpa's default shape.",
+        ("what", "median_s", "min_s", "max_s", "runs"),
+    ),
+    "hashing": Entry(
+        "Hashing keys",
+        "`dpa.key_columns.hash_key_columns` on one mapper block of Zipf keys, raw and map-side "
+        "combined, against the dictionary-encoding path (distinct values first); median of the reps.",
+    ),
+    "lb_overhead": Entry(
+        "Load-balancer overhead on uniform keys",
+        "10M uniform records (100,000 keys), the balancer on against off, alternating pairs: "
+        "what balancing costs when there is nothing to balance (target: within 5%).",
+    ),
+    "first_ring": Entry(
+        "First ring planned on the forecast",
+        "No Ray: Zipf(1.1) jobs of 40,000 records over 10,000 keys, 8 reducers; the ring the "
+        "planner picks from the mappers' forecast, scored on the exact key counts (largest "
+        "share, in fair shares), and the planning time.",
+    ),
+    "memory": Entry(
+        "Memory: streaming 10M against 50M records",
+        "Peak summed PSS of the job's processes for the same job over 10M and 50M streamed "
+        "records (a generator of Arrow blocks); flat memory means the ratio stays near 1.",
+    ),
+    "elastic": Entry(
+        "Elastic reducers and state migration",
+        "`scale`: 16,000 uniform records x 1 ms, 2 reducers fixed against `max_reducers=8`. "
+        "`migrate`: the straggler workload, 8 reducers, `doubling`, `migrate=\"records\"` against "
+        "`\"state\"`. Alternating, after a warm-up of each. See [elastic.md](elastic.md).",
+    ),
+    "recovery": Entry(
+        "Fault recovery",
+        "The straggler workload (40,000 records, Zipf(1.1), 1 ms per record, 8 reducers) with a "
+        "reducer or the busy mapper killed at half the fault-free time: makespan over the "
+        "fault-free one, and the time to recover. Every result is checked exact. See "
+        "[fault_recovery.md](fault_recovery.md).",
+    ),
+    "gcs_growth": Entry(
+        "Ray GCS memory over many jobs",
+        "RSS of Ray's `gcs_server` while one driver runs many 20,000-record jobs; the slope is "
+        "what each job leaves in the GCS.",
+    ),
+    "soak": Entry(
+        "Soak: a mix of jobs, bad inputs and killed actors",
+        "Jobs of every policy, source kind, size and shape, two at a time from two driver "
+        "threads, about 10% bad inputs, random actor kills; every result checked against a "
+        "pure-Python oracle, no hang, no leaked actor.",
+    ),
+}
+
+
+def entry_for(stem: str) -> Entry | None:
+    """The entry of ``stem``: its own, else the longest registered prefix's, else None."""
+    if stem in BENCHMARKS:
+        return BENCHMARKS[stem]
+    prefixes = [name for name in BENCHMARKS if stem.startswith(name + "_")]
+    return BENCHMARKS[max(prefixes, key=len)] if prefixes else None
+
+
+def order(paths: Sequence[Path]) -> list[Path]:
+    """Registered files first (in :data:`BENCHMARKS` order), then the others by name."""
+    rank = {name: i for i, name in enumerate(BENCHMARKS)}
+
+    def key(path: Path) -> tuple[int, str]:
+        stem = path.stem
+        known = [rank[name] for name in BENCHMARKS if stem == name or stem.startswith(name + "_")]
+        return (min(known) if known else len(rank), stem)
+
+    return sorted(paths, key=key)
+
+
+def fmt(value: Any) -> str:
+    """A table cell: numbers to 3 significant digits (thousands separated), lists shortened."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if value != value:  # NaN
+            return "–"
+        if value == 0:
+            return "0"
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:.3g}"
+    if isinstance(value, (list, tuple)):
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value) and value:
+            shown = ", ".join(fmt(float(v)) for v in value[:6])
+            return shown + (", …" if len(value) > 6 else "")
+        return "–" if not value else f"{len(value)} items"
+    if isinstance(value, Mapping):
+        return f"{len(value)} fields"
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def command_of(payload: Mapping[str, Any]) -> str | None:
+    """The recorded command, without its ``--out``/``--json`` argument and interpreter path."""
+    command = payload.get("command")
+    if not isinstance(command, str):
+        return None
+    command = re.sub(r"\s--(out|json)(=|\s+)\S+", "", command)
+    return re.sub(r"^\S*python\S*\s", "python ", command)
+
+
+def machine_of(payload: Mapping[str, Any]) -> str:
+    env = payload.get("env")
+    if not isinstance(env, Mapping):
+        return "not recorded"
+    parts = []
+    if env.get("cpus") is not None:
+        parts.append(f"{env['cpus']} CPUs")
+    if env.get("load_avg_1m") is not None:
+        parts.append(f"load average {float(env['load_avg_1m']):.1f} at the start")
+    versions = ", ".join(f"{name} {env[name]}" for name in ("python", "ray", "pyarrow") if env.get(name))
+    if versions:
+        parts.append(versions)
+    if env.get("time"):
+        parts.append(f"measured {env['time']}")
+    return "; ".join(parts) or "not recorded"
+
+
+def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] = ()) -> list[str]:
+    """A markdown table of ``rows`` (dicts): the given columns that occur, else every column
+    whose values are scalars or lists of numbers, at most :data:`MAX_COLUMNS`."""
+    rows = [r for r in rows if isinstance(r, Mapping)]
+    if not rows:
+        return []
+    seen: list[str] = []
+    for r in rows:
+        for k, v in r.items():
+            if k not in seen and (scalar(v) or isinstance(v, (list, tuple))):
+                seen.append(k)
+    cols = [c for c in columns if c in seen] or seen
+    cols = cols[:MAX_COLUMNS]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for r in rows:
+        lines.append("| " + " | ".join(fmt(r.get(c)) for c in cols) + " |")
+    return lines
+
+
+def row_lists(payload: Mapping[str, Any]) -> list[tuple[str, list[Mapping[str, Any]]]]:
+    """The payload's tables: ``results`` first, then every other top-level list of dicts."""
+    found = []
+    for name, value in sorted(payload.items(), key=lambda kv: kv[0] != "results"):
+        if isinstance(value, list) and value and all(isinstance(r, Mapping) for r in value):
+            found.append((name, value))
+    return found
+
+
+def section(path: Path) -> list[str]:
+    """The markdown section of one results file."""
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return [f"## {path.stem}", "", f"`{path.name}` could not be read: {exc}", ""]
+    if not isinstance(payload, Mapping):
+        return [f"## {path.stem}", "", f"`{path.name}` holds no JSON object.", ""]
+    entry = entry_for(path.stem)
+    title = entry.title if entry else path.stem.replace("_", " ")
+    if entry and path.stem not in BENCHMARKS:
+        prefix = max((n for n in BENCHMARKS if path.stem.startswith(n + "_")), key=len)
+        title = f"{title}: {path.stem[len(prefix) + 1:].replace('_', ' ')}"
+    out = [f"## {title}", ""]
+    out.append(entry.what if entry else f"No description registered for `{path.stem}` in `benchmarks/docs.py`.")
+    out.append("")
+    command = command_of(payload)
+    out.append(f"- **Command:** `{command}`" if command else "- **Command:** not recorded")
+    out.append(f"- **Machine:** {machine_of(payload)}")
+    out.append(f"- **Figures:** [`benchmarks/results/{path.name}`](../benchmarks/results/{path.name})")
+    out.append("")
+    tables = row_lists(payload)
+    for name, rows in tables:
+        if len(tables) > 1:
+            out += [f"`{name}`:", ""]
+        out += table(rows, entry.columns if entry else ())
+        out.append("")
+    if not tables:
+        summary = {k: v for k, v in payload.items() if k not in ("env", "command") and scalar(v)}
+        out += (table([summary]) if summary else ["(no figures in the file)"]) + [""]
+    for note in entry.notes if entry else ():
+        out += [note, ""]
+    return out
+
+
+def render(results: Path = RESULTS) -> str:
+    """The whole page for the results files under ``results``."""
+    paths = order(sorted(results.glob("*.json"))) if results.is_dir() else []
+    lines = [
+        "# Benchmarks",
+        "",
+        "<!-- Generated by `python -m benchmarks.docs` from benchmarks/results/*.json: do not edit. -->",
+        "",
+        "Each section is one benchmark's last run: what it measures, the command (add `--out "
+        "benchmarks/results/<name>.json` to refresh its file, then run `python -m benchmarks.docs`), "
+        "the machine, and its figures. Times are medians of the runs named, with their spread "
+        "(min, max or every run) where the benchmark records it. The machine is shared and its "
+        "load is noted: compare figures of the same run (ratios), not across runs.",
+        "",
+    ]
+    peers = []
+    for path in paths:
+        entry = entry_for(path.stem)
+        if entry is None or entry.headline is None:
+            continue
+        try:
+            payload = json.loads(path.read_text())
+            peers += [{**row, "section": f"`{path.stem}`"} for row in entry.headline(payload)]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a file of another layout: its own section still shows it
+    if peers:
+        lines += ["## Against the peers", "", "Medians (with their range), from the sections below; "
+                  "`dpa faster by` = the peer's time / dpa's (below 1: the peer is faster).", ""]
+        lines += table(peers, ("job", "dpa", "peer", "peer's time", "dpa faster by", "section"))
+        lines.append("")
+    if not paths:
+        lines += ["No results yet: run a benchmark with `--out benchmarks/results/<name>.json`.", ""]
+    else:
+        lines += ["Contents:", ""]
+        for path in paths:
+            entry = entry_for(path.stem)
+            lines.append(f"- `{path.stem}`: {entry.title if entry else path.stem.replace('_', ' ')}")
+        lines.append("")
+    for path in paths:
+        lines += section(path)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.docs", description=__doc__.splitlines()[0])
+    parser.add_argument("--results", type=Path, default=RESULTS, help="folder of results JSON files")
+    parser.add_argument("--page", type=Path, default=PAGE, help="page to write")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the page differs from what it would be")
+    args = parser.parse_args(argv)
+    text = render(args.results)
+    if args.check:
+        current = args.page.read_text() if args.page.exists() else ""
+        if current != text:
+            print(f"{args.page} is out of date: run python -m benchmarks.docs", file=sys.stderr)
+            return 1
+        return 0
+    args.page.parent.mkdir(parents=True, exist_ok=True)
+    args.page.write_text(text)
+    print(f"wrote {args.page} ({len(text.splitlines())} lines, {text.count(chr(10) + '## ')} sections)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

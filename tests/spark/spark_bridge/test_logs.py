@@ -1,0 +1,45 @@
+"""What Spark on Ray prints: the log4j2 configuration handed to every JVM (no Spark needed)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from spark_bridge.logs import log4j2_file, quiet_jvm_start
+from spark_bridge.session import SparkConfig
+
+
+def test_every_jvm_gets_the_configuration_of_the_level():
+    conf = SparkConfig(num_executors=1, executor_cores=1, executor_memory="1g").spark_conf()
+    uri = log4j2_file("ERROR").as_uri()
+    assert conf["spark.log4j.config.file.name"] == uri  # the driver (RayDP passes it on)
+    assert conf["spark.ray.log4j.config.file.name"] == uri  # RayDP's app master
+    assert f"-Dlog4j2.configurationFile={uri}" in conf["spark.executor.extraJavaOptions"]
+    assert "--add-opens=java.base/java.lang=ALL-UNNAMED" in conf["spark.executor.extraJavaOptions"]
+    text = log4j2_file("ERROR").read_text()
+    assert "rootLogger.level = error" in text
+    assert "logger.repl.name = org.apache.spark.repl.Main" in text  # else "Setting default log level"
+
+
+def test_a_user_setting_wins_and_a_bad_level_is_refused():
+    conf = SparkConfig(num_executors=1, executor_cores=1, executor_memory="1g", log_level="INFO",
+                       extra_conf={"spark.log4j.config.file.name": "/etc/mine.properties"}).spark_conf()
+    assert conf["spark.log4j.config.file.name"] == "/etc/mine.properties"
+    assert "rootLogger.level = info" in log4j2_file("INFO").read_text()
+    with pytest.raises(ValueError, match="log_level must be one of ERROR, WARN, INFO, DEBUG"):
+        SparkConfig(num_executors=1, executor_cores=1, executor_memory="1g", log_level="LOUD")
+
+
+def test_the_jvms_stderr_goes_to_a_file_only_while_they_start(capfd):
+    os.environ.pop("RAY_BACKEND_LOG_LEVEL", None)
+    with quiet_jvm_start("ERROR") as path:
+        assert os.environ["RAY_BACKEND_LOG_LEVEL"] == "warning"
+        os.write(2, b"from a child JVM\n")
+    assert "RAY_BACKEND_LOG_LEVEL" not in os.environ
+    os.write(2, b"back on the console\n")
+    err = capfd.readouterr().err
+    assert "from a child JVM" not in err and "back on the console" in err
+    assert "from a child JVM" in path.read_text()
+    with quiet_jvm_start("WARN") as path:
+        assert path is None

@@ -1,0 +1,49 @@
+"""docs/benchmarks.md is generated from the results files, any of them, known or not."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks import docs
+
+
+def write(folder, name, payload):
+    (folder / f"{name}.json").write_text(json.dumps(payload))
+
+
+def test_every_results_file_gets_a_section_known_or_not(tmp_path):
+    write(tmp_path, "throughput", {
+        "env": {"cpus": 2, "load_avg_1m": 1.5, "python": "3.11.7", "time": "2026-01-01T00:00:00"},
+        "command": "/venv/bin/python -m benchmarks.throughput --reps 3 --out benchmarks/results/throughput.json",
+        "results": [{"engine": "dpa", "config": "default", "median_s": 0.2, "times_s": [0.2, 0.25, 0.19]},
+                    {"engine": "spark", "config": "local[2]", "median_s": 1.0, "min_s": 0.9}]})
+    write(tmp_path, "raydata", {"command": "python -m benchmarks.raydata", "rows": 1000,
+                                "results": [{"engine": "ray data", "median_s": 1.25}]})
+    write(tmp_path, "spark_e2e_derived", {"workload": "derived", "defaults": [{"engine": "spark", "median_s": 2.0}]})
+    write(tmp_path, "summary_only", {"jobs": 12, "passed": True})
+    page = docs.render(tmp_path)
+    assert "## Throughput: a cheap Count of 10M Zipf records" in page
+    assert "`python -m benchmarks.throughput --reps 3`" in page  # --out and the interpreter's path dropped
+    assert "2 CPUs; load average 1.5" in page
+    assert "| dpa | default | 0.2 | 0.2, 0.25, 0.19 |" in page
+    assert "## raydata" in page and "No description registered for `raydata`" in page
+    assert "| ray data | 1.25 |" in page
+    assert "## Spark end to end: derived" in page  # a prefix's entry, with the file's suffix
+    assert "| jobs | passed |" in page and "| 12 | yes |" in page
+    # the peers table: Spark's time / dpa's
+    assert "| cheap Count of 10M Zipf records | 0.2 s (0.19–0.25) | Spark local[2] | 1 s | 5.00x | `throughput` |" in page
+    # registered benchmarks first, the others by name
+    assert page.index("## Throughput") < page.index("## Spark end to end") < page.index("## raydata")
+
+
+def test_check_tells_whether_the_page_is_current(tmp_path):
+    results, page = tmp_path / "results", tmp_path / "benchmarks.md"
+    results.mkdir()
+    write(results, "hashing", {"results": [{"key type": "int64", "ms": 1.0}]})
+    assert docs.main(["--results", str(results), "--page", str(page), "--check"]) == 1
+    assert docs.main(["--results", str(results), "--page", str(page)]) == 0
+    assert docs.main(["--results", str(results), "--page", str(page), "--check"]) == 0
+
+
+def test_the_committed_page_is_generated_from_the_committed_results():
+    assert docs.render(docs.RESULTS) == docs.PAGE.read_text()
