@@ -277,7 +277,7 @@ def machine_of(payload: Mapping[str, Any]) -> str:
     if env.get("cpus") is not None:
         parts.append(f"{env['cpus']} CPUs")
     if env.get("load_avg_1m") is not None:
-        parts.append(f"load average {float(env['load_avg_1m']):.1f} at the start")
+        parts.append(f"load average {float(env['load_avg_1m']):.1f} when the figures were written")
     versions = ", ".join(f"{name} {env[name]}" for name in ("python", "ray", "pyarrow") if env.get(name))
     if versions:
         parts.append(versions)

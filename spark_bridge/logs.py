@@ -70,8 +70,10 @@ def log4j2_file(level: str) -> Path:
 
 
 def java_option(level: str) -> str:
-    """``-Dlog4j2.configurationFile=...`` for a JVM's ``extraJavaOptions``."""
-    return f"-Dlog4j2.configurationFile={log4j2_file(level).as_uri()}"
+    """JVM options for ``extraJavaOptions``: the log4j2 file of ``level``, and the same level
+    for the Ray Java runtime inside the JVM (RayDP's object-store writer), which sets up
+    log4j2 again when it connects to Ray and otherwise logs at INFO on stdout."""
+    return f"-Dlog4j2.configurationFile={log4j2_file(level).as_uri()} -Dray.logging.level={level}"
 
 
 @contextlib.contextmanager

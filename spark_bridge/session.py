@@ -276,10 +276,9 @@ class SparkConfig:
         log_file = log4j2_file(self.log_level).as_uri()
         conf["spark.log4j.config.file.name"] = log_file
         conf["spark.ray.log4j.config.file.name"] = log_file
-        conf["spark.executor.extraJavaOptions"] = java_option(self.log_level)
         conf.update(self.extra_conf)
-        for key in JAVA_OPTION_KEYS:
-            conf[key] = merge_java_options(conf.get(key))
+        for key in JAVA_OPTION_KEYS:  # the user's options last: they win
+            conf[key] = merge_java_options(conf.get(key), f"{JAVA17_OPTIONS} {java_option(self.log_level)}")
         return conf
 
 

@@ -15,8 +15,11 @@ def test_every_jvm_gets_the_configuration_of_the_level():
     uri = log4j2_file("ERROR").as_uri()
     assert conf["spark.log4j.config.file.name"] == uri  # the driver (RayDP passes it on)
     assert conf["spark.ray.log4j.config.file.name"] == uri  # RayDP's app master
-    assert f"-Dlog4j2.configurationFile={uri}" in conf["spark.executor.extraJavaOptions"]
-    assert "--add-opens=java.base/java.lang=ALL-UNNAMED" in conf["spark.executor.extraJavaOptions"]
+    for key in ("spark.executor.extraJavaOptions", "spark.driver.extraJavaOptions",
+                "spark.ray.raydp_app_master.extraJavaOptions"):
+        assert f"-Dlog4j2.configurationFile={uri}" in conf[key]
+        assert "-Dray.logging.level=ERROR" in conf[key]  # the Ray Java runtime inside the JVM
+        assert "--add-opens=java.base/java.lang=ALL-UNNAMED" in conf[key]
     text = log4j2_file("ERROR").read_text()
     assert "rootLogger.level = error" in text
     assert "logger.repl.name = org.apache.spark.repl.Main" in text  # else "Setting default log level"

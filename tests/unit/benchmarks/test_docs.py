@@ -24,7 +24,7 @@ def test_every_results_file_gets_a_section_known_or_not(tmp_path):
     page = docs.render(tmp_path)
     assert "## Throughput: a cheap Count of 10M Zipf records" in page
     assert "`python -m benchmarks.throughput --reps 3`" in page  # --out and the interpreter's path dropped
-    assert "2 CPUs; load average 1.5" in page
+    assert "2 CPUs; load average 1.5 when the figures were written" in page
     assert "| dpa | default | 0.2 | 0.2, 0.25, 0.19 |" in page
     assert "## raydata" in page and "No description registered for `raydata`" in page
     assert "| ray data | 1.25 |" in page
