@@ -14,6 +14,9 @@ returns a :class:`dpa.Result`. Then read, in this order:
   correctness oracle and simulator); :mod:`dpa.epochs` — epochs, checkpoints and replay
   (fault recovery); :mod:`dpa.elastic` — when an elastic job adds or retires a reducer;
 * :mod:`dpa.reducers` and :mod:`dpa.state` — the combine contract and keyed state;
+  :mod:`dpa.aggregates` — several aggregates per job and the aggregates beyond the
+  built-ins (distinct counts, sketches, variance); :mod:`dpa.key_types` — key encodings of
+  dates, times, timestamps, durations and decimals;
 * :mod:`dpa.partitioners` — the DPA ring policies, the literature's and dpa's own ``hybrid``;
   :mod:`dpa.sketches` — lossy counting and SpaceSaving; :mod:`dpa.simulate` — replay a key
   stream through any policy without Ray;

@@ -225,6 +225,8 @@ class Aggregates(_Members, ColumnarReducer):
         if isinstance(m, Sum) and type(m) is Sum:
             column = table[_prefix(self.members.index(m), "sum")] if merge else table[m.column]
             return not sum_may_overflow(column)
+        if not merge and hasattr(m, "fused_partial"):  # plain aggregates with options (distinct sets)
+            return True
         method = "merge_partials" if merge else "partial_from_batch"
         return getattr(type(m), method) is getattr(ColumnarReducer, method)
 
@@ -238,13 +240,15 @@ class Aggregates(_Members, ColumnarReducer):
                 special.append(i)
                 continue
             col = m.column
-            if col is not None:
-                prepared = m.prepare(pa.table({col: table[col]}))
-                if prepared.schema.field(col).type != table.schema.field(col).type:
-                    extra[f"__in{i}"] = prepared[col]
-                    col = f"__in{i}"
-            for c, fn, s in m.state_aggregations():
-                aggs.append(([] if c is None else col, fn))
+            if col is not None and type(m).prepare is not ColumnarReducer.prepare:
+                # The member's own view of its column (a cast, -0.0 made 0.0, ...), beside the
+                # column itself, which other members may read as it is.
+                extra[f"__in{i}"] = m.prepare(pa.table({col: table[col]}))[col]
+                col = f"__in{i}"
+            fused = m.fused_partial() if hasattr(m, "fused_partial") else [(c, f, st, None) for c, f, st in
+                                                                           m.state_aggregations()]
+            for c, fn, s, options in fused:
+                aggs.append(([] if c is None else col, fn) if options is None else (col, fn, options))
                 names.append(_prefix(i, s))
         if weight_col is not None:
             aggs.append(([], "count_all"))
@@ -252,9 +256,12 @@ class Aggregates(_Members, ColumnarReducer):
         base = table
         for name, column in extra.items():
             base = base.append_column(name, column)
-        if not special:
-            out = base.group_by(group_cols, use_threads=False).aggregate(aggs)
-            return out.rename_columns(list(group_cols) + names).select(self._order(group_cols, weight_col))
+        out = base.group_by(group_cols, use_threads=False).aggregate(aggs).rename_columns(list(group_cols) + names)
+        if special:
+            out = self._aligned(out, group_cols, [(i, table.select(list(dict.fromkeys(
+                list(group_cols) + (self.members[i].input_columns() or []))))) for i in special], merge=False)
+        if out is not None:
+            return out.select(self._order(group_cols, weight_col))
         gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
         base = base.append_column(GID_COL, pa.array(gid)).append_column(ROW_COL, pa.array(np.arange(table.num_rows)))
         fused = base.group_by([GID_COL], use_threads=False).aggregate(aggs + [(ROW_COL, "min")])
@@ -275,6 +282,23 @@ class Aggregates(_Members, ColumnarReducer):
             out_names.append(weight_col)
         return pa.table(columns, names=out_names)
 
+    def _aligned(self, fused: pa.Table, group_cols: list[str], subs: list[tuple[int, pa.Table]],
+                 merge: bool) -> pa.Table | None:
+        """``fused`` with the special members' states appended, when each member's own step
+        over ``group_cols`` returns the groups in ``fused``'s order (Arrow's group-by lists
+        groups in order of first appearance, as the members' do); None when one does not
+        (then the caller aligns by group id). Key columns are compared exactly (a NaN key
+        never compares equal, so it takes the group-id path)."""
+        keys = fused.select(group_cols)
+        for i, sub in subs:
+            m = self.members[i]
+            part = m.merge_partials(sub, list(group_cols)) if merge else m.partial_from_batch(sub, list(group_cols))
+            if part.num_rows != fused.num_rows or not part.select(group_cols).equals(keys):
+                return None
+            for s in m.state_columns():
+                fused = fused.append_column(_prefix(i, s), part[s])
+        return fused
+
     def _order(self, group_cols: list[str], weight_col: str | None) -> list[str]:
         return list(group_cols) + self.state_columns() + ([weight_col] if weight_col is not None else [])
 
@@ -289,9 +313,16 @@ class Aggregates(_Members, ColumnarReducer):
             for s, fn in m.merge_aggregations():
                 aggs.append((_prefix(i, s), fn))
                 names.append(_prefix(i, s))
-        if not special:
-            out = table.group_by(group_cols, use_threads=False).aggregate(aggs)
-            return out.rename_columns(list(group_cols) + names).select(self._order(group_cols, None))
+        out = table.group_by(group_cols, use_threads=False).aggregate(aggs).rename_columns(list(group_cols) + names)
+        if special:
+            subs = []
+            for i in special:
+                states = self.members[i].state_columns()
+                subs.append((i, pa.table([table[c] for c in group_cols] + [table[_prefix(i, s)] for s in states],
+                                         names=[*group_cols, *states])))
+            out = self._aligned(out, group_cols, subs, merge=True)
+        if out is not None:
+            return out.select(self._order(group_cols, None))
         gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
         base = table.append_column(GID_COL, pa.array(gid)).append_column(ROW_COL, pa.array(np.arange(table.num_rows)))
         fused = base.group_by([GID_COL], use_threads=False).aggregate(aggs + [(ROW_COL, "min")])

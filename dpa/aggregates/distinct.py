@@ -80,6 +80,11 @@ class _DistinctValues(ColumnarReducer):
     def state_aggregations(self) -> list[tuple[str | None, str, str]]:
         return [(self.column, "distinct", "values")]
 
+    def fused_partial(self) -> list[tuple[str | None, str, str, Any]]:
+        """The partial step as Arrow aggregates with options, ``(column, function, state,
+        options)``: a list of aggregates computes it in its one group-by."""
+        return [(self.column, "distinct", "values", _ONLY_VALID)]
+
     def partial_from_batch(self, table: pa.Table, group_cols: list[str], weight_col: str | None = None) -> pa.Table:
         table = self.prepare(table)
         aggs: list[Any] = [(self.column, "distinct", _ONLY_VALID)]
