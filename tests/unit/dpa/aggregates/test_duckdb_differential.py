@@ -40,7 +40,7 @@ AGGREGATES = [
     (lambda: dpa.Count(), "count(*)"),
     (lambda: dpa.Sum("v"), "sum(v)"),
     (lambda: dpa.Mean("v"), "avg(v)"),
-    (lambda: dpa.Min("v"), "min(v)"),  # (NaN in Min/Max: tests/unit/dpa/test_reducers.py)
+    (lambda: dpa.Min("v"), "min(v)"),
     (lambda: dpa.Max("v"), "max(v)"),
     (lambda: dpa.CountDistinct("s"), "count(DISTINCT s)"),
     (lambda: dpa.CountDistinct("x"), "count(DISTINCT x)"),
@@ -50,6 +50,8 @@ AGGREGATES = [
     (lambda: dpa.CountIf("b"), "count(*) FILTER (WHERE b)"),  # Spark's count_if: 0, never null
     (lambda: dpa.Any("b"), "bool_or(b)"),
     (lambda: dpa.All("b"), "bool_and(b)"),
+    (lambda: dpa.Min("x"), "min(x)"),  # NaN is the largest value, as in DuckDB and Spark
+    (lambda: dpa.Max("x"), "max(x)"),
     (lambda: dpa.ApproxCountDistinct("s"), "count(DISTINCT s)"),
     (lambda: dpa.ApproxQuantile("y", q=[0.1, 0.5, 0.95]), "list(y) FILTER (WHERE y IS NOT NULL)"),
 ]
