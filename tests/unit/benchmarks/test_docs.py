@@ -17,23 +17,25 @@ def test_every_results_file_gets_a_section_known_or_not(tmp_path):
         "command": "/venv/bin/python -m benchmarks.throughput --reps 3 --out benchmarks/results/throughput.json",
         "results": [{"engine": "dpa", "config": "default", "median_s": 0.2, "times_s": [0.2, 0.25, 0.19]},
                     {"engine": "spark", "config": "local[2]", "median_s": 1.0, "min_s": 0.9}]})
-    write(tmp_path, "raydata", {"command": "python -m benchmarks.raydata", "rows": 1000,
+    write(tmp_path, "unregistered", {"command": "python -m benchmarks.unregistered", "rows": 1000,
                                 "results": [{"engine": "ray data", "median_s": 1.25}]})
     write(tmp_path, "spark_e2e_derived", {"workload": "derived", "defaults": [{"engine": "spark", "median_s": 2.0}]})
+    write(tmp_path, "nested", {"command": "x", "stage": {"rows": [{"step": "a", "median_s": 3.5}]}})
     write(tmp_path, "summary_only", {"jobs": 12, "passed": True})
     page = docs.render(tmp_path)
     assert "## Throughput: a cheap Count of 10M Zipf records" in page
     assert "`python -m benchmarks.throughput --reps 3`" in page  # --out and the interpreter's path dropped
     assert "2 CPUs; load average 1.5 when the figures were written" in page
     assert "| dpa | default | 0.2 | 0.2, 0.25, 0.19 |" in page
-    assert "## raydata" in page and "No description registered for `raydata`" in page
+    assert "## unregistered" in page and "No description registered for `unregistered`" in page
     assert "| ray data | 1.25 |" in page
     assert "## Spark end to end: derived" in page  # a prefix's entry, with the file's suffix
+    assert "`stage`" not in page and "| a | 3.5 |" in page  # a table one level down
     assert "| jobs | passed |" in page and "| 12 | yes |" in page
     # the peers table: Spark's time / dpa's
     assert "| cheap Count of 10M Zipf records | 0.2 s (0.19–0.25) | Spark local[2] | 1 s | 5.00x | `throughput` |" in page
     # registered benchmarks first, the others by name
-    assert page.index("## Throughput") < page.index("## Spark end to end") < page.index("## raydata")
+    assert page.index("## Throughput") < page.index("## Spark end to end") < page.index("## unregistered")
 
 
 def test_check_tells_whether_the_page_is_current(tmp_path):
