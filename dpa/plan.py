@@ -192,6 +192,11 @@ class JobPlan:
         return table
 
 
+#: Most blocks read at plan time to find the first records ``map_fn`` emits (it may filter
+#: whole blocks out); each probe reads a few records of a block.
+PROBE_BLOCKS = 8
+
+
 def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: JobConfig) -> tuple[JobPlan, Iterator[pa.Table] | None]:
     """Validates the job and returns the plan plus the (possibly re-chained) block iterator.
 
@@ -222,6 +227,24 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
             blocks = itertools.chain([first], blocks)
         return first
 
+    def probe_until(probe: Callable[[pa.Table], list[Any]], limit: int) -> list[Any]:
+        """``probe(block)`` on the first blocks in turn, up to ``limit`` of them, until it
+        returns something (a ``map_fn`` may filter whole blocks out); the blocks read are
+        re-chained in front of the iterator."""
+        nonlocal blocks
+        if blocks is None:
+            return probe(source.probe) if source.probe is not None else []
+        taken: list[pa.Table] = []
+        found: list[Any] = []
+        while not found and len(taken) < limit:
+            block = next(blocks, None)
+            if block is None:
+                break
+            taken.append(block)
+            found = probe(block)
+        blocks = itertools.chain(taken, blocks)
+        return found
+
     record_kind, schema, output_schema = source.kind, source.schema, None
     if map_fn is not None:
         first = peek()
@@ -234,20 +257,26 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
                     raise UserCodeError(f"map_fn raised {type(exc).__name__}: {exc} on the first batch") from exc
         else:
             schema = None
-            sample: list[Any] = []
-            for record in table_to_records(first.slice(0, 64), source.kind) if first is not None else ():
-                try:
-                    produced = map_fn(record)
-                except Exception as exc:
-                    raise UserCodeError(f"map_fn raised {type(exc).__name__}: {exc} on record {record!r}", record=record) from exc
-                if (produced is not None and not isinstance(produced, Iterable)) or isinstance(produced, (str, bytes, dict)):
-                    raise ConfigError(
-                        f"map_fn must return an iterable of records (e.g. a list), got {type(produced).__name__} "
-                        f"for record {record!r}; wrap a single record as [record]"
-                    )
-                sample.extend(produced or ())
-                if sample:
-                    break
+
+            def map_sample(block: pa.Table) -> list[Any]:
+                produced_all: list[Any] = []
+                for record in table_to_records(block.slice(0, 64), source.kind):
+                    try:
+                        produced = map_fn(record)
+                    except Exception as exc:
+                        raise UserCodeError(f"map_fn raised {type(exc).__name__}: {exc} on record {record!r}", record=record) from exc
+                    if (produced is not None and not isinstance(produced, Iterable)) or isinstance(produced, (str, bytes, dict)):
+                        raise ConfigError(
+                            f"map_fn must return an iterable of records (e.g. a list), got {type(produced).__name__} "
+                            f"for record {record!r}; wrap a single record as [record]"
+                        )
+                    produced_all.extend(produced or ())
+                    if produced_all:
+                        break
+                return produced_all
+
+            # The first records map_fn emits, from the first blocks it emits any for.
+            sample: list[Any] = probe_until(map_sample, PROBE_BLOCKS) if first is not None else []
             if sample:
                 record_kind = record_kind_of(sample[0])
                 try:
@@ -298,6 +327,10 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
         key_cols = [KEY_COLUMN]
         first = peek() if schema is not None else None
         probe = records_sample(first, map_fn, source.kind, record_kind) if first is not None else []
+        if not probe and first is not None and map_fn is not None:
+            # map_fn emitted nothing for the first block: the key's shape (a tuple is several
+            # key columns) comes from the first later block it emits records for.
+            probe = probe_until(lambda b: records_sample(b, map_fn, source.kind, record_kind), PROBE_BLOCKS)
         if probe:
             probe_keys = []
             for record in probe:

@@ -43,5 +43,37 @@ def test_records_lacking_a_column_the_job_reads_are_a_schema_error(missing):
     table = pa.table({"k": [f"k{i % 3}" for i in range(500)], "v": list(range(500))})
     keep = tuple(c for c in ("k", "v") if c != missing)
     with pytest.raises(dpa.SchemaError, match=f"lack the column\\(s\\) \\['{missing}'\\]"):
+        # map_fn emits nothing for more blocks than the plan probes: found while the job runs
+        dpa.run(table, key="k", reducer=dpa.Sum("v"), map_fn=_drop_first(450, keep),
+                config=dpa.JobConfig(runtime="local", batch_size=50))
+
+
+@pytest.mark.parametrize("missing", ["v", "k"])
+def test_records_lacking_a_column_in_the_probed_blocks_fail_at_plan_time(missing):
+    from dpa.plan import PROBE_BLOCKS
+
+    table = pa.table({"k": [f"k{i % 3}" for i in range(500)], "v": list(range(500))})
+    keep = tuple(c for c in ("k", "v") if c != missing)
+    assert 300 // 50 < PROBE_BLOCKS
+    with pytest.raises(dpa.SchemaError, match=f"'{missing}'.*not|not.*'{missing}'|\\['{missing}'\\] not found"):
         dpa.run(table, key="k", reducer=dpa.Sum("v"), map_fn=_drop_first(300, keep),
                 config=dpa.JobConfig(runtime="local", batch_size=50))
+
+
+@pytest.mark.parametrize("batch", [True, False], ids=["batch_map", "record_map"])
+def test_a_tuple_key_whose_first_blocks_map_to_nothing_is_still_a_tuple_key(batch):
+    """The key's shape is probed on the first block map_fn emits records for (seed 104, job
+    #110 of the soak: one-record blocks, the first filtered out, a key function returning pairs)."""
+    import pyarrow.compute as pc
+
+    records = [{"k": f"k{i % 3}", "k2": i % 4, "v": i} for i in range(10)]
+    if batch:
+        map_fn = dpa.BatchMap(lambda t: t.filter(pc.greater(t["v"], 1)))
+    else:
+        map_fn = _drop_first(2, ("k", "k2", "v"))
+    res = dpa.run(records, key=lambda r: (r["k2"], r["k"]), reducer=dpa.Sum("v"), map_fn=map_fn,
+                  config=dpa.JobConfig(runtime="local", batch_size=1))
+    want: dict = {}
+    for r in records[2:]:
+        want[(r["k2"], r["k"])] = want.get((r["k2"], r["k"]), 0) + r["v"]
+    assert res.to_dict() == want
