@@ -204,8 +204,10 @@ BENCHMARKS: dict[str, Entry] = {
     "soak": Entry(
         "Soak: a mix of jobs, bad inputs and killed actors",
         "Jobs of every policy, source kind, size and shape, two at a time from two driver "
-        "threads, about 10% bad inputs, random actor kills; every result checked against a "
-        "pure-Python oracle, no hang, no leaked actor.",
+        "threads, about 10% bad inputs, random actor kills, one job in ten long enough to "
+        "outlive several checkpoints; every result checked against a pure-Python oracle and "
+        "every job run again on `runtime=\"local\"`, whose answer or error must agree with "
+        "Ray's; no hang, no leaked actor, bounded memory.",
     ),
     "raydata": Entry(
         "Ray Data: dpa against Ray Data's groupby on the same Ray",
