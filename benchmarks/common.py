@@ -161,10 +161,10 @@ def median(values: Iterable[float]) -> float:
 def init_ray(num_cpus: int | None = None) -> float:
     """Starts a local Ray for this driver (quiet); returns the seconds it took.
 
-    :func:`dpa.ray_session.ensure_ray` retries a start that misses Ray's registration
+    :func:`dpa.runtime.ray.session.ensure_ray` retries a start that misses Ray's registration
     deadline on a loaded machine.
     """
-    from dpa.ray_session import ensure_ray
+    from dpa.runtime.ray.session import ensure_ray
 
     t0 = time.perf_counter()
     kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING,

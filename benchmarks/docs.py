@@ -164,7 +164,7 @@ BENCHMARKS: dict[str, Entry] = {
     ),
     "hashing": Entry(
         "Hashing keys",
-        "`dpa.key_columns.hash_key_columns` on one mapper block of Zipf keys, raw and map-side "
+        "`dpa.keys.columns.hash_key_columns` on one mapper block of Zipf keys, raw and map-side "
         "combined, against the dictionary-encoding path (distinct values first); median of the reps.",
     ),
     "lb_overhead": Entry(

@@ -31,7 +31,7 @@ def trial(startup_concurrency: int, warm: int, rows: int) -> dict[str, Any]:
 
     import dpa
     from benchmarks.common import _memory, role_of
-    from dpa.ray_session import ensure_ray
+    from dpa.runtime.ray.session import ensure_ray
     from workloads.generators import zipf
 
     table = zipf(1.1, 10_000, rows, seed=7)
@@ -39,7 +39,7 @@ def trial(startup_concurrency: int, warm: int, rows: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     kwargs: dict[str, Any] = {"logging_level": "ERROR"}
     if startup_concurrency:
-        from dpa.ray_session import METRICS_REPORT_INTERVAL_MS
+        from dpa.runtime.ray.session import METRICS_REPORT_INTERVAL_MS
 
         kwargs["_system_config"] = {"metrics_report_interval_ms": METRICS_REPORT_INTERVAL_MS,
                                     "worker_maximum_startup_concurrency": startup_concurrency}

@@ -1,12 +1,12 @@
 """How good a first ring the ring policies plan on the mappers' forecast (no Ray).
 
 For each of ``--seeds`` Zipf(``--z``) jobs (``--rows`` records over ``--keys`` keys, seeds
-0, 1, ...) the forecast a mapper would send (:func:`dpa.logic.block_forecast` of the
+0, 1, ...) the forecast a mapper would send (:func:`dpa.engine.mapper.block_forecast` of the
 job's first block; the whole job when it fits one block, as these do) is planned on as
 ``doubling`` and ``halving`` with their ``JobConfig()`` defaults do
-(:func:`~dpa.partitioners.ring_forecast.plan_first_ring`), once from the policy's first
+(:func:`~dpa.routing.policies.ring.forecast.plan_first_ring`), once from the policy's first
 ring alone and once also from first rings of the other sizes the planner tries
-(:func:`~dpa.partitioners.ring_forecast.first_ring_sizes`). Each planned ring is then
+(:func:`~dpa.routing.policies.ring.forecast.first_ring_sizes`). Each planned ring is then
 scored on the job's exact key counts: the records of its largest reducer, in fair shares
 (``rows / R``). With a fixed cost per record, a job's makespan cannot beat that times the
 ideal. Reported per policy and mode: mean, median and worst share over the seeds, and the
@@ -34,15 +34,15 @@ def planned_share(table: Any, method: str, num_reducers: int, other_sizes: bool)
     """Plans ``method``'s first ring on ``table``'s forecast; returns the ring's largest
     share on the exact key counts and the seconds the planning took."""
     import dpa
-    from dpa.key_columns import hash_key_columns
-    from dpa.logic import block_forecast
-    from dpa.partitioners.ring_forecast import (
+    from dpa.engine.mapper import block_forecast
+    from dpa.keys.columns import hash_key_columns
+    from dpa.routing.policies.ring.forecast import (
         FORECAST_ROUNDS,
         first_ring_sizes,
         forecast_loads,
         plan_first_ring,
     )
-    from dpa.registry import make_policy
+    from dpa.routing.registry import make_policy
 
     policy = make_policy(dpa.JobConfig(policy=method, num_reducers=num_reducers))
     ring = policy.make_planner(num_reducers).ring

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 import dpa
 from benchmarks.common import write_json
-from dpa.ray_session import ensure_ray
+from dpa.runtime.ray.session import ensure_ray
 
 
 def gcs_rss_mb() -> float:

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from benchmarks.common import print_table, write_json
-from dpa.key_columns import _codes, _encode_array, _hash_encoded, hash_key_columns
+from dpa.keys.columns import _codes, _encode_array, _hash_encoded, hash_key_columns
 
 
 def _dictionary_path(table: pa.Table) -> np.ndarray:

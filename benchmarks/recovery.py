@@ -274,7 +274,7 @@ def cluster(args: argparse.Namespace) -> int:
                 print(f"cluster {policy:9s} kill {victim:9s} makespan {seconds:.2f} s ratio {seconds / base:.2f} "
                       f"exact={ok} {describe(res)}", flush=True)
             # Not the node this driver is attached to (and so not the coordinator's).
-            from dpa.ray_pool import idle_pools
+            from dpa.runtime.ray.pool import idle_pools
 
             here = ray.get_runtime_context().get_node_id()
             where: collections.Counter = collections.Counter()

@@ -14,7 +14,7 @@ import time
 
 import dpa
 from benchmarks.common import write_json
-from dpa.ray_session import ensure_ray
+from dpa.runtime.ray.session import ensure_ray
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -216,7 +216,7 @@ class JobSpec:
 
 def needs_merge(policy: str, max_rounds: int, num_mappers: int, num_reducers: int) -> bool:
     """Whether ``policy`` may process one key on several reducers (so reducers need ``merge``)."""
-    from dpa.registry import make_policy
+    from dpa.routing.registry import make_policy
 
     config = dpa.JobConfig(policy=policy, max_rounds=max_rounds, num_mappers=num_mappers, num_reducers=num_reducers)
     return bool(make_policy(config).needs_merge)
@@ -1195,7 +1195,7 @@ def run_soak(opts: argparse.Namespace) -> dict[str, Any]:
             if opts.init_from_thread:
                 start_ray_from_short_lived_thread(opts.timeout_s)
             else:
-                from dpa.runtime_ray import ensure_ray
+                from dpa.runtime.ray.driver import ensure_ray
 
                 ensure_ray(logging_level="ERROR", log_to_driver=opts.verbose)
         specs = make_specs(opts.jobs, opts.seed, opts.kill_rate, opts.bad_rate, opts.max_records,

@@ -320,9 +320,9 @@ def doubling_bound(table: pa.Table, num_reducers: int = 8, rounds: int = 1, init
 
     Doubling rounds commute (each doubles every reducer's tokens but one), so a ring is
     fixed by its first ring and how often each reducer was relieved: every combination of
-    up to ``rounds`` per reducer (rings past :data:`~dpa.ring.MAX_RING_TOKENS` excluded, as
+    up to ``rounds`` per reducer (rings past :data:`~dpa.routing.ring.MAX_RING_TOKENS` excluded, as
     the planner refuses them), from each first ring the planner may start from, is scored
-    with the table's exact key counts (:class:`~dpa.partitioners.ring_forecast.RingScorer`,
+    with the table's exact key counts (:class:`~dpa.routing.policies.ring.forecast.RingScorer`,
     no tail). The ``doubling`` makespan cannot beat this times the ideal.
 
     Args:
@@ -331,7 +331,7 @@ def doubling_bound(table: pa.Table, num_reducers: int = 8, rounds: int = 1, init
         rounds: Most rounds per reducer.
         initial_tokens: Tokens per reducer of the only first ring to start from; None = the
             policy's default and the other sizes its planner may choose on a forecast
-            (:func:`~dpa.partitioners.ring_forecast.first_ring_sizes`).
+            (:func:`~dpa.routing.policies.ring.forecast.first_ring_sizes`).
         token_spacing: ``"even"`` or ``"hashed"`` first tokens; None = the policy's default.
 
     Returns:
@@ -340,11 +340,11 @@ def doubling_bound(table: pa.Table, num_reducers: int = 8, rounds: int = 1, init
     import itertools
 
     import dpa
-    from dpa.key_columns import hash_key_columns
-    from dpa.partitioners.ring_forecast import RingScorer, first_ring_sizes, round_tokens
-    from dpa.partitioners.ring_lookahead import KeyLoads
-    from dpa.registry import make_policy
-    from dpa.ring import HashRing
+    from dpa.keys.columns import hash_key_columns
+    from dpa.routing.hash_ring import HashRing
+    from dpa.routing.policies.ring.forecast import RingScorer, first_ring_sizes, round_tokens
+    from dpa.routing.policies.ring.lookahead import KeyLoads
+    from dpa.routing.registry import make_policy
 
     counts = table.group_by("key").aggregate([([], "count_all")])
     loads = KeyLoads(hash_key_columns(counts, ["key"]), counts["count_all"].to_numpy().astype(np.float64), 0.0)
@@ -381,8 +381,8 @@ def fixed_ring_policy(name: str, tokens: tuple[int, ...], first_tokens: int | No
     import dataclasses
 
     import dpa
-    from dpa.partitioners.ring_policy import DPAPolicy, RingSettings, resolved_fields
-    from dpa.ring import HashRing
+    from dpa.routing.hash_ring import HashRing
+    from dpa.routing.policies.ring.policy import DPAPolicy, RingSettings, resolved_fields
 
     @dataclasses.dataclass(frozen=True)
     class FixedRing(DPAPolicy):  # defined here, so Ray ships it by value to the actors

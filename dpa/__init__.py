@@ -3,25 +3,25 @@
 Start here: :func:`dpa.run` (in :mod:`dpa.api`) takes a source, a key and a reducer and
 returns a :class:`dpa.Result`. Then read, in this order:
 
-* :mod:`dpa.ring` — the MurmurHash3 consistent-hash ring with token halving/doubling;
-* :mod:`dpa.policy` — the partitioning-policy contract; :mod:`dpa.registry` — the table of
+* :mod:`dpa.routing.ring` — the MurmurHash3 consistent-hash ring with token halving/doubling;
+* :mod:`dpa.routing.policy` — the partitioning-policy contract; :mod:`dpa.routing.registry` — the table of
   policies (name -> settings, factory, description);
-* :mod:`dpa.logic` — mapper / reducer / balancer / coordinator state machines (no Ray);
-* :mod:`dpa.runtime_ray` — the driver side of a Ray job (deadlines, feeding, result);
-  :mod:`dpa.ray_actors` and :mod:`dpa.ray_coordinator` — the thin actor shells;
-  :mod:`dpa.ray_pool` — warm actor pools, one per running job; :mod:`dpa.ray_session` —
-  starting Ray from any thread; :mod:`dpa.runtime_local` — the same logic in-process (the
-  correctness oracle and simulator); :mod:`dpa.epochs` — epochs, checkpoints and replay
-  (fault recovery); :mod:`dpa.elastic` — when an elastic job adds or retires a reducer;
-* :mod:`dpa.reducers` and :mod:`dpa.state` — the combine contract and keyed state;
+* :mod:`dpa.engine` — mapper / reducer / balancer / coordinator state machines (no Ray);
+* :mod:`dpa.runtime.ray.driver` — the driver side of a Ray job (deadlines, feeding, result);
+  :mod:`dpa.runtime.ray` and :mod:`dpa.runtime.ray.coordinator` — the thin actor shells;
+  :mod:`dpa.runtime.ray.pool` — warm actor pools, one per running job; :mod:`dpa.runtime.ray.session` —
+  starting Ray from any thread; :mod:`dpa.runtime.local` — the same logic in-process (the
+  correctness oracle and simulator); :mod:`dpa.engine.epochs` — epochs, checkpoints and replay
+  (fault recovery); :mod:`dpa.engine.elastic` — when an elastic job adds or retires a reducer;
+* :mod:`dpa.aggregates` and :mod:`dpa.aggregates.state` — the combine contract and keyed state;
   :mod:`dpa.aggregates` — several aggregates per job and the aggregates beyond the
-  built-ins (distinct counts, sketches, variance); :mod:`dpa.key_types` — key encodings of
+  built-ins (distinct counts, sketches, variance); :mod:`dpa.keys.types` — key encodings of
   dates, times, timestamps, durations and decimals;
-* :mod:`dpa.partitioners` — the DPA ring policies, the literature's and dpa's own ``hybrid``;
-  :mod:`dpa.sketches` — lossy counting and SpaceSaving; :mod:`dpa.simulate` — replay a key
+* :mod:`dpa.routing.policies` — the DPA ring policies, the literature's and dpa's own ``hybrid``;
+  :mod:`dpa.routing.sketches` — lossy counting and SpaceSaving; :mod:`dpa.tools.simulate` — replay a key
   stream through any policy without Ray;
 * :mod:`dpa.groupby` — ``dpa.groupby(ds, key).sum("v")``: Ray Data's groupby, returning a
-  ``ray.data.Dataset`` built by :mod:`dpa.ray_dataset` from the reducers' result blocks.
+  ``ray.data.Dataset`` built by :mod:`dpa.runtime.ray.dataset` from the reducers' result blocks.
 """
 
 from dpa.aggregates import (
@@ -36,10 +36,12 @@ from dpa.aggregates import (
     Std,
     Var,
 )
+from dpa.aggregates.builtins import Collect, Count, Max, Mean, Min, Sum, TopK
+from dpa.aggregates.contract import Reducer, WithCost
 from dpa.api import run
 from dpa.config import JobConfig
-from dpa.elastic import ScalingEvent
-from dpa.epochs import Recovery
+from dpa.engine.elastic import ScalingEvent
+from dpa.engine.epochs import Recovery
 from dpa.errors import (
     ArithmeticOverflowError,
     ConfigError,
@@ -50,9 +52,13 @@ from dpa.errors import (
     UserCodeError,
 )
 from dpa.groupby import GroupedDataset, groupby
-from dpa.keys import encode_key, hash_key
+from dpa.input.sources import ArrowRefs, ParquetFiles
+from dpa.input.user_code import BatchMap
+from dpa.keys.encoding import encode_key, hash_key
 from dpa.metrics import skew
-from dpa.partitioners import (
+from dpa.result import Result, Stats
+from dpa.routing.hash_ring import HashRing
+from dpa.routing.policies import (
     DKGSettings,
     FangSettings,
     GedikSettings,
@@ -65,13 +71,9 @@ from dpa.partitioners import (
     RingSettings,
     ShuffleSettings,
 )
-from dpa.policy import JobShape, PolicySettings, PolicySpec, RebalanceEvent
-from dpa.reducers import Collect, Count, Max, Mean, Min, Reducer, Sum, TopK, WithCost
-from dpa.registry import policies, register_policy
-from dpa.result import Result, Stats
-from dpa.ring import HashRing, RingSnapshot
-from dpa.sources import ArrowRefs, ParquetFiles
-from dpa.user_code import BatchMap
+from dpa.routing.policy import JobShape, PolicySettings, PolicySpec, RebalanceEvent
+from dpa.routing.registry import policies, register_policy
+from dpa.routing.ring import RingSnapshot
 
 __all__ = [
     "run", "groupby", "GroupedDataset", "Result", "Stats", "Recovery", "ScalingEvent", "JobConfig", "BatchMap", "ArrowRefs", "ParquetFiles",
@@ -92,6 +94,6 @@ def shutdown() -> None:
     """Releases the warm actors kept by :func:`run` (no-op if there are none)."""
     import sys
 
-    mod = sys.modules.get("dpa.runtime_ray")
+    mod = sys.modules.get("dpa.runtime.ray.driver")
     if mod is not None:
         mod.shutdown_pool()

@@ -8,16 +8,16 @@ from typing import Any
 
 import pyarrow as pa
 
+from dpa.aggregates.contract import Reducer, unwrap
+from dpa.aggregates.state import make_state
 from dpa.config import JobConfig
+from dpa.engine.output import RunOutput
+from dpa.engine.plan import build_plan, empty_input_table
 from dpa.errors import ConfigError, JobFailedError, KeyEncodingError, SchemaError
-from dpa.plan import build_plan, empty_input_table
-from dpa.reducers import Reducer, unwrap
+from dpa.input.adapters import find_source_adapter
+from dpa.input.sources import normalize_source
 from dpa.result import Result, Stats
-from dpa.run_output import RunOutput
-from dpa.runtime_local import run_local
-from dpa.source_adapters import find_source_adapter
-from dpa.sources import normalize_source
-from dpa.state import make_state
+from dpa.runtime.local import run_local
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
         ConfigError, SchemaError, KeyEncodingError: bad input, before any actor starts.
         JobFailedError: the job failed while running; all its actors are gone.
     """
-    from dpa.reducers import Count
+    from dpa.aggregates.builtins import Count
 
     if config is None:
         config = _config_from_dict(overrides)
@@ -123,7 +123,7 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
                                  key=getattr(exc, "key", None)) from exc
         tables = out.tables
     else:
-        from dpa.runtime_ray import run_ray
+        from dpa.runtime.ray.driver import run_ray
 
         # Parquet pieces go to the mappers as descriptions: each mapper reads its own.
         dataset = src.ray_dataset if src.pieces is None else src.pieces

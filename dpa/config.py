@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpa.errors import ConfigError
-from dpa.policy import PolicySettings
-from dpa.registry import check_policy_name, policy_name
+from dpa.routing.policy import PolicySettings
+from dpa.routing.registry import check_policy_name, policy_name
+from dpa.routing.ring import is_power_of_two
 
 logger = logging.getLogger(__name__)
 
@@ -74,10 +75,6 @@ def default_width(runtime: str) -> int:
     return min(MAX_DEFAULT_WIDTH, available_cpus())
 
 
-def _is_power_of_two(n: int) -> bool:
-    return n >= 1 and (n & (n - 1)) == 0
-
-
 @dataclass
 class JobConfig:
     """Everything that shapes one dpa job.
@@ -99,7 +96,7 @@ class JobConfig:
             ``"doubling"``, ``"halving"``, ``"hash"`` or ``"pkg"``, or a policy settings
             object such as ``dpa.PKGSettings(d=3)`` or ``dpa.RingSettings("halving",
             patience=3)``. Only the name is checked here; the settings are validated once,
-            when the job's plan is built (:func:`dpa.registry.make_policy`).
+            when the job's plan is built (:func:`dpa.routing.registry.make_policy`).
         tau: Shortcut for the ring policies' (``halving``, ``doubling``, ``hybrid``) straggler
             threshold when ``policy`` is a name: rebalance when
             ``Q_max > Q_second * (1 + tau)``. Must be ``>= 0``.
@@ -127,7 +124,7 @@ class JobConfig:
             before its reducer has measured a cost (the paper's queues: the reproduction
             scripts use it, so that the paper's tables do not move with this default).
         batch_size: Records per input block handed to mappers. None (the default): sized
-            from the input (:func:`dpa.sources.block_rows`): an in-memory table or parquet
+            from the input (:func:`dpa.input.sources.block_rows`): an in-memory table or parquet
             files are cut into one block per mapper, or into more (as many per mapper)
             where such a block would pass 64 MiB, but never below 1,048,576 rows, which
             is also the block of a streamed input (an iterable). Every block costs calls
@@ -163,9 +160,9 @@ class JobConfig:
             an unknown option is a :class:`ConfigError` listing the valid ones.
         map_side_combine: Let mappers pre-aggregate each block per key and ship partial
             states weighted by their record counts (queue lengths and all counters stay in
-            records). Applies to built-in reducers without a :class:`~dpa.reducers.WithCost`
+            records). Applies to built-in reducers without a :class:`~dpa.aggregates.contract.WithCost`
             cost under policies that accept combined rows (``hybrid``, ``doubling``,
-            ``halving``, ``hash``, ...: :attr:`dpa.policy.PolicySpec.combinable`);
+            ``halving``, ``hash``, ...: :attr:`dpa.routing.policy.PolicySpec.combinable`);
             load-aware routers (PKG, shuffle, DKG) always see every record.
         migrate: How a key's records follow it when the balancer moves it to another
             reducer. ``"records"`` (the default, the DPA paper's mechanism): its queued
@@ -190,7 +187,7 @@ class JobConfig:
             no free CPU is refused and the job carries on at its width.
         input_combined: The source already holds map-side partial states: the key
             columns, the reducer's state columns and a record-count column
-            ``dpa.reducers.WEIGHT_COL``, as made by ``reducer.partial_from_batch(table,
+            ``dpa.input.records.WEIGHT_COL``, as made by ``reducer.partial_from_batch(table,
             key_columns, WEIGHT_COL)`` (e.g. inside Spark tasks by :mod:`spark_bridge`).
             Mappers then only hash and route; counters stay in records. Needs a built-in
             reducer without cost, a column key, no ``map_fn`` and a policy that routes by
@@ -240,7 +237,7 @@ class JobConfig:
         if not isinstance(self.tau, (int, float)) or isinstance(self.tau, bool) or not self.tau >= 0:
             raise ConfigError(f"JobConfig.tau must be a number >= 0, got {self.tau!r}")
         tokens = self.initial_tokens
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or not _is_power_of_two(tokens):
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or not is_power_of_two(tokens):
             lower = 1 << max(0, int(tokens).bit_length() - 1) if isinstance(tokens, int) and tokens > 0 else 1
             raise ConfigError(
                 f"JobConfig.initial_tokens must be a power of two >= 1 (halving halves it), got "

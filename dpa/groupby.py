@@ -16,9 +16,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from dpa.aggregates.builtins import Count, Max, Mean, Min, Sum
+from dpa.aggregates.contract import Reducer
 from dpa.config import JobConfig
 from dpa.errors import ConfigError
-from dpa.reducers import Count, Max, Mean, Min, Reducer, Sum
 from dpa.result import Result
 
 logger = logging.getLogger(__name__)

@@ -8,9 +8,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dpa.aggregates.state import concat_results
+from dpa.engine.output import RunOutput
 from dpa.metrics import skew
-from dpa.run_output import RunOutput
-from dpa.state import concat_results
 
 
 @dataclass
@@ -22,7 +22,7 @@ class Stats:
         forwarded: Records each reducer forwarded to the key's new owner.
         emitted: Records each mapper emitted (after ``map_fn``).
         blocks_per_mapper: Input blocks each mapper pulled.
-        rebalances: The balancer's event log (:class:`dpa.policy.RebalanceEvent`).
+        rebalances: The balancer's event log (:class:`dpa.routing.policy.RebalanceEvent`).
         final_tokens: Tokens per reducer at the end (ring policies), else None.
         ring_version: Routing-state version at the end (0 = never changed).
         merged: Whether a final state merge across reducers was needed.
@@ -182,13 +182,13 @@ class Result:
         """The result as a ``ray.data.Dataset``, without gathering it on the driver.
 
         On the Ray runtime the dataset's blocks are the reducers' result tables, where they
-        already are in the object store (:func:`dpa.ray_dataset.result_dataset`): only their
+        already are in the object store (:func:`dpa.runtime.ray.dataset.result_dataset`): only their
         schemas are read, and a block whose column types differ from the others' is cast
         in place. It holds the same rows and types as :meth:`to_arrow`. The in-process
         runtime's table is put into the object store. The dataset is built once per result.
         """
         if self._dataset is None:
-            from dpa.ray_dataset import result_dataset, tables_dataset
+            from dpa.runtime.ray.dataset import result_dataset, tables_dataset
 
             if self.arrow_refs is not None:
                 self._dataset = result_dataset(list(self.arrow_refs), self._empty)

@@ -1,10 +1,10 @@
-"""Plugs Spark DataFrames into ``dpa.run`` (the ``dpa.sources`` entry point)."""
+"""Plugs Spark DataFrames into ``dpa.run`` (the ``dpa.input.sources`` entry point)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from dpa.source_adapters import register_source_adapter
+from dpa.input.adapters import register_source_adapter
 
 
 def is_spark_dataframe(obj: Any) -> bool:

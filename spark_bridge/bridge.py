@@ -85,8 +85,8 @@ def run(
 
 def can_precombine(reducer: Any, map_fn: Any, config: Any) -> bool:
     """Whether Spark's tasks may do dpa's map-side combine (see :func:`run_with_result`)."""
-    from dpa.reducers import ColumnarReducer, unwrap
-    from dpa.registry import make_policy
+    from dpa.aggregates.contract import ColumnarReducer, unwrap
+    from dpa.routing.registry import make_policy
 
     inner, cost, _ = unwrap(reducer)
     return (map_fn is None and isinstance(inner, ColumnarReducer) and not cost
@@ -109,7 +109,8 @@ def precombined(df: DataFrame, key_columns: list[str], reducer: Any) -> DataFram
     from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
     from pyspark.sql.types import StructField, StructType
 
-    from dpa.reducers import WEIGHT_COL, unwrap
+    from dpa.aggregates.contract import unwrap
+    from dpa.input.records import WEIGHT_COL
 
     inner = unwrap(reducer)[0]
     needed = [*key_columns, *[c for c in (inner.input_columns() or []) if c not in key_columns]]
@@ -217,7 +218,7 @@ def run_with_result(
     config = dpa.JobConfig() if config is None else config
     scan = None
     if map_fn is None and pushdown is not False:
-        from dpa.reducers import unwrap
+        from dpa.aggregates.contract import unwrap
 
         wanted = unwrap(reducer)[0].input_columns()
         needed = columns if wanted is None else [*key_columns, *(c for c in wanted if c not in key_columns)]

@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover - imported for type hints only
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructField, StructType
 
-    from dpa.sources import ArrowRefs
+    from dpa.input.sources import ArrowRefs
 
 logger = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ def spark_to_arrow_refs(
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.storagelevel import StorageLevel
 
-    from dpa.sources import ArrowRefs
+    from dpa.input.sources import ArrowRefs
 
     if num_blocks is not None and (
         isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1
@@ -573,7 +573,7 @@ def result_spark_schema(
     """
     from pyspark.sql.types import StructType
 
-    from dpa.reducers import Reducer
+    from dpa.aggregates.contract import Reducer
 
     if not isinstance(reducer, Reducer):
         raise ConfigError(
@@ -581,7 +581,7 @@ def result_spark_schema(
         )
     by_name = {f.name: f for f in input_schema.fields}
     validate_columns(by_name, [*key_columns, *(reducer.input_columns() or [])])
-    from dpa.reducers import unwrap
+    from dpa.aggregates.contract import unwrap
 
     members = getattr(unwrap(reducer)[0], "members", None)  # several aggregates: a column each
     outputs = [_output_struct_field(m, by_name, key_columns, arrow_schema) for m in (members or [reducer])]

@@ -12,8 +12,8 @@ partitions apart at the price of Spark's shuffle and final aggregation. The rows
 (:func:`spark_bridge.convert.spark_to_arrow_refs`), where :class:`PartialFinish`, run by
 the fetch task of each partition, gives them exactly the columns and Arrow types dpa's
 reducers merge (``JobConfig.input_combined``): the key columns, the reducer's state
-columns (:meth:`dpa.reducers.ColumnarReducer.state_columns`) and
-:data:`dpa.reducers.WEIGHT_COL`, the number of input records per row, so that queue
+columns (:meth:`dpa.aggregates.contract.ColumnarReducer.state_columns`) and
+:data:`dpa.input.records.WEIGHT_COL`, the number of input records per row, so that queue
 lengths and the load balancer still count records.
 
 Per reducer (``c`` is the reducer's column):
@@ -53,8 +53,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from dpa.aggregates.int_sums import pending_type
 from dpa.errors import ArithmeticOverflowError
-from dpa.int_sums import pending_type
 
 from .convert import executor_task_slots
 from .partial_plan import MAX_BLOCKS_PER_SLOT, partial_aggregation
@@ -85,7 +85,7 @@ class PartialFinish:
 
     Attributes:
         schema: The partial-state schema dpa receives: key columns, state columns,
-            :data:`dpa.reducers.WEIGHT_COL`.
+            :data:`dpa.input.records.WEIGHT_COL`.
         split_sum: Name of a state column Spark computed as two halves
             (:data:`SUM_HIGH_COL`, :data:`SUM_LOW_COL`) of a long sum, or ``None``.
         input_column: The reducer's input column (named in overflow errors).
@@ -143,7 +143,7 @@ class PartialFinish:
         if bool(fits.all()):
             return pa.array((high << 32) | low, pa.int64(), mask=mask)
         # Some partial sum left int64: keep every sum exact, as dpa's own combine does;
-        # the key's final sum decides (dpa.int_sums.finalize_int_sums).
+        # the key's final sum decides (dpa.aggregates.int_sums.finalize_int_sums).
         values = [None if not ok else decimal.Decimal(int(h) * 2**32 + int(lo))
                   for ok, h, lo in zip(valid, high.tolist(), low.tolist())]
         return pa.array(values, pending_type(pa.int64()))
@@ -170,7 +170,7 @@ def _state_expressions(inner: Any, dtype: DataType | None) -> tuple[list[State],
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from dpa.reducers import Collect, Count, Max, Mean, Min, Sum, TopK
+    from dpa.aggregates.builtins import Collect, Count, Max, Mean, Min, Sum, TopK
 
     kind = type(inner)
     if kind is Count:
@@ -222,7 +222,7 @@ def _map_side_frame(df: DataFrame, key_columns: list[str], states: list[State], 
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from dpa.reducers import WEIGHT_COL
+    from dpa.input.records import WEIGHT_COL
 
     if any(t is None for _, _, t in states) or {name for name, _, _ in states} & set(key_columns):
         return None
@@ -233,7 +233,7 @@ def _map_side_frame(df: DataFrame, key_columns: list[str], states: list[State], 
 
 def _state_arrow_types(inner: Any, input_type: pa.DataType | None) -> dict[str, pa.DataType]:
     """Arrow types of ``inner``'s state columns as dpa's reducers merge them."""
-    from dpa.reducers import Collect, Count, Max, Mean, Min, Sum, TopK, sum_type
+    from dpa.aggregates.builtins import Collect, Count, Max, Mean, Min, Sum, TopK, sum_type
 
     kind = type(inner)
     if kind is Count:
@@ -262,7 +262,7 @@ def native_partials(
 
     Returns:
         ``(frame, finish)``: ``frame`` has the key columns, Spark's state columns and
-        :data:`dpa.reducers.WEIGHT_COL` (unless a state column is the record count too;
+        :data:`dpa.input.records.WEIGHT_COL` (unless a state column is the record count too;
         one row per key and input partition); ``finish`` turns each of its partitions, as
         Arrow, into the partial states dpa expects. ``frame`` is Spark's partial
         aggregation alone where every state is a bare aggregate (:data:`State`) and the plan
@@ -274,7 +274,9 @@ def native_partials(
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_type
 
-    from dpa.reducers import WEIGHT_COL, Count, Mean, unwrap
+    from dpa.aggregates.builtins import Count, Mean
+    from dpa.aggregates.contract import unwrap
+    from dpa.input.records import WEIGHT_COL
 
     inner = unwrap(reducer)[0]
     fields = {f.name: f for f in df.schema.fields}
@@ -320,8 +322,9 @@ def _composite_partials(df: DataFrame, key_columns: list[str], members: list[Any
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_type
 
+    from dpa.aggregates.builtins import Count
     from dpa.aggregates.composite import _prefix
-    from dpa.reducers import WEIGHT_COL, Count
+    from dpa.input.records import WEIGHT_COL
 
     states: list[State] = []
     state_types: dict[str, pa.DataType] = {}

@@ -19,7 +19,7 @@ from urllib.parse import unquote, urlparse
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
-    from dpa.sources import ParquetFiles
+    from dpa.input.sources import ParquetFiles
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def parquet_scan(df: DataFrame, columns: list[str]) -> ParquetFiles | None:
     from pyspark.sql.pandas.types import to_arrow_type
 
     from dpa.errors import DPAError
-    from dpa.sources import ParquetFiles
+    from dpa.input.sources import ParquetFiles
 
     try:
         relation = _scan_relation(df)

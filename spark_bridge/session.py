@@ -340,7 +340,7 @@ def _prepare_environment(config: SparkConfig) -> None:
 
 
 def _ensure_ray() -> None:
-    from dpa.ray_session import ensure_ray
+    from dpa.runtime.ray.session import ensure_ray
 
     if ensure_ray() is not None:
         logger.info("started a local Ray instance for Spark on Ray")

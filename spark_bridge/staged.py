@@ -160,7 +160,7 @@ def run_staged(df: DataFrame, key_columns: list[str], reducer: Any, map_fn: Any,
         )
     input_schema = df.schema
     if map_fn is None:
-        from dpa.reducers import unwrap
+        from dpa.aggregates.contract import unwrap
 
         wanted = unwrap(reducer)[0].input_columns()
         needed = ([f.name for f in input_schema.fields] if wanted is None

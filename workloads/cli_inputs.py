@@ -3,8 +3,8 @@
 Each function here builds one kind of workload from the command line's options. They are
 registered under the ``dpa.inputs`` entry point group in ``pyproject.toml`` (one entry per
 name: ``WL1`` .. ``WL5``, ``zipf``, ``uniform``, ``lognormal``, ``LN1``, ``LN2``,
-``drifting``), and ``dpa.cli`` calls them as ``make(name, options)`` with the registered
-name and a :class:`dpa.cli.inputs.InputOptions`.
+``drifting``), and ``dpa.tools.cli`` calls them as ``make(name, options)`` with the registered
+name and a :class:`dpa.tools.cli.inputs.InputOptions`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from dpa.cli.inputs import Input, InputOptions
+from dpa.tools.cli.inputs import Input, InputOptions
 from workloads import generators
 from workloads.paper import WORKLOAD_NAMES
 from workloads.paper import workload as paper_items

@@ -1,9 +1,9 @@
 """Reproduction of the load-distribution measurements of the Dynamic Key Grouping paper (Dalabasmaz & Can).
 
 ``python -m workloads.exp_dkg --out results/dkg`` replays key streams through shuffle
-grouping (SG), key grouping (KG), PKG and DKG with :func:`dpa.simulate.simulate` (no Ray)
+grouping (SG), key grouping (KG), PKG and DKG with :func:`dpa.tools.simulate.simulate` (no Ray)
 and writes ``dkg.json``, ``dkg.md`` and PNG plots into ``--out``. It measures the paper's
-two load metrics, both already in :class:`dpa.simulate.SimResult`:
+two load metrics, both already in :class:`dpa.tools.simulate.SimResult`:
 
 * **StdDev** (eq. 7): population standard deviation of the workers' loads, in percent of
   all messages (``stddev_pct``; 0 = perfect balance).
@@ -23,7 +23,7 @@ The streams (the 204 country keys with a hot key of a given share, and the elect
 stand-in with its calibrated tail) are built in :mod:`workloads.dkg_streams`.
 
 **DKG's cycles.** The paper promotes Baby -> Teenage every 15 s and Teenage -> Old every
-  60 s, and warms up for 15 s; :mod:`dpa.partitioners.dkg` counts these cycles in records
+  60 s, and warms up for 15 s; :mod:`dpa.routing.policies.dkg` counts these cycles in records
   per source (``promote_every``; Old every 4 cycles, warm-up one cycle). A fixed record count
   would make DKG's behaviour depend on our stream length and on the number of sources (a
   source of a 20-source run would see a quarter of the records of a 5-source run in the
@@ -43,8 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from dpa.partitioners.dkg import dkg_max_machines, dkg_threshold
-from dpa.simulate import simulate
+from dpa.routing.policies.dkg import dkg_max_machines, dkg_threshold
+from dpa.tools.simulate import simulate
 from workloads.dkg_streams import (
     COUNTRY_KEYS,
     ELECTION_HOT,
@@ -363,7 +363,7 @@ def claims(results: dict[str, Any]) -> list[Claim]:
 def markdown(results: dict[str, Any], command: str = "python -m workloads.exp_dkg") -> str:
     """The report of :func:`run_all`'s results as markdown."""
     wk, sw, so = results["workers"], results["sweep"], results["sources"]
-    out = ["# DKG paper (Dalabasmaz & Can): StdDev and DistCost reproduced with dpa.simulate", "",
+    out = ["# DKG paper (Dalabasmaz & Can): StdDev and DistCost reproduced with dpa.tools.simulate", "",
            f"Command: `{command}` (seed {results['seed']}); run time {sum(results['timings_s'].values()):.0f} s.", "",
            "StdDev = population standard deviation of the worker loads in % of all messages (eq. 7); "
            "DistCost = (key, worker) pairs / distinct keys (eq. 8). Sources (spouts) = "
@@ -417,7 +417,7 @@ def markdown(results: dict[str, Any], command: str = "python -m workloads.exp_dk
             + [f"{cell[k]['dist_cost']:.3f}" for k in LABELS.values()] for S, cell in so["cells"].items()]
     out += [markdown_table(header, rows), ""]
 
-    out += ["## Table 1: DKG thresholds (dpa.partitioners.dkg) vs the paper", ""]
+    out += ["## Table 1: DKG thresholds (dpa.routing.policies.dkg) vs the paper", ""]
     rows = [[m, f"{v['ideal']:.2f}", f"{v['threshold']:.2f} ({PAPER_TABLE1[int(m)][1]:.2f})",
              f"{v['max_machines']} ({PAPER_TABLE1[int(m)][2]})"] for m, v in results["thresholds"].items()]
     out += [markdown_table(["machines", "ideal load %", "threshold % (paper)", "max machines (paper)"], rows), ""]

@@ -1,14 +1,14 @@
 """Fang et al.'s MinTable, MinMig and Mixed under distribution fluctuation (vs plain hash).
 
 Reproduces the synthetic set-up of the paper's section 5 with the pure planning function
-:func:`dpa.partitioners.fang.plan_table` (no runtime, no Ray): a Zipf stream whose key
+:func:`dpa.routing.policies.fang.policy.plan_table` (no runtime, no Ray): a Zipf stream whose key
 distribution changes by ``f`` every interval, re-planned by each method whenever an
 interval is too skewed (the stream, the controller and the methods are in
 :mod:`workloads.fang_streams`).
 
 Sweeps: ``theta`` (the paper's Fig. 9), the table limit ``A_max`` of Mixed (Appendix B,
 Fig. 17), the fluctuation rate ``f`` (Fig. 12), and hash's skewness against ``R`` and
-``K`` (Fig. 7). Gedik's ``readj`` (:func:`dpa.partitioners.gedik_construct.construct`) joins
+``K`` (Fig. 7). Gedik's ``readj`` (:func:`dpa.routing.policies.gedik.construct.construct`) joins
 the main runs and the fluctuation sweep. It gets
 the same trigger and the same interval statistics (as relative frequencies), with
 ``alpha = 1 + theta`` and linear state, computation and communication (``"LLL"``).

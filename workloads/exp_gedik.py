@@ -2,7 +2,7 @@
 
 For each resource-function combination (``LCL``, ``LLL``, ``LQL``) and each method --
 uniform hash (``hash % N``), consistent hash, and the partitioning functions built by
-``scan``, ``redist`` and ``readj`` (:mod:`dpa.partitioners.gedik`) -- the number of channels
+``scan``, ``redist`` and ``readj`` (:mod:`dpa.routing.policies.gedik.policy`) -- the number of channels
 grows ``N = 1, 2, ..., 32``, one channel per adaptation period, each function being built
 from the previous one (the paper's section 5.1 protocol). After every step the paper's
 metrics are computed over the whole domain:
@@ -47,9 +47,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dpa.key_columns import hash_key_columns
-from dpa.partitioners.gedik_construct import construct
-from dpa.partitioners.gedik_model import (
+from dpa.keys.columns import hash_key_columns
+from dpa.routing.policies.gedik.construct import construct
+from dpa.routing.policies.gedik.model import (
     GedikParams,
     PartitionFunction,
     consistent_hash,

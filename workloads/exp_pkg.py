@@ -1,7 +1,7 @@
 """Reproduction of the simulation experiments of the Partial Key Grouping paper (Nasir et al.).
 
 ``python -m workloads.exp_pkg --out results/pkg`` replays synthetic key streams through
-dpa's policies with :func:`dpa.simulate.simulate` (no Ray) and writes ``pkg.json``,
+dpa's policies with :func:`dpa.tools.simulate.simulate` (no Ray) and writes ``pkg.json``,
 ``pkg.md`` and PNG plots into ``--out``. The experiments:
 
 (a) **Table II**: imbalance of H (key grouping), PoTC, On-Greedy, Off-Greedy and PKG on

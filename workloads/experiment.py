@@ -12,7 +12,7 @@ open) are grouped in :class:`Settings`; see the module docstring of
 
 :func:`instant_lb` predicts the outcome of the balancer if it acted at time 0 with all
 100 records still queued (queue length = records owned under the current ring), by
-driving the real :class:`dpa.partitioners.ring_policy.DPAPlanner` on those lengths until it stops. It is
+driving the real :class:`dpa.routing.policies.ring.policy.DPAPlanner` on those lengths until it stops. It is
 what the balancer converges to when it is much faster than the reducers, and it shows
 which rows of Table 1 cannot improve with the given letters whatever the timing (e.g.
 when one round does not move any key of the overloaded reducer).
@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import dpa
-from dpa.ring import HashRing
+from dpa.routing.hash_ring import HashRing
 from workloads.paper import (
     METHODS,
     NUM_REDUCERS,
@@ -216,7 +216,7 @@ def instant_lb(name: str, method: str, max_rounds: int,
     """The balancer's outcome if it acted at time 0 with every record still queued.
 
     Feeds the owned-record counts under the current ring to a real
-    :class:`~dpa.partitioners.ring_policy.DPAPlanner` as queue lengths, applies its decisions and repeats
+    :class:`~dpa.routing.policies.ring.policy.DPAPlanner` as queue lengths, applies its decisions and repeats
     until it stops (all reducers have reported after each change, as the planner needs):
     :func:`workloads.paper_lb.lb_at_t0` on the workload.
 
@@ -267,7 +267,7 @@ def runtime_session(runtime: str) -> Iterator[None]:
         return
     import ray
 
-    from dpa.ray_session import ensure_ray
+    from dpa.runtime.ray.session import ensure_ray
 
     started = ensure_ray(configure_logging=True, log_to_driver=False) is not None
     try:

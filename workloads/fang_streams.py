@@ -1,7 +1,7 @@
 """The fluctuating key stream of Fang et al.'s section 5 and its replay through the planners.
 
 :mod:`workloads.exp_fang` sweeps :func:`run_fluctuation` over the paper's parameters. One
-replay, with the pure planning function :func:`dpa.partitioners.fang.plan_table` (no
+replay, with the pure planning function :func:`dpa.routing.policies.fang.policy.plan_table` (no
 runtime, no Ray):
 
 * **Stream**: ``K`` keys with Zipf(``z``) frequencies (ranks assigned to keys by a seeded
@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from dpa.partitioners.fang import TableSnapshot
-from dpa.partitioners.fang_plan import plan_table, workload_skewness
-from dpa.partitioners.gedik_construct import construct
-from dpa.partitioners.gedik_model import GedikParams, PartitionFunction
+from dpa.routing.policies.fang.plan import plan_table, workload_skewness
+from dpa.routing.policies.fang.policy import TableSnapshot
+from dpa.routing.policies.gedik.construct import construct
+from dpa.routing.policies.gedik.model import GedikParams, PartitionFunction
 from workloads.generators import zipf_probabilities
 from workloads.imbalance import hash_keys
 
@@ -155,7 +155,7 @@ class _FangMethod:
 
 
 class _GedikMethod:
-    """Gedik's readj (:func:`dpa.partitioners.gedik_construct.construct`): explicit hash over a consistent hash.
+    """Gedik's readj (:func:`dpa.routing.policies.gedik.construct.construct`): explicit hash over a consistent hash.
 
     Fed with the interval's relative key frequencies; ``alpha = 1 + theta`` (Gedik bounds
     max/min per resource, Fang max/avg: the same number is the stricter bound for Gedik),

@@ -17,7 +17,7 @@ An experiment module declares what it measures and how it reports it, as one
 
 :meth:`Experiment.main` parses the common options (``--out``, ``--quick`` and, where the
 experiment declares them, ``--runtime``, ``--runs``, ``--seed``), starts Ray for
-``--runtime ray`` (:func:`dpa.ray_session.ensure_ray`, through
+``--runtime ray`` (:func:`dpa.runtime.ray.session.ensure_ray`, through
 :func:`workloads.experiment.runtime_session`), runs, adds the claims and the metadata
 (:func:`metadata`), writes the JSON (:func:`write_json`, the only JSON writer of the
 experiments), the markdown and the plots, prints the claims, and returns the exit code.

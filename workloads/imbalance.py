@@ -1,6 +1,6 @@
 """Key hashing and imbalance measures of the stream experiments (:mod:`workloads.exp_pkg`, ...).
 
-* :func:`hash_keys` hashes a key array once, exactly as :func:`dpa.simulate.simulate` (and a
+* :func:`hash_keys` hashes a key array once, exactly as :func:`dpa.tools.simulate.simulate` (and a
   dpa job) hashes an ``int64`` key column, so an experiment can replay the same stream through
   many policies with ``keys_are_hashes=True`` without re-hashing it every time.
 * :func:`imbalance_summary` / :func:`imbalance_of` turn an imbalance series ``I(t)`` into the
@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from dpa.errors import ConfigError
-from dpa.key_columns import hash_key_columns
+from dpa.keys.columns import hash_key_columns
 
 __all__ = ["IMBALANCE_DOC", "hash_keys", "imbalance_of", "imbalance_series", "imbalance_summary"]
 
@@ -63,7 +63,7 @@ def hash_keys(keys: np.ndarray) -> np.ndarray:
 def imbalance_series(dest: np.ndarray, num_workers: int, num_samples: int = 1000) -> tuple[np.ndarray, np.ndarray]:
     """``I(t)`` of a routed stream at ``num_samples`` evenly spaced times.
 
-    Uses the same sample times as :func:`dpa.simulate.simulate` (``ceil(j * n / k)`` for
+    Uses the same sample times as :func:`dpa.tools.simulate.simulate` (``ceil(j * n / k)`` for
     ``j = 1..k``), so the numbers of a custom replay are comparable with a ``SimResult``.
 
     Args:
@@ -118,6 +118,6 @@ def imbalance_summary(times: np.ndarray, series: np.ndarray, num_messages: int,
 
 
 def imbalance_of(result: Any) -> dict[str, float]:
-    """:func:`imbalance_summary` of a :class:`dpa.simulate.SimResult`."""
+    """:func:`imbalance_summary` of a :class:`dpa.tools.simulate.SimResult`."""
     return imbalance_summary(result.sample_times, result.imbalance_series, result.num_messages,
                              result.num_workers)

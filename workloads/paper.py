@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from dpa.errors import ConfigError
 from dpa.metrics import skew
-from dpa.ring import HashRing
+from dpa.routing.hash_ring import HashRing
 
 __all__ = [
     "LB_MARGIN",
@@ -112,7 +112,7 @@ def initial_ring(method: str, num_reducers: int = NUM_REDUCERS) -> HashRing:
         num_reducers: Number of reducers.
 
     Returns:
-        A fresh :class:`dpa.ring.HashRing`.
+        A fresh :class:`dpa.routing.hash_ring.HashRing`.
     """
     return HashRing.for_method(method, num_reducers)
 

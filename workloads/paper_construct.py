@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from dpa.errors import ConfigError
 from dpa.metrics import skew
-from dpa.ring import DEFAULT_HALVING_TOKENS, RingSnapshot
+from dpa.routing.ring import DEFAULT_HALVING_TOKENS, RingSnapshot
 from workloads.paper import (
     FIGURE3_ROUNDS,
     LB_MARGIN,

@@ -1,6 +1,6 @@
 """What load balancing does to a list of letters: the analyses behind the paper workloads.
 
-:func:`lb_at_t0` drives the real :class:`dpa.partitioners.ring_policy.DPAPlanner` as if every item were
+:func:`lb_at_t0` drives the real :class:`dpa.routing.policies.ring.policy.DPAPlanner` as if every item were
 queued at t=0; :func:`lb_drain` is a fluid model of the same planner while the reducers
 work off their queues; :func:`check_lb_rule` checks a workload against the paper's
 one-round result (see ``docs/experiments/dpa_workloads.md``). Used by
@@ -17,8 +17,8 @@ from typing import Any
 
 from dpa.errors import ConfigError
 from dpa.metrics import skew
-from dpa.partitioners.ring_policy import DPAPlanner
-from dpa.ring import DEFAULT_HALVING_TOKENS, RingSnapshot
+from dpa.routing.policies.ring.policy import DPAPlanner
+from dpa.routing.ring import DEFAULT_HALVING_TOKENS, RingSnapshot
 from workloads.paper import (
     FIGURE3_ROUNDS,
     METHODS,
@@ -62,7 +62,7 @@ def lb_at_t0(
     """What the real balancer does to a workload if it acts at t=0 with every item queued.
 
     The queue length of each reducer is the number of items it owns under the current
-    ring. A real :class:`dpa.partitioners.ring_policy.DPAPlanner` (eq. 1, at most ``max_rounds`` rounds per
+    ring. A real :class:`dpa.routing.policies.ring.policy.DPAPlanner` (eq. 1, at most ``max_rounds`` rounds per
     reducer) is fed those lengths; its decisions are applied and it is asked again until
     it stops. This is the "t0" analysis of :func:`workloads.experiment.instant_lb`, for
     any list of items.

@@ -62,7 +62,7 @@ def _streams_markdown(streams: dict[str, dict[str, Any]]) -> str:
 def markdown(results: dict[str, Any], command: str = "python -m workloads.exp_pkg") -> str:
     """The report of :func:`run_all`'s results as markdown."""
     t2, ln, src, ch, dr = (results[k] for k in ("table2", "lognormal", "sources", "choices", "drift"))
-    out = ["# PKG paper (Nasir et al.): simulation experiments reproduced with dpa.simulate", "",
+    out = ["# PKG paper (Nasir et al.): simulation experiments reproduced with dpa.tools.simulate", "",
            f"Command: `{command}` (seed {results['seed']}); run time "
            f"{sum(results['timings_s'].values()):.0f} s "
            f"({', '.join(f'{k} {v:.0f} s' for k, v in results['timings_s'].items())}).", "",

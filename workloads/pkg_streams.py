@@ -18,9 +18,9 @@ Choices made where the paper leaves room (all documented in the report as well):
   On-Greedy get the coordinated key tables their definitions assume, Off-Greedy gets the
   exact key frequencies of the stream. A "PKG (L5)" row (local estimation, 5 sources, what
   a dpa job does) is added for reference.
-* **Periodic probing (LP)** is not a dpa policy (the routers of :mod:`dpa.partitioners.grouping`
+* **Periodic probing (LP)** is not a dpa policy (the routers of :mod:`dpa.routing.policies.grouping`
   never see the reducers' real load). :func:`replay_pkg` implements it here: ``S`` PKG
-  routers (the same :class:`~dpa.partitioners.grouping.PKGRouter` objects a dpa job uses)
+  routers (the same :class:`~dpa.routing.policies.grouping.PKGRouter` objects a dpa job uses)
   route the stream in segments of ``probe_every`` messages; after each segment every
   router's local load vector is set to the true worker loads, as the paper describes
   ("the local estimate vector is set to the actual load of the workers"). The paper probes
@@ -46,8 +46,8 @@ from typing import Any
 import numpy as np
 
 from dpa.errors import ConfigError
-from dpa.partitioners.grouping import PKGPolicy
-from dpa.simulate import simulate
+from dpa.routing.policies.grouping import PKGPolicy
+from dpa.tools.simulate import simulate
 from workloads.generators import (
     LOGNORMAL_PRESETS,
     drifting,
@@ -279,9 +279,9 @@ def replay_pkg(hashes: np.ndarray, num_sources: int, num_workers: int, probe_eve
                d: int = 2) -> np.ndarray:
     """PKG with local load estimation and optional periodic probing (the paper's L and LP).
 
-    A thin wrapper over :func:`dpa.simulate.simulate` (``probe_every``): message ``i``
+    A thin wrapper over :func:`dpa.tools.simulate.simulate` (``probe_every``): message ``i``
     belongs to source ``i % S``; each source routes with its own
-    :class:`~dpa.partitioners.grouping.PKGRouter`, and after every ``probe_every`` messages
+    :class:`~dpa.routing.policies.grouping.PKGRouter`, and after every ``probe_every`` messages
     every router's load estimate is set to the true load of every worker.
 
     Args:

@@ -1,4 +1,4 @@
-"""Compare partitioning policies on a seeded Zipf stream, without Ray (:func:`dpa.simulate.simulate`).
+"""Compare partitioning policies on a seeded Zipf stream, without Ray (:func:`dpa.tools.simulate.simulate`).
 
 The PKG paper's simulation set-up: ``--messages`` Zipf keys over ``--num-keys`` distinct
 keys, split round-robin over ``--sources`` routers that send to ``--workers`` workers.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from dpa.simulate import simulate
+from dpa.tools.simulate import simulate
 from workloads.generators import zipf
 
 logger = logging.getLogger(__name__)

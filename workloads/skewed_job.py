@@ -152,7 +152,7 @@ def run_spark(spark: Any, df: Any, label: str, key: str, value: str, cost_s: flo
 
 def plot_runs(runs: list[Run], work_s: float, path: Path) -> Path:
     """One panel per run: each worker's backlog over time, the ideal finish marked."""
-    from dpa.report.figures import new_figure, palette, save_figure
+    from dpa.tools.report.figures import new_figure, palette, save_figure
 
     fig, axes = new_figure(width=4.2 * len(runs), height=3.8, ncols=len(runs))
     end = max(r.seconds for r in runs) * 1.05
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cost_ms <= 0:
         print("error: --cost-ms must be > 0 (the job is about costly per-key work)", file=sys.stderr)
         return 2
-    from dpa.quiet import quiet_logs
+    from dpa.runtime.ray.quiet import quiet_logs
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     warmup = out / "input" / "warmup.parquet"
     warmup.parent.mkdir(parents=True, exist_ok=True)
 
-    from dpa.ray_session import ensure_ray
+    from dpa.runtime.ray.session import ensure_ray
     from spark_bridge import SparkConfig, spark_session
 
     try:

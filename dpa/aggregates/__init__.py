@@ -1,4 +1,4 @@
-"""Aggregates beyond the built-in reducers of :mod:`dpa.reducers`, and several per job.
+"""Aggregates beyond the built-in reducers of :mod:`dpa.aggregates`, and several per job.
 
 * :mod:`dpa.aggregates.composite` — a list of reducers as one reducer (one pass, one row
   per key, one column per aggregate, Spark's output names);

@@ -30,10 +30,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dpa.aggregates.builtins import Sum
+from dpa.aggregates.contract import ColumnarReducer
 from dpa.aggregates.distinct import canonical_value
 from dpa.errors import ConfigError, SchemaError
-from dpa.keys import encode_key
-from dpa.reducers import ColumnarReducer, Sum
+from dpa.keys.encoding import encode_key
 
 __all__ = ["ApproxCountDistinct", "ApproxQuantile", "Median"]
 
@@ -175,7 +176,7 @@ def _merge_binary(table: pa.Table, group_cols: list[str], state: str, fold: Any,
     """Merges partial rows with equal keys: ``fold(list of state bytes) -> bytes`` per key;
     ``extra`` integer columns are summed."""
     from dpa.aggregates.composite import group_ids
-    from dpa.reducers import HASH_COL
+    from dpa.input.records import HASH_COL
 
     gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
     order = np.argsort(gid, kind="stable")
@@ -259,7 +260,7 @@ class ApproxQuantile(ColumnarReducer):
 
     def partial_from_batch(self, table: pa.Table, group_cols: list[str], weight_col: str | None = None) -> pa.Table:
         from dpa.aggregates.composite import group_ids
-        from dpa.reducers import HASH_COL
+        from dpa.input.records import HASH_COL
 
         n = table.num_rows
         keys_only = [c for c in group_cols if c != HASH_COL] or group_cols

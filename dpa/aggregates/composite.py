@@ -17,7 +17,7 @@ Output columns are named as Spark names them (:func:`spark_name`: ``count(1)``,
 ``sum(amount)``, ``avg(latency)``, ``count(DISTINCT session)``, ...) unless a member was
 named (``dpa.Sum("amount", name="total")``, ``dpa.Sum("amount").alias("total")``); two
 members with one name are a :class:`~dpa.errors.ConfigError`. A member wrapped in
-:class:`~dpa.reducers.WithCost` adds its cost per record to the job's.
+:class:`~dpa.aggregates.contract.WithCost` adds its cost per record to the job's.
 """
 
 from __future__ import annotations
@@ -30,18 +30,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from dpa.aggregates.builtins import Count, Sum, bind_reducer
+from dpa.aggregates.contract import ColumnarReducer, Reducer, WithCost, unwrap
+from dpa.aggregates.int_sums import sum_may_overflow
 from dpa.errors import ConfigError, SchemaError
-from dpa.int_sums import sum_may_overflow
-from dpa.reducers import (
-    HASH_COL,
-    ColumnarReducer,
-    Count,
-    Reducer,
-    Sum,
-    WithCost,
-    bind_reducer,
-    unwrap,
-)
+from dpa.input.records import HASH_COL
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +146,7 @@ class _Members:
             m.validate(schema)
 
     def bind(self, record_kind: str) -> None:
-        """Resolves each member's default column (see :func:`dpa.reducers.bind_reducer`)."""
+        """Resolves each member's default column (see :func:`dpa.aggregates.builtins.bind_reducer`)."""
         self.members = [bind_reducer(m, record_kind) for m in self.members]
 
     def check_key_names(self, key_cols: Sequence[str]) -> None:
@@ -174,7 +167,7 @@ def _prefix(i: int, state: str) -> str:
 
 def group_ids(table: pa.Table, key_cols: Sequence[str]) -> tuple[np.ndarray, int]:
     """``(id per row, number of groups)``: rows with equal key tuples share an id in ``[0, n)``."""
-    from dpa.key_columns import _codes
+    from dpa.keys.columns import _codes
 
     codes, values = _codes(table[key_cols[0]].combine_chunks())
     combined, size = codes, len(values)

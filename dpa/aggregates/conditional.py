@@ -13,8 +13,8 @@ from typing import Any as AnyType
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dpa.aggregates.contract import ColumnarReducer
 from dpa.errors import SchemaError
-from dpa.reducers import ColumnarReducer
 
 __all__ = ["All", "Any", "CountIf"]
 

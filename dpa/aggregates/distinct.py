@@ -19,8 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dpa.aggregates.contract import ColumnarReducer
 from dpa.errors import SchemaError
-from dpa.reducers import ColumnarReducer
 
 __all__ = ["CollectSet", "CountDistinct"]
 

@@ -24,8 +24,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dpa.aggregates.builtins import Sum
+from dpa.aggregates.contract import ColumnarReducer
 from dpa.errors import ConfigError
-from dpa.reducers import ColumnarReducer, Sum
 
 __all__ = ["Std", "Var"]
 
@@ -98,7 +99,7 @@ class Var(ColumnarReducer):
 
     def merge_partials(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
         from dpa.aggregates.composite import group_ids
-        from dpa.reducers import HASH_COL
+        from dpa.input.records import HASH_COL
 
         gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
         n_i = np.asarray(table["n"], dtype=np.float64)

@@ -10,7 +10,7 @@ import dpa
 
 @pytest.fixture(scope="session")
 def ray_session():
-    from dpa.runtime_ray import ensure_ray
+    from dpa.runtime.ray.driver import ensure_ray
 
     started = not ray.is_initialized()
     if started:

@@ -49,7 +49,7 @@ def spark() -> Iterator[object]:
     import ray
     from ray.data import DataContext
 
-    from dpa.ray_session import ensure_ray
+    from dpa.runtime.ray.session import ensure_ray
     from spark_bridge.session import SparkConfig, get_or_create_spark, stop_spark
 
     started_ray = False

@@ -52,7 +52,7 @@ def spark() -> Iterator[object]:
     from pyspark.sql import SparkSession
     from ray.data import DataContext
 
-    from dpa.ray_session import ensure_ray
+    from dpa.runtime.ray.session import ensure_ray
     from spark_bridge.java import JAVA17_OPTIONS
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's Python workers: this venv

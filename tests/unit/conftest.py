@@ -9,7 +9,7 @@ import dpa
 
 class Tally(dpa.Reducer):
     """A user-defined reducer that counts records per key through the scalar combine
-    contract (:class:`dpa.state.DictState`), with ``merge`` so keys may move and split."""
+    contract (:class:`dpa.aggregates.state.DictState`), with ``merge`` so keys may move and split."""
 
     def create(self):
         return 0

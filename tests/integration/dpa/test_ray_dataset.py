@@ -10,7 +10,7 @@ import pytest
 import ray
 
 import dpa
-from dpa.reducers import Reducer
+from dpa.aggregates.contract import Reducer
 
 KEYS = 40
 #: Reducers that read a boolean column (``b``); the others read ``v``.

@@ -1,4 +1,4 @@
-"""Fault recovery on Ray: members killed mid-job, exact results (see dpa.epochs)."""
+"""Fault recovery on Ray: members killed mid-job, exact results (see dpa.engine.epochs)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,10 @@ import pytest
 import ray
 
 import dpa
-from dpa import ray_actors, ray_coordinator, ray_pool
+import dpa.runtime.ray.pool as ray_pool
+from dpa.runtime.ray.balancer import BalancerActor
+from dpa.runtime.ray.coordinator import CoordinatorActor
+from dpa.runtime.ray.reducer import ReducerActor
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -162,9 +165,9 @@ def test_config_as_a_dict():
 
 
 def test_frequent_calls_do_not_fill_rays_task_event_buffer():
-    quiet = [ray_actors.ReducerActor.push, ray_actors.ReducerActor.update_ring, ray_actors.BalancerActor.report,
-             ray_coordinator.CoordinatorActor.next_block, ray_coordinator.CoordinatorActor.offer,
-             ray_coordinator.CoordinatorActor.progress]
+    quiet = [ReducerActor.push, ReducerActor.update_ring, BalancerActor.report,
+             CoordinatorActor.next_block, CoordinatorActor.offer,
+             CoordinatorActor.progress]
     for method in quiet:
         assert getattr(method, "__ray_enable_task_events__", True) is False, method
 

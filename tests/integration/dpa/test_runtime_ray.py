@@ -293,10 +293,10 @@ def test_member_warm_up_pays_the_first_block_s_imports_while_the_actor_starts():
 
     script = (
         "import sys, threading\n"
-        "import dpa.ray_actors as a\n"
+        "import dpa.runtime.ray as a\n"
         "assert 'pyarrow.acero' not in sys.modules\n"
         "before = set(threading.enumerate())\n"
-        "a._JobMember._start_warm_up()\n"
+        "a.JobMember._start_warm_up()\n"
         "for t in set(threading.enumerate()) - before:\n"
         "    assert t.name == 'dpa-warm-up' and t.daemon\n"
         "    t.join(60)\n"
@@ -311,7 +311,7 @@ def test_a_block_of_a_big_table_goes_to_the_object_store_without_its_parent(monk
     writes only the slice's rows. With that reducer off, the block is copied first."""
     import numpy as np
 
-    from dpa.runtime_ray import _for_put
+    from dpa.runtime.ray.driver import _for_put
 
     table = pa.table({"k": np.arange(2_000_000), "v": np.ones(2_000_000)})
     block = table.slice(1_000_000, 1000)

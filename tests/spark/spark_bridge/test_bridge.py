@@ -159,7 +159,7 @@ def test_dpa_run_accepts_a_spark_dataframe(spark, skewed):
 LARGER_THAN_STORE = textwrap.dedent(
     """
     import dpa
-    from dpa.ray_session import ensure_ray
+    from dpa.runtime.ray.session import ensure_ray
     from pyspark.sql import functions as F
     from spark_bridge import SparkConfig, get_or_create_spark, stop_spark, run
     ensure_ray(num_cpus=2, object_store_memory=100 * 1024 * 1024, logging_level="ERROR")

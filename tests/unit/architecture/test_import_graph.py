@@ -102,22 +102,22 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_dpa_has_no_import_cycle():
     graph = import_graph()
-    assert "dpa.policy" in graph and "dpa.registry" in graph
+    assert "dpa.routing.policy" in graph and "dpa.routing.registry" in graph
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
 def test_policy_contract_imports_no_policy_and_no_config():
-    deps = import_graph()["dpa.policy"]
-    assert not {d for d in deps if d.startswith("dpa.partitioners")}, deps
-    assert "dpa.config" not in deps and "dpa.registry" not in deps
+    deps = import_graph()["dpa.routing.policy"]
+    assert not {d for d in deps if d.startswith("dpa.routing.policies")}, deps
+    assert "dpa.config" not in deps and "dpa.routing.registry" not in deps
 
 
 def test_partitioners_do_not_import_the_config_or_the_registry():
     graph = import_graph()
     for name, deps in graph.items():
-        if name.startswith("dpa.partitioners"):
-            assert not deps & {"dpa.config", "dpa.registry", "dpa.plan"}, (name, deps)
+        if name.startswith("dpa.routing.policies"):
+            assert not deps & {"dpa.config", "dpa.routing.registry", "dpa.engine.plan"}, (name, deps)
 
 
 @pytest.mark.parametrize("source,cyclic", [

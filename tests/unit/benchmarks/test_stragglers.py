@@ -9,9 +9,9 @@ import pyarrow as pa
 import pytest
 
 import dpa
-from dpa.key_columns import hash_key_columns
-from dpa.partitioners.ring_lookahead import KeyLoads, predicted_loads
-from dpa.ring import HashRing
+from dpa.keys.columns import hash_key_columns
+from dpa.routing.hash_ring import HashRing
+from dpa.routing.policies.ring.lookahead import KeyLoads, predicted_loads
 
 
 def _brute_force(table: pa.Table, reducers: int, rounds: int, base: int, even: bool) -> float:
@@ -63,7 +63,7 @@ def test_the_bound_over_first_rings_is_the_best_of_each(repo_benchmark):
 
 def test_the_fixed_ring_policy_starts_on_its_ring_and_never_rebalances(repo_benchmark):
     stragglers = repo_benchmark("stragglers")
-    from dpa import registry
+    import dpa.routing.registry as registry
 
     name = stragglers.fixed_ring_policy("test-fixed-ring", (4, 8, 2))
     try:

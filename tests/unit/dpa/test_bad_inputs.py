@@ -24,7 +24,10 @@ import pyarrow.compute as pc
 import pytest
 
 import dpa
-from dpa.block_types import add_key_columns
+from dpa.aggregates.int_sums import sum_may_overflow
+from dpa.aggregates.state import ColumnarState, DictState, concat_results
+from dpa.engine.block_types import add_key_columns
+from dpa.engine.plan import build_plan
 from dpa.errors import (
     ArithmeticOverflowError,
     DPAError,
@@ -33,12 +36,8 @@ from dpa.errors import (
     SchemaError,
     UserCodeError,
 )
-from dpa.int_sums import sum_may_overflow
-from dpa.plan import build_plan
-from dpa.records import IntegerRangeError, records_to_table, unify
-from dpa.reducers import HASH_COL, WEIGHT_COL
-from dpa.sources import normalize_source
-from dpa.state import ColumnarState, DictState, concat_results
+from dpa.input.records import HASH_COL, WEIGHT_COL, IntegerRangeError, records_to_table, unify
+from dpa.input.sources import normalize_source
 
 
 def local(**kw) -> dpa.JobConfig:

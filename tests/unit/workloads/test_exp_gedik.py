@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dpa.partitioners.gedik_model import GedikParams
+from dpa.routing.policies.gedik.model import GedikParams
 from workloads.exp_gedik import METHODS, Universe, grow, markdown, plot, run_experiment
 
 

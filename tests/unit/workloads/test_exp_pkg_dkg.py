@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from dpa.errors import ConfigError
-from dpa.simulate import simulate
+from dpa.tools.simulate import simulate
 from workloads import exp_dkg, exp_pkg, pkg_report, pkg_streams
 from workloads.generators import zipf, zipf_probabilities
 from workloads.harness import markdown_table

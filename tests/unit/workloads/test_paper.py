@@ -6,7 +6,7 @@ import pytest
 
 from dpa.errors import ConfigError
 from dpa.metrics import skew
-from dpa.ring import HashRing
+from dpa.routing.hash_ring import HashRing
 from workloads.experiment import instant_lb
 from workloads.paper import (
     LB_MARGIN,

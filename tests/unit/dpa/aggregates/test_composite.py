@@ -11,7 +11,7 @@ import pytest
 import dpa
 from dpa.aggregates.composite import Aggregates, RecordAggregates, combine
 from dpa.errors import ConfigError, SchemaError
-from dpa.reducers import WEIGHT_COL
+from dpa.input.records import WEIGHT_COL
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 import dpa
-from dpa.reducers import HASH_COL
+from dpa.input.records import HASH_COL
 
 
 @pytest.fixture(scope="module")

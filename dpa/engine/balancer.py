@@ -1,0 +1,194 @@
+"""The balancer's state machine: a policy's planner with the event log, the published
+snapshot, the queue-length timeline and elastic scaling, plain Python.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dpa.engine.elastic import ScalingEvent, ScalingRule
+from dpa.engine.instructions import Publish, ScaleOut
+from dpa.engine.plan import JobPlan
+from dpa.routing.policy import Decision, RebalanceEvent
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class BalancerLogic:
+    """Wraps a policy's planner with the event log, the published snapshot and a timeline.
+
+    The timeline samples the latest reported queue lengths at every tick (only when they
+    changed), so run reports can plot queue length per reducer over time; it keeps at
+    most ``max_samples`` points, thinning evenly when full.
+
+    Elastic jobs (``plan.active_reducers > 0``) also run a :class:`~dpa.engine.elastic.ScalingRule`
+    when the planner has nothing to publish: a scale-in is applied at once (the planner
+    takes the slot's tokens away); a scale-out is returned as a
+    :class:`~dpa.engine.instructions.ScaleOut` for the runtime to start the reducers, which then
+    calls :meth:`scaled_out`. Both are logged in :attr:`scaling`.
+    """
+
+    plan: JobPlan
+    snapshot: Any
+    planner: Any = None
+    events: list[RebalanceEvent] = field(default_factory=list)
+    timeline: list[tuple[float, tuple[int, ...], int]] = field(default_factory=list)
+    max_samples: int = 4000
+    resume: bool = False
+
+    def __post_init__(self) -> None:
+        # ``resume``: a balancer restarted after a failure continues from ``snapshot`` (the
+        # last checkpoint's) if the policy's planner can (Planner.resume).
+        self.planner = self.plan.policy.make_planner(self.plan.num_reducers)
+        if self.planner is not None and not (self.resume and self.planner.resume(self.snapshot)):
+            self.snapshot = self.planner.snapshot
+        self.queue_lengths = [0] * self.plan.num_reducers
+        self.backlogs: list[float | None] = [None] * self.plan.num_reducers
+        self._stride = 1
+        self._ticks = 0
+        self.scaling: list[ScalingEvent] = []
+        self.rule: ScalingRule | None = None
+        self.scaling_out: tuple[tuple[int, ...], str, tuple[float, ...]] | None = None  # started, not yet done
+        if self.plan.active_reducers and self.planner is not None:
+            self.rule = ScalingRule(self.plan.num_reducers, max(1, self.plan.min_reducers),
+                                    self.plan.scale_out_backlog_s)
+        #: Reducer slots ``0 .. width - 1`` took part in the job (slots are taken lowest first).
+        self.width = max(self.active_slots) + 1
+
+    @property
+    def active_slots(self) -> list[int]:
+        """The reducer slots that take part (own keys) now."""
+        if self.planner is None or not self.rule:
+            return list(range(self.plan.num_reducers))
+        return [int(r) for r in np.flatnonzero(self.planner.active)]
+
+    @property
+    def active(self) -> bool:
+        """Whether there is anything to balance."""
+        return self.planner is not None
+
+    def forecast(self, mapper: int, hashes: np.ndarray, counts: np.ndarray, total: int,
+                 now: float) -> Publish | None:
+        """A mapper's key counts of its first block, before it routes any of it
+        (:meth:`~dpa.routing.policy.Planner.observe_forecast`): the policy's rule is evaluated at
+        once; returns the snapshot to publish, if any (the mapper routes under it)."""
+        if self.planner is None:
+            return None
+        self.planner.observe_forecast(mapper, hashes, counts, total)
+        published = self._decide(now)
+        return None if published is None else Publish(published)
+
+    def report(self, reducer: int, queue_length: int, version: int,
+               keys: tuple[np.ndarray, np.ndarray, int, int] | None = None,
+               backlog_s: float | None = None) -> None:
+        """A reducer's queue length under ``version``, with its key arrivals if collected
+        and its backlog in estimated seconds of work if measured."""
+        self.queue_lengths[reducer] = int(queue_length)
+        if backlog_s is not None:
+            self.backlogs[reducer] = float(backlog_s)
+        if self.planner is not None:
+            if keys is not None:
+                hashes, counts, total, held = keys
+                self.planner.observe_keys(reducer, hashes, counts, total)
+                self.planner.observe_held(reducer, held)
+            if backlog_s is not None:
+                self.planner.observe_work(reducer, float(backlog_s), version)
+            self.planner.observe(reducer, queue_length, version)
+
+    def sample(self, now: float) -> None:
+        """Appends the current queue lengths to the timeline if they changed."""
+        point = tuple(self.queue_lengths)
+        if self.timeline and self.timeline[-1][1] == point:
+            return
+        self._ticks += 1
+        if self._ticks % self._stride:
+            return
+        self.timeline.append((now, point, self.snapshot.version))
+        if len(self.timeline) > self.max_samples:
+            self.timeline = self.timeline[::2]
+            self._stride *= 2
+
+    def tick(self, now: float) -> Publish | ScaleOut | None:
+        """Samples the timeline and evaluates the policy (then, for an elastic job, the
+        scaling rule); returns the snapshot to publish or the reducers to start, if any."""
+        self.sample(now)
+        if self.planner is None:
+            return None
+        published = self._decide(now)
+        if published is None and self.rule is not None and self.scaling_out is None:
+            return self._scale(now)
+        if published is None:
+            return None
+        self.sample(now)
+        return Publish(published)
+
+    def _decide(self, now: float) -> Any:
+        """Runs the planner's rule; returns the snapshot it publishes, if any."""
+        published = None
+        decisions: list[Decision] = self.planner.check(now)
+        for decision in decisions:
+            self._apply(decision)
+            if decision.snapshot is not None:
+                published = decision.snapshot
+        return published
+
+    def _apply(self, decision: Decision) -> None:
+        self.events.append(decision.event)
+        if decision.snapshot is not None:
+            self.snapshot = decision.snapshot
+
+    def _scale(self, now: float) -> Publish | ScaleOut | None:
+        active = self.active_slots
+        verdict = self.rule.decide(now, active, {r: self.backlogs[r] for r in active},
+                                   {r: self.queue_lengths[r] for r in active})
+        if verdict is None:
+            return None
+        action, slots, reason = verdict
+        seen = tuple(round(self.backlogs[r] or 0.0, 4) for r in active)
+        if action == "scale_out":
+            self.scaling_out = (tuple(slots), reason, seen)
+            return ScaleOut(tuple(slots))
+        for slot in slots:
+            self._apply(self.planner.scale_in(slot, now))
+        self.rule.changed(now)
+        self.scaling.append(ScalingEvent(now, "scale_in", tuple(slots), len(self.active_slots), seen, reason))
+        self.sample(now)
+        return Publish(self.snapshot)
+
+    def on_input_done(self) -> None:
+        """Every input record is in a reducer's queue: an elastic job retires no reducer
+        any more (:meth:`dpa.engine.elastic.ScalingRule.input_done`)."""
+        if self.rule is not None:
+            self.rule.input_done()
+
+    def scaled_out(self, now: float, started: list[int], refused: str | None = None) -> Publish | None:
+        """The runtime carried out the last :class:`~dpa.engine.instructions.ScaleOut`: the
+        reducers of ``started`` run (and every member knows them); ``refused`` says why
+        the others did not start. Returns the routing that gives the new ones tokens."""
+        if self.scaling_out is None:
+            return None
+        slots, reason, seen = self.scaling_out
+        self.scaling_out = None
+        self.rule.changed(now)
+        for slot in started:
+            self._apply(self.planner.scale_out(slot, now))
+            self.width = max(self.width, slot + 1)
+        if started:
+            self.scaling.append(ScalingEvent(now, "scale_out", tuple(started), len(self.active_slots), seen, reason))
+        missing = tuple(s for s in slots if s not in started)
+        if missing:
+            why = refused or "the reducers did not start"
+            logger.warning("dpa: scale-out to reducer(s) %s refused: %s; the job carries on with %d reducers",
+                           list(missing), why, len(self.active_slots))
+            self.scaling.append(ScalingEvent(now, "refused", missing, len(self.active_slots), seen, why))
+        if not started:
+            return None
+        self.sample(now)
+        return Publish(self.snapshot)
+
+

@@ -1,0 +1,126 @@
+"""The ``hybrid`` policy's settings and spec (:class:`HybridSettings`, :class:`HybridPolicy`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpa.routing.hash_ring import HashRing
+from dpa.routing.policies.common import check_int_option
+from dpa.routing.policies.hybrid.planner import HybridPlanner
+from dpa.routing.policies.hybrid.settings import HybridSettings
+from dpa.routing.policies.hybrid.snapshot import _EMPTY_U32, _PHI, HybridRouter, HybridSnapshot
+from dpa.routing.policies.ring.policy import (
+    check_elastic_fields,
+    resolved_fields,
+)
+from dpa.routing.policy import JobShape, PolicySpec, Router
+
+
+@dataclass(frozen=True)
+class HybridPolicy(HybridSettings, PolicySpec):
+    """DPA ring for the tail plus hot-key splitting: :class:`HybridSettings`' fields with
+    ``min_gap`` resolved (default 0) and the job's mappers.
+
+    Args:
+        num_mappers: Mappers of the job (set from the job's shape): they interleave on
+            each hot key's sequence.
+        active_reducers: Elastic jobs: the first ring gives tokens to reducer slots
+            ``0 .. active_reducers - 1`` only (0 = all slots).
+        elastic: The planner may activate and retire slots during the job
+            (:meth:`HybridPlanner.scale_out`, :meth:`HybridPlanner.scale_in`).
+    """
+
+    min_gap: int = 0
+    min_gap_s: float = 0.0
+    num_mappers: int = 1
+    active_reducers: int = 0
+    elastic: bool = False
+
+    supports_elastic = True
+    moves_keys = True
+    splits_keys = True
+    splits_by_plan = True
+    wants_key_stats = True
+    key_stats_when_backlogged = True
+    wants_block_stats = True
+    #: Mappers may combine: a hot key's partial-state rows are split by the planned shares
+    #: like records (its reducers merge partial states at the end anyway).
+    combinable = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int_option("num_mappers", self.num_mappers, 1, "hybrid")
+        check_int_option("min_gap", self.min_gap, 0, "hybrid")
+        check_elastic_fields(self.active_reducers, self.elastic, "hybrid")
+
+    def threshold(self, num_reducers: int) -> float:
+        """``theta`` for ``R`` (active) reducers (default ``1 / (8 R)``)."""
+        return float(self.theta) if self.theta is not None else 1.0 / (8 * num_reducers)
+
+    def ring(self, num_reducers: int, active: int | None = None) -> HashRing:
+        """The initial ring: ``active`` (default :attr:`active_reducers`) slots get tokens."""
+        return super().ring(num_reducers, self.active_reducers if active is None else active)
+
+    def initial_snapshot(self, num_reducers: int) -> HybridSnapshot:
+        return HybridSnapshot(self.ring(num_reducers).snapshot(), _EMPTY_U32,
+                              np.zeros((0, num_reducers), dtype=np.int64), np.ones((0, num_reducers)), 0)
+
+    def make_router(self, mapper_id: int, num_reducers: int) -> Router:
+        return HybridRouter(mapper_id, self.num_mappers)
+
+    def make_planner(self, num_reducers: int) -> HybridPlanner:
+        return HybridPlanner(self, num_reducers)
+
+    def owners(self, snapshot: HybridSnapshot, hashes: np.ndarray) -> np.ndarray:
+        """Ring owners (a hot key's first candidate; its records may be on others too)."""
+        return snapshot.lookup_batch(hashes)
+
+    def destinations(self, snapshot: HybridSnapshot, hashes: np.ndarray, reducer: int,
+                     adopting: bool, previous: HybridSnapshot | None = None) -> np.ndarray:
+        hashes = np.asarray(hashes, dtype=np.uint32)
+        dest = snapshot.lookup_batch(hashes).astype(np.int64)
+        idx = snapshot.hot_index(hashes)
+        was_hot = None if previous is None else previous.hot_index(hashes) >= 0
+        for k in np.unique(idx[idx >= 0]).tolist():
+            rows = np.flatnonzero(idx == k)
+            cands = snapshot.candidates(k)
+            mine = bool((cands == reducer).any())
+            # The home spreads what it holds of a key that has just become hot (or a batch
+            # routed before it knew); records of a key that was hot already are its share.
+            spread = adopting and cands[0] == reducer and (was_hot is None or not was_hot[rows[0]])
+            if mine and not spread:
+                dest[rows] = reducer
+            else:  # spread by the key's planned shares, from a phase of this batch
+                phase = float(np.modf((int(hashes[rows[0]]) + len(hashes)) * _PHI)[0])
+                dest[rows] = snapshot.assign(k, np.arange(len(rows)), phase)
+        return dest
+
+
+    def handover(self, snapshot: HybridSnapshot, hashes: np.ndarray, dest: np.ndarray, reducer: int) -> np.ndarray:
+        """Hands ``snapshot.moves[reducer, d]`` kept records of hot keys to each reducer ``d``.
+
+        The records are taken from the back of the queue (those this reducer would
+        process last), and only of hot keys that ``d`` is a candidate of, so ``d`` keeps
+        them; when fewer are queued, fewer move.
+        """
+        moves = snapshot.moves
+        if moves is None or not moves[reducer].any():
+            return dest
+        idx = snapshot.hot_index(hashes)
+        free = (dest == reducer) & (idx >= 0)
+        dest = dest.copy()
+        for d in np.flatnonzero(moves[reducer]).tolist():
+            ok = free & (snapshot.cands[np.maximum(idx, 0)] == d).any(axis=1)
+            rows = np.flatnonzero(ok)[::-1][: int(moves[reducer, d])]
+            dest[rows] = d
+            free[rows] = False
+        return dest
+
+
+def build_hybrid(settings: HybridSettings, shape: JobShape) -> HybridPolicy:
+    """The registry factory of ``hybrid`` (``min_gap``, the mappers and the elastic shape
+    from the job's shape)."""
+    return HybridPolicy(**resolved_fields(settings, shape), num_mappers=shape.num_mappers)

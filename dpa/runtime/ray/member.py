@@ -1,0 +1,152 @@
+"""Ray actor shells over the state machines of :mod:`dpa.engine`.
+
+Actors (all async, ``num_cpus=0`` so a laptop can host many):
+
+* ``CoordinatorActor`` (in :mod:`dpa.runtime.ray.coordinator`) creates and owns the others and
+  runs the job.
+* ``MapperActor`` pulls blocks, maps and routes them with its local ring snapshot, and
+  pushes per-reducer batches (waiting while the target queue is full: backpressure).
+* ``ReducerActor`` owns its bounded queue, consumes it chunk by chunk, forwards records
+  it no longer owns, pays the configured per-record cost, and reports its queue length.
+* ``BalancerActor`` evaluates the policy every ``lb_interval_s`` and publishes new ring
+  snapshots to every mapper and reducer.
+
+Every message carries the job id, and every actor drops messages of a job it is not
+serving: an aborted job's late pushes, reports and ring updates cannot leak into the next
+job of the same (warm) actors. ``abort(job_id)`` cancels an actor's loop for that job, so a
+failed or timed-out job leaves the actors idle and reusable.
+
+The small, frequent calls (pushes, reports, block hand-out) are declared with
+``enable_task_events=False``: Ray's GCS otherwise keeps an event record for each of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Any
+
+import pyarrow as pa
+import ray
+
+from dpa.input.sources import ParquetPiece
+
+logger = logging.getLogger(__name__)
+
+
+NAMESPACE = "dpa"
+
+#: What the coordinator sends a member instead of its peers' handles when they are the
+#: ones it sent that member before (a handle costs Ray a registration at both ends, about
+#: as much as the rest of a ``start_job`` call).
+PEERS_UNCHANGED = "dpa:peers-unchanged"
+
+
+def handles_key(*handles: Any) -> tuple:
+    """Actor handles by actor id (lists of them as tuples; None for an empty slot): what
+    tells whether two sets of handles name the same actors."""
+    return tuple(tuple(handles_key(*h)) if isinstance(h, (list, tuple)) else
+                 None if h is None else h._actor_id.hex() for h in handles)
+
+
+#: Decorator for frequent small actor methods: Ray's GCS keeps no task event for their calls.
+quiet_method = ray.method(enable_task_events=False)
+
+
+def as_table(block: Any) -> pa.Table:
+    if isinstance(block, pa.Table):
+        return block
+    if isinstance(block, ParquetPiece):
+        return block.read()
+    import pandas as pd
+
+    if isinstance(block, pd.DataFrame):
+        return pa.Table.from_pandas(block, preserve_index=False)
+    raise TypeError(f"unsupported block type {type(block).__name__}")
+
+
+def describe(exc: BaseException) -> str:
+    """The innermost useful message of a (possibly Ray-wrapped) exception."""
+    cause = getattr(exc, "cause", None)
+    if cause is not None and cause is not exc:
+        return describe(cause)
+    return f"{type(exc).__name__}: {exc}"
+
+
+class ActorFailure(Exception):
+    """A user-code or runtime error inside an actor, with the actor's name and the key."""
+
+    def __init__(self, actor: str, exc: BaseException, key: Any = None):
+        super().__init__(f"{actor}: {describe(exc)}")
+        self.actor = actor
+        self.key = key
+        self.exc = exc
+
+    def __reduce__(self):
+        return (ActorFailure, (self.actor, self.exc, self.key))
+
+
+def _warm_up() -> None:
+    """Pays a new worker process's one-time costs: the first ``Table.group_by`` imports
+    ``pyarrow.acero`` and pandas (about 0.5 s of CPU). Run in a thread while the actor
+    starts, they do not delay the first block (or first push) it handles."""
+    try:
+        import pyarrow.acero  # noqa: F401  (imports pandas through pyarrow's shim)
+
+        pa.table({"k": [0, 1, 0]}).group_by("k").aggregate([("k", "count")])
+    except Exception:  # a warm-up only: the job itself reports real errors
+        logger.debug("warm-up failed", exc_info=True)
+
+
+class JobMember:
+    """What every member actor shares: the job it serves and the task running it."""
+
+    job_id: str | None = None
+    task: asyncio.Task | None = None
+
+    @staticmethod
+    def _start_warm_up() -> None:
+        threading.Thread(target=_warm_up, name="dpa-warm-up", daemon=True).start()
+
+    def _serving(self, job_id: str) -> bool:
+        return job_id is not None and job_id == self.job_id
+
+    def _peers(self, peers: Any) -> tuple:
+        """The handles a ``start_job`` call names: ``peers`` itself, or the ones this member
+        got before when the coordinator sends :data:`PEERS_UNCHANGED`."""
+        if isinstance(peers, str):
+            known = getattr(self, "_known_peers", None)
+            if known is None:  # (the coordinator only says so to a member it sent them to)
+                raise RuntimeError(f"{type(self).__name__}: told its peers are unchanged, but it has none")
+            return known
+        self._known_peers = peers = tuple(list(p) if isinstance(p, list) else p for p in peers)
+        return peers
+
+    async def ping(self) -> str:
+        """The id of the Ray node this member runs on (a live member answers)."""
+        return ray.get_runtime_context().get_node_id()
+
+    async def abort(self, job_id: str) -> None:
+        """Stops serving ``job_id``: its loop is cancelled and its late messages dropped."""
+        if not self._serving(job_id):
+            return
+        self.job_id = None
+        self._on_abort()
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+        self.task = None
+
+    def _on_abort(self) -> None:
+        """Releases anything a pending call of the aborted job waits on."""
+
+
+
+def ready(ref: Any) -> bool:
+    ready, _ = ray.wait([ref], timeout=0, fetch_local=False)
+    return bool(ready)
+
+
+
+async def await_ref(ref: Any) -> Any:
+    return await ref

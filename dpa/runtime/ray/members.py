@@ -1,0 +1,197 @@
+"""Starting a pool's members, telling a lost member from a failing one, and the repair of
+dead or hung members between jobs and runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import ray
+
+from dpa.errors import JobFailedError
+from dpa.runtime.ray.balancer import BalancerActor
+from dpa.runtime.ray.mapper import MapperActor
+from dpa.runtime.ray.member import (
+    NAMESPACE,
+    PEERS_UNCHANGED,
+    ActorFailure,
+    await_ref,
+    describe,
+    handles_key,
+)
+from dpa.runtime.ray.reducer import ReducerActor
+
+logger = logging.getLogger(__name__)
+
+
+#: How long the coordinator waits for a member that answered before to answer a ping again
+#: before it replaces it as hung.
+PING_TIMEOUT_S = 10.0
+#: Times in a row a member is replaced when its replacement dies before it answers (its
+#: node was removed meanwhile, say) before the job gives up.
+REPAIR_ATTEMPTS = 3
+
+#: Errors that mean a member, its node or an object it needed is gone (the job recovers),
+#: unlike an error raised by user code (the job fails).
+_LOST = tuple(getattr(ray.exceptions, name) for name in (
+    "RayActorError", "ObjectLostError", "WorkerCrashedError", "NodeDiedError", "ObjectFetchTimedOutError",
+    "LocalRayletDiedError", "RaySystemError") if hasattr(ray.exceptions, name))
+
+
+def member_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` (possibly wrapped by Ray) says that a member, a node or an object
+    is gone, rather than that user code raised."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, ActorFailure):
+            return False
+        if isinstance(exc, _LOST):
+            return True
+        exc = getattr(exc, "cause", None) or exc.__cause__
+    return False
+
+
+class RunLost(Exception):
+    """A run of the job lost a member (recoverable)."""
+
+    def __init__(self, actor: str, exc: BaseException) -> None:
+        super().__init__(f"{actor}: {describe(exc).splitlines()[0]}")
+        self.actor = actor
+
+
+#: A pool's members as the coordinator holds them: ``(balancer, reducer slots, mappers)``;
+#: a reducer slot without an actor yet is None.
+Members = tuple[Any, list[Any], list[Any]]
+
+
+def start_member(pool_id: str, role: str, generation: int = 0, reducer_num_cpus: float = 0.0) -> Any:
+    """Starts the member ``role`` (``balancer``, ``reducer-3``, ``mapper-0``) of a pool.
+
+    ``generation`` > 0 names a replacement (the dead actor's name may not be released yet).
+    """
+    name = f"dpa:{pool_id}:{role}"
+    if generation:
+        name = f"{name}.{generation}"
+    # Spread over the cluster's nodes (on one machine this changes nothing): a job uses
+    # every node, and losing one loses a few members, which recovery replaces.
+    opts = {"name": name, "namespace": NAMESPACE, "lifetime": None, "scheduling_strategy": "SPREAD"}
+    if role == "balancer":
+        return BalancerActor.options(**opts).remote(name)
+    kind, index = role.split("-")
+    if kind == "reducer":
+        return ReducerActor.options(**opts, num_cpus=reducer_num_cpus).remote(int(index), name)
+    return MapperActor.options(**opts).remote(int(index), name)
+
+
+def start_members(pool_id: str, num_mappers: int, num_reducers: int, initial_reducers: int | None = None,
+                  reducer_num_cpus: float = 0.0) -> Members:
+    """Starts a pool's members: the balancer, the first ``initial_reducers`` (default all)
+    of ``num_reducers`` reducer slots, and the mappers. The driver calls it together with
+    the coordinator's start, so that all the pool's processes start at once."""
+    first = num_reducers if initial_reducers is None else initial_reducers
+    return (start_member(pool_id, "balancer"),
+            [start_member(pool_id, f"reducer-{i}", 0, reducer_num_cpus) if i < first else None
+             for i in range(num_reducers)],
+            [start_member(pool_id, f"mapper-{i}") for i in range(num_mappers)])
+
+
+class PoolMembers:
+    """The members of one pool as its coordinator holds them: which actors serve the job,
+    the handles each member was sent, and the repair of dead or hung ones (a base of
+    :class:`~dpa.runtime.ray.coordinator.CoordinatorActor`)."""
+
+    def _create(self, role: str) -> Any:
+        """Starts the member ``role`` (a replacement or an elastic job's new reducer)."""
+        return start_member(self.pool_id, role, self.generation, self.reducer_num_cpus)
+
+    def _members(self) -> list[tuple[str, Any]]:
+        return ([("balancer", self.balancer)]
+                + [(f"reducer-{i}", r) for i, r in enumerate(self.reducers) if r is not None]
+                + [(f"mapper-{i}", m) for i, m in enumerate(self.mappers)])
+
+    def _job_members(self) -> list[tuple[str, Any]]:
+        """The members serving the current job: the balancer, its reducer slots, the mappers."""
+        return ([("balancer", self.balancer)] + [(f"reducer-{i}", self.reducers[i]) for i in self.job_slots]
+                + [(f"mapper-{i}", m) for i, m in enumerate(self.mappers)])
+
+    @property
+    def job_reducers(self) -> list[Any]:
+        return [self.reducers[i] for i in self.job_slots]
+
+    def _peers_for(self, member: Any, peers: tuple) -> Any:
+        """``peers`` for ``member``'s ``start_job``, or :data:`PEERS_UNCHANGED` when they are
+        the ones it was sent last (a failed start forgets every member's: see :meth:`_run`)."""
+        sent, to = handles_key(*peers), handles_key(member)
+        if self.peers_sent.get(to) == sent:
+            return PEERS_UNCHANGED
+        self.peers_sent[to] = sent
+        return peers
+
+    def _for_driver(self, known: tuple | None) -> tuple[Any, list[Any], list[Any]]:
+        """The members' handles for the driver; ``(None, None, None)`` if the driver's
+        ``known`` handles (:func:`~dpa.runtime.ray.member.handles_key`) are these already."""
+        if known is not None and tuple(known) == handles_key(self.balancer, self.reducers, self.mappers):
+            return None, None, None
+        return self.balancer, self.reducers, self.mappers
+
+    async def ping(self) -> bool:
+        return True
+
+    async def repair(self) -> tuple[Any, list[Any], list[Any], list[str]]:
+        """Pings every member; replaces the dead or unresponsive ones (only those).
+
+        A replacement that dies before it answers (its node went away too) is replaced
+        again, up to ``REPAIR_ATTEMPTS`` times in a row.
+
+        Returns:
+            ``(balancer, reducers, mappers, replaced roles)``.
+
+        Raises:
+            JobFailedError: A member's replacements kept dying.
+        """
+        members = self._members()
+        replaced: list[str] = []
+        for attempt in range(REPAIR_ATTEMPTS + 1):
+            # A member that never answered may still be starting (seconds on a busy machine):
+            # wait for it (the driver's deadline bounds the wait). One that answered before
+            # and is silent now is hung (e.g. in user code that never returns).
+            results = await asyncio.gather(
+                *[asyncio.wait_for(await_ref(actor.ping.remote()), PING_TIMEOUT_S if role in self.answered else None)
+                  for role, actor in members],
+                return_exceptions=True)
+            for (role, _), ok in zip(members, results):
+                if isinstance(ok, str):
+                    self.answered.add(role)
+                    self.nodes[role] = ok
+            dead = [(role, actor, why) for (role, actor), why in zip(members, results) if not isinstance(why, str)]
+            if not dead:
+                break
+            if attempt == REPAIR_ATTEMPTS:
+                roles = ", ".join(role for role, _, _ in dead)
+                raise JobFailedError(
+                    f"dpa pool {self.pool_id}: {roles} died {REPAIR_ATTEMPTS + 1} times in a row while starting "
+                    f"(last: {describe(dead[0][2]).splitlines()[0]}); check the cluster's nodes and the actors' logs")
+            self.generation += 1
+            for role, actor, why in dead:
+                hung = isinstance(why, asyncio.TimeoutError)
+                state = f"unresponsive for {PING_TIMEOUT_S:.0f} s" if hung else f"dead ({type(why).__name__})"
+                logger.warning("dpa pool %s: member %s is %s; replacing it", self.pool_id, role, state)
+                with contextlib.suppress(Exception):
+                    ray.kill(actor, no_restart=True)
+                self.answered.discard(role)
+                fresh = self._create(role)
+                if role == "balancer":
+                    self.balancer = fresh
+                else:
+                    kind, index = role.split("-")
+                    (self.reducers if kind == "reducer" else self.mappers)[int(index)] = fresh
+                if role not in replaced:
+                    replaced.append(role)
+            current = dict(self._members())
+            members = [(role, current[role]) for role, _, _ in dead]
+        return self.balancer, self.reducers, self.mappers, replaced
+

@@ -1,0 +1,58 @@
+"""``dpa run --agg NAME[:COLUMN[:PARAM]]``: several aggregates per job from the command line."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from dpa.tools.cli.errors import UsageError
+
+#: name -> (factory(column, param), needs a column, takes a parameter)
+AGG_NAMES = ("count", "sum", "min", "max", "mean", "avg", "count_distinct", "approx_count_distinct", "median",
+             "quantile", "var", "var_pop", "std", "std_pop", "collect_set", "count_if", "any", "all")
+
+
+def parse_agg(spec: str, cols: Sequence[str] | None) -> Any:
+    """The reducer of one ``--agg`` spec, e.g. ``sum:bytes``, ``quantile:latency:0.95``, ``count``.
+
+    Raises:
+        UsageError: an unknown name, a missing or unknown column, or a bad parameter.
+    """
+    import dpa
+
+    name, _, rest = spec.partition(":")
+    column, _, param = rest.partition(":")
+    name = name.strip().lower()
+    if name not in AGG_NAMES:
+        raise UsageError(f"--agg {spec!r}: unknown aggregate {name!r}; choose one of {', '.join(AGG_NAMES)}")
+    if name == "count":
+        if column:
+            raise UsageError(f"--agg {spec!r}: count takes no column (it counts records)")
+        return dpa.Count()
+    if not column:
+        raise UsageError(f"--agg {spec!r}: {name} needs a column, e.g. --agg {name}:COLUMN")
+    if cols is not None and column not in cols:
+        raise UsageError(f"--agg {spec!r}: column {column!r} is not in the input; columns: {', '.join(cols)}")
+    if param and name != "quantile":
+        raise UsageError(f"--agg {spec!r}: only quantile takes a parameter (quantile:COLUMN:Q)")
+    if name == "quantile":
+        try:
+            q = float(param) if param else 0.5
+        except ValueError:
+            raise UsageError(f"--agg {spec!r}: the quantile must be a number in [0, 1], got {param!r}") from None
+        if not 0 <= q <= 1:
+            raise UsageError(f"--agg {spec!r}: the quantile must be in [0, 1], got {q}")
+        return dpa.ApproxQuantile(column, q=q)
+    factories = {
+        "sum": dpa.Sum, "min": dpa.Min, "max": dpa.Max, "mean": dpa.Mean, "avg": dpa.Mean,
+        "count_distinct": dpa.CountDistinct, "approx_count_distinct": dpa.ApproxCountDistinct,
+        "median": dpa.Median, "var": dpa.Var, "std": dpa.Std, "collect_set": dpa.CollectSet,
+        "count_if": dpa.CountIf, "any": dpa.Any, "all": dpa.All,
+        "var_pop": lambda c: dpa.Var(c, sample=False), "std_pop": lambda c: dpa.Std(c, sample=False),
+    }
+    return factories[name](column)
+
+
+def parse_aggs(specs: Sequence[str], cols: Sequence[str] | None) -> list[Any]:
+    """The reducers of every ``--agg`` (see :func:`parse_agg`)."""
+    return [parse_agg(s, cols) for s in specs]

@@ -1,0 +1,160 @@
+"""The calls that end a job (no Ray): the coordinator tells the reducers once that every
+input record is queued; from then on an idle reducer sends its progress at once, before
+that at most every ``PROGRESS_INTERVAL_S``; a mapper's finished block may ride on its next
+``next_block`` request or on ``mapper_done``; a reducer's loop finalizes as it ends when
+nothing can reach the reducer after that."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from types import SimpleNamespace
+
+import pyarrow as pa
+
+import dpa
+import dpa.runtime.ray.coordinator as ray_coordinator
+import dpa.runtime.ray.reducer as ray_reducer
+from dpa.engine.coordinator import CoordinatorLogic
+from dpa.engine.mapper import MapperLogic
+from dpa.engine.output import finalize_at_stop
+from dpa.engine.plan import build_plan
+from dpa.input.sources import normalize_source
+
+
+class Recorder:
+    """A fake actor handle: ``handle.method.remote(*args)`` is recorded."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.calls = name, []
+        self._actor_id = SimpleNamespace(hex=lambda: f"id-{name}")
+
+    def __getattr__(self, method: str) -> SimpleNamespace:
+        return SimpleNamespace(remote=lambda *args: self.calls.append((method, *args)))
+
+
+def reducer(processed: int = 0) -> object:
+    cls = ray_reducer.ReducerActor.__ray_metadata__.modified_class
+    r = cls.__new__(cls)  # (no start-up warm-up thread)
+    r.reducer_id, r.job_id, r.coordinator = 0, "job", Recorder("coordinator")
+    r.logic = SimpleNamespace(processed=processed, queued=0)
+    r.last_progress, r.last_progress_value, r.mapped = 0.0, processed, False
+    return r
+
+
+def progress_calls(r) -> list[tuple]:
+    return [c for c in r.coordinator.calls if c[0] == "progress"]
+
+
+def test_an_idle_reducer_reports_progress_at_once_only_after_input_mapped():
+    r = reducer()
+    r._progress(10.0)
+    assert progress_calls(r) == []  # nothing new since what the coordinator knows
+    r.logic.processed = 5
+    r._progress(10.0)  # the interval since the last one is up
+    assert progress_calls(r) == [("progress", "job", 0, 5)]
+    r.logic.processed = 7
+    r._progress(10.0 + ray_reducer.PROGRESS_INTERVAL_S / 2)  # emptied queue, mapping still going
+    assert len(progress_calls(r)) == 1
+    asyncio.run(r.input_mapped("job"))  # the coordinator's word: it is sent at once
+    assert progress_calls(r)[-1] == ("progress", "job", 0, 7)
+    r.logic.processed, r.logic.queued = 9, 3
+    r._progress(10.0 + ray_reducer.PROGRESS_INTERVAL_S / 2)  # queue not empty: waits for the interval
+    assert len(progress_calls(r)) == 2
+    r.logic.queued = 0
+    r._progress(10.0 + ray_reducer.PROGRESS_INTERVAL_S / 2)
+    assert progress_calls(r)[-1] == ("progress", "job", 0, 9)
+    asyncio.run(r.input_mapped("another job"))  # a finished job's late news changes nothing
+    assert len(progress_calls(r)) == 3
+
+
+def test_a_reducer_starts_from_what_the_coordinator_knows():
+    # Nothing new at a job's start (none, or a checkpoint's count): no progress call.
+    config = dpa.JobConfig(runtime="local", num_mappers=1, num_reducers=2)
+    plan, _ = build_plan(normalize_source(pa.table({"k": [1, 2]}), None), "k", dpa.Count(), None, config)
+    for records in (0, 40):
+        r = reducer()
+        handles = ([r, Recorder("r1")], Recorder("balancer"), r.coordinator)
+        asyncio.run(r.start_job(plan, plan.policy.initial_snapshot(2), handles, "job", None, records))
+        asyncio.run(r.input_mapped("job"))
+        assert r.logic.processed == records and progress_calls(r) == []
+
+
+def coordinator() -> object:
+    cls = ray_coordinator.CoordinatorActor.__ray_metadata__.modified_class
+    coord = cls("pool", 2, 2, None, 0.0, (Recorder("balancer"), [Recorder("r0"), Recorder("r1")],
+                                          [Recorder("m0"), Recorder("m1")]))
+    coord.logic = CoordinatorLogic(2, 2, 0.0)
+    coord.job_slots, coord.run_id, coord.done = [0, 1], "run", asyncio.Event()
+    return coord
+
+
+def test_the_reducers_hear_once_that_every_record_is_queued():
+    async def scenario() -> None:
+        coord = coordinator()
+        coord.logic.input_done = True
+        coord.logic.on_block_taken(0, "block")
+        await coord.mapper_done("run", 0)  # (mapper 1 is still at work)
+        assert all(not r.calls for r in coord.reducers)
+        await coord.mapper_done("run", 1, (0, 10))  # the last block's end rides along
+        assert coord.logic.ledger.blocks_done == 1 and coord.logic.mapping_done
+        assert [r.calls for r in coord.reducers] == [[("input_mapped", "run")]] * 2
+        assert ("input_done", "run") in coord.balancer.calls
+        coord._check()  # (later checks do not repeat it)
+        assert [len(r.calls) for r in coord.reducers] == [1, 1]
+        coord.logic.on_progress(0, 10)
+        coord._check()
+        assert coord.done.is_set()
+
+    asyncio.run(scenario())
+
+
+def test_next_block_takes_the_last_blocks_end_along():
+    async def scenario() -> None:
+        coord = coordinator()
+        coord.blocks, coord.cond, coord.failed = deque(["b1"]), asyncio.Condition(), None
+        epoch, _ = coord.logic.on_block_taken(0, "b0")
+        got = await coord.next_block("run", 0, (epoch, 4))
+        assert got[0] == "b1" and coord.logic.ledger.blocks_done == 1
+        assert await coord.next_block("old run", 0, (epoch, 4)) is None  # a lost run's news is dropped
+        assert coord.logic.ledger.blocks_done == 1
+
+    asyncio.run(scenario())
+
+
+def served(finalize: bool) -> tuple[object, dict]:
+    """A reducer that queues two batches, then is stopped (``finalize`` or not) and its
+    loop ends: the reducer and what the loop returned."""
+    config = dpa.JobConfig(runtime="local", num_mappers=1, num_reducers=1)
+    plan, _ = build_plan(normalize_source(pa.table({"k": [1, 2]}), None), "k", dpa.Count(), None, config)
+    r = reducer()
+    snapshot = plan.policy.initial_snapshot(1)
+    (_, batch), = MapperLogic(0, plan, snapshot).map_block(pa.table({"k": [1, 2, 2]}))  # what a mapper pushes
+
+    async def scenario() -> dict:
+        await r.start_job(plan, snapshot, ([r], Recorder("balancer"), r.coordinator), "job")
+        loop = asyncio.ensure_future(r.serve("job"))
+        for _ in range(2):
+            await r.push("job", batch, snapshot.version)
+        await r.stop("job", None, finalize)  # (the loop drains its queue before it ends)
+        return await loop
+
+    return r, asyncio.run(scenario())
+
+
+def test_a_reducers_loop_finalizes_at_its_end_only_when_stop_says_so():
+    r, counters = served(finalize=True)
+    assert counters["processed"] == 6 and counters["merged_keys"] == 0
+    assert sorted(r.result.to_pylist(), key=lambda row: row["k"]) == [{"k": 1, "count": 2}, {"k": 2, "count": 4}]
+    r, counters = served(finalize=False)
+    assert counters["processed"] == 6 and "merged_keys" not in counters and r.result is None
+    asyncio.run(r.finalize("job"))  # (the coordinator's own call)
+    assert r.result.num_rows == 2
+
+
+def test_reducers_finalize_at_stop_only_if_nothing_reaches_them_later():
+    plan = SimpleNamespace(migrate="records", active_reducers=0)
+    assert finalize_at_stop(plan, merged=False)
+    assert not finalize_at_stop(plan, merged=True)  # partial states are exchanged first
+    assert not finalize_at_stop(SimpleNamespace(migrate="state", active_reducers=0), merged=False)
+    assert not finalize_at_stop(SimpleNamespace(migrate="records", active_reducers=4), merged=False)
