@@ -58,3 +58,160 @@ class ScaleOut:
     so the balancer gives them tokens and publishes the new routing."""
 
     slots: tuple[int, ...]
+
+
+# -- what the mapper and reducer machines (dpa.engine.mapper_machine, reducer_machine) ask for
+
+
+class SendForward(NamedTuple):
+    """Reducer -> reducer ``dest``: forwarded records (a :class:`Forward`) sent under the
+    sender's snapshot ``version``; the receiver accepts them whatever its queue holds."""
+
+    dest: int
+    batch: pa.Table
+    epoch: int
+    version: int
+
+
+class SendState(NamedTuple):
+    """Reducer -> reducer: a :class:`StateMove`. ``awaited``: the event that produced it
+    is answered only once the receiver has merged it (a state passed on by a receiver:
+    the original sender's end of the job waits for every move it started)."""
+
+    move: StateMove
+    awaited: bool = False
+
+
+@dataclass(frozen=True)
+class AnswerPush:
+    """Reducer -> the mapper whose push ``push_id`` is now queued: what it tells the mapper
+    about its push size (:data:`~dpa.engine.flow.PUSH_GROW`, ``PUSH_KEEP`` or
+    ``PUSH_SHRINK``) and the queue's bound in rows (None: unknown or unbounded)."""
+
+    push_id: int
+    outcome: int
+    capacity: int | None
+
+
+@dataclass(frozen=True)
+class FetchSnapshot:
+    """Reducer -> balancer: a push was routed under a newer snapshot than the reducer has;
+    fetch the balancer's and hand it back as :class:`~dpa.engine.events.SnapshotFetched`."""
+
+
+@dataclass(frozen=True)
+class PayStep:
+    """Reducer -> its runtime: pay a step's cost (``mode`` ``"sleep"`` or ``"spin"``, in
+    seconds; 0 for no cost), then hand back :class:`~dpa.engine.events.StepPaid`."""
+
+    cost_s: float
+    mode: str
+
+
+@dataclass(frozen=True)
+class Report:
+    """Reducer -> balancer: its queue length under snapshot ``version``, the key arrivals
+    (if the policy wants them) and the backlog in seconds of work (None: not measured)."""
+
+    queue_length: int
+    version: int
+    keys: Any
+    backlog_s: float | None
+    processed: int
+    forwarded: int
+    tokens: int | None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Reducer -> coordinator: the records it has absorbed (its checkpoint's included)."""
+
+    processed: int
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The answer to a request event (``request_id``): a checkpoint phase, a final merge step."""
+
+    request_id: int
+    value: Any
+
+
+@dataclass(frozen=True)
+class SendPartial:
+    """Reducer -> reducer ``dest``: a partition of the state for the final merge."""
+
+    dest: int
+    partial: Any
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Reducer -> its runtime: the job's loop is over (stopped, queue empty); ``counters``
+    as :meth:`~dpa.engine.reducer.ReducerLogic.counters`; ``finalize``: the runtime also
+    finalizes now (:meth:`~dpa.engine.reducer_machine.ReducerMachine` on a ``Stop`` that asked so)."""
+
+    counters: dict[str, int]
+    finalize: bool
+
+
+@dataclass(frozen=True)
+class RequestBlock:
+    """Mapper -> coordinator: the next input item, asked ahead (the answer is awaited by
+    :class:`AwaitBlock`)."""
+
+
+@dataclass(frozen=True)
+class AwaitBlock:
+    """Mapper -> its runtime: the mapper is idle until the item it asked for arrives
+    (:class:`~dpa.engine.events.BlockArrived` or :class:`~dpa.engine.events.NoMoreBlocks`)."""
+
+
+@dataclass(frozen=True)
+class SendForecast:
+    """Mapper -> balancer: the key counts of its first block; the answer is the snapshot to
+    route under (:class:`~dpa.engine.events.ForecastAnswered`)."""
+
+    hashes: Any
+    counts: Any
+    total: int
+
+
+@dataclass(frozen=True)
+class SendPushes:
+    """Mapper -> reducers: one push, one batch per reducer, routed under ``version``, of
+    input ``epoch``; the answers come back together (:class:`~dpa.engine.events.PushesAnswered`)."""
+
+    pushes: list[Push]
+    version: int
+    epoch: int
+
+
+@dataclass(frozen=True)
+class SplitBlock:
+    """Mapper -> coordinator: ``emitted`` records of item ``token`` (of ``epoch``) are pushed
+    and the ``rest`` (a table) becomes an item of its own; the answer is the rest's
+    ``(epoch, token)`` (:class:`~dpa.engine.events.BlockSplit`)."""
+
+    epoch: int
+    emitted: int
+    rest: pa.Table
+    token: int
+
+
+@dataclass(frozen=True)
+class BlockDone:
+    """Mapper -> coordinator: every record of a block of ``epoch`` is queued at a reducer:
+    ``emitted`` records."""
+
+    epoch: int
+    emitted: int
+
+
+@dataclass(frozen=True)
+class MapperDone:
+    """Mapper -> coordinator: no item is left; ``first_routed`` is the snapshot version of
+    its first push (None: it pushed nothing)."""
+
+    first_routed: int | None
+    emitted: int

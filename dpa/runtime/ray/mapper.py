@@ -1,4 +1,8 @@
-"""The mapper actor: a thin shell over :class:`~dpa.engine.mapper.MapperLogic`.
+"""The mapper actor: carries out :class:`~dpa.engine.mapper_machine.MapperMachine`'s instructions on Ray.
+
+It fetches the items the machine asks for, sends its pushes (answered once queued) and its
+forecast, and passes on what it tells the coordinator; a finished block's end rides on the
+next item's request when that request has not been answered yet.
 """
 
 from __future__ import annotations
@@ -11,8 +15,25 @@ from typing import Any
 import ray
 
 from dpa.engine.epochs import Rest
-from dpa.engine.flow import PUSH_KEEP
-from dpa.engine.mapper import MapperLogic
+from dpa.engine.events import (
+    BlockArrived,
+    BlockSplit,
+    ForecastAnswered,
+    MapperStarted,
+    NoMoreBlocks,
+    PushesAnswered,
+    SnapshotArrived,
+)
+from dpa.engine.instructions import (
+    AwaitBlock,
+    BlockDone,
+    MapperDone,
+    RequestBlock,
+    SendForecast,
+    SendPushes,
+    SplitBlock,
+)
+from dpa.engine.mapper_machine import MapperMachine
 from dpa.engine.plan import JobPlan
 from dpa.runtime.ray.member import ActorFailure, JobMember, as_table, describe, quiet_method, ready
 from dpa.runtime.ray.telemetry import metric
@@ -22,12 +43,12 @@ logger = logging.getLogger(__name__)
 
 @ray.remote(num_cpus=0)
 class MapperActor(JobMember):
-    """Thin shell over :class:`~dpa.engine.mapper.MapperLogic`."""
+    """A mapper on Ray: a :class:`~dpa.engine.mapper_machine.MapperMachine` and the calls that feed it."""
 
     def __init__(self, mapper_id: int, name: str) -> None:
         self.mapper_id = mapper_id
         self.name = name
-        self.logic: MapperLogic | None = None
+        self.machine: MapperMachine | None = None
         self._start_warm_up()
 
     async def start_job(self, plan: JobPlan, snapshot: Any, peers: Any, job_id: str | None = None) -> None:
@@ -37,7 +58,7 @@ class MapperActor(JobMember):
         """
         coordinator, reducers, balancer = self._peers(peers)
         self.job_id = job_id or plan.job_id
-        self.logic = MapperLogic(self.mapper_id, plan, snapshot)
+        self.machine = MapperMachine(self.mapper_id, plan, snapshot, time.monotonic)
         self.tags = {"job_id": plan.job_id, "mapper": str(self.mapper_id)}
         self.coordinator = coordinator
         self.reducers = list(reducers)  # (add_peers changes this job's copy)
@@ -46,7 +67,7 @@ class MapperActor(JobMember):
     @quiet_method
     async def update_ring(self, job_id: str, snapshot: Any) -> None:
         if self._serving(job_id):  # drop a finished job's late news
-            self.logic.on_snapshot(snapshot)
+            self.machine.handle(SnapshotArrived(snapshot))
 
     async def add_peers(self, job_id: str, handles: dict[int, Any]) -> None:
         """An elastic job started reducers in these slots (before any routing names them)."""
@@ -55,72 +76,67 @@ class MapperActor(JobMember):
                 self.reducers[slot] = handle
 
     async def run(self, job_id: str) -> int:
+        """Runs the machine's loop: fetches the items it asks for, sends its pushes and
+        forecast, and tells the coordinator what it reports; returns the records emitted."""
         if not self._serving(job_id):
             return 0
         self.task = asyncio.current_task()
-        logic = self.logic
-        interval = logic.plan.checkpoint_interval_s
-        pending = self.coordinator.next_block.remote(job_id, self.mapper_id)
+        machine = self.machine
+        coordinator, me = self.coordinator, self.mapper_id
+        pending = None  # the item asked for
         done = None  # (epoch, emitted) of the block finished last, not told yet
-        while True:
-            item = await pending
-            if item is None:
-                break
-            # prefetch, telling the coordinator the last block's end on the way
-            pending = self.coordinator.next_block.remote(job_id, self.mapper_id, done)
-            done = None
-            item, epoch, token = item
-            try:
-                before = logic.emitted
-                if isinstance(item, Rest):
-                    logic.start_block(await item.table, prepared=True)
-                else:
-                    ref, row_slice = item
-                    block = as_table(await ref)
-                    if row_slice is not None:
-                        block = block.slice(row_slice[0], row_slice[1] - row_slice[0])
-                    logic.start_block(block)
-            except Exception as exc:
-                raise ActorFailure(self.name, exc, getattr(exc, "key", None)) from exc
-            forecast = logic.take_forecast()
-            if forecast is not None and self.balancer is not None:
-                # The first block's key counts: its first push goes out under what the
-                # balancer makes of them (a key hot from the start is split already).
+        instructions = machine.handle(MapperStarted())
+        while instructions:
+            ins = instructions.pop(0)
+            event: Any = None
+            if isinstance(ins, SendPushes):
+                answers = await asyncio.gather(*[self.reducers[p.dest].push.remote(job_id, p.batch, ins.version, False,
+                                                                                  ins.epoch) for p in ins.pushes])
+                event = PushesAnswered(list(answers))
+            elif isinstance(ins, RequestBlock):  # (it carries the last block's end along)
+                pending, done = coordinator.next_block.remote(job_id, me, done), None
+            elif isinstance(ins, AwaitBlock):
+                item = await pending
+                event = NoMoreBlocks() if item is None else await self._block(item)
+            elif isinstance(ins, BlockDone):
+                done = (ins.epoch, ins.emitted)
+                if not ready(pending):  # the next item is not here yet (a slow source): tell it now
+                    coordinator.block_done.remote(job_id, me, *done)
+                    done = None
+                if ins.emitted:
+                    metric("dpa_records_emitted").inc(ins.emitted, tags=self.tags)
+            elif isinstance(ins, SendForecast):
                 try:
-                    snapshot = await self.balancer.forecast.remote(job_id, self.mapper_id, *forecast)
+                    snapshot = await self.balancer.forecast.remote(job_id, me, ins.hashes, ins.counts, ins.total)
                 except Exception as exc:  # a lost balancer is the coordinator's to notice and recover
-                    logger.debug("mapper %d: no forecast (%s)", self.mapper_id, describe(exc))
+                    logger.debug("mapper %d: no forecast (%s)", me, describe(exc))
                     snapshot = None
-                if snapshot is not None:
-                    logic.on_snapshot(snapshot)
-            since = time.monotonic()
-            while logic.routing:  # push by push, each under the newest ring (update_ring runs between)
-                if interval > 0 and time.monotonic() - since >= interval:
-                    # The epoch's time is up: the rest of the block becomes an item of its
-                    # own, so that what was pushed can be checkpointed (dpa.engine.epochs).
-                    rest, records = logic.rest()
-                    split = await self.coordinator.split_block.remote(
-                        job_id, self.mapper_id, epoch, logic.emitted - before - records, rest, token)
-                    if split is None:  # the run is over
-                        break
-                    (epoch, token), before, since = split, logic.emitted - records, time.monotonic()
-                routed = logic.next_pushes()
-                version = logic.snapshot.version
-                answers = await asyncio.gather(*[self.reducers[r].push.remote(job_id, b, version, False, epoch)
-                                                 for r, b in routed])
-                logic.on_pushed(max((outcome for outcome, _ in answers), default=PUSH_KEEP),
-                                {r: capacity for (r, _), (_, capacity) in zip(routed, answers)})
-            # Every record of the block is in a reducer's queue now: the coordinator may
-            # count the block's epoch as mapped (dpa.engine.epochs). If the next item is here,
-            # the request for the one after tells it; else (a slow source) a call now.
-            done = (epoch, logic.emitted - before)
-            if not ready(pending):
-                self.coordinator.block_done.remote(job_id, self.mapper_id, *done)
-                done = None
-            if logic.emitted > before:
-                metric("dpa_records_emitted").inc(logic.emitted - before, tags=self.tags)
-        await self.coordinator.mapper_done.remote(job_id, self.mapper_id, done, logic.first_routed)
+                event = ForecastAnswered(snapshot)
+            elif isinstance(ins, SplitBlock):
+                event = BlockSplit(await coordinator.split_block.remote(job_id, me, ins.epoch, ins.emitted, ins.rest,
+                                                                        ins.token))
+            elif isinstance(ins, MapperDone):
+                await coordinator.mapper_done.remote(job_id, me, done, ins.first_routed)
+            else:
+                raise TypeError(f"the Ray mapper cannot carry out {ins!r}")
+            if event is not None:
+                try:
+                    instructions += machine.handle(event)
+                except Exception as exc:
+                    raise ActorFailure(self.name, exc, getattr(exc, "key", None)) from exc
         self.job_id, self.task = None, None  # the job is over for this mapper: later news is dropped
-        return logic.emitted
+        return machine.emitted
 
-
+    async def _block(self, item: list[Any]) -> BlockArrived:
+        """The block of an item the coordinator handed out: ``[item, epoch, token]``."""
+        item, epoch, token = item
+        try:
+            if isinstance(item, Rest):
+                return BlockArrived(await item.table, epoch, token, prepared=True)
+            ref, row_slice = item
+            block = as_table(await ref)
+            if row_slice is not None:
+                block = block.slice(row_slice[0], row_slice[1] - row_slice[0])
+            return BlockArrived(block, epoch, token)
+        except Exception as exc:
+            raise ActorFailure(self.name, exc, getattr(exc, "key", None)) from exc

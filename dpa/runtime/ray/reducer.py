@@ -1,39 +1,73 @@
-"""The reducer actor: a thin shell over :class:`~dpa.engine.reducer.ReducerLogic`.
+"""The reducer actor: carries out :class:`~dpa.engine.reducer_machine.ReducerMachine`'s instructions on Ray.
+
+Each call becomes an event for the machine; each instruction becomes a call to a peer, the
+balancer or the coordinator, a paid cost, or the answer to a waiting call. Every protocol
+decision (back-pressure, steps, reports, checkpoints, the loop's end) is the machine's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import itertools
 import time
 from typing import Any
 
 import pyarrow as pa
 import ray
 
-from dpa.engine.flow import PUSH_KEEP, PUSH_SHRINK
-from dpa.engine.instructions import Forward
-from dpa.engine.plan import JobPlan, empty_input_table
-from dpa.engine.reducer import ReducerLogic
+from dpa.engine.events import (
+    CheckpointTimedOut,
+    CutCheckpoint,
+    Exchange,
+    Finalize,
+    InputMapped,
+    PartialArrived,
+    PrepareCheckpoint,
+    PushArrived,
+    ReducerStarted,
+    ReleaseCheckpoint,
+    ReportDue,
+    SnapshotArrived,
+    SnapshotFetched,
+    StateArrived,
+    StepPaid,
+    Stop,
+)
+from dpa.engine.flow import PUSH_KEEP
+from dpa.engine.instructions import (
+    AnswerPush,
+    FetchSnapshot,
+    Finished,
+    PayStep,
+    Progress,
+    Reply,
+    Report,
+    SendForward,
+    SendPartial,
+    SendState,
+)
+from dpa.engine.plan import JobPlan
+from dpa.engine.reducer_machine import ReducerMachine
 from dpa.runtime.ray.member import ActorFailure, JobMember, quiet_method, ready
 from dpa.runtime.ray.telemetry import ReducerTelemetry
 
-#: A reducer tells the coordinator its processed count at most this often while the
-#: mappers are at work (for progress bars and metrics); once the coordinator has said that
-#: every record is in a queue (``ReducerActor.input_mapped``), an idle reducer tells it at
-#: once: that is what termination waits for.
-PROGRESS_INTERVAL_S = 0.1
 
 @ray.remote(num_cpus=0)
 class ReducerActor(JobMember):
-    """Thin shell over :class:`~dpa.engine.reducer.ReducerLogic` (queue, forwarding, state)."""
+    """A reducer on Ray: a :class:`~dpa.engine.reducer_machine.ReducerMachine` and the calls
+    that feed it."""
 
     def __init__(self, reducer_id: int, name: str) -> None:
         self.reducer_id = reducer_id
         self.name = name
-        self.logic: ReducerLogic | None = None
+        self.machine: ReducerMachine | None = None
         self.result: pa.Table | None = None
         self._start_warm_up()
+
+    @property
+    def logic(self) -> Any:
+        """The machine's data side (:class:`~dpa.engine.reducer.ReducerLogic`), for inspection."""
+        return None if self.machine is None else self.machine.logic
 
     async def start_job(self, plan: JobPlan, snapshot: Any, handles: Any, job_id: str | None = None,
                         state: Any = None, records: int = 0, epoch: int = -1, pending: Any = None) -> None:
@@ -42,198 +76,166 @@ class ReducerActor(JobMember):
         its ``pending`` batches.
 
         ``handles`` is ``(peers, balancer, coordinator)`` (``peers``: every reducer slot's
-        handle) or :data:`PEERS_UNCHANGED`.
+        handle) or :data:`~dpa.runtime.ray.member.PEERS_UNCHANGED`.
         """
         peers, balancer, coordinator = self._peers(handles)
-        peers = list(peers)
         self.job_id = job_id or plan.job_id
-        self.logic = ReducerLogic(self.reducer_id, plan, snapshot)
-        self.logic.restore(state, records, epoch, pending or ())
+        self.machine = ReducerMachine(self.reducer_id, plan, snapshot, time.perf_counter,
+                                      (state, records, epoch, pending or ()))
         self.plan = plan
-        self.peers = peers
+        self.peers = list(peers)
         self.balancer = balancer
         self.coordinator = coordinator
-        self.wake = asyncio.Event()
-        self.arrived = asyncio.Event()  # a forward arrived (a checkpoint may wait for it)
-        self.room = asyncio.Event()
-        self.room.set()
-        self.stopping = False
-        self.finalize_at_end = False  # stop(finalize=True): the loop's end finalizes too
+        self.steps: asyncio.Queue[Any] = asyncio.Queue()  # PayStep / Finished, for the loop
+        self.waiting: dict[int, asyncio.Future] = {}  # push or request id -> the call that waits
+        self.ids = itertools.count()
         self.inflight: list[Any] = []
-        self.last_sent: tuple[int, int, int] | None = None
-        self.last_report = 0.0
+        self.awaited: list[Any] = []  # calls the event being handled answers only once they are done
         self.telemetry = ReducerTelemetry(plan.job_id, self.reducer_id)
-        self.last_progress = 0.0
-        self.last_progress_value = self.logic.processed  # (what the coordinator knows: none, or the checkpoint's)
-        self.mapped = False  # the coordinator said every input record is in a reducer's queue
         self.result = None
 
     def _on_abort(self) -> None:
-        self.stopping = True
-        self.room.set()
-        self.wake.set()
-        self.arrived.set()
+        for fut in self.waiting.values():
+            if not fut.done():
+                fut.set_result(None)
+        self.waiting = {}
+        self.steps.put_nowait(None)
         self.inflight = []
         self.result = None
+
+    # -- events in, instructions out ------------------------------------------------
+    def _feed(self, *events: Any) -> None:
+        """Hands events to the machine and carries out what it answers."""
+        self._execute(self.machine.handle(*events))
+
+    def _execute(self, instructions: list[Any]) -> None:
+        for ins in instructions:
+            if isinstance(ins, SendForward):
+                self.inflight.append(self.peers[ins.dest].push.remote(self.job_id, ins.batch, ins.version, True,
+                                                                      ins.epoch))
+            elif isinstance(ins, AnswerPush):
+                self._answer(ins.push_id, (ins.outcome, ins.capacity))
+            elif isinstance(ins, PayStep | Finished):
+                self.steps.put_nowait(ins)
+            elif isinstance(ins, Report):
+                self.balancer.report.remote(self.job_id, self.reducer_id, ins.queue_length, ins.version, ins.keys,
+                                            ins.backlog_s)
+                self.telemetry.update(ins.queue_length, ins.processed, ins.forwarded, ins.tokens)
+            elif isinstance(ins, Progress):
+                self.coordinator.progress.remote(self.job_id, self.reducer_id, ins.processed)
+            elif isinstance(ins, SendState):
+                ref = self.peers[ins.move.dest].accept_state.remote(self.job_id, ins.move)
+                (self.awaited if ins.awaited else self.inflight).append(ref)
+            elif isinstance(ins, SendPartial):
+                self.awaited.append(self.peers[ins.dest].accept_partial.remote(self.job_id, ins.partial))
+            elif isinstance(ins, Reply):
+                self._answer(ins.request_id, ins.value)
+            elif isinstance(ins, FetchSnapshot):
+                asyncio.ensure_future(self._fetch_snapshot(self.job_id))
+            else:
+                raise TypeError(f"the Ray reducer cannot carry out {ins!r}")
+        if len(self.inflight) > 64:
+            self.inflight = [r for r in self.inflight if not ready(r)]
+
+    def _answer(self, request_id: int, value: Any) -> None:
+        fut = self.waiting.pop(request_id, None)
+        if fut is not None and not fut.done():
+            fut.set_result(value)
+
+    async def _request(self, event_type: type, *args: Any) -> Any:
+        """Feeds a request event and waits for the machine's answer to it."""
+        rid = next(self.ids)
+        fut = self.waiting[rid] = asyncio.get_running_loop().create_future()
+        try:
+            self._feed(event_type(rid, *args))
+        except BaseException:
+            self.waiting.pop(rid, None)
+            raise
+        return await fut
+
+    async def _fetch_snapshot(self, job_id: str) -> None:
+        try:
+            snapshot = await self.balancer.snapshot.remote(job_id)
+        except Exception:  # a lost balancer is the coordinator's to notice and recover
+            snapshot = None
+        if self._serving(job_id):
+            self._feed(SnapshotFetched(snapshot))
+
+    async def _settle(self) -> None:
+        """Waits for the calls the event just handled must see done."""
+        awaited, self.awaited = self.awaited, []
+        if awaited:
+            await asyncio.gather(*awaited)
 
     # -- inputs ---------------------------------------------------------------------
     @quiet_method
     async def push(self, job_id: str, batch: pa.Table, version: int, forwarded: bool = False,
                    epoch: int = 0) -> tuple[int, int | None]:
-        """Queues a batch; a mapper's push waits while the queue is full. Returns what the
-        mapper should do with its push size (:meth:`~dpa.engine.reducer.ReducerLogic.push_outcome`)
-        and the queue's bound in rows (:attr:`~dpa.engine.reducer.ReducerLogic.capacity_rows`)."""
+        """Queues a batch; a mapper's push is answered once it is queued (it waits while the
+        queue is full): what the mapper should do with its push size and the queue's bound
+        in rows."""
         if not self._serving(job_id):
             return PUSH_KEEP, None
-        logic = self.logic
-        if version > logic.snapshot.version:
-            snapshot = await self.balancer.snapshot.remote(job_id)
-            if not self._serving(job_id):
-                return PUSH_KEEP, None
-            if snapshot is not None:
-                self._adopt(snapshot)
-        outcome = PUSH_KEEP
-        if not forwarded:
-            outcome = logic.push_outcome()
-            while not logic.has_room():
-                if logic.congested:
-                    outcome = PUSH_SHRINK
-                self.room.clear()
-                await self.room.wait()
-                if not self._serving(job_id):
-                    return PUSH_KEEP, None
-        self._send(logic.enqueue(batch, forwarded, version, epoch))
-        if forwarded:
-            self.arrived.set()
-        self.wake.set()
-        self._report()
-        return outcome, logic.capacity_rows
+        answer = await self._request(_push_event, batch, version, epoch, forwarded)
+        return (PUSH_KEEP, None) if answer is None else answer
 
     @quiet_method
     async def update_ring(self, job_id: str, snapshot: Any) -> None:
         if self._serving(job_id):  # drop a finished job's late news
-            self._adopt(snapshot)
-
-    def _adopt(self, snapshot: Any) -> None:
-        self._send(self.logic.on_snapshot(snapshot))
-        self._move_state()  # (none while a step is applying: it hands over after the step)
-        self._report(force=True)
-
-    def _move_state(self) -> None:
-        """Hands over the keys whose state this reducer no longer holds (migrate="state",
-        or a retired elastic slot): :meth:`~dpa.engine.reducer.ReducerLogic.state_moves`."""
-        for move in self.logic.state_moves():
-            self.inflight.append(self.peers[move.dest].accept_state.remote(self.job_id, move))
+            self._feed(SnapshotArrived(snapshot))
 
     @quiet_method
     async def accept_state(self, job_id: str, move: Any) -> None:
-        """A peer's :class:`~dpa.engine.instructions.StateMove`: merged into this reducer's state.
-        Keys it no longer owns (a move made under an older ring) go on to their owners,
-        and the call returns once they have merged them: the sender's end of the job
-        waits for its moves, so no state is still travelling when the results are taken."""
+        """A peer's :class:`~dpa.engine.instructions.StateMove`; returns once the keys it
+        passes on have merged at their owners."""
         if self._serving(job_id):
-            onward = self.logic.accept_state(move)
-            self.arrived.set()  # (a checkpoint may wait for it)
-            if onward:
-                await asyncio.gather(*[self.peers[m.dest].accept_state.remote(job_id, m) for m in onward])
-
-    def _send(self, forwards: list[Forward]) -> None:
-        version = self.logic.snapshot.version
-        for dest, batch, epoch in forwards:
-            self.inflight.append(self.peers[dest].push.remote(self.job_id, batch, version, True, epoch))
-        if len(self.inflight) > 64:
-            self.inflight = [r for r in self.inflight if not ready(r)]
-
-    def _report(self, force: bool = False) -> None:
-        """Reports the queue length to the balancer (at most every ``report_interval_s``
-        unless ``force``d, skipping a report that would repeat the last one) and progress
-        to the coordinator (:meth:`_progress`)."""
-        logic = self.logic
-        now = time.monotonic()
-        if force or now - self.last_report >= self.plan.report_interval_s:
-            sent = (logic.queued, logic.processed, logic.snapshot.version)
-            if sent != self.last_sent or logic.has_key_stats:
-                self.last_sent, self.last_report = sent, now
-                self.balancer.report.remote(self.job_id, self.reducer_id, logic.queued, logic.snapshot.version,
-                                            logic.take_key_stats(), logic.backlog_s)
-                counts = getattr(logic.snapshot, "token_counts", None)
-                self.telemetry.update(logic.queued, logic.processed, logic.forwarded,
-                                      None if counts is None else counts[self.reducer_id])
-        self._progress(now)
-
-    def _progress(self, now: float) -> None:
-        """Tells the coordinator the processed count if it changed: at once when the queue
-        is empty after every input record was mapped (what termination waits for), else
-        at most every ``PROGRESS_INTERVAL_S`` (a call per emptied queue would cost a
-        short job more than its records do)."""
-        logic = self.logic
-        if logic.processed == self.last_progress_value:
-            return
-        if (self.mapped and logic.queued == 0) or now - self.last_progress >= PROGRESS_INTERVAL_S:
-            self.last_progress, self.last_progress_value = now, logic.processed
-            self.coordinator.progress.remote(self.job_id, self.reducer_id, logic.processed)
+            self._feed(StateArrived(move))
+            await self._settle()
 
     @quiet_method
     async def input_mapped(self, job_id: str) -> None:
-        """Every input record is in a reducer's queue: from now on an emptied queue's
-        progress goes to the coordinator at once."""
+        """Every input record is in a reducer's queue."""
         if self._serving(job_id):
-            self.mapped = True
-            self._progress(time.monotonic())
+            self._feed(InputMapped())
 
     async def _reporter(self, job_id: str) -> None:
-        while not self.stopping and self._serving(job_id):
+        while self._serving(job_id) and not self.machine.finished:
             await asyncio.sleep(self.plan.report_interval_s)
             if self._serving(job_id):
-                self._report(force=True)
+                self._feed(ReportDue())
 
-    # -- processing -----------------------------------------------------------------
+    # -- the loop: steps ------------------------------------------------------------
     async def serve(self, job_id: str) -> dict[str, int]:
         if not self._serving(job_id):
             return {}
         self.task = asyncio.current_task()
-        logic = self.logic
         reporter = asyncio.ensure_future(self._reporter(job_id))
         try:
+            self._feed(ReducerStarted())
             while True:
-                step_started = time.perf_counter()
-                chunk = logic.take_chunk()
-                if chunk is None:
-                    self.room.set()
-                    self._report()
-                    if self.stopping:
-                        break
-                    self.wake.clear()
-                    await self.wake.wait()
-                    continue
-                if logic.has_room():
-                    self.room.set()
-                self._send(chunk.forwards)
-                if chunk.cost_s > 0:
-                    if logic.cost_mode == "sleep":
-                        await asyncio.sleep(chunk.cost_s)
+                step = await self.steps.get()
+                if step is None or isinstance(step, Finished):
+                    break
+                if step.cost_s > 0:
+                    if step.mode == "sleep":
+                        await asyncio.sleep(step.cost_s)
                     else:
-                        end = time.perf_counter() + chunk.cost_s
+                        end = time.perf_counter() + step.cost_s
                         while time.perf_counter() < end:
                             pass
                 try:
-                    logic.apply(chunk)
+                    self._feed(StepPaid())
                 except Exception as exc:
-                    key = logic.current_key
-                    raise ActorFailure(self.name, exc, key) from exc
-                logic.on_step(chunk.rows, time.perf_counter() - step_started)
-                self._move_state()
-                if logic.has_room():  # the step may have revised what the queue's work is worth
-                    self.room.set()
-                self._report()
+                    raise ActorFailure(self.name, exc, self.machine.current_key) from exc
                 await asyncio.sleep(0)
         finally:
-            self.stopping = True
             reporter.cancel()
+        if step is None:  # aborted
+            return {}
         if self.inflight:
             await asyncio.gather(*self.inflight)
-        counters = logic.counters()
-        if self.finalize_at_end:
+        counters = dict(step.counters)
+        if step.finalize:
             counters["merged_keys"] = await self.finalize(job_id)
         return counters
 
@@ -245,50 +247,41 @@ class ReducerActor(JobMember):
         With ``finalize`` the loop's end also does what :meth:`finalize` does (its merged
         keys go into the loop's counters as ``merged_keys``), saving the coordinator a
         round of calls: only for a job whose reducers neither merge partial states nor
-        receive states from peers at the end (no final merge, ``migrate="records"``, not
-        elastic), since the loop of one reducer may end before another's does."""
-        if not self._serving(job_id):
-            return
-        if snapshot is not None:
-            self._adopt(snapshot)
-        self.finalize_at_end = finalize
-        self.stopping = True
-        self.wake.set()
-        self.last_sent = None
-        self._report(force=True)
+        receive states from peers at the end (:func:`~dpa.engine.output.finalize_at_stop`)."""
+        if self._serving(job_id):
+            self._feed(Stop(snapshot, finalize))
 
     # -- checkpoints ------------------------------------------------------------------
     async def prepare_checkpoint(self, job_id: str, epoch: int) -> list[int] | None:
-        """Phase one of a checkpoint (:meth:`~dpa.engine.reducer.ReducerLogic.prepare_checkpoint`):
-        holds forwards of the epochs up to ``epoch``; per peer, the records of them
+        """Phase one of a checkpoint: per peer, the records of the epochs up to ``epoch``
         forwarded so far. None if not serving."""
         if not self._serving(job_id):
             return None
-        return self.logic.prepare_checkpoint(epoch)
+        return await self._request(PrepareCheckpoint, epoch)
 
     async def checkpoint(self, job_id: str, epoch: int, expected: int, timeout_s: float) -> Any:
-        """Phase two: once the ``expected`` records forwarded here of the epochs up to
-        ``epoch`` have arrived, this reducer's share of the checkpoint
-        (:meth:`~dpa.engine.reducer.ReducerLogic.checkpoint`: state, records, pending batches).
-        None if not serving or they did not arrive in time (the held forwards then go
-        out)."""
-        deadline = time.monotonic() + timeout_s
-        while self._serving(job_id) and self.logic.forwards_received(epoch) < expected:
-            if time.monotonic() > deadline:
-                self._send(self.logic.release_held())
-                return None
-            self.arrived.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.arrived.wait(), max(0.0, deadline - time.monotonic()))
+        """Phase two: this reducer's share once the ``expected`` forwarded records have
+        arrived; None if not serving or they did not arrive within ``timeout_s``."""
         if not self._serving(job_id):
             return None
-        return self.logic.checkpoint(epoch)
+        rid = next(self.ids)
+        fut = self.waiting[rid] = asyncio.get_running_loop().create_future()
+        self._feed(CutCheckpoint(rid, epoch, expected))
+        try:
+            share = await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+        except asyncio.TimeoutError:  # (the machine answers None and lets the held forwards go)
+            if self._serving(job_id):
+                self._feed(CheckpointTimedOut(rid))
+            self.waiting.pop(rid, None)
+            share = fut.result() if fut.done() else None
+        if isinstance(share, BaseException):
+            raise share
+        return share
 
     async def release_checkpoint(self, job_id: str) -> None:
         """Phase three: every share is taken; the forwards held for it go out."""
         if self._serving(job_id):
-            self._send(self.logic.release_held())
-            self._move_state()
+            self._feed(ReleaseCheckpoint())
 
     # -- final merge and result -----------------------------------------------------
     async def add_peers(self, job_id: str, handles: dict[int, Any]) -> None:
@@ -301,25 +294,14 @@ class ReducerActor(JobMember):
     async def exchange(self, job_id: str, slots: list[int] | None = None) -> None:
         """The partitioned final merge over the job's reducer ``slots`` (default all):
         partition ``j`` of this reducer's state goes to ``slots[j]``."""
-        if not self._serving(job_id):
-            return
-        slots = list(range(len(self.peers))) if slots is None else list(slots)
-        parts = self.logic.partition_state(len(slots))
-        refs = []
-        for j, part in enumerate(parts):
-            dest = slots[j]
-            if part is None:
-                continue
-            if dest == self.reducer_id:
-                self.logic.merge_partial(part)
-            else:
-                refs.append(self.peers[dest].accept_partial.remote(job_id, part))
-        await asyncio.gather(*refs)
+        if self._serving(job_id):
+            await self._request(Exchange, slots)
+            await self._settle()
 
     @quiet_method
     async def accept_partial(self, job_id: str, part: Any) -> None:
         if self._serving(job_id):
-            self.logic.merge_partial(part)
+            self._feed(PartialArrived(part))
 
     async def finalize(self, job_id: str) -> int:
         """Finalizes this reducer's share of the result (kept until :meth:`result`); returns
@@ -327,13 +309,11 @@ class ReducerActor(JobMember):
         if not self._serving(job_id):
             return 0
         try:
-            table = self.logic.finalize()
-            if table is None:
-                table = self.logic.state.empty_result(empty_input_table(self.plan).schema)
+            table, merged_keys = await self._request(Finalize)
         except Exception as exc:
-            raise ActorFailure(self.name, exc, getattr(self.logic.state, "current_key", None)) from exc
+            raise ActorFailure(self.name, exc, self.machine.current_key) from exc
         self.result = table
-        return self.logic.merged_keys
+        return merged_keys
 
     async def result(self, job_id: str) -> pa.Table:
         """Hands the finalized table over (into the caller's object store ref) and forgets it."""
@@ -342,4 +322,8 @@ class ReducerActor(JobMember):
         table, self.result = self.result, None
         self.job_id, self.task = None, None  # the last call of a job: the reducer is idle now
         return table
+
+
+def _push_event(push_id: int, batch: pa.Table, version: int, epoch: int, forwarded: bool) -> PushArrived:
+    return PushArrived(push_id, batch, version, epoch, forwarded)
 

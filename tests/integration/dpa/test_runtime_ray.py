@@ -293,7 +293,7 @@ def test_member_warm_up_pays_the_first_block_s_imports_while_the_actor_starts():
 
     script = (
         "import sys, threading\n"
-        "import dpa.runtime.ray as a\n"
+        "import dpa.runtime.ray.member as a\n"
         "assert 'pyarrow.acero' not in sys.modules\n"
         "before = set(threading.enumerate())\n"
         "a.JobMember._start_warm_up()\n"

@@ -1,8 +1,8 @@
 """The calls that end a job (no Ray): the coordinator tells the reducers once that every
-input record is queued; from then on an idle reducer sends its progress at once, before
-that at most every ``PROGRESS_INTERVAL_S``; a mapper's finished block may ride on its next
-``next_block`` request or on ``mapper_done``; a reducer's loop finalizes as it ends when
-nothing can reach the reducer after that."""
+input record is queued (their progress protocol is tested on the machine:
+``tests/unit/dpa/engine/test_reducer_machine.py``); a mapper's finished block may ride on
+its next ``next_block`` request or on ``mapper_done``; a reducer's loop finalizes as it
+ends when nothing can reach the reducer after that."""
 
 from __future__ import annotations
 
@@ -31,53 +31,6 @@ class Recorder:
 
     def __getattr__(self, method: str) -> SimpleNamespace:
         return SimpleNamespace(remote=lambda *args: self.calls.append((method, *args)))
-
-
-def reducer(processed: int = 0) -> object:
-    cls = ray_reducer.ReducerActor.__ray_metadata__.modified_class
-    r = cls.__new__(cls)  # (no start-up warm-up thread)
-    r.reducer_id, r.job_id, r.coordinator = 0, "job", Recorder("coordinator")
-    r.logic = SimpleNamespace(processed=processed, queued=0)
-    r.last_progress, r.last_progress_value, r.mapped = 0.0, processed, False
-    return r
-
-
-def progress_calls(r) -> list[tuple]:
-    return [c for c in r.coordinator.calls if c[0] == "progress"]
-
-
-def test_an_idle_reducer_reports_progress_at_once_only_after_input_mapped():
-    r = reducer()
-    r._progress(10.0)
-    assert progress_calls(r) == []  # nothing new since what the coordinator knows
-    r.logic.processed = 5
-    r._progress(10.0)  # the interval since the last one is up
-    assert progress_calls(r) == [("progress", "job", 0, 5)]
-    r.logic.processed = 7
-    r._progress(10.0 + ray_reducer.PROGRESS_INTERVAL_S / 2)  # emptied queue, mapping still going
-    assert len(progress_calls(r)) == 1
-    asyncio.run(r.input_mapped("job"))  # the coordinator's word: it is sent at once
-    assert progress_calls(r)[-1] == ("progress", "job", 0, 7)
-    r.logic.processed, r.logic.queued = 9, 3
-    r._progress(10.0 + ray_reducer.PROGRESS_INTERVAL_S / 2)  # queue not empty: waits for the interval
-    assert len(progress_calls(r)) == 2
-    r.logic.queued = 0
-    r._progress(10.0 + ray_reducer.PROGRESS_INTERVAL_S / 2)
-    assert progress_calls(r)[-1] == ("progress", "job", 0, 9)
-    asyncio.run(r.input_mapped("another job"))  # a finished job's late news changes nothing
-    assert len(progress_calls(r)) == 3
-
-
-def test_a_reducer_starts_from_what_the_coordinator_knows():
-    # Nothing new at a job's start (none, or a checkpoint's count): no progress call.
-    config = dpa.JobConfig(runtime="local", num_mappers=1, num_reducers=2)
-    plan, _ = build_plan(normalize_source(pa.table({"k": [1, 2]}), None), "k", dpa.Count(), None, config)
-    for records in (0, 40):
-        r = reducer()
-        handles = ([r, Recorder("r1")], Recorder("balancer"), r.coordinator)
-        asyncio.run(r.start_job(plan, plan.policy.initial_snapshot(2), handles, "job", None, records))
-        asyncio.run(r.input_mapped("job"))
-        assert r.logic.processed == records and progress_calls(r) == []
 
 
 def coordinator() -> object:
@@ -120,6 +73,15 @@ def test_next_block_takes_the_last_blocks_end_along():
         assert coord.logic.ledger.blocks_done == 1
 
     asyncio.run(scenario())
+
+
+def reducer() -> object:
+    """The reducer actor's class without Ray (and without its start-up warm-up thread)."""
+    cls = ray_reducer.ReducerActor.__ray_metadata__.modified_class
+    r = cls.__new__(cls)
+    r.reducer_id, r.name, r.job_id, r.task, r.result = 0, "reducer-0", None, None, None
+    r.coordinator = Recorder("coordinator")
+    return r
 
 
 def served(finalize: bool) -> tuple[object, dict]:

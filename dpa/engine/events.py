@@ -1,0 +1,182 @@
+"""What happens to a mapper or a reducer: the events their state machines take.
+
+A runtime turns what reaches an actor (a call, a reply, a paid cost, a timer) into one of
+these and hands it to the machine's ``handle``; it carries out the instructions
+(:mod:`dpa.engine.instructions`) that come back. Request events carry an id that the
+answering :class:`~dpa.engine.instructions.Reply` or
+:class:`~dpa.engine.instructions.AnswerPush` names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from dpa.engine.instructions import StateMove
+
+# -- reducer --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReducerStarted:
+    """The reducer's loop starts (its queue may hold a checkpoint's pending batches)."""
+
+
+@dataclass(frozen=True)
+class PushArrived:
+    """A batch for the reducer's queue: a mapper's push (it waits while the queue is full)
+    or, ``forwarded``, a peer's forward (always accepted), routed under ``version``, of
+    input ``epoch``."""
+
+    push_id: int
+    batch: pa.Table
+    version: int
+    epoch: int = 0
+    forwarded: bool = False
+
+
+@dataclass(frozen=True)
+class SnapshotArrived:
+    """A routing snapshot (published by the balancer, or fetched for a newer push)."""
+
+    snapshot: Any
+
+
+@dataclass(frozen=True)
+class SnapshotFetched:
+    """The answer to a :class:`~dpa.engine.instructions.FetchSnapshot`: the balancer's
+    snapshot, or None if none came (the balancer is gone or serves another run)."""
+
+    snapshot: Any
+
+
+@dataclass(frozen=True)
+class StepPaid:
+    """The runtime paid the cost of the step the machine asked for."""
+
+
+@dataclass(frozen=True)
+class ReportDue:
+    """A report is due whatever changed (the reporter's timer)."""
+
+
+@dataclass(frozen=True)
+class InputMapped:
+    """Every input record is in a reducer's queue (termination waits for progress now)."""
+
+
+@dataclass(frozen=True)
+class StateArrived:
+    """A peer's state hand-over."""
+
+    move: StateMove
+
+
+@dataclass(frozen=True)
+class PrepareCheckpoint:
+    """Checkpoint phase one for the epochs up to ``epoch``; answered with the records
+    forwarded to each peer so far."""
+
+    request_id: int
+    epoch: int
+
+
+@dataclass(frozen=True)
+class CutCheckpoint:
+    """Checkpoint phase two: once the ``expected`` forwarded records of the epochs up to
+    ``epoch`` have arrived, answered with this reducer's share."""
+
+    request_id: int
+    epoch: int
+    expected: int
+
+
+@dataclass(frozen=True)
+class CheckpointTimedOut:
+    """The forwards a :class:`CutCheckpoint` waits for did not arrive in time."""
+
+    request_id: int
+
+
+@dataclass(frozen=True)
+class ReleaseCheckpoint:
+    """Checkpoint phase three: every share is taken."""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Every record is absorbed: end the loop under the balancer's final ``snapshot`` (if
+    any); ``finalize``: the loop's end finalizes too."""
+
+    snapshot: Any = None
+    finalize: bool = False
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """The partitioned final merge over the job's reducer ``slots`` (None: all)."""
+
+    request_id: int
+    slots: list[int] | None = None
+
+
+@dataclass(frozen=True)
+class PartialArrived:
+    """A peer's partition of its state for the final merge."""
+
+    partial: Any
+
+
+@dataclass(frozen=True)
+class Finalize:
+    """Finalize the reducer's share of the result; answered with ``(table, merged_keys)``."""
+
+    request_id: int
+
+
+# -- mapper ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MapperStarted:
+    """The mapper's loop starts."""
+
+
+@dataclass(frozen=True)
+class BlockArrived:
+    """An input item: a block to map (``prepared``: the rest of a block, routed as it is),
+    of ``epoch`` with ledger ``token``."""
+
+    table: pa.Table
+    epoch: int
+    token: int
+    prepared: bool = False
+
+
+@dataclass(frozen=True)
+class NoMoreBlocks:
+    """The coordinator has no item left for this mapper (or the run ended)."""
+
+
+@dataclass(frozen=True)
+class ForecastAnswered:
+    """The snapshot the balancer made of the forecast (None: none came)."""
+
+    snapshot: Any
+
+
+@dataclass(frozen=True)
+class PushesAnswered:
+    """Every batch of the last push is queued: per batch, ``(outcome, capacity)``."""
+
+    answers: list[tuple[int, int | None]]
+
+
+@dataclass(frozen=True)
+class BlockSplit:
+    """The coordinator took the rest of the block as an item: its ``(epoch, token)``;
+    None if the run is over."""
+
+    split: tuple[int, int] | None

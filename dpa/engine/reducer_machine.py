@@ -1,0 +1,355 @@
+"""The reducer's protocol: one entry point, :meth:`ReducerMachine.handle`, events in, instructions out.
+
+Every decision a reducer takes about its messages lives here: whether a mapper's push is
+queued now or waits for room (back-pressure) and what it tells the mapper about its push
+size; when a push routed under a newer snapshot first fetches it; when a step starts and
+what it costs; forwarding after a new snapshot; state hand-overs; when the balancer and the
+coordinator hear from it; the three phases of a checkpoint; the end of the loop and the
+final merge. The data operations (queue, state, epochs) are :class:`~dpa.engine.reducer.ReducerLogic`'s.
+
+The runtimes only translate: the Ray actor (:mod:`dpa.runtime.ray.reducer`) turns calls
+and timers into events and instructions into calls; the in-process runtime
+(:mod:`dpa.runtime.local`) does the same in virtual time. Both run this code.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from dpa.engine.events import (
+    CheckpointTimedOut,
+    CutCheckpoint,
+    Exchange,
+    Finalize,
+    InputMapped,
+    PartialArrived,
+    PrepareCheckpoint,
+    PushArrived,
+    ReducerStarted,
+    ReleaseCheckpoint,
+    ReportDue,
+    SnapshotArrived,
+    SnapshotFetched,
+    StateArrived,
+    StepPaid,
+    Stop,
+)
+from dpa.engine.flow import PUSH_KEEP, PUSH_SHRINK, Chunk
+from dpa.engine.instructions import (
+    AnswerPush,
+    FetchSnapshot,
+    Finished,
+    Forward,
+    PayStep,
+    Progress,
+    Reply,
+    Report,
+    SendForward,
+    SendPartial,
+    SendState,
+)
+from dpa.engine.plan import JobPlan, empty_input_table
+from dpa.engine.reducer import ReducerLogic
+
+#: A reducer tells the coordinator its processed count at most this often while the
+#: mappers are at work (for progress bars and metrics); once every record is in a queue
+#: (:class:`~dpa.engine.events.InputMapped`), an idle reducer tells it at once: that is
+#: what termination waits for.
+PROGRESS_INTERVAL_S = 0.1
+
+
+class ReducerMachine:
+    """A reducer's protocol over its :class:`~dpa.engine.reducer.ReducerLogic`.
+
+    Args:
+        reducer_id: The reducer's slot.
+        plan: The job.
+        snapshot: The routing snapshot it starts under.
+        clock: Seconds, monotonic (wall time on Ray, virtual time in-process): it times
+            steps, reports and progress.
+        checkpoint: ``(state, records, epoch, pending)`` of the checkpoint it starts from
+            (:meth:`~dpa.engine.reducer.ReducerLogic.restore`), or None.
+    """
+
+    def __init__(self, reducer_id: int, plan: JobPlan, snapshot: Any, clock: Callable[[], float],
+                 checkpoint: tuple[Any, int, int, Any] | None = None) -> None:
+        self.logic = ReducerLogic(reducer_id, plan, snapshot)
+        if checkpoint is not None:
+            state, records, epoch, pending = checkpoint
+            self.logic.restore(state, records, epoch, pending or ())
+        self.plan = plan
+        self.clock = clock
+        self.parked: deque[list[Any]] = deque()  # [PushArrived, outcome]: mapper pushes waiting for room
+        self.newer: list[PushArrived] = []  # pushes routed under a snapshot being fetched
+        self.busy: Chunk | None = None
+        self.step_started = 0.0
+        self.stopping = False
+        self.finalize_at_end = False
+        self.finished = False
+        self.mapped = False
+        self.cut: CutCheckpoint | None = None
+        self.last_report = -math.inf
+        self.last_sent: tuple[int, int, int] | None = None
+        self.last_progress = -math.inf
+        self.last_progress_value = self.logic.processed  # what the coordinator knows already
+
+    # -- the entry point ------------------------------------------------------------
+    def handle(self, *events: Any) -> list[Any]:
+        """Takes events; returns the instructions for the runtime, in order.
+
+        Raises:
+            Exception: What user code raised while a step was applied or a result
+                finalized (:attr:`current_key` names the key, if known).
+        """
+        out: list[Any] = []
+        for event in events:
+            handler = _HANDLERS.get(type(event))
+            if handler is None:
+                raise TypeError(f"a reducer takes no {type(event).__name__} event")
+            out += handler(self, event)
+        out += self._release_parked()
+        return out
+
+    @property
+    def current_key(self) -> Any:
+        """The key user code was working on when it raised (None if unknown)."""
+        return self.logic.current_key
+
+    def _on_started(self, ev: ReducerStarted) -> list[Any]:
+        return self._next_step() + self._report(force=True)
+
+    # -- pushes and back-pressure ---------------------------------------------------
+    def _on_push(self, ev: PushArrived) -> list[Any]:
+        if ev.version > self.logic.snapshot.version:
+            # Routed under a snapshot this reducer has not seen: adopt it first, so that no
+            # record is judged by the older one.
+            self.newer.append(ev)
+            return [FetchSnapshot()] if len(self.newer) == 1 else []
+        return self._accept(ev)
+
+    def _accept(self, ev: PushArrived) -> list[Any]:
+        logic = self.logic
+        outcome = PUSH_KEEP
+        if not ev.forwarded:
+            outcome = logic.push_outcome()
+            if self.parked or not logic.has_room():
+                if logic.congested:
+                    outcome = PUSH_SHRINK
+                self.parked.append([ev, outcome])
+                return []
+        return self._enqueue(ev, outcome)
+
+    def _enqueue(self, ev: PushArrived, outcome: int) -> list[Any]:
+        logic = self.logic
+        out = self._sends(logic.enqueue(ev.batch, ev.forwarded, ev.version, ev.epoch))
+        out.append(AnswerPush(ev.push_id, outcome, logic.capacity_rows))
+        if ev.forwarded:
+            out += self._check_cut()
+        out += self._next_step()
+        out += self._report()
+        return out
+
+    def _release_parked(self) -> list[Any]:
+        """Queues the waiting pushes, oldest first, while the queue has room; the others
+        learn whether they now wait for work (a full queue: they shrink their pushes)."""
+        out: list[Any] = []
+        logic = self.logic
+        while self.parked:
+            if not logic.has_room():
+                if logic.congested:
+                    for waiting in self.parked:
+                        waiting[1] = PUSH_SHRINK
+                break
+            ev, outcome = self.parked.popleft()
+            out += self._enqueue(ev, outcome)
+        return out
+
+    # -- snapshots --------------------------------------------------------------------
+    def _on_snapshot(self, ev: SnapshotArrived) -> list[Any]:
+        out = self._adopt(ev.snapshot)
+        ready = [p for p in self.newer if p.version <= self.logic.snapshot.version]
+        if ready:
+            self.newer = [p for p in self.newer if p.version > self.logic.snapshot.version]
+            for push in ready:
+                out += self._accept(push)
+        return out
+
+    def _on_fetched(self, ev: SnapshotFetched) -> list[Any]:
+        out = [] if ev.snapshot is None else self._adopt(ev.snapshot)
+        newer, self.newer = self.newer, []
+        for push in newer:  # (a fetch answers every push that waited for it)
+            out += self._accept(push)
+        return out
+
+    def _adopt(self, snapshot: Any) -> list[Any]:
+        out = self._sends(self.logic.on_snapshot(snapshot))
+        out += self._moves()  # (none while a step is applying: it hands over after the step)
+        out += self._report(force=True)
+        return out
+
+    # -- steps ------------------------------------------------------------------------
+    def _next_step(self) -> list[Any]:
+        """Starts a step if none runs: the chunk's forwards go out, its cost is to be paid.
+        An empty queue after :class:`~dpa.engine.events.Stop` ends the loop."""
+        if self.busy is not None or self.finished:
+            return []
+        chunk = self.logic.take_chunk()
+        if chunk is None:
+            if self.stopping:
+                self.finished = True
+                return [Finished(self.logic.counters(), self.finalize_at_end)]
+            return []
+        self.busy, self.step_started = chunk, self.clock()
+        return [*self._sends(chunk.forwards), PayStep(chunk.cost_s, self.logic.cost_mode)]
+
+    def _on_step_paid(self, ev: StepPaid) -> list[Any]:
+        chunk, self.busy = self.busy, None
+        if chunk is None:
+            return []
+        self.logic.apply(chunk)
+        self.logic.on_step(chunk.rows, self.clock() - self.step_started)
+        out = self._moves()
+        # (the step may have revised what the queue's work is worth: parked pushes are
+        # released at the end of handle)
+        out += self._report()
+        out += self._next_step()
+        return out
+
+    # -- reports ----------------------------------------------------------------------
+    def _report(self, force: bool = False) -> list[Any]:
+        """The queue length for the balancer (at most every ``report_interval_s`` unless
+        ``force``d, never one that repeats the last) and progress for the coordinator."""
+        logic = self.logic
+        now = self.clock()
+        out: list[Any] = []
+        if force or now - self.last_report >= self.plan.report_interval_s:
+            sent = (logic.queued, logic.processed, logic.snapshot.version)
+            if sent != self.last_sent or logic.has_key_stats:
+                self.last_sent, self.last_report = sent, now
+                counts = getattr(logic.snapshot, "token_counts", None)
+                out.append(Report(logic.queued, logic.snapshot.version, logic.take_key_stats(), logic.backlog_s,
+                                  logic.processed, logic.forwarded,
+                                  None if counts is None else int(counts[logic.reducer_id])))
+        return out + self._progress(now)
+
+    def _progress(self, now: float) -> list[Any]:
+        """The processed count if it changed: at once when the queue is empty after every
+        input record was mapped (what termination waits for), else at most every
+        :data:`PROGRESS_INTERVAL_S` (a message per emptied queue would cost a short job
+        more than its records do)."""
+        logic = self.logic
+        if logic.processed == self.last_progress_value:
+            return []
+        if (self.mapped and logic.queued == 0) or now - self.last_progress >= PROGRESS_INTERVAL_S:
+            self.last_progress, self.last_progress_value = now, logic.processed
+            return [Progress(logic.processed)]
+        return []
+
+    def _on_report_due(self, ev: ReportDue) -> list[Any]:
+        return [] if self.finished else self._report(force=True)
+
+    def _on_input_mapped(self, ev: InputMapped) -> list[Any]:
+        self.mapped = True
+        return self._progress(self.clock())
+
+    # -- forwards and state moves -----------------------------------------------------
+    def _sends(self, forwards: list[Forward]) -> list[Any]:
+        version = self.logic.snapshot.version
+        return [SendForward(f.dest, f.batch, f.epoch, version) for f in forwards]
+
+    def _moves(self) -> list[Any]:
+        """Hands over the keys whose state this reducer no longer holds (``migrate="state"``,
+        or a retired elastic slot)."""
+        return [SendState(move) for move in self.logic.state_moves()]
+
+    def _on_state(self, ev: StateArrived) -> list[Any]:
+        # Keys it no longer owns (a move made under an older ring) go on to their owners;
+        # the move is answered once they have merged them, so no state is still travelling
+        # when the sender's loop ends.
+        out: list[Any] = [SendState(move, awaited=True) for move in self.logic.accept_state(ev.move)]
+        return out + self._check_cut()
+
+    # -- checkpoints ------------------------------------------------------------------
+    def _on_prepare(self, ev: PrepareCheckpoint) -> list[Any]:
+        return [Reply(ev.request_id, self.logic.prepare_checkpoint(ev.epoch))]
+
+    def _on_cut(self, ev: CutCheckpoint) -> list[Any]:
+        self.cut = ev
+        return self._check_cut()
+
+    def _check_cut(self) -> list[Any]:
+        """Answers the waiting :class:`~dpa.engine.events.CutCheckpoint` once the forwards
+        it counts have arrived (an error of user code while the share is cut is the answer)."""
+        cut = self.cut
+        if cut is None or self.logic.forwards_received(cut.epoch) < cut.expected:
+            return []
+        self.cut = None
+        try:
+            share: Any = self.logic.checkpoint(cut.epoch)
+        except Exception as exc:  # a user merge() folding the epochs: the job fails
+            share = exc
+        return [Reply(cut.request_id, share)]
+
+    def _on_cut_timeout(self, ev: CheckpointTimedOut) -> list[Any]:
+        if self.cut is None or self.cut.request_id != ev.request_id:
+            return []
+        self.cut = None
+        return [*self._sends(self.logic.release_held()), Reply(ev.request_id, None)]
+
+    def _on_release(self, ev: ReleaseCheckpoint) -> list[Any]:
+        return self._sends(self.logic.release_held()) + self._moves()
+
+    # -- the end ------------------------------------------------------------------------
+    def _on_stop(self, ev: Stop) -> list[Any]:
+        out = [] if ev.snapshot is None else self._adopt(ev.snapshot)
+        self.finalize_at_end = ev.finalize
+        self.stopping = True
+        self.last_sent = None
+        out += self._report(force=True)
+        out += self._next_step()
+        return out
+
+    def _on_exchange(self, ev: Exchange) -> list[Any]:
+        slots = list(range(self.plan.num_reducers)) if ev.slots is None else list(ev.slots)
+        out: list[Any] = []
+        for dest, part in zip(slots, self.logic.partition_state(len(slots))):
+            if part is None:
+                continue
+            if dest == self.logic.reducer_id:
+                self.logic.merge_partial(part)
+            else:
+                out.append(SendPartial(dest, part))
+        return [*out, Reply(ev.request_id, None)]
+
+    def _on_partial(self, ev: PartialArrived) -> list[Any]:
+        self.logic.merge_partial(ev.partial)
+        return []
+
+    def _on_finalize(self, ev: Finalize) -> list[Any]:
+        table = self.logic.finalize()
+        if table is None:
+            table = self.logic.state.empty_result(empty_input_table(self.plan).schema)
+        return [Reply(ev.request_id, (table, self.logic.merged_keys))]
+
+
+_HANDLERS: dict[type, Callable[[ReducerMachine, Any], list[Any]]] = {
+    ReducerStarted: ReducerMachine._on_started,
+    PushArrived: ReducerMachine._on_push,
+    SnapshotArrived: ReducerMachine._on_snapshot,
+    SnapshotFetched: ReducerMachine._on_fetched,
+    StepPaid: ReducerMachine._on_step_paid,
+    ReportDue: ReducerMachine._on_report_due,
+    InputMapped: ReducerMachine._on_input_mapped,
+    StateArrived: ReducerMachine._on_state,
+    PrepareCheckpoint: ReducerMachine._on_prepare,
+    CutCheckpoint: ReducerMachine._on_cut,
+    CheckpointTimedOut: ReducerMachine._on_cut_timeout,
+    ReleaseCheckpoint: ReducerMachine._on_release,
+    Stop: ReducerMachine._on_stop,
+    Exchange: ReducerMachine._on_exchange,
+    PartialArrived: ReducerMachine._on_partial,
+    Finalize: ReducerMachine._on_finalize,
+}
