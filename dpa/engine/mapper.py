@@ -81,7 +81,7 @@ class MapperLogic:
         self._last_push: tuple[int, dict[int, int]] = (0, {})  # its rows, and rows per reducer
         # The planner's forecast from the first block (PolicySpec.wants_block_stats); not
         # for combined rows: a key is one row per block then, there is nothing to split.
-        self._forecast_due = (bool(getattr(plan.policy, "wants_block_stats", False))
+        self._forecast_due = (bool(plan.policy.wants_block_stats)
                               and not plan.combine and not plan.input_combined)
         self._forecast: tuple[np.ndarray, np.ndarray, int] | None = None
         self._table: pa.Table | None = None  # the block being routed (with HASH_COL)

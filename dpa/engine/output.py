@@ -73,14 +73,13 @@ def needs_final_merge(policy: Any, initial_snapshot: Any, final_snapshot: Any, m
 
     With ``migrate="state"`` a moved key's state follows it, so at the end every key sits
     where the final snapshot routes it: only keys that snapshot splits (a hot key of
-    ``hybrid``, :attr:`table_size` > 0) or a policy that always splits need the merge.
+    ``hybrid``: :meth:`~dpa.routing.policy.PolicySpec.keys_split_under`) need the merge.
     """
-    always = bool(policy.splits_keys) and not getattr(policy, "splits_by_plan", False)
-    split_now = bool(policy.splits_keys) and getattr(final_snapshot, "table_size", 0) > 0
+    split_now = policy.keys_split_under(final_snapshot)
     if migrate == "state":
-        return always or split_now
+        return split_now
     first = initial_snapshot.version if routed_from is None else routed_from
-    return always or split_now or final_snapshot.version != first
+    return split_now or final_snapshot.version != first
 
 
 def finalize_at_stop(plan: Any, merged: bool) -> bool:

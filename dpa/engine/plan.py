@@ -299,7 +299,7 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
         raise ConfigError(
             f"{bound!r} does not implement merge(), but elastic reducers (max_reducers/min_reducers) hand "
             "keys' partial states from reducer to reducer; implement merge() or use a fixed width")
-    if config.elastic and not getattr(policy, "supports_elastic", False):
+    if config.elastic and not policy.supports_elastic:
         raise ConfigError(
             f"policy {policy.name!r} cannot change the number of reducers during a job (max_reducers="
             f"{config.max_reducers}, min_reducers={config.min_reducers}); use a ring policy ('hybrid', "

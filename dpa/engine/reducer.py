@@ -96,7 +96,7 @@ class ReducerLogic:
         self.received_forwards = 0
         self.peak_queue = 0
         # Per-key arrival counts for planners that want them (PolicySpec.wants_key_stats).
-        self.collect_keys = bool(getattr(plan.policy, "wants_key_stats", False))
+        self.collect_keys = bool(plan.policy.wants_key_stats)
         self._arrivals: list[tuple[np.ndarray, np.ndarray | None]] = []
         # State migration (JobConfig.migrate="state"): the version whose owners the state was
         # last checked against (-1: a restored state is checked at the first step boundary).
@@ -226,14 +226,14 @@ class ReducerLogic:
         hs = np.concatenate([h for h, _ in self._arrivals])
         ws = np.concatenate([np.ones(len(h), np.int64) if w is None else w.astype(np.int64) for h, w in self._arrivals])
         self._arrivals = []
-        keys, counts, total = top_key_counts(hs, ws, int(getattr(self.plan.policy, "key_stats_top", 1024)))
+        keys, counts, total = top_key_counts(hs, ws, int(self.plan.policy.key_stats_top))
         return keys, counts, total, self.held
 
     def _keys_worth_counting(self) -> bool | None:
         """Whether to count the keys that arrived now: always, unless the policy counts them
         only for backlogs worth balancing (:attr:`dpa.routing.policy.PolicySpec.key_stats_when_backlogged`,
         two steps of work or more); None = not known until a full-size step was measured."""
-        if not getattr(self.plan.policy, "key_stats_when_backlogged", False):
+        if not self.plan.policy.key_stats_when_backlogged:
             return True
         backlog = self.backlog_s
         return None if backlog is None else backlog >= 2 * self.plan.step_time_s
@@ -432,8 +432,7 @@ class ReducerLogic:
         its whole state over whatever ``migrate`` says, so that it holds nothing."""
         if not self.plan.active_reducers:
             return False
-        counts = getattr(self.snapshot, "token_counts", None)
-        return counts is not None and counts[self.reducer_id] == 0
+        return self.plan.policy.tokens(self.snapshot, self.reducer_id) == 0
 
     def accept_state(self, move: StateMove) -> list[StateMove]:
         """Merges a peer's :class:`~dpa.engine.instructions.StateMove` into the store of its epochs.

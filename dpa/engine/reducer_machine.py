@@ -229,10 +229,9 @@ class ReducerMachine:
             sent = (logic.queued, logic.processed, logic.snapshot.version)
             if sent != self.last_sent or logic.has_key_stats:
                 self.last_sent, self.last_report = sent, now
-                counts = getattr(logic.snapshot, "token_counts", None)
                 out.append(Report(logic.queued, logic.snapshot.version, logic.take_key_stats(), logic.backlog_s,
                                   logic.processed, logic.forwarded,
-                                  None if counts is None else int(counts[logic.reducer_id])))
+                                  self.plan.policy.tokens(logic.snapshot, logic.reducer_id)))
         return out + self._progress(now)
 
     def _progress(self, now: float) -> list[Any]:

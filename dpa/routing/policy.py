@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -37,8 +37,19 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "Decision", "JobShape", "Planner", "PolicyFactory", "PolicySettings", "PolicySpec", "RebalanceEvent",
-    "Router",
+    "Router", "Snapshot",
 ]
+
+
+@runtime_checkable
+class Snapshot(Protocol):
+    """One version of a policy's routing state, as mappers and reducers hold it: immutable,
+    picklable, versioned (a newer one has a higher ``version``). What a snapshot means
+    beyond that is its policy's to say (:meth:`PolicySpec.destinations`,
+    :meth:`PolicySpec.tokens`, :meth:`PolicySpec.keys_split_under`): the engine asks the
+    policy, never the snapshot."""
+
+    version: int
 
 @dataclass(frozen=True)
 class RebalanceEvent:
@@ -80,14 +91,14 @@ class RebalanceEvent:
 class Decision:
     """A planner's output: the new snapshot to publish (or None) and the logged event."""
 
-    snapshot: Any | None
+    snapshot: Snapshot | None
     event: RebalanceEvent
 
 
 class Router:
     """Per-mapper routing: maps key hashes to reducer ids."""
 
-    def route(self, hashes: np.ndarray, snapshot: Any) -> np.ndarray:
+    def route(self, hashes: np.ndarray, snapshot: Snapshot) -> np.ndarray:
         """Returns an int array of reducer ids, one per hash."""
         raise NotImplementedError
 
@@ -158,7 +169,7 @@ class Planner:
         """The authoritative current snapshot."""
         raise NotImplementedError
 
-    def resume(self, snapshot: Any) -> bool:
+    def resume(self, snapshot: Snapshot) -> bool:
         """Continues from ``snapshot``, one this policy's planner published (a balancer
         restarted after a failure). Returns False if this planner cannot (it then keeps
         its first snapshot); what it learnt besides the routing (sketches, counts) starts
@@ -242,20 +253,32 @@ class PolicySpec:
     #: :attr:`Planner.active`, :meth:`Planner.scale_out` and :meth:`Planner.scale_in`.
     supports_elastic: bool = False
 
-    def initial_snapshot(self, num_reducers: int) -> Any:
+    def initial_snapshot(self, num_reducers: int) -> Snapshot:
         raise NotImplementedError
+
+    def tokens(self, snapshot: Snapshot, reducer: int) -> int | None:
+        """The ring tokens ``reducer`` owns under ``snapshot`` (shown by the dashboard; 0 =
+        an elastic slot that owns no keys), or None for a policy without tokens."""
+        return None
+
+    def keys_split_under(self, snapshot: Snapshot) -> bool:
+        """Whether ``snapshot`` may route one key to several reducers (then the final merge
+        is needed even if the routing never changed). By default every snapshot of a
+        policy that splits keys, unless it splits them only by plan (:attr:`splits_by_plan`:
+        the policy says which snapshots do)."""
+        return bool(self.splits_keys) and not self.splits_by_plan
 
     def make_router(self, mapper_id: int, num_reducers: int) -> Router:
         raise NotImplementedError
 
-    def owners(self, snapshot: Any, hashes: np.ndarray) -> np.ndarray | None:
+    def owners(self, snapshot: Snapshot, hashes: np.ndarray) -> np.ndarray | None:
         return None
 
     def make_planner(self, num_reducers: int) -> Planner | None:
         return None
 
-    def destinations(self, snapshot: Any, hashes: np.ndarray, reducer: int, adopting: bool,
-                     previous: Any = None) -> np.ndarray | None:
+    def destinations(self, snapshot: Snapshot, hashes: np.ndarray, reducer: int, adopting: bool,
+                     previous: Snapshot | None = None) -> np.ndarray | None:
         """Where ``reducer`` should send each of its queued records (itself = keep it).
 
         Reducers call this on every chunk they take (``adopting=False``), on the queued
@@ -269,7 +292,7 @@ class PolicySpec:
         """
         return self.owners(snapshot, hashes)
 
-    def handover(self, snapshot: Any, hashes: np.ndarray, dest: np.ndarray, reducer: int) -> np.ndarray:
+    def handover(self, snapshot: Snapshot, hashes: np.ndarray, dest: np.ndarray, reducer: int) -> np.ndarray:
         """Adjusts where a reducer sends its queued records, once per snapshot it adopts.
 
         Called after :meth:`destinations` over the whole queue (front first) when

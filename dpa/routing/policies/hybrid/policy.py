@@ -16,7 +16,7 @@ from dpa.routing.policies.ring.policy import (
     check_elastic_fields,
     resolved_fields,
 )
-from dpa.routing.policy import JobShape, PolicySpec, Router
+from dpa.routing.policy import JobShape, PolicySpec, Router, Snapshot
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,12 @@ class HybridPolicy(HybridSettings, PolicySpec):
     def ring(self, num_reducers: int, active: int | None = None) -> HashRing:
         """The initial ring: ``active`` (default :attr:`active_reducers`) slots get tokens."""
         return super().ring(num_reducers, self.active_reducers if active is None else active)
+
+    def tokens(self, snapshot: Snapshot, reducer: int) -> int | None:
+        return int(snapshot.token_counts[reducer])
+
+    def keys_split_under(self, snapshot: Snapshot) -> bool:
+        return len(snapshot.hot) > 0  # (only its hot keys are split)
 
     def initial_snapshot(self, num_reducers: int) -> HybridSnapshot:
         return HybridSnapshot(self.ring(num_reducers).snapshot(), _EMPTY_U32,

@@ -32,6 +32,7 @@ from dpa.routing.policy import (
     PolicySettings,
     PolicySpec,
     RebalanceEvent,
+    Snapshot,
 )
 from dpa.routing.ring import RingSnapshot, is_power_of_two
 from dpa.routing.sketches import SpaceSaving
@@ -561,6 +562,9 @@ class DPAPolicy(RingSettings, PolicySpec):
 
     def _ring(self, num_reducers: int) -> HashRing:
         return self.ring(num_reducers)
+
+    def tokens(self, snapshot: Snapshot, reducer: int) -> int | None:
+        return int(snapshot.token_counts[reducer])
 
     def initial_snapshot(self, num_reducers: int) -> RingSnapshot:
         return self._ring(num_reducers).snapshot()

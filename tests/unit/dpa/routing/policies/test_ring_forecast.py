@@ -243,10 +243,12 @@ def test_a_ring_changed_only_before_the_first_push_needs_no_final_merge():
     assert not needs_final_merge(ring, v0, v0, routed_from=0)
     hybrid = HybridPolicy(num_mappers=1)
 
-    class Split:
-        version, table_size = 2, 1
+    class Split:  # a hybrid snapshot with one hot key
+        version, hot = 2, [7]
 
     assert needs_final_merge(hybrid, v0, Split(), routed_from=2)  # split keys sit on several reducers
+    Split.hot = []
+    assert not needs_final_merge(hybrid, v0, Split(), routed_from=2)
 
 
 def test_a_job_whose_only_rounds_came_from_the_forecast_skips_the_merge_and_stays_exact():
