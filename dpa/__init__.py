@@ -1,27 +1,20 @@
 """dpa — Data Parallel Actors: skew-aware keyed aggregation on Ray actors.
 
 Start here: :func:`dpa.run` (in :mod:`dpa.api`) takes a source, a key and a reducer and
-returns a :class:`dpa.Result`. Then read, in this order:
+returns a :class:`dpa.Result`. Then walk the rooms from the bottom up (each imports only
+those below it):
 
-* :mod:`dpa.routing.ring` — the MurmurHash3 consistent-hash ring with token halving/doubling;
-* :mod:`dpa.routing.policy` — the partitioning-policy contract; :mod:`dpa.routing.registry` — the table of
-  policies (name -> settings, factory, description);
-* :mod:`dpa.engine` — mapper / reducer / balancer / coordinator state machines (no Ray);
-* :mod:`dpa.runtime.ray.driver` — the driver side of a Ray job (deadlines, feeding, result);
-  :mod:`dpa.runtime.ray` and :mod:`dpa.runtime.ray.coordinator` — the thin actor shells;
-  :mod:`dpa.runtime.ray.pool` — warm actor pools, one per running job; :mod:`dpa.runtime.ray.session` —
-  starting Ray from any thread; :mod:`dpa.runtime.local` — the same logic in-process (the
-  correctness oracle and simulator); :mod:`dpa.engine.epochs` — epochs, checkpoints and replay
-  (fault recovery); :mod:`dpa.engine.elastic` — when an elastic job adds or retires a reducer;
-* :mod:`dpa.aggregates` and :mod:`dpa.aggregates.state` — the combine contract and keyed state;
-  :mod:`dpa.aggregates` — several aggregates per job and the aggregates beyond the
-  built-ins (distinct counts, sketches, variance); :mod:`dpa.keys.types` — key encodings of
-  dates, times, timestamps, durations and decimals;
-* :mod:`dpa.routing.policies` — the DPA ring policies, the literature's and dpa's own ``hybrid``;
-  :mod:`dpa.routing.sketches` — lossy counting and SpaceSaving; :mod:`dpa.tools.simulate` — replay a key
-  stream through any policy without Ray;
-* :mod:`dpa.groupby` — ``dpa.groupby(ds, key).sum("v")``: Ray Data's groupby, returning a
-  ``ray.data.Dataset`` built by :mod:`dpa.runtime.ray.dataset` from the reducers' result blocks.
+* :mod:`dpa.keys` — canonical key encodings and their murmur3;
+* :mod:`dpa.input` — every source as a stream of Arrow blocks;
+* :mod:`dpa.aggregates` — the combine contract, the built-in aggregates, keyed state;
+* :mod:`dpa.routing` — the policy contract, the ring, the registry and the policies;
+* :mod:`dpa.engine` — the plan and one state machine per role, ``handle(event) ->
+  instructions`` (:mod:`dpa.engine.mapper_machine`, :mod:`dpa.engine.reducer_machine`);
+* :mod:`dpa.runtime` — the executors: :mod:`dpa.runtime.local` (virtual time, the oracle)
+  and :mod:`dpa.runtime.ray` (actors, pools, the driver's side);
+* :mod:`dpa.tools` — the ``dpa`` command line, reports, policy replay without Ray.
+
+``docs/architecture.md`` shows how one job flows through the machines.
 """
 
 from dpa.aggregates import (

@@ -8,16 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 from dpa.errors import ConfigError
 
-from .convert import (
-    arrow_refs_to_spark,
-    release_spark_dataset,
-    result_spark_schema,
-    spark_to_arrow_refs,
-)
+from .convert import release_spark_dataset, spark_to_arrow_refs
 from .partials import native_partials
 from .paths import choose_path
 from .pushdown import parquet_scan
 from .staged import run_staged
+from .to_spark import arrow_refs_to_spark, result_spark_schema
 
 if TYPE_CHECKING:  # pragma: no cover - imported for type hints only
     from pyspark.sql import DataFrame
@@ -147,8 +143,8 @@ def run_with_result(
     other (PySpark 4, Spark Connect, a plain session) crosses through a staging directory
     of Parquet files (:mod:`spark_bridge.staged`). Columns are validated before anything runs;
     the data goes Spark -> Ray object store -> dpa actors -> Spark; only a result of at most
-    :data:`spark_bridge.convert.DRIVER_RESULT_MAX_BYTES` passes through the driver on its way
-    back (:func:`spark_bridge.convert.arrow_refs_to_spark`).
+    :data:`spark_bridge.to_spark.DRIVER_RESULT_MAX_BYTES` passes through the driver on its way
+    back (:func:`spark_bridge.to_spark.arrow_refs_to_spark`).
 
     Args:
         df: Input DataFrame (RayDP session).

@@ -56,8 +56,8 @@ import pyarrow as pa
 from dpa.aggregates.int_sums import pending_type
 from dpa.errors import ArithmeticOverflowError
 
-from .convert import executor_task_slots
 from .partial_plan import MAX_BLOCKS_PER_SLOT, partial_aggregation
+from .to_spark import executor_task_slots
 
 if TYPE_CHECKING:  # pragma: no cover - imported for type hints only
     from pyspark.sql import Column, DataFrame

@@ -144,7 +144,7 @@ def run_staged(df: DataFrame, key_columns: list[str], reducer: Any, map_fn: Any,
     import dpa
 
     from .bridge import _schema_after_map, can_precombine, precombined
-    from .convert import result_spark_schema
+    from .to_spark import result_spark_schema
 
     if precombine == "sql":
         raise ConfigError("precombine='sql' runs Spark's partial aggregation through RayDP; the staged "

@@ -180,3 +180,23 @@ class BlockSplit:
     None if the run is over."""
 
     split: tuple[int, int] | None
+
+
+# -- a checkpoint round -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Reducer ``slot``'s answer to phase one: per reducer, the records of the epochs it
+    forwarded there so far (None: it no longer serves the run)."""
+
+    slot: int
+    sent: list[int] | None
+
+
+@dataclass(frozen=True)
+class CutTaken:
+    """Reducer ``slot``'s share (None: given up; an exception: user code raised)."""
+
+    slot: int
+    share: Any

@@ -215,3 +215,62 @@ class MapperDone:
 
     first_routed: int | None
     emitted: int
+
+
+# -- what a checkpoint round (dpa.engine.checkpoint_round) asks for
+
+
+@dataclass(frozen=True)
+class AskPrepare:
+    """Coordinator -> reducer ``slot``: checkpoint phase one for the epochs up to ``epoch``
+    (:class:`~dpa.engine.events.PrepareCheckpoint`)."""
+
+    slot: int
+    epoch: int
+
+
+@dataclass(frozen=True)
+class AskCut:
+    """Coordinator -> reducer ``slot``: phase two, its share once ``expected`` forwarded
+    records have arrived (:class:`~dpa.engine.events.CutCheckpoint`)."""
+
+    slot: int
+    epoch: int
+    expected: int
+
+
+@dataclass(frozen=True)
+class AskRelease:
+    """Coordinator -> reducer ``slot``: phase three, the held forwards go out."""
+
+    slot: int
+
+
+@dataclass(frozen=True)
+class CheckpointTaken:
+    """Every share of the checkpoint of ``epoch`` is in: per slot ``(state, records,
+    pending batches)``; ``absorbed`` and ``pending`` records in all, for the conservation
+    check (:meth:`~dpa.engine.coordinator.CoordinatorLogic.on_checkpoint`)."""
+
+    epoch: int
+    shares: dict[int, Any]
+    absorbed: int
+    pending: int
+
+
+@dataclass(frozen=True)
+class CheckpointGivenUp:
+    """The checkpoint of ``epoch`` is not taken (the run ended, or forwards did not arrive):
+    the job goes on from the previous one."""
+
+    epoch: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class CheckpointFailed:
+    """User code raised while a share was cut (a reducer's ``merge`` folding the epochs):
+    that reducer's state is no longer whole, so the job fails with ``error``."""
+
+    epoch: int
+    error: BaseException

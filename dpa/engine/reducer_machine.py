@@ -59,6 +59,8 @@ from dpa.engine.reducer import ReducerLogic
 #: (:class:`~dpa.engine.events.InputMapped`), an idle reducer tells it at once: that is
 #: what termination waits for.
 PROGRESS_INTERVAL_S = 0.1
+#: What a reducer that no longer serves the job answers a push (the job is being aborted).
+IDLE_ANSWER = (PUSH_KEEP, None)
 
 
 class ReducerMachine:

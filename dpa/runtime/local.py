@@ -25,12 +25,14 @@ from typing import Any
 import pyarrow as pa
 
 from dpa.engine.balancer import BalancerLogic
+from dpa.engine.checkpoint_round import CheckpointRound
 from dpa.engine.coordinator import CoordinatorLogic
 from dpa.engine.epochs import Checkpoint, Recovery, Rest
 from dpa.engine.events import (
     BlockArrived,
     BlockSplit,
     CutCheckpoint,
+    CutTaken,
     Exchange,
     Finalize,
     ForecastAnswered,
@@ -39,6 +41,7 @@ from dpa.engine.events import (
     NoMoreBlocks,
     PartialArrived,
     PrepareCheckpoint,
+    Prepared,
     PushArrived,
     PushesAnswered,
     ReducerStarted,
@@ -50,11 +53,15 @@ from dpa.engine.events import (
     StepPaid,
     Stop,
 )
-from dpa.engine.flow import weight
 from dpa.engine.instructions import (
     AnswerPush,
+    AskCut,
+    AskPrepare,
+    AskRelease,
     AwaitBlock,
     BlockDone,
+    CheckpointFailed,
+    CheckpointTaken,
     FetchSnapshot,
     Finished,
     MapperDone,
@@ -121,6 +128,7 @@ class LocalRun:
         self.mail: deque[tuple[str, int, Any]] = deque()  # instructions to carry out, in order
         self.replies: dict[int, Any] = {}
         self.first_routed: dict[int, int] = {}
+        self.counters: dict[int, dict[str, int]] = {}  # per reducer, its loop's counters at the end
         self._start_members(self.initial, None)
 
     def clock(self) -> float:
@@ -187,7 +195,9 @@ class LocalRun:
             self.replies[ins.request_id] = ins.value
         elif isinstance(ins, SendPartial):
             self._to_reducer(ins.dest, PartialArrived(ins.partial))
-        elif not isinstance(ins, Finished):
+        elif isinstance(ins, Finished):
+            self.counters[r] = ins.counters
+        else:
             raise TypeError(f"the local runtime cannot carry out {ins!r}")
 
     def _mapper_does(self, m: int, ins: Any) -> None:
@@ -261,23 +271,35 @@ class LocalRun:
                 self._deliver()
 
     def _take_checkpoint(self) -> None:
+        """Carries out a :class:`~dpa.engine.checkpoint_round.CheckpointRound` when an epoch
+        can close (forwards arrive at once here: every answer comes at once)."""
         coord = self.coord
         epoch = coord.checkpoint_due(self.now)
         if epoch is None:
             return
-        sent = [self._ask(r, PrepareCheckpoint(next(self.ids), epoch)) for r in range(self.R)]
-        parts = [self._ask(r, CutCheckpoint(next(self.ids), epoch, sum(s[r] for s in sent))) for r in range(self.R)]
-        for part in parts:
-            if isinstance(part, BaseException):
-                raise part
-        pending = sum(weight(b) for _, _, batches in parts for b, _ in batches)
-        if coord.on_checkpoint(epoch, sum(p[1] for p in parts), pending):
-            self.checkpoint = Checkpoint(epoch, [p[0] for p in parts], [p[1] for p in parts], self.balancer.snapshot,
-                                         coord.ledger.blocks_closed, [p[2] for p in parts])
-            self.checkpoints += 1
-        for r in range(self.R):
-            self._to_reducer(r, ReleaseCheckpoint())
-        self._deliver()
+        round_ = CheckpointRound(epoch, range(self.R))
+        todo = deque(round_.start())
+        while todo:
+            ins = todo.popleft()
+            if isinstance(ins, AskPrepare):
+                todo += round_.handle(Prepared(ins.slot, self._ask(ins.slot, PrepareCheckpoint(next(self.ids), epoch))))
+            elif isinstance(ins, AskCut):
+                share = self._ask(ins.slot, CutCheckpoint(next(self.ids), epoch, ins.expected))
+                todo += round_.handle(CutTaken(ins.slot, share))
+            elif isinstance(ins, AskRelease):
+                self._to_reducer(ins.slot, ReleaseCheckpoint())
+                self._deliver()
+            elif isinstance(ins, CheckpointFailed):
+                raise ins.error
+            elif isinstance(ins, CheckpointTaken):
+                if coord.on_checkpoint(epoch, ins.absorbed, ins.pending):
+                    shares = [ins.shares[r] for r in range(self.R)]
+                    self.checkpoint = Checkpoint(epoch, [s[0] for s in shares], [s[1] for s in shares],
+                                                 self.balancer.snapshot, coord.ledger.blocks_closed,
+                                                 [s[2] for s in shares])
+                    self.checkpoints += 1
+            else:  # CheckpointGivenUp
+                coord.ledger.abandon_close()
 
     def _recover(self, role: str) -> None:
         """Every member rolls back to the last checkpoint; its later items go out again."""
@@ -339,7 +361,7 @@ class LocalRun:
         return self._finish(started)
 
     def _finish(self, started: float) -> RunOutput:
-        plan, balancer, reducers = self.plan, self.balancer, self.reducers
+        plan, balancer = self.plan, self.balancer
         # Every state hand-over under the final routing is done before the merge (nothing is
         # queued any more: only states move).
         for r in range(self.R):
@@ -354,14 +376,14 @@ class LocalRun:
             for r in range(self.R):
                 self._ask(r, Exchange(next(self.ids)))
         results = [self._ask(r, Finalize(next(self.ids))) for r in range(self.R)]
-        logic = [red.logic for red in reducers]
+        counters = [self.counters[r] for r in range(self.R)]
         # (an elastic job: the slots that took part; a replaced balancer knows only its own)
-        width = max(balancer.width, max((i + 1 for i, red in enumerate(logic) if red.processed or red.forwarded),
+        width = max(balancer.width, max((i + 1 for i, c in enumerate(counters) if c["processed"] or c["forwarded"]),
                                         default=0))
         return RunOutput(
             tables=[table for table, _ in results[:width]],
-            processed=[red.processed for red in logic[:width]],
-            forwarded=[red.forwarded for red in logic[:width]],
+            processed=[c["processed"] for c in counters[:width]],
+            forwarded=[c["forwarded"] for c in counters[:width]],
             emitted=self.coord.emitted,
             blocks_per_mapper=list(self.coord.blocks_per_mapper),
             events=list(balancer.events),
@@ -370,10 +392,10 @@ class LocalRun:
             merged=merged,
             wall_time_s=time.perf_counter() - started,
             virtual_time_s=self.now,
-            peak_queue=[red.peak_queue for red in logic[:width]],
+            peak_queue=[c["peak_queue"] for c in counters[:width]],
             recoveries=self.recoveries,
             checkpoints=self.checkpoints,
             merged_keys=sum(merged_keys for _, merged_keys in results),
-            state_moves=sum(red.keys_moved_out for red in logic),
+            state_moves=sum(c["keys_moved"] for c in counters),
             scaling=list(balancer.scaling),
         )

@@ -26,9 +26,17 @@ from typing import Any
 
 import ray
 
+from dpa.engine.checkpoint_round import CheckpointRound
 from dpa.engine.coordinator import CoordinatorLogic
 from dpa.engine.epochs import Checkpoint, Recovery, Rest
-from dpa.engine.flow import weight
+from dpa.engine.events import CutTaken, Prepared
+from dpa.engine.instructions import (
+    AskCut,
+    AskPrepare,
+    AskRelease,
+    CheckpointFailed,
+    CheckpointTaken,
+)
 from dpa.engine.output import finalize_at_stop, needs_final_merge
 from dpa.engine.plan import JobPlan
 from dpa.errors import JobFailedError
@@ -210,46 +218,54 @@ class CoordinatorActor(PoolMembers):
             asyncio.ensure_future(self._checkpoint(self.run_id, epoch))
 
     async def _checkpoint(self, run_id: str, epoch: int) -> None:
-        """Takes the checkpoint of ``epoch`` in three phases (:mod:`dpa.engine.epochs`): every
-        reducer holds its forwards of the epochs up to it and counts those it sent; each
-        hands over its share once the forwards sent to it arrived; the held forwards go
-        out. The shares are put in this actor's object store (it outlives the reducers). A
-        failure meanwhile abandons it (the run is recovered from the previous one)."""
+        """Carries out the :class:`~dpa.engine.checkpoint_round.CheckpointRound` of ``epoch``
+        over the job's reducers. The shares are put in this actor's object store (it
+        outlives the reducers). A member lost meanwhile abandons it (the run is recovered
+        from the previous one)."""
         async with self.scale_lock:  # (the job's reducers do not change meanwhile)
-            slots = list(self.job_slots)
-            reducers = [self.reducers[i] for i in slots]
+            round_ = CheckpointRound(epoch, self.job_slots)
+            instructions, verdict = round_.start(), None
             try:
-                sent = await asyncio.gather(*[r.prepare_checkpoint.remote(run_id, epoch) for r in reducers])
-                if any(s is None for s in sent):  # (the run ended meanwhile)
-                    parts = [None]
-                else:
-                    parts = await asyncio.gather(*[
-                        r.checkpoint.remote(run_id, epoch, sum(s[i] for s in sent), CHECKPOINT_WAIT_S)
-                        for i, r in zip(slots, reducers)])
-                await asyncio.gather(*[r.release_checkpoint.remote(run_id) for r in reducers])
+                while instructions:
+                    asks = [i for i in instructions if isinstance(i, (AskPrepare, AskCut, AskRelease))]
+                    verdict = next((i for i in instructions if i not in asks), verdict)
+                    instructions = []
+                    if asks and isinstance(asks[0], AskPrepare):
+                        sent = await asyncio.gather(*[self.reducers[a.slot].prepare_checkpoint.remote(run_id, a.epoch)
+                                                      for a in asks])
+                        instructions = round_.handle(*[Prepared(a.slot, s) for a, s in zip(asks, sent)])
+                    elif asks and isinstance(asks[0], AskCut):
+                        shares = await asyncio.gather(*[self.reducers[a.slot].checkpoint.remote(
+                            run_id, a.epoch, a.expected, CHECKPOINT_WAIT_S) for a in asks], return_exceptions=True)
+                        lost = next((s for s in shares if isinstance(s, Exception) and member_lost(s)), None)
+                        if lost is not None:
+                            raise lost
+                        instructions = round_.handle(*[CutTaken(a.slot, s) for a, s in zip(asks, shares)])
+                    elif asks:
+                        await asyncio.gather(*[self.reducers[a.slot].release_checkpoint.remote(run_id) for a in asks])
                 snapshot = await self.balancer.snapshot.remote(run_id)
-            except Exception as exc:  # a member died: the run is recovered from the previous checkpoint
+            except Exception:  # a member died: the run is recovered from the previous checkpoint
                 if run_id == self.run_id:
                     self.logic.ledger.abandon_close()
-                    if not member_lost(exc):
-                        # User code raised while a share was cut (a reducer's merge() folding
-                        # the epochs): that reducer's state is no longer whole, so the job fails.
-                        self.checkpoint_error = exc
-                        self.members_changed.set()
                 return
         if run_id != self.run_id:
             return
-        if any(p is None for p in parts):
-            logger.warning("dpa checkpoint of epoch %d given up: a reducer did not receive the forwards "
-                           "counted for it within %.0f s", epoch, CHECKPOINT_WAIT_S)
+        if isinstance(verdict, CheckpointFailed):
+            # User code raised while a share was cut (a reducer's merge() folding the
+            # epochs): that reducer's state is no longer whole, so the job fails.
+            self.logic.ledger.abandon_close()
+            self.checkpoint_error = verdict.error
+            self.members_changed.set()
+            return
+        if not isinstance(verdict, CheckpointTaken):
+            logger.warning("dpa checkpoint of epoch %d given up: %s", epoch, verdict.reason)
             self.logic.ledger.abandon_close()
             return
-        pending = sum(weight(b) for p in parts for b, _ in p[2])
-        if not self.logic.on_checkpoint(epoch, sum(p[1] for p in parts), pending):
+        if not self.logic.on_checkpoint(epoch, verdict.absorbed, verdict.pending):
             return
         R = self.num_reducers
         states, processed, batches = [None] * R, [0] * R, [None] * R
-        for slot, (state, records, held) in zip(slots, parts):
+        for slot, (state, records, held) in verdict.shares.items():
             states[slot] = None if state is None else ray.put(state)
             processed[slot] = records
             batches[slot] = ray.put(held) if held else None

@@ -33,7 +33,6 @@ from dpa.engine.events import (
     StepPaid,
     Stop,
 )
-from dpa.engine.flow import PUSH_KEEP
 from dpa.engine.instructions import (
     AnswerPush,
     FetchSnapshot,
@@ -47,7 +46,7 @@ from dpa.engine.instructions import (
     SendState,
 )
 from dpa.engine.plan import JobPlan
-from dpa.engine.reducer_machine import ReducerMachine
+from dpa.engine.reducer_machine import IDLE_ANSWER, ReducerMachine
 from dpa.runtime.ray.member import ActorFailure, JobMember, quiet_method, ready
 from dpa.runtime.ray.telemetry import ReducerTelemetry
 
@@ -63,11 +62,6 @@ class ReducerActor(JobMember):
         self.machine: ReducerMachine | None = None
         self.result: pa.Table | None = None
         self._start_warm_up()
-
-    @property
-    def logic(self) -> Any:
-        """The machine's data side (:class:`~dpa.engine.reducer.ReducerLogic`), for inspection."""
-        return None if self.machine is None else self.machine.logic
 
     async def start_job(self, plan: JobPlan, snapshot: Any, handles: Any, job_id: str | None = None,
                         state: Any = None, records: int = 0, epoch: int = -1, pending: Any = None) -> None:
@@ -175,9 +169,9 @@ class ReducerActor(JobMember):
         queue is full): what the mapper should do with its push size and the queue's bound
         in rows."""
         if not self._serving(job_id):
-            return PUSH_KEEP, None
+            return IDLE_ANSWER
         answer = await self._request(_push_event, batch, version, epoch, forwarded)
-        return (PUSH_KEEP, None) if answer is None else answer
+        return IDLE_ANSWER if answer is None else answer
 
     @quiet_method
     async def update_ring(self, job_id: str, snapshot: Any) -> None:

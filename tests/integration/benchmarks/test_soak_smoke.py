@@ -1,4 +1,4 @@
-"""A short run of the soak (``benchmarks/soak.py``) against the session's Ray.
+"""A short run of the soak (``benchmarks/soak/``) against the session's Ray.
 
 Twelve mixed jobs from two driver threads, with bad inputs and actor kills between jobs:
 no wrong result, no unexpected error, no hang, no dpa actor left after ``dpa.shutdown()``,

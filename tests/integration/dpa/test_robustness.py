@@ -152,7 +152,7 @@ def test_a_late_message_of_an_aborted_job_is_dropped():
     reducer = pool.reducers[0]
     table = pa.table({"value": ["stale"], "__dpa_h": pa.array([1], pa.uint32())})
     ray.get(reducer.push.remote("not-this-job", table, 0))  # must be ignored, not queued
-    assert ray.get(reducer.__ray_call__.remote(lambda self: self.logic.queued)) == 0
+    assert ray.get(reducer.__ray_call__.remote(lambda self: self.machine.logic.queued)) == 0
     assert dpa.run(["y"]).to_dict() == {"y": 1}
 
 

@@ -24,14 +24,8 @@ from pyspark.sql.types import (
 
 import dpa
 from dpa.errors import ConfigError, SchemaError
-from spark_bridge.convert import (
-    arrow_refs_to_spark,
-    executor_task_slots,
-    release_spark_dataset,
-    result_spark_schema,
-    spark_to_ray_dataset,
-    validate_columns,
-)
+from spark_bridge.convert import release_spark_dataset, spark_to_ray_dataset, validate_columns
+from spark_bridge.to_spark import arrow_refs_to_spark, executor_task_slots, result_spark_schema
 
 MIXED_SCHEMA = StructType(
     [

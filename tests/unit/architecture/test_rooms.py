@@ -109,3 +109,22 @@ def test_files_hold_one_idea():
         if lines > MAX_LINES:
             long.append(f"{path.relative_to(PACKAGE.parent)}: {lines} lines")
     assert not long, f"files over {MAX_LINES} lines (split them by idea):\n" + "\n".join(long)
+
+
+#: The protocols that live in the engine's machines only: a runtime reaches them through
+#: the machine (``handle``), never through the data objects under it.
+MACHINE_DATA = {"dpa.engine.mapper", "dpa.engine.reducer", "dpa.engine.flow"}
+
+
+def test_the_runtimes_reach_mappers_and_reducers_only_through_their_machines():
+    """The mapper's and the reducer's protocols live once: the Ray actors and the local
+    runtime import their machines, never ``MapperLogic``/``ReducerLogic`` or the push
+    protocol's constants, and name no member of the machines' data (``.logic``)."""
+    graph = import_graph()
+    for module, deps in sorted(graph.items()):
+        if room(module) == "runtime":
+            assert not deps & MACHINE_DATA, (module, sorted(deps & MACHINE_DATA))
+    for path in sorted((PACKAGE / "runtime").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        assert "machine.logic" not in text and "MapperLogic" not in text and "ReducerLogic" not in text.replace(
+            ":class:`~dpa.engine.reducer.ReducerLogic`", ""), path
