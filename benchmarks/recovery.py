@@ -86,7 +86,7 @@ def routing_mapper() -> Any:
         if actor is None:
             break
         try:
-            routing = ray.get(actor.__ray_call__.remote(lambda self: self.logic is not None and self.logic.routing))
+            routing = ray.get(actor.__ray_call__.remote(lambda self: self.machine is not None and self.machine.routing))
         except ray.exceptions.RayActorError:  # (one killed before, still listed)
             continue
         if routing:

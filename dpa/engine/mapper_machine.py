@@ -75,6 +75,11 @@ class MapperMachine:
         return out
 
     @property
+    def routing(self) -> bool:
+        """Whether the mapper is routing a block now."""
+        return self.logic.routing
+
+    @property
     def emitted(self) -> int:
         """Records this mapper emitted so far."""
         return self.logic.emitted
