@@ -16,16 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dpa.engine.events import CutTaken, Prepared
+from dpa.engine import events as ev
+from dpa.engine import instructions as op
 from dpa.engine.flow import weight
-from dpa.engine.instructions import (
-    AskCut,
-    AskPrepare,
-    AskRelease,
-    CheckpointFailed,
-    CheckpointGivenUp,
-    CheckpointTaken,
-)
 
 
 class CheckpointRound:
@@ -45,17 +38,17 @@ class CheckpointRound:
 
     def start(self) -> list[Any]:
         """Phase one, for every slot."""
-        return [AskPrepare(slot, self.epoch) for slot in self.slots]
+        return [op.AskPrepare(slot, self.epoch) for slot in self.slots]
 
     def handle(self, *events: Any) -> list[Any]:
         """Takes the reducers' answers; returns the next phase's asks and, at the end, the verdict."""
         out: list[Any] = []
         for event in events:
-            if isinstance(event, Prepared):
+            if isinstance(event, ev.Prepared):
                 self.sent[event.slot] = event.sent
                 if len(self.sent) == len(self.slots):
                     out += self._cut()
-            elif isinstance(event, CutTaken):
+            elif isinstance(event, ev.CutTaken):
                 self.shares[event.slot] = event.share
                 if len(self.shares) == len(self.slots):
                     out += self._end()
@@ -65,22 +58,22 @@ class CheckpointRound:
 
     def _cut(self) -> list[Any]:
         if any(sent is None for sent in self.sent.values()):
-            return self._finish(CheckpointGivenUp(self.epoch, "the run ended"))
+            return self._finish(op.CheckpointGivenUp(self.epoch, "the run ended"))
         # What reducer r waits for: the records of these epochs every reducer forwarded to it.
-        return [AskCut(slot, self.epoch, sum(sent[slot] for sent in self.sent.values())) for slot in self.slots]
+        return [op.AskCut(slot, self.epoch, sum(sent[slot] for sent in self.sent.values())) for slot in self.slots]
 
     def _end(self) -> list[Any]:
         errors = [s for s in self.shares.values() if isinstance(s, BaseException)]
         if errors:
-            return self._finish(CheckpointFailed(self.epoch, errors[0]))
+            return self._finish(op.CheckpointFailed(self.epoch, errors[0]))
         if any(s is None for s in self.shares.values()):
-            return self._finish(CheckpointGivenUp(
+            return self._finish(op.CheckpointGivenUp(
                 self.epoch, "a reducer did not receive the forwards counted for it in time"))
         absorbed = sum(share[1] for share in self.shares.values())
         pending = sum(weight(batch) for share in self.shares.values() for batch, _ in share[2])
-        return self._finish(CheckpointTaken(self.epoch, dict(self.shares), absorbed, pending))
+        return self._finish(op.CheckpointTaken(self.epoch, dict(self.shares), absorbed, pending))
 
     def _finish(self, verdict: Any) -> list[Any]:
         """Phase three for every slot (the held forwards go out whatever the verdict), then the verdict."""
         self.verdict = verdict
-        return [*(AskRelease(slot) for slot in self.slots), verdict]
+        return [*(op.AskRelease(slot) for slot in self.slots), verdict]

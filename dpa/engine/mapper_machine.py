@@ -13,26 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dpa.engine.events import (
-    BlockArrived,
-    BlockSplit,
-    ForecastAnswered,
-    MapperStarted,
-    NoMoreBlocks,
-    PushesAnswered,
-    SnapshotArrived,
-)
+from dpa.engine import events as ev
+from dpa.engine import instructions as op
 from dpa.engine.flow import PUSH_KEEP
-from dpa.engine.instructions import (
-    AwaitBlock,
-    BlockDone,
-    MapperDone,
-    Push,
-    RequestBlock,
-    SendForecast,
-    SendPushes,
-    SplitBlock,
-)
 from dpa.engine.mapper import MapperLogic
 from dpa.engine.plan import JobPlan
 
@@ -56,7 +39,7 @@ class MapperMachine:
         self.token = 0  # its ledger token
         self.before = 0  # records emitted before it
         self.since = 0.0  # when its epoch began here
-        self.pushes: list[Push] = []  # the push waiting for its answers
+        self.pushes: list[op.Push] = []  # the push waiting for its answers
         self.split_records = 0  # records of the rest a SplitBlock hands over
         self.done = False
 
@@ -84,22 +67,22 @@ class MapperMachine:
         """Records this mapper emitted so far."""
         return self.logic.emitted
 
-    def _on_started(self, ev: MapperStarted) -> list[Any]:
-        return [RequestBlock(), AwaitBlock()]
+    def _on_started(self, ev: ev.MapperStarted) -> list[Any]:
+        return [op.RequestBlock(), op.AwaitBlock()]
 
-    def _on_block(self, ev: BlockArrived) -> list[Any]:
+    def _on_block(self, ev: ev.BlockArrived) -> list[Any]:
         self.epoch, self.token, self.before = ev.epoch, ev.token, self.logic.emitted
         self.logic.start_block(ev.table, prepared=ev.prepared)
-        out: list[Any] = [RequestBlock()]  # the next item travels while this one is routed
+        out: list[Any] = [op.RequestBlock()]  # the next item travels while this one is routed
         forecast = self.logic.take_forecast()
         if forecast is not None:
             # The first block's key counts: its first push goes out under what the balancer
             # makes of them (a key hot from the start is split already).
-            return [*out, SendForecast(*forecast)]
+            return [*out, op.SendForecast(*forecast)]
         self.since = self.clock()
         return out + self._route()
 
-    def _on_forecast(self, ev: ForecastAnswered) -> list[Any]:
+    def _on_forecast(self, ev: ev.ForecastAnswered) -> list[Any]:
         if ev.snapshot is not None:
             self.logic.on_snapshot(ev.snapshot)
         self.since = self.clock()
@@ -111,43 +94,43 @@ class MapperMachine:
         if not logic.routing:
             # Every record of the block is in a reducer's queue: the coordinator may count
             # the block's epoch as mapped.
-            return [BlockDone(self.epoch, logic.emitted - self.before), AwaitBlock()]
+            return [op.BlockDone(self.epoch, logic.emitted - self.before), op.AwaitBlock()]
         if self.interval > 0 and self.clock() - self.since >= self.interval:
             # The epoch's time is up: the rest of the block becomes an item of its own, so
             # that what was pushed can be checkpointed (dpa.engine.epochs).
             rest, self.split_records = logic.rest()
-            return [SplitBlock(self.epoch, logic.emitted - self.before - self.split_records, rest, self.token)]
+            return [op.SplitBlock(self.epoch, logic.emitted - self.before - self.split_records, rest, self.token)]
         self.pushes = logic.next_pushes()
-        return [SendPushes(self.pushes, logic.snapshot.version, self.epoch)]
+        return [op.SendPushes(self.pushes, logic.snapshot.version, self.epoch)]
 
-    def _on_split(self, ev: BlockSplit) -> list[Any]:
+    def _on_split(self, ev: ev.BlockSplit) -> list[Any]:
         if ev.split is None:  # the run is over
-            return [BlockDone(self.epoch, self.logic.emitted - self.before), AwaitBlock()]
+            return [op.BlockDone(self.epoch, self.logic.emitted - self.before), op.AwaitBlock()]
         (self.epoch, self.token), self.since = ev.split, self.clock()
         self.before = self.logic.emitted - self.split_records
         return self._route()
 
-    def _on_answered(self, ev: PushesAnswered) -> list[Any]:
+    def _on_answered(self, ev: ev.PushesAnswered) -> list[Any]:
         outcome = max((o for o, _ in ev.answers), default=PUSH_KEEP)
         self.logic.on_pushed(outcome, {p.dest: capacity for p, (_, capacity) in zip(self.pushes, ev.answers)})
         self.pushes = []
         return self._route()
 
-    def _on_no_more(self, ev: NoMoreBlocks) -> list[Any]:
+    def _on_no_more(self, ev: ev.NoMoreBlocks) -> list[Any]:
         self.done = True
-        return [MapperDone(self.logic.first_routed, self.logic.emitted)]
+        return [op.MapperDone(self.logic.first_routed, self.logic.emitted)]
 
-    def _on_snapshot(self, ev: SnapshotArrived) -> list[Any]:
+    def _on_snapshot(self, ev: ev.SnapshotArrived) -> list[Any]:
         self.logic.on_snapshot(ev.snapshot)
         return []
 
 
 _HANDLERS: dict[type, Callable[[MapperMachine, Any], list[Any]]] = {
-    MapperStarted: MapperMachine._on_started,
-    BlockArrived: MapperMachine._on_block,
-    ForecastAnswered: MapperMachine._on_forecast,
-    BlockSplit: MapperMachine._on_split,
-    PushesAnswered: MapperMachine._on_answered,
-    NoMoreBlocks: MapperMachine._on_no_more,
-    SnapshotArrived: MapperMachine._on_snapshot,
+    ev.MapperStarted: MapperMachine._on_started,
+    ev.BlockArrived: MapperMachine._on_block,
+    ev.ForecastAnswered: MapperMachine._on_forecast,
+    ev.BlockSplit: MapperMachine._on_split,
+    ev.PushesAnswered: MapperMachine._on_answered,
+    ev.NoMoreBlocks: MapperMachine._on_no_more,
+    ev.SnapshotArrived: MapperMachine._on_snapshot,
 }

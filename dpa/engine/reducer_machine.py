@@ -19,38 +19,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from dpa.engine.events import (
-    CheckpointTimedOut,
-    CutCheckpoint,
-    Exchange,
-    Finalize,
-    InputMapped,
-    PartialArrived,
-    PrepareCheckpoint,
-    PushArrived,
-    ReducerStarted,
-    ReleaseCheckpoint,
-    ReportDue,
-    SnapshotArrived,
-    SnapshotFetched,
-    StateArrived,
-    StepPaid,
-    Stop,
-)
+from dpa.engine import events as ev
+from dpa.engine import instructions as op
 from dpa.engine.flow import PUSH_KEEP, PUSH_SHRINK, Chunk
-from dpa.engine.instructions import (
-    AnswerPush,
-    FetchSnapshot,
-    Finished,
-    Forward,
-    PayStep,
-    Progress,
-    Reply,
-    Report,
-    SendForward,
-    SendPartial,
-    SendState,
-)
 from dpa.engine.plan import JobPlan, empty_input_table
 from dpa.engine.reducer import ReducerLogic
 
@@ -85,14 +56,14 @@ class ReducerMachine:
         self.plan = plan
         self.clock = clock
         self.parked: deque[list[Any]] = deque()  # [PushArrived, outcome]: mapper pushes waiting for room
-        self.newer: list[PushArrived] = []  # pushes routed under a snapshot being fetched
+        self.newer: list[ev.PushArrived] = []  # pushes routed under a snapshot being fetched
         self.busy: Chunk | None = None
         self.step_started = 0.0
         self.stopping = False
         self.finalize_at_end = False
         self.finished = False
         self.mapped = False
-        self.cut: CutCheckpoint | None = None
+        self.cut: ev.CutCheckpoint | None = None
         self.last_report = -math.inf
         self.last_sent: tuple[int, int, int] | None = None
         self.last_progress = -math.inf
@@ -120,19 +91,19 @@ class ReducerMachine:
         """The key user code was working on when it raised (None if unknown)."""
         return self.logic.current_key
 
-    def _on_started(self, ev: ReducerStarted) -> list[Any]:
+    def _on_started(self, ev: ev.ReducerStarted) -> list[Any]:
         return self._next_step() + self._report(force=True)
 
     # -- pushes and back-pressure ---------------------------------------------------
-    def _on_push(self, ev: PushArrived) -> list[Any]:
+    def _on_push(self, ev: ev.PushArrived) -> list[Any]:
         if ev.version > self.logic.snapshot.version:
             # Routed under a snapshot this reducer has not seen: adopt it first, so that no
             # record is judged by the older one.
             self.newer.append(ev)
-            return [FetchSnapshot()] if len(self.newer) == 1 else []
+            return [op.FetchSnapshot()] if len(self.newer) == 1 else []
         return self._accept(ev)
 
-    def _accept(self, ev: PushArrived) -> list[Any]:
+    def _accept(self, ev: ev.PushArrived) -> list[Any]:
         logic = self.logic
         outcome = PUSH_KEEP
         if not ev.forwarded:
@@ -144,10 +115,10 @@ class ReducerMachine:
                 return []
         return self._enqueue(ev, outcome)
 
-    def _enqueue(self, ev: PushArrived, outcome: int) -> list[Any]:
+    def _enqueue(self, ev: ev.PushArrived, outcome: int) -> list[Any]:
         logic = self.logic
         out = self._sends(logic.enqueue(ev.batch, ev.forwarded, ev.version, ev.epoch))
-        out.append(AnswerPush(ev.push_id, outcome, logic.capacity_rows))
+        out.append(op.AnswerPush(ev.push_id, outcome, logic.capacity_rows))
         if ev.forwarded:
             out += self._check_cut()
         out += self._next_step()
@@ -170,7 +141,7 @@ class ReducerMachine:
         return out
 
     # -- snapshots --------------------------------------------------------------------
-    def _on_snapshot(self, ev: SnapshotArrived) -> list[Any]:
+    def _on_snapshot(self, ev: ev.SnapshotArrived) -> list[Any]:
         out = self._adopt(ev.snapshot)
         ready = [p for p in self.newer if p.version <= self.logic.snapshot.version]
         if ready:
@@ -179,7 +150,7 @@ class ReducerMachine:
                 out += self._accept(push)
         return out
 
-    def _on_fetched(self, ev: SnapshotFetched) -> list[Any]:
+    def _on_fetched(self, ev: ev.SnapshotFetched) -> list[Any]:
         out = [] if ev.snapshot is None else self._adopt(ev.snapshot)
         newer, self.newer = self.newer, []
         for push in newer:  # (a fetch answers every push that waited for it)
@@ -202,12 +173,12 @@ class ReducerMachine:
         if chunk is None:
             if self.stopping:
                 self.finished = True
-                return [Finished(self.logic.counters(), self.finalize_at_end)]
+                return [op.Finished(self.logic.counters(), self.finalize_at_end)]
             return []
         self.busy, self.step_started = chunk, self.clock()
-        return [*self._sends(chunk.forwards), PayStep(chunk.cost_s, self.logic.cost_mode)]
+        return [*self._sends(chunk.forwards), op.PayStep(chunk.cost_s, self.logic.cost_mode)]
 
-    def _on_step_paid(self, ev: StepPaid) -> list[Any]:
+    def _on_step_paid(self, ev: ev.StepPaid) -> list[Any]:
         chunk, self.busy = self.busy, None
         if chunk is None:
             return []
@@ -231,7 +202,7 @@ class ReducerMachine:
             sent = (logic.queued, logic.processed, logic.snapshot.version)
             if sent != self.last_sent or logic.has_key_stats:
                 self.last_sent, self.last_report = sent, now
-                out.append(Report(logic.queued, logic.snapshot.version, logic.take_key_stats(), logic.backlog_s,
+                out.append(op.Report(logic.queued, logic.snapshot.version, logic.take_key_stats(), logic.backlog_s,
                                   logic.processed, logic.forwarded,
                                   self.plan.policy.tokens(logic.snapshot, logic.reducer_id)))
         return out + self._progress(now)
@@ -246,38 +217,38 @@ class ReducerMachine:
             return []
         if (self.mapped and logic.queued == 0) or now - self.last_progress >= PROGRESS_INTERVAL_S:
             self.last_progress, self.last_progress_value = now, logic.processed
-            return [Progress(logic.processed)]
+            return [op.Progress(logic.processed)]
         return []
 
-    def _on_report_due(self, ev: ReportDue) -> list[Any]:
+    def _on_report_due(self, ev: ev.ReportDue) -> list[Any]:
         return [] if self.finished else self._report(force=True)
 
-    def _on_input_mapped(self, ev: InputMapped) -> list[Any]:
+    def _on_input_mapped(self, ev: ev.InputMapped) -> list[Any]:
         self.mapped = True
         return self._progress(self.clock())
 
     # -- forwards and state moves -----------------------------------------------------
-    def _sends(self, forwards: list[Forward]) -> list[Any]:
+    def _sends(self, forwards: list[op.Forward]) -> list[Any]:
         version = self.logic.snapshot.version
-        return [SendForward(f.dest, f.batch, f.epoch, version) for f in forwards]
+        return [op.SendForward(f.dest, f.batch, f.epoch, version) for f in forwards]
 
     def _moves(self) -> list[Any]:
         """Hands over the keys whose state this reducer no longer holds (``migrate="state"``,
         or a retired elastic slot)."""
-        return [SendState(move) for move in self.logic.state_moves()]
+        return [op.SendState(move) for move in self.logic.state_moves()]
 
-    def _on_state(self, ev: StateArrived) -> list[Any]:
+    def _on_state(self, ev: ev.StateArrived) -> list[Any]:
         # Keys it no longer owns (a move made under an older ring) go on to their owners;
         # the move is answered once they have merged them, so no state is still travelling
         # when the sender's loop ends.
-        out: list[Any] = [SendState(move, awaited=True) for move in self.logic.accept_state(ev.move)]
+        out: list[Any] = [op.SendState(move, awaited=True) for move in self.logic.accept_state(ev.move)]
         return out + self._check_cut()
 
     # -- checkpoints ------------------------------------------------------------------
-    def _on_prepare(self, ev: PrepareCheckpoint) -> list[Any]:
-        return [Reply(ev.request_id, self.logic.prepare_checkpoint(ev.epoch))]
+    def _on_prepare(self, ev: ev.PrepareCheckpoint) -> list[Any]:
+        return [op.Reply(ev.request_id, self.logic.prepare_checkpoint(ev.epoch))]
 
-    def _on_cut(self, ev: CutCheckpoint) -> list[Any]:
+    def _on_cut(self, ev: ev.CutCheckpoint) -> list[Any]:
         self.cut = ev
         return self._check_cut()
 
@@ -292,19 +263,19 @@ class ReducerMachine:
             share: Any = self.logic.checkpoint(cut.epoch)
         except Exception as exc:  # a user merge() folding the epochs: the job fails
             share = exc
-        return [Reply(cut.request_id, share)]
+        return [op.Reply(cut.request_id, share)]
 
-    def _on_cut_timeout(self, ev: CheckpointTimedOut) -> list[Any]:
+    def _on_cut_timeout(self, ev: ev.CheckpointTimedOut) -> list[Any]:
         if self.cut is None or self.cut.request_id != ev.request_id:
             return []
         self.cut = None
-        return [*self._sends(self.logic.release_held()), Reply(ev.request_id, None)]
+        return [*self._sends(self.logic.release_held()), op.Reply(ev.request_id, None)]
 
-    def _on_release(self, ev: ReleaseCheckpoint) -> list[Any]:
+    def _on_release(self, ev: ev.ReleaseCheckpoint) -> list[Any]:
         return self._sends(self.logic.release_held()) + self._moves()
 
     # -- the end ------------------------------------------------------------------------
-    def _on_stop(self, ev: Stop) -> list[Any]:
+    def _on_stop(self, ev: ev.Stop) -> list[Any]:
         out = [] if ev.snapshot is None else self._adopt(ev.snapshot)
         self.finalize_at_end = ev.finalize
         self.stopping = True
@@ -313,7 +284,7 @@ class ReducerMachine:
         out += self._next_step()
         return out
 
-    def _on_exchange(self, ev: Exchange) -> list[Any]:
+    def _on_exchange(self, ev: ev.Exchange) -> list[Any]:
         slots = list(range(self.plan.num_reducers)) if ev.slots is None else list(ev.slots)
         out: list[Any] = []
         for dest, part in zip(slots, self.logic.partition_state(len(slots))):
@@ -322,35 +293,35 @@ class ReducerMachine:
             if dest == self.logic.reducer_id:
                 self.logic.merge_partial(part)
             else:
-                out.append(SendPartial(dest, part))
-        return [*out, Reply(ev.request_id, None)]
+                out.append(op.SendPartial(dest, part))
+        return [*out, op.Reply(ev.request_id, None)]
 
-    def _on_partial(self, ev: PartialArrived) -> list[Any]:
+    def _on_partial(self, ev: ev.PartialArrived) -> list[Any]:
         self.logic.merge_partial(ev.partial)
         return []
 
-    def _on_finalize(self, ev: Finalize) -> list[Any]:
+    def _on_finalize(self, ev: ev.Finalize) -> list[Any]:
         table = self.logic.finalize()
         if table is None:
             table = self.logic.state.empty_result(empty_input_table(self.plan).schema)
-        return [Reply(ev.request_id, (table, self.logic.merged_keys))]
+        return [op.Reply(ev.request_id, (table, self.logic.merged_keys))]
 
 
 _HANDLERS: dict[type, Callable[[ReducerMachine, Any], list[Any]]] = {
-    ReducerStarted: ReducerMachine._on_started,
-    PushArrived: ReducerMachine._on_push,
-    SnapshotArrived: ReducerMachine._on_snapshot,
-    SnapshotFetched: ReducerMachine._on_fetched,
-    StepPaid: ReducerMachine._on_step_paid,
-    ReportDue: ReducerMachine._on_report_due,
-    InputMapped: ReducerMachine._on_input_mapped,
-    StateArrived: ReducerMachine._on_state,
-    PrepareCheckpoint: ReducerMachine._on_prepare,
-    CutCheckpoint: ReducerMachine._on_cut,
-    CheckpointTimedOut: ReducerMachine._on_cut_timeout,
-    ReleaseCheckpoint: ReducerMachine._on_release,
-    Stop: ReducerMachine._on_stop,
-    Exchange: ReducerMachine._on_exchange,
-    PartialArrived: ReducerMachine._on_partial,
-    Finalize: ReducerMachine._on_finalize,
+    ev.ReducerStarted: ReducerMachine._on_started,
+    ev.PushArrived: ReducerMachine._on_push,
+    ev.SnapshotArrived: ReducerMachine._on_snapshot,
+    ev.SnapshotFetched: ReducerMachine._on_fetched,
+    ev.StepPaid: ReducerMachine._on_step_paid,
+    ev.ReportDue: ReducerMachine._on_report_due,
+    ev.InputMapped: ReducerMachine._on_input_mapped,
+    ev.StateArrived: ReducerMachine._on_state,
+    ev.PrepareCheckpoint: ReducerMachine._on_prepare,
+    ev.CutCheckpoint: ReducerMachine._on_cut,
+    ev.CheckpointTimedOut: ReducerMachine._on_cut_timeout,
+    ev.ReleaseCheckpoint: ReducerMachine._on_release,
+    ev.Stop: ReducerMachine._on_stop,
+    ev.Exchange: ReducerMachine._on_exchange,
+    ev.PartialArrived: ReducerMachine._on_partial,
+    ev.Finalize: ReducerMachine._on_finalize,
 }

@@ -24,60 +24,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from dpa.engine import events as ev
+from dpa.engine import instructions as op
 from dpa.engine.balancer import BalancerLogic
 from dpa.engine.checkpoint_round import CheckpointRound
 from dpa.engine.coordinator import CoordinatorLogic
 from dpa.engine.epochs import Checkpoint, Recovery, Rest
-from dpa.engine.events import (
-    BlockArrived,
-    BlockSplit,
-    CutCheckpoint,
-    CutTaken,
-    Exchange,
-    Finalize,
-    ForecastAnswered,
-    InputMapped,
-    MapperStarted,
-    NoMoreBlocks,
-    PartialArrived,
-    PrepareCheckpoint,
-    Prepared,
-    PushArrived,
-    PushesAnswered,
-    ReducerStarted,
-    ReleaseCheckpoint,
-    ReportDue,
-    SnapshotArrived,
-    SnapshotFetched,
-    StateArrived,
-    StepPaid,
-    Stop,
-)
-from dpa.engine.instructions import (
-    AnswerPush,
-    AskCut,
-    AskPrepare,
-    AskRelease,
-    AwaitBlock,
-    BlockDone,
-    CheckpointFailed,
-    CheckpointTaken,
-    FetchSnapshot,
-    Finished,
-    MapperDone,
-    PayStep,
-    Progress,
-    Publish,
-    Reply,
-    Report,
-    RequestBlock,
-    SendForecast,
-    SendForward,
-    SendPartial,
-    SendPushes,
-    SendState,
-    SplitBlock,
-)
 from dpa.engine.mapper_machine import MapperMachine
 from dpa.engine.output import DRIVER_PROGRESS_INTERVAL_S, RunOutput, needs_final_merge
 from dpa.engine.plan import JobPlan
@@ -148,9 +100,9 @@ class LocalRun:
         self.told_mapped = False
         self.first_routed = {}
         for r in range(self.R):
-            self._to_reducer(r, ReducerStarted())
+            self._to_reducer(r, ev.ReducerStarted())
         for m in range(self.M):
-            self._to_mapper(m, MapperStarted())
+            self._to_mapper(m, ev.MapperStarted())
         self._deliver()
 
     def _to_reducer(self, r: int, event: Any) -> None:
@@ -171,60 +123,60 @@ class LocalRun:
                 self._mapper_does(i, ins)
 
     def _reducer_does(self, r: int, ins: Any) -> None:
-        if isinstance(ins, SendForward):
-            self._to_reducer(ins.dest, PushArrived(next(self.ids), ins.batch, ins.version, ins.epoch, True))
-        elif isinstance(ins, AnswerPush):
+        if isinstance(ins, op.SendForward):
+            self._to_reducer(ins.dest, ev.PushArrived(next(self.ids), ins.batch, ins.version, ins.epoch, True))
+        elif isinstance(ins, op.AnswerPush):
             owner = self.push_owner.pop(ins.push_id, None)
             if owner is not None:  # (a forward's answer goes nowhere)
                 m, index = owner
                 self.answers[m][index] = (ins.outcome, ins.capacity)
                 if len(self.answers[m]) == self.push_size[m]:
                     got, self.answers[m] = self.answers[m], {}
-                    self._to_mapper(m, PushesAnswered([got[k] for k in range(len(got))]))
-        elif isinstance(ins, PayStep):
+                    self._to_mapper(m, ev.PushesAnswered([got[k] for k in range(len(got))]))
+        elif isinstance(ins, op.PayStep):
             heapq.heappush(self.heap, (self.now + ins.cost_s, next(self.seq), "paid", r))
-        elif isinstance(ins, Report):
+        elif isinstance(ins, op.Report):
             self.balancer.report(r, ins.queue_length, ins.version, ins.keys, ins.backlog_s)
-        elif isinstance(ins, Progress):
+        elif isinstance(ins, op.Progress):
             self.coord.on_progress(r, ins.processed)
-        elif isinstance(ins, SendState):
-            self._to_reducer(ins.move.dest, StateArrived(ins.move))
-        elif isinstance(ins, FetchSnapshot):
-            self._to_reducer(r, SnapshotFetched(self.balancer.snapshot))
-        elif isinstance(ins, Reply):
+        elif isinstance(ins, op.SendState):
+            self._to_reducer(ins.move.dest, ev.StateArrived(ins.move))
+        elif isinstance(ins, op.FetchSnapshot):
+            self._to_reducer(r, ev.SnapshotFetched(self.balancer.snapshot))
+        elif isinstance(ins, op.Reply):
             self.replies[ins.request_id] = ins.value
-        elif isinstance(ins, SendPartial):
-            self._to_reducer(ins.dest, PartialArrived(ins.partial))
-        elif isinstance(ins, Finished):
+        elif isinstance(ins, op.SendPartial):
+            self._to_reducer(ins.dest, ev.PartialArrived(ins.partial))
+        elif isinstance(ins, op.Finished):
             self.counters[r] = ins.counters
         else:
             raise TypeError(f"the local runtime cannot carry out {ins!r}")
 
     def _mapper_does(self, m: int, ins: Any) -> None:
-        if isinstance(ins, SendPushes):
+        if isinstance(ins, op.SendPushes):
             self.push_size[m] = len(ins.pushes)
             for index, push in enumerate(ins.pushes):
                 pid = next(self.ids)
                 self.push_owner[pid] = (m, index)
-                self._to_reducer(push.dest, PushArrived(pid, push.batch, ins.version, ins.epoch))
-        elif isinstance(ins, AwaitBlock):
+                self._to_reducer(push.dest, ev.PushArrived(pid, push.batch, ins.version, ins.epoch))
+        elif isinstance(ins, op.AwaitBlock):
             self.awaiting[m] = True
-        elif isinstance(ins, SendForecast):
+        elif isinstance(ins, op.SendForecast):
             published = self.balancer.forecast(m, ins.hashes, ins.counts, ins.total, self.now)
             if published is not None:
                 self._publish(published.snapshot)
-            self._to_mapper(m, ForecastAnswered(self.balancer.snapshot))
-        elif isinstance(ins, SplitBlock):
+            self._to_mapper(m, ev.ForecastAnswered(self.balancer.snapshot))
+        elif isinstance(ins, op.SplitBlock):
             split = self.coord.on_block_split(m, ins.epoch, ins.emitted, Rest(ins.rest), ins.token, self.now)
-            self._to_mapper(m, BlockSplit(split))
-        elif isinstance(ins, BlockDone):
+            self._to_mapper(m, ev.BlockSplit(split))
+        elif isinstance(ins, op.BlockDone):
             self.coord.on_block_done(m, ins.epoch, ins.emitted)
-        elif isinstance(ins, MapperDone):
+        elif isinstance(ins, op.MapperDone):
             if ins.first_routed is not None:
                 self.first_routed[m] = ins.first_routed
             self.coord.on_mapper_done(m)
             self._input_mapped()
-        elif not isinstance(ins, RequestBlock):  # (items are handed out when a mapper waits)
+        elif not isinstance(ins, op.RequestBlock):  # (items are handed out when a mapper waits)
             raise TypeError(f"the local runtime cannot carry out {ins!r}")
 
     def _ask(self, r: int, event: Any) -> Any:
@@ -237,19 +189,19 @@ class LocalRun:
 
     def _publish(self, snapshot: Any) -> None:
         for mapper in self.mappers:
-            mapper.handle(SnapshotArrived(snapshot))
+            mapper.handle(ev.SnapshotArrived(snapshot))
         # Every reducer adopts before any forward is delivered (on Ray a push carrying a
         # newer version makes the receiver adopt first), so no record is judged by a
         # reducer still on the old snapshot.
         for r in range(self.R):
-            self.mail.extend(("reducer", r, ins) for ins in self.reducers[r].handle(SnapshotArrived(snapshot)))
+            self.mail.extend(("reducer", r, ins) for ins in self.reducers[r].handle(ev.SnapshotArrived(snapshot)))
         self._deliver()
 
     def _input_mapped(self) -> None:
         if self.coord.mapping_done and not self.told_mapped:
             self.told_mapped = True
             for r in range(self.R):
-                self._to_reducer(r, InputMapped())
+                self._to_reducer(r, ev.InputMapped())
 
     # -- the coordinator's part -----------------------------------------------------
     def _feed(self) -> None:
@@ -263,11 +215,11 @@ class LocalRun:
                 item = self.replay.popleft() if self.replay else next(self.block_iter, None)
                 if item is None:
                     coord.input_done = True
-                    self._to_mapper(m, NoMoreBlocks())
+                    self._to_mapper(m, ev.NoMoreBlocks())
                 else:
                     epoch, token = coord.on_block_taken(m, item, self.now)
                     prepared = isinstance(item, Rest)
-                    self._to_mapper(m, BlockArrived(item.table if prepared else item, epoch, token, prepared))
+                    self._to_mapper(m, ev.BlockArrived(item.table if prepared else item, epoch, token, prepared))
                 self._deliver()
 
     def _take_checkpoint(self) -> None:
@@ -281,17 +233,17 @@ class LocalRun:
         todo = deque(round_.start())
         while todo:
             ins = todo.popleft()
-            if isinstance(ins, AskPrepare):
-                todo += round_.handle(Prepared(ins.slot, self._ask(ins.slot, PrepareCheckpoint(next(self.ids), epoch))))
-            elif isinstance(ins, AskCut):
-                share = self._ask(ins.slot, CutCheckpoint(next(self.ids), epoch, ins.expected))
-                todo += round_.handle(CutTaken(ins.slot, share))
-            elif isinstance(ins, AskRelease):
-                self._to_reducer(ins.slot, ReleaseCheckpoint())
+            if isinstance(ins, op.AskPrepare):
+                todo += round_.handle(ev.Prepared(ins.slot, self._ask(ins.slot, ev.PrepareCheckpoint(next(self.ids), epoch))))
+            elif isinstance(ins, op.AskCut):
+                share = self._ask(ins.slot, ev.CutCheckpoint(next(self.ids), epoch, ins.expected))
+                todo += round_.handle(ev.CutTaken(ins.slot, share))
+            elif isinstance(ins, op.AskRelease):
+                self._to_reducer(ins.slot, ev.ReleaseCheckpoint())
                 self._deliver()
-            elif isinstance(ins, CheckpointFailed):
+            elif isinstance(ins, op.CheckpointFailed):
                 raise ins.error
-            elif isinstance(ins, CheckpointTaken):
+            elif isinstance(ins, op.CheckpointTaken):
                 if coord.on_checkpoint(epoch, ins.absorbed, ins.pending):
                     shares = [ins.shares[r] for r in range(self.R)]
                     self.checkpoint = Checkpoint(epoch, [s[0] for s in shares], [s[1] for s in shares],
@@ -318,12 +270,12 @@ class LocalRun:
 
     def _tick(self) -> None:
         for r in range(self.R):
-            self._to_reducer(r, ReportDue())
+            self._to_reducer(r, ev.ReportDue())
         self._deliver()
         if self.coord.mapping_done:
             self.balancer.on_input_done()
         instruction = self.balancer.tick(self.now)
-        if instruction is not None and not isinstance(instruction, Publish):  # ScaleOut: slots start at once
+        if instruction is not None and not isinstance(instruction, op.Publish):  # ScaleOut: slots start at once
             instruction = self.balancer.scaled_out(self.now, list(instruction.slots))
         if instruction is not None:
             self._publish(instruction.snapshot)
@@ -342,7 +294,7 @@ class LocalRun:
                 continue
             self.now, _, kind, arg = heapq.heappop(self.heap)
             if kind == "paid":
-                self._to_reducer(arg, StepPaid())
+                self._to_reducer(arg, ev.StepPaid())
                 self._deliver()
                 self._take_checkpoint()
                 self._feed()
@@ -365,7 +317,7 @@ class LocalRun:
         # Every state hand-over under the final routing is done before the merge (nothing is
         # queued any more: only states move).
         for r in range(self.R):
-            self._to_reducer(r, Stop(balancer.snapshot))
+            self._to_reducer(r, ev.Stop(balancer.snapshot))
         self._deliver()
         # After a rollback a key's records may have been absorbed under several routings (with
         # migrate="state" its state follows it whatever happened).
@@ -374,8 +326,8 @@ class LocalRun:
                                        min(self.first_routed.values(), default=None)))
         if merged:
             for r in range(self.R):
-                self._ask(r, Exchange(next(self.ids)))
-        results = [self._ask(r, Finalize(next(self.ids))) for r in range(self.R)]
+                self._ask(r, ev.Exchange(next(self.ids)))
+        results = [self._ask(r, ev.Finalize(next(self.ids))) for r in range(self.R)]
         counters = [self.counters[r] for r in range(self.R)]
         # (an elastic job: the slots that took part; a replaced balancer knows only its own)
         width = max(balancer.width, max((i + 1 for i, c in enumerate(counters) if c["processed"] or c["forwarded"]),

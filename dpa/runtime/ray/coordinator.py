@@ -26,17 +26,11 @@ from typing import Any
 
 import ray
 
+from dpa.engine import events as ev
+from dpa.engine import instructions as op
 from dpa.engine.checkpoint_round import CheckpointRound
 from dpa.engine.coordinator import CoordinatorLogic
 from dpa.engine.epochs import Checkpoint, Recovery, Rest
-from dpa.engine.events import CutTaken, Prepared
-from dpa.engine.instructions import (
-    AskCut,
-    AskPrepare,
-    AskRelease,
-    CheckpointFailed,
-    CheckpointTaken,
-)
 from dpa.engine.output import finalize_at_stop, needs_final_merge
 from dpa.engine.plan import JobPlan
 from dpa.errors import JobFailedError
@@ -227,20 +221,20 @@ class CoordinatorActor(PoolMembers):
             instructions, verdict = round_.start(), None
             try:
                 while instructions:
-                    asks = [i for i in instructions if isinstance(i, (AskPrepare, AskCut, AskRelease))]
+                    asks = [i for i in instructions if isinstance(i, (op.AskPrepare, op.AskCut, op.AskRelease))]
                     verdict = next((i for i in instructions if i not in asks), verdict)
                     instructions = []
-                    if asks and isinstance(asks[0], AskPrepare):
+                    if asks and isinstance(asks[0], op.AskPrepare):
                         sent = await asyncio.gather(*[self.reducers[a.slot].prepare_checkpoint.remote(run_id, a.epoch)
                                                       for a in asks])
-                        instructions = round_.handle(*[Prepared(a.slot, s) for a, s in zip(asks, sent)])
-                    elif asks and isinstance(asks[0], AskCut):
+                        instructions = round_.handle(*[ev.Prepared(a.slot, s) for a, s in zip(asks, sent)])
+                    elif asks and isinstance(asks[0], op.AskCut):
                         shares = await asyncio.gather(*[self.reducers[a.slot].checkpoint.remote(
                             run_id, a.epoch, a.expected, CHECKPOINT_WAIT_S) for a in asks], return_exceptions=True)
                         lost = next((s for s in shares if isinstance(s, Exception) and member_lost(s)), None)
                         if lost is not None:
                             raise lost
-                        instructions = round_.handle(*[CutTaken(a.slot, s) for a, s in zip(asks, shares)])
+                        instructions = round_.handle(*[ev.CutTaken(a.slot, s) for a, s in zip(asks, shares)])
                     elif asks:
                         await asyncio.gather(*[self.reducers[a.slot].release_checkpoint.remote(run_id) for a in asks])
                 snapshot = await self.balancer.snapshot.remote(run_id)
@@ -250,14 +244,14 @@ class CoordinatorActor(PoolMembers):
                 return
         if run_id != self.run_id:
             return
-        if isinstance(verdict, CheckpointFailed):
+        if isinstance(verdict, op.CheckpointFailed):
             # User code raised while a share was cut (a reducer's merge() folding the
             # epochs): that reducer's state is no longer whole, so the job fails.
             self.logic.ledger.abandon_close()
             self.checkpoint_error = verdict.error
             self.members_changed.set()
             return
-        if not isinstance(verdict, CheckpointTaken):
+        if not isinstance(verdict, op.CheckpointTaken):
             logger.warning("dpa checkpoint of epoch %d given up: %s", epoch, verdict.reason)
             self.logic.ledger.abandon_close()
             return

@@ -14,25 +14,9 @@ from typing import Any
 
 import ray
 
+from dpa.engine import events as ev
+from dpa.engine import instructions as op
 from dpa.engine.epochs import Rest
-from dpa.engine.events import (
-    BlockArrived,
-    BlockSplit,
-    ForecastAnswered,
-    MapperStarted,
-    NoMoreBlocks,
-    PushesAnswered,
-    SnapshotArrived,
-)
-from dpa.engine.instructions import (
-    AwaitBlock,
-    BlockDone,
-    MapperDone,
-    RequestBlock,
-    SendForecast,
-    SendPushes,
-    SplitBlock,
-)
 from dpa.engine.mapper_machine import MapperMachine
 from dpa.engine.plan import JobPlan
 from dpa.runtime.ray.member import ActorFailure, JobMember, as_table, describe, quiet_method, ready
@@ -67,7 +51,7 @@ class MapperActor(JobMember):
     @quiet_method
     async def update_ring(self, job_id: str, snapshot: Any) -> None:
         if self._serving(job_id):  # drop a finished job's late news
-            self.machine.handle(SnapshotArrived(snapshot))
+            self.machine.handle(ev.SnapshotArrived(snapshot))
 
     async def add_peers(self, job_id: str, handles: dict[int, Any]) -> None:
         """An elastic job started reducers in these slots (before any routing names them)."""
@@ -85,37 +69,37 @@ class MapperActor(JobMember):
         coordinator, me = self.coordinator, self.mapper_id
         pending = None  # the item asked for
         done = None  # (epoch, emitted) of the block finished last, not told yet
-        instructions = machine.handle(MapperStarted())
+        instructions = machine.handle(ev.MapperStarted())
         while instructions:
             ins = instructions.pop(0)
             event: Any = None
-            if isinstance(ins, SendPushes):
+            if isinstance(ins, op.SendPushes):
                 answers = await asyncio.gather(*[self.reducers[p.dest].push.remote(job_id, p.batch, ins.version, False,
                                                                                   ins.epoch) for p in ins.pushes])
-                event = PushesAnswered(list(answers))
-            elif isinstance(ins, RequestBlock):  # (it carries the last block's end along)
+                event = ev.PushesAnswered(list(answers))
+            elif isinstance(ins, op.RequestBlock):  # (it carries the last block's end along)
                 pending, done = coordinator.next_block.remote(job_id, me, done), None
-            elif isinstance(ins, AwaitBlock):
+            elif isinstance(ins, op.AwaitBlock):
                 item = await pending
-                event = NoMoreBlocks() if item is None else await self._block(item)
-            elif isinstance(ins, BlockDone):
+                event = ev.NoMoreBlocks() if item is None else await self._block(item)
+            elif isinstance(ins, op.BlockDone):
                 done = (ins.epoch, ins.emitted)
                 if not ready(pending):  # the next item is not here yet (a slow source): tell it now
                     coordinator.block_done.remote(job_id, me, *done)
                     done = None
                 if ins.emitted:
                     metric("dpa_records_emitted").inc(ins.emitted, tags=self.tags)
-            elif isinstance(ins, SendForecast):
+            elif isinstance(ins, op.SendForecast):
                 try:
                     snapshot = await self.balancer.forecast.remote(job_id, me, ins.hashes, ins.counts, ins.total)
                 except Exception as exc:  # a lost balancer is the coordinator's to notice and recover
                     logger.debug("mapper %d: no forecast (%s)", me, describe(exc))
                     snapshot = None
-                event = ForecastAnswered(snapshot)
-            elif isinstance(ins, SplitBlock):
-                event = BlockSplit(await coordinator.split_block.remote(job_id, me, ins.epoch, ins.emitted, ins.rest,
+                event = ev.ForecastAnswered(snapshot)
+            elif isinstance(ins, op.SplitBlock):
+                event = ev.BlockSplit(await coordinator.split_block.remote(job_id, me, ins.epoch, ins.emitted, ins.rest,
                                                                         ins.token))
-            elif isinstance(ins, MapperDone):
+            elif isinstance(ins, op.MapperDone):
                 await coordinator.mapper_done.remote(job_id, me, done, ins.first_routed)
             else:
                 raise TypeError(f"the Ray mapper cannot carry out {ins!r}")
@@ -127,16 +111,16 @@ class MapperActor(JobMember):
         self.job_id, self.task = None, None  # the job is over for this mapper: later news is dropped
         return machine.emitted
 
-    async def _block(self, item: list[Any]) -> BlockArrived:
+    async def _block(self, item: list[Any]) -> ev.BlockArrived:
         """The block of an item the coordinator handed out: ``[item, epoch, token]``."""
         item, epoch, token = item
         try:
             if isinstance(item, Rest):
-                return BlockArrived(await item.table, epoch, token, prepared=True)
+                return ev.BlockArrived(await item.table, epoch, token, prepared=True)
             ref, row_slice = item
             block = as_table(await ref)
             if row_slice is not None:
                 block = block.slice(row_slice[0], row_slice[1] - row_slice[0])
-            return BlockArrived(block, epoch, token)
+            return ev.BlockArrived(block, epoch, token)
         except Exception as exc:
             raise ActorFailure(self.name, exc, getattr(exc, "key", None)) from exc

@@ -15,36 +15,8 @@ from typing import Any
 import pyarrow as pa
 import ray
 
-from dpa.engine.events import (
-    CheckpointTimedOut,
-    CutCheckpoint,
-    Exchange,
-    Finalize,
-    InputMapped,
-    PartialArrived,
-    PrepareCheckpoint,
-    PushArrived,
-    ReducerStarted,
-    ReleaseCheckpoint,
-    ReportDue,
-    SnapshotArrived,
-    SnapshotFetched,
-    StateArrived,
-    StepPaid,
-    Stop,
-)
-from dpa.engine.instructions import (
-    AnswerPush,
-    FetchSnapshot,
-    Finished,
-    PayStep,
-    Progress,
-    Reply,
-    Report,
-    SendForward,
-    SendPartial,
-    SendState,
-)
+from dpa.engine import events as ev
+from dpa.engine import instructions as op
 from dpa.engine.plan import JobPlan
 from dpa.engine.reducer_machine import IDLE_ANSWER, ReducerMachine
 from dpa.runtime.ray.member import ActorFailure, JobMember, quiet_method, ready
@@ -104,27 +76,27 @@ class ReducerActor(JobMember):
 
     def _execute(self, instructions: list[Any]) -> None:
         for ins in instructions:
-            if isinstance(ins, SendForward):
+            if isinstance(ins, op.SendForward):
                 self.inflight.append(self.peers[ins.dest].push.remote(self.job_id, ins.batch, ins.version, True,
                                                                       ins.epoch))
-            elif isinstance(ins, AnswerPush):
+            elif isinstance(ins, op.AnswerPush):
                 self._answer(ins.push_id, (ins.outcome, ins.capacity))
-            elif isinstance(ins, PayStep | Finished):
+            elif isinstance(ins, op.PayStep | op.Finished):
                 self.steps.put_nowait(ins)
-            elif isinstance(ins, Report):
+            elif isinstance(ins, op.Report):
                 self.balancer.report.remote(self.job_id, self.reducer_id, ins.queue_length, ins.version, ins.keys,
                                             ins.backlog_s)
                 self.telemetry.update(ins.queue_length, ins.processed, ins.forwarded, ins.tokens)
-            elif isinstance(ins, Progress):
+            elif isinstance(ins, op.Progress):
                 self.coordinator.progress.remote(self.job_id, self.reducer_id, ins.processed)
-            elif isinstance(ins, SendState):
+            elif isinstance(ins, op.SendState):
                 ref = self.peers[ins.move.dest].accept_state.remote(self.job_id, ins.move)
                 (self.awaited if ins.awaited else self.inflight).append(ref)
-            elif isinstance(ins, SendPartial):
+            elif isinstance(ins, op.SendPartial):
                 self.awaited.append(self.peers[ins.dest].accept_partial.remote(self.job_id, ins.partial))
-            elif isinstance(ins, Reply):
+            elif isinstance(ins, op.Reply):
                 self._answer(ins.request_id, ins.value)
-            elif isinstance(ins, FetchSnapshot):
+            elif isinstance(ins, op.FetchSnapshot):
                 asyncio.ensure_future(self._fetch_snapshot(self.job_id))
             else:
                 raise TypeError(f"the Ray reducer cannot carry out {ins!r}")
@@ -153,7 +125,7 @@ class ReducerActor(JobMember):
         except Exception:  # a lost balancer is the coordinator's to notice and recover
             snapshot = None
         if self._serving(job_id):
-            self._feed(SnapshotFetched(snapshot))
+            self._feed(ev.SnapshotFetched(snapshot))
 
     async def _settle(self) -> None:
         """Waits for the calls the event just handled must see done."""
@@ -176,27 +148,27 @@ class ReducerActor(JobMember):
     @quiet_method
     async def update_ring(self, job_id: str, snapshot: Any) -> None:
         if self._serving(job_id):  # drop a finished job's late news
-            self._feed(SnapshotArrived(snapshot))
+            self._feed(ev.SnapshotArrived(snapshot))
 
     @quiet_method
     async def accept_state(self, job_id: str, move: Any) -> None:
         """A peer's :class:`~dpa.engine.instructions.StateMove`; returns once the keys it
         passes on have merged at their owners."""
         if self._serving(job_id):
-            self._feed(StateArrived(move))
+            self._feed(ev.StateArrived(move))
             await self._settle()
 
     @quiet_method
     async def input_mapped(self, job_id: str) -> None:
         """Every input record is in a reducer's queue."""
         if self._serving(job_id):
-            self._feed(InputMapped())
+            self._feed(ev.InputMapped())
 
     async def _reporter(self, job_id: str) -> None:
         while self._serving(job_id) and not self.machine.finished:
             await asyncio.sleep(self.plan.report_interval_s)
             if self._serving(job_id):
-                self._feed(ReportDue())
+                self._feed(ev.ReportDue())
 
     # -- the loop: steps ------------------------------------------------------------
     async def serve(self, job_id: str) -> dict[str, int]:
@@ -205,10 +177,10 @@ class ReducerActor(JobMember):
         self.task = asyncio.current_task()
         reporter = asyncio.ensure_future(self._reporter(job_id))
         try:
-            self._feed(ReducerStarted())
+            self._feed(ev.ReducerStarted())
             while True:
                 step = await self.steps.get()
-                if step is None or isinstance(step, Finished):
+                if step is None or isinstance(step, op.Finished):
                     break
                 if step.cost_s > 0:
                     if step.mode == "sleep":
@@ -218,7 +190,7 @@ class ReducerActor(JobMember):
                         while time.perf_counter() < end:
                             pass
                 try:
-                    self._feed(StepPaid())
+                    self._feed(ev.StepPaid())
                 except Exception as exc:
                     raise ActorFailure(self.name, exc, self.machine.current_key) from exc
                 await asyncio.sleep(0)
@@ -243,7 +215,7 @@ class ReducerActor(JobMember):
         round of calls: only for a job whose reducers neither merge partial states nor
         receive states from peers at the end (:func:`~dpa.engine.output.finalize_at_stop`)."""
         if self._serving(job_id):
-            self._feed(Stop(snapshot, finalize))
+            self._feed(ev.Stop(snapshot, finalize))
 
     # -- checkpoints ------------------------------------------------------------------
     async def prepare_checkpoint(self, job_id: str, epoch: int) -> list[int] | None:
@@ -251,7 +223,7 @@ class ReducerActor(JobMember):
         forwarded so far. None if not serving."""
         if not self._serving(job_id):
             return None
-        return await self._request(PrepareCheckpoint, epoch)
+        return await self._request(ev.PrepareCheckpoint, epoch)
 
     async def checkpoint(self, job_id: str, epoch: int, expected: int, timeout_s: float) -> Any:
         """Phase two: this reducer's share once the ``expected`` forwarded records have
@@ -260,12 +232,12 @@ class ReducerActor(JobMember):
             return None
         rid = next(self.ids)
         fut = self.waiting[rid] = asyncio.get_running_loop().create_future()
-        self._feed(CutCheckpoint(rid, epoch, expected))
+        self._feed(ev.CutCheckpoint(rid, epoch, expected))
         try:
             share = await asyncio.wait_for(asyncio.shield(fut), timeout_s)
         except asyncio.TimeoutError:  # (the machine answers None and lets the held forwards go)
             if self._serving(job_id):
-                self._feed(CheckpointTimedOut(rid))
+                self._feed(ev.CheckpointTimedOut(rid))
             self.waiting.pop(rid, None)
             share = fut.result() if fut.done() else None
         if isinstance(share, BaseException):
@@ -275,7 +247,7 @@ class ReducerActor(JobMember):
     async def release_checkpoint(self, job_id: str) -> None:
         """Phase three: every share is taken; the forwards held for it go out."""
         if self._serving(job_id):
-            self._feed(ReleaseCheckpoint())
+            self._feed(ev.ReleaseCheckpoint())
 
     # -- final merge and result -----------------------------------------------------
     async def add_peers(self, job_id: str, handles: dict[int, Any]) -> None:
@@ -289,13 +261,13 @@ class ReducerActor(JobMember):
         """The partitioned final merge over the job's reducer ``slots`` (default all):
         partition ``j`` of this reducer's state goes to ``slots[j]``."""
         if self._serving(job_id):
-            await self._request(Exchange, slots)
+            await self._request(ev.Exchange, slots)
             await self._settle()
 
     @quiet_method
     async def accept_partial(self, job_id: str, part: Any) -> None:
         if self._serving(job_id):
-            self._feed(PartialArrived(part))
+            self._feed(ev.PartialArrived(part))
 
     async def finalize(self, job_id: str) -> int:
         """Finalizes this reducer's share of the result (kept until :meth:`result`); returns
@@ -303,7 +275,7 @@ class ReducerActor(JobMember):
         if not self._serving(job_id):
             return 0
         try:
-            table, merged_keys = await self._request(Finalize)
+            table, merged_keys = await self._request(ev.Finalize)
         except Exception as exc:
             raise ActorFailure(self.name, exc, self.machine.current_key) from exc
         self.result = table
@@ -318,6 +290,6 @@ class ReducerActor(JobMember):
         return table
 
 
-def _push_event(push_id: int, batch: pa.Table, version: int, epoch: int, forwarded: bool) -> PushArrived:
-    return PushArrived(push_id, batch, version, epoch, forwarded)
+def _push_event(push_id: int, batch: pa.Table, version: int, epoch: int, forwarded: bool) -> ev.PushArrived:
+    return ev.PushArrived(push_id, batch, version, epoch, forwarded)
 

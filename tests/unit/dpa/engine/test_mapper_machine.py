@@ -7,25 +7,9 @@ from __future__ import annotations
 import pyarrow as pa
 
 import dpa
-from dpa.engine.events import (
-    BlockArrived,
-    BlockSplit,
-    ForecastAnswered,
-    MapperStarted,
-    NoMoreBlocks,
-    PushesAnswered,
-    SnapshotArrived,
-)
+from dpa.engine import events as ev
+from dpa.engine import instructions as op
 from dpa.engine.flow import PUSH_GROW, PUSH_SHRINK
-from dpa.engine.instructions import (
-    AwaitBlock,
-    BlockDone,
-    MapperDone,
-    RequestBlock,
-    SendForecast,
-    SendPushes,
-    SplitBlock,
-)
 from dpa.engine.mapper import FIRST_PUSH_ROWS, PUSH_GROWTH
 from dpa.engine.mapper_machine import MapperMachine
 from dpa.engine.plan import build_plan
@@ -53,75 +37,75 @@ def answer_all(m, out, outcome=PUSH_GROW):
     """Answers every push with ``outcome`` until the block is done; the pushes' sizes."""
     sizes = []
     while True:
-        pushes = [i for i in out if isinstance(i, SendPushes)]
+        pushes = [i for i in out if isinstance(i, op.SendPushes)]
         if not pushes:
             return sizes, out
         sizes.append(sum(p.batch.num_rows for p in pushes[0].pushes))
-        out = m.handle(PushesAnswered([(outcome, None)] * len(pushes[0].pushes)))
+        out = m.handle(ev.PushesAnswered([(outcome, None)] * len(pushes[0].pushes)))
 
 
 def test_a_mapper_asks_ahead_and_ends_each_block_with_its_count():
     m, table, _ = machine(policy="hash")
-    assert m.handle(MapperStarted()) == [RequestBlock(), AwaitBlock()]
-    out = m.handle(BlockArrived(table, 0, 1))
-    assert out[0] == RequestBlock()  # the next item travels while this one is routed
+    assert m.handle(ev.MapperStarted()) == [op.RequestBlock(), op.AwaitBlock()]
+    out = m.handle(ev.BlockArrived(table, 0, 1))
+    assert out[0] == op.RequestBlock()  # the next item travels while this one is routed
     sizes, out = answer_all(m, out)
     assert sum(sizes) == table.num_rows
     assert sizes[:3] == [FIRST_PUSH_ROWS, FIRST_PUSH_ROWS * PUSH_GROWTH, table.num_rows - FIRST_PUSH_ROWS * 9]
-    assert out == [BlockDone(0, table.num_rows), AwaitBlock()]
-    assert m.handle(NoMoreBlocks()) == [MapperDone(m.logic.first_routed, table.num_rows)]
+    assert out == [op.BlockDone(0, table.num_rows), op.AwaitBlock()]
+    assert m.handle(ev.NoMoreBlocks()) == [op.MapperDone(m.logic.first_routed, table.num_rows)]
 
 
 def test_pushes_shrink_after_a_reducer_made_one_wait():
     m, table, _ = machine(policy="hash")
-    m.handle(MapperStarted())
-    sizes, _ = answer_all(m, m.handle(BlockArrived(table, 0, 1)), outcome=PUSH_SHRINK)
+    m.handle(ev.MapperStarted())
+    sizes, _ = answer_all(m, m.handle(ev.BlockArrived(table, 0, 1)), outcome=PUSH_SHRINK)
     assert set(sizes[:-1]) == {FIRST_PUSH_ROWS}
 
 
 def test_the_first_block_s_forecast_is_routed_under_the_balancer_s_answer():
     m, table, _ = machine()  # (the default policy wants a forecast)
-    m.handle(MapperStarted())
-    out = m.handle(BlockArrived(table, 0, 1))
-    assert isinstance(out[-1], SendForecast) and out[-1].total == table.num_rows
+    m.handle(ev.MapperStarted())
+    out = m.handle(ev.BlockArrived(table, 0, 1))
+    assert isinstance(out[-1], op.SendForecast) and out[-1].total == table.num_rows
     newer = m.logic.snapshot
-    out = m.handle(ForecastAnswered(newer))
-    assert isinstance(out[0], SendPushes) and out[0].version == newer.version
+    out = m.handle(ev.ForecastAnswered(newer))
+    assert isinstance(out[0], op.SendPushes) and out[0].version == newer.version
 
 
 def test_a_block_is_cut_when_its_epoch_s_time_is_up():
     m, table, clock = machine(policy="hash", checkpoint_interval_s=1.0)
-    m.handle(MapperStarted())
-    out = m.handle(BlockArrived(table, 0, 1))
+    m.handle(ev.MapperStarted())
+    out = m.handle(ev.BlockArrived(table, 0, 1))
     first = sum(p.batch.num_rows for p in out[-1].pushes)
     clock.t = 1.5
-    out = m.handle(PushesAnswered([(PUSH_GROW, None)] * len(out[-1].pushes)))
+    out = m.handle(ev.PushesAnswered([(PUSH_GROW, None)] * len(out[-1].pushes)))
     (split,) = out
-    assert isinstance(split, SplitBlock) and split.emitted == first and split.token == 1
+    assert isinstance(split, op.SplitBlock) and split.emitted == first and split.token == 1
     assert split.rest.num_rows == table.num_rows - first
-    out = m.handle(BlockSplit((1, 2)))  # the rest is item 2 of epoch 1
-    assert isinstance(out[0], SendPushes) and out[0].epoch == 1
+    out = m.handle(ev.BlockSplit((1, 2)))  # the rest is item 2 of epoch 1
+    assert isinstance(out[0], op.SendPushes) and out[0].epoch == 1
     _, out = answer_all(m, out)
-    assert out == [BlockDone(1, table.num_rows - first), AwaitBlock()]
+    assert out == [op.BlockDone(1, table.num_rows - first), op.AwaitBlock()]
 
 
 def test_a_split_after_the_run_ended_ends_the_block():
     m, table, clock = machine(policy="hash", checkpoint_interval_s=1.0)
-    m.handle(MapperStarted())
-    out = m.handle(BlockArrived(table, 0, 1))
+    m.handle(ev.MapperStarted())
+    out = m.handle(ev.BlockArrived(table, 0, 1))
     clock.t = 2.0
-    m.handle(PushesAnswered([(PUSH_GROW, None)] * len(out[-1].pushes)))
-    assert [type(i) for i in m.handle(BlockSplit(None))] == [BlockDone, AwaitBlock]
+    m.handle(ev.PushesAnswered([(PUSH_GROW, None)] * len(out[-1].pushes)))
+    assert [type(i) for i in m.handle(ev.BlockSplit(None))] == [op.BlockDone, op.AwaitBlock]
 
 
 def test_a_published_snapshot_is_adopted_for_the_next_push():
     m, table, _ = machine(policy="doubling")
-    m.handle(MapperStarted())
-    out = m.handle(BlockArrived(table, 0, 1))
-    if isinstance(out[-1], SendForecast):  # (the ring policies plan their first ring on it)
-        out = m.handle(ForecastAnswered(None))
+    m.handle(ev.MapperStarted())
+    out = m.handle(ev.BlockArrived(table, 0, 1))
+    if isinstance(out[-1], op.SendForecast):  # (the ring policies plan their first ring on it)
+        out = m.handle(ev.ForecastAnswered(None))
     ring = m.logic.plan.policy.ring(4)
     ring.double_except(0)
-    assert m.handle(SnapshotArrived(ring.snapshot())) == []
-    out = m.handle(PushesAnswered([(PUSH_GROW, None)] * len(out[-1].pushes)))
+    assert m.handle(ev.SnapshotArrived(ring.snapshot())) == []
+    out = m.handle(ev.PushesAnswered([(PUSH_GROW, None)] * len(out[-1].pushes)))
     assert out[0].version == ring.version

@@ -8,33 +8,9 @@ import pyarrow as pa
 import pytest
 
 import dpa
-from dpa.engine.events import (
-    CheckpointTimedOut,
-    CutCheckpoint,
-    Exchange,
-    Finalize,
-    InputMapped,
-    PrepareCheckpoint,
-    PushArrived,
-    ReducerStarted,
-    ReleaseCheckpoint,
-    ReportDue,
-    SnapshotArrived,
-    SnapshotFetched,
-    StepPaid,
-    Stop,
-)
+from dpa.engine import events as ev
+from dpa.engine import instructions as op
 from dpa.engine.flow import PUSH_GROW, PUSH_KEEP, PUSH_SHRINK
-from dpa.engine.instructions import (
-    AnswerPush,
-    FetchSnapshot,
-    Finished,
-    PayStep,
-    Progress,
-    Reply,
-    Report,
-    SendForward,
-)
 from dpa.engine.mapper import MapperLogic
 from dpa.engine.plan import build_plan
 from dpa.engine.reducer_machine import PROGRESS_INTERVAL_S, ReducerMachine
@@ -73,119 +49,119 @@ def of(instructions, cls):
 def test_a_push_to_an_idle_reducer_is_answered_and_starts_a_step():
     plan, snap, clock, m, pushes = setup()
     batch = next(p.batch for p in pushes if p.dest == 0)
-    out = m.handle(PushArrived(7, batch, snap.version))
-    answer = of(out, AnswerPush)
-    assert answer == [AnswerPush(7, PUSH_KEEP, None)]  # no cost measured yet: keep the push size
-    steps = of(out, PayStep)
+    out = m.handle(ev.PushArrived(7, batch, snap.version))
+    answer = of(out, op.AnswerPush)
+    assert answer == [op.AnswerPush(7, PUSH_KEEP, None)]  # no cost measured yet: keep the push size
+    steps = of(out, op.PayStep)
     assert len(steps) == 1 and steps[0].mode == "sleep"
     assert m.busy is not None and m.busy.rows == 16  # the first step is small (its cost is unknown)
-    assert kinds(m.handle(PushArrived(8, batch, snap.version))) == []  # no room: the push waits
+    assert kinds(m.handle(ev.PushArrived(8, batch, snap.version))) == []  # no room: the push waits
 
 
 def test_a_waiting_push_is_answered_when_steps_free_room_and_learns_it_waited_for_work():
     plan, snap, clock, m, pushes = setup(reducer=dpa.WithCost(dpa.Count(), seconds_per_record=0.001),
                                          queue_time_s=0.05, step_time_s=0.01)
     batch = next(p.batch for p in pushes if p.dest == 0)
-    m.handle(PushArrived(1, batch.slice(0, 200), snap.version))
+    m.handle(ev.PushArrived(1, batch.slice(0, 200), snap.version))
     for _ in range(3):  # measured steps: the queue is bounded in seconds of work now
         clock.t += m.busy.cost_s
-        m.handle(StepPaid())
+        m.handle(ev.StepPaid())
     assert m.logic.calibrated and not m.logic.has_room()
-    assert m.handle(PushArrived(2, batch.slice(200, 200), snap.version)) == []  # waits for room
+    assert m.handle(ev.PushArrived(2, batch.slice(200, 200), snap.version)) == []  # waits for room
     answers = []
     while not answers:
         clock.t += m.busy.cost_s
-        answers = of(m.handle(StepPaid()), AnswerPush)
-    assert answers == [AnswerPush(2, PUSH_SHRINK, m.logic.capacity_rows)]  # a full queue: shrink
-    assert m.handle(PushArrived(3, batch.slice(400, 1), snap.version)) == []  # full again: waits behind
+        answers = of(m.handle(ev.StepPaid()), op.AnswerPush)
+    assert answers == [op.AnswerPush(2, PUSH_SHRINK, m.logic.capacity_rows)]  # a full queue: shrink
+    assert m.handle(ev.PushArrived(3, batch.slice(400, 1), snap.version)) == []  # full again: waits behind
 
 
 def test_a_calibrated_reducer_with_room_tells_the_mapper_to_grow():
     plan, snap, clock, m, pushes = setup(reducer=dpa.WithCost(dpa.Count(), seconds_per_record=0.0001))
     batch = next(p.batch for p in pushes if p.dest == 0)
-    m.handle(PushArrived(1, batch.slice(0, 10), snap.version))
+    m.handle(ev.PushArrived(1, batch.slice(0, 10), snap.version))
     clock.t += m.busy.cost_s
-    m.handle(StepPaid())
-    out = m.handle(PushArrived(2, batch.slice(10, 5), snap.version))
-    assert of(out, AnswerPush)[0].outcome == PUSH_GROW
+    m.handle(ev.StepPaid())
+    out = m.handle(ev.PushArrived(2, batch.slice(10, 5), snap.version))
+    assert of(out, op.AnswerPush)[0].outcome == PUSH_GROW
 
 
 def test_forwards_are_queued_whatever_the_queue_holds():
     plan, snap, clock, m, pushes = setup()
     batch = next(p.batch for p in pushes if p.dest == 0)
-    m.handle(PushArrived(1, batch, snap.version))
-    out = m.handle(PushArrived(2, batch, snap.version, forwarded=True))
-    assert of(out, AnswerPush) == [AnswerPush(2, PUSH_KEEP, None)]
+    m.handle(ev.PushArrived(1, batch, snap.version))
+    out = m.handle(ev.PushArrived(2, batch, snap.version, forwarded=True))
+    assert of(out, op.AnswerPush) == [op.AnswerPush(2, PUSH_KEEP, None)]
     assert m.logic.received_forwards == batch.num_rows
 
 
 def test_a_push_under_a_newer_snapshot_waits_for_it_to_be_fetched():
     plan, snap, clock, m, pushes = setup()
     batch = next(p.batch for p in pushes if p.dest == 0)
-    assert m.handle(PushArrived(1, batch, snap.version + 1)) == [FetchSnapshot()]
-    assert m.handle(PushArrived(2, batch, snap.version + 1)) == []  # (one fetch answers both)
-    out = m.handle(SnapshotFetched(None))
-    assert [a.push_id for a in of(out, AnswerPush)] == [1]  # the second waits for room
+    assert m.handle(ev.PushArrived(1, batch, snap.version + 1)) == [op.FetchSnapshot()]
+    assert m.handle(ev.PushArrived(2, batch, snap.version + 1)) == []  # (one fetch answers both)
+    out = m.handle(ev.SnapshotFetched(None))
+    assert [a.push_id for a in of(out, op.AnswerPush)] == [1]  # the second waits for room
     assert m.parked
 
 
 def test_reports_are_paced_and_forced_by_the_timer():
     plan, snap, clock, m, pushes = setup()
     batch = next(p.batch for p in pushes if p.dest == 0)
-    out = m.handle(ReducerStarted(), PushArrived(1, batch, snap.version))
-    assert len(of(out, Report)) == 1  # (the first; the push's comes within report_interval_s)
+    out = m.handle(ev.ReducerStarted(), ev.PushArrived(1, batch, snap.version))
+    assert len(of(out, op.Report)) == 1  # (the first; the push's comes within report_interval_s)
     clock.t += m.busy.cost_s if m.busy.cost_s else 0.001
-    assert of(m.handle(StepPaid()), Report) == []
-    reports = of(m.handle(ReportDue()), Report)
+    assert of(m.handle(ev.StepPaid()), op.Report) == []
+    reports = of(m.handle(ev.ReportDue()), op.Report)
     assert len(reports) == 1 and reports[0].queue_length == m.logic.queued
-    assert of(m.handle(ReportDue()), Report) == []  # nothing changed: no report
+    assert of(m.handle(ev.ReportDue()), op.Report) == []  # nothing changed: no report
 
 
 def test_progress_goes_at_once_only_when_the_queue_is_empty_after_input_mapped():
     plan, snap, clock, m, pushes = setup()
     batch = next(p.batch for p in pushes if p.dest == 0).slice(0, 10)
-    out = m.handle(PushArrived(1, batch, snap.version))
-    out = m.handle(StepPaid())
-    assert of(out, Progress) == [Progress(10)]  # the first one: the interval since "never" is up
-    m.handle(PushArrived(2, batch, snap.version))
+    out = m.handle(ev.PushArrived(1, batch, snap.version))
+    out = m.handle(ev.StepPaid())
+    assert of(out, op.Progress) == [op.Progress(10)]  # the first one: the interval since "never" is up
+    m.handle(ev.PushArrived(2, batch, snap.version))
     clock.t += PROGRESS_INTERVAL_S / 2
-    assert of(m.handle(StepPaid()), Progress) == []  # emptied queue, mapping still going: paced
-    assert m.handle(InputMapped()) == [Progress(20)]  # the coordinator's word: at once
-    m.handle(PushArrived(3, batch, snap.version), PushArrived(4, batch, snap.version, forwarded=True))
+    assert of(m.handle(ev.StepPaid()), op.Progress) == []  # emptied queue, mapping still going: paced
+    assert m.handle(ev.InputMapped()) == [op.Progress(20)]  # the coordinator's word: at once
+    m.handle(ev.PushArrived(3, batch, snap.version), ev.PushArrived(4, batch, snap.version, forwarded=True))
     m.busy = None  # (its step is dropped here: only progress is watched)
     m.logic.processed += 5
-    assert m.handle(InputMapped()) == []  # queue not empty: waits for the interval
+    assert m.handle(ev.InputMapped()) == []  # queue not empty: waits for the interval
 
 
 def test_a_reducer_restored_from_a_checkpoint_reports_no_progress_it_already_told():
     plan, snap, clock, m, _ = setup()
     restored = ReducerMachine(0, plan, snap, clock, (None, 40, -1, ()))
     assert restored.logic.processed == 40
-    assert of(restored.handle(ReducerStarted(), InputMapped()), Progress) == []
+    assert of(restored.handle(ev.ReducerStarted(), ev.InputMapped()), op.Progress) == []
 
 
 def test_checkpoint_phases_hold_forwards_until_released():
     plan, snap, clock, m, pushes = setup(checkpoint_interval_s=1.0)
     batch = next(p.batch for p in pushes if p.dest == 0)
-    m.handle(PushArrived(1, batch.slice(0, 50), snap.version, epoch=0))
-    sent = m.handle(PrepareCheckpoint(10, 0))
-    assert sent == [Reply(10, [0, 0])]
+    m.handle(ev.PushArrived(1, batch.slice(0, 50), snap.version, epoch=0))
+    sent = m.handle(ev.PrepareCheckpoint(10, 0))
+    assert sent == [op.Reply(10, [0, 0])]
     # A forward counted by a peer has not arrived yet: the cut waits for it.
-    assert m.handle(CutCheckpoint(11, 0, 5)) == []
-    out = m.handle(PushArrived(2, batch.slice(50, 5), snap.version, epoch=0, forwarded=True))
-    share = [r for r in of(out, Reply) if r.request_id == 11]
+    assert m.handle(ev.CutCheckpoint(11, 0, 5)) == []
+    out = m.handle(ev.PushArrived(2, batch.slice(50, 5), snap.version, epoch=0, forwarded=True))
+    share = [r for r in of(out, op.Reply) if r.request_id == 11]
     assert len(share) == 1
     state, records, pending = share[0].value
     assert records + sum(b.num_rows for b, _ in pending) == 55  # everything of epoch 0 is in the cut
-    assert m.handle(ReleaseCheckpoint()) == []  # nothing was held
+    assert m.handle(ev.ReleaseCheckpoint()) == []  # nothing was held
 
 
 def test_a_cut_whose_forwards_never_come_is_given_up():
     plan, snap, clock, m, pushes = setup(checkpoint_interval_s=1.0)
-    m.handle(PrepareCheckpoint(1, 0))
-    assert m.handle(CutCheckpoint(2, 0, 3)) == []
-    assert m.handle(CheckpointTimedOut(2)) == [Reply(2, None)]
-    assert m.handle(CheckpointTimedOut(2)) == []  # (answered once)
+    m.handle(ev.PrepareCheckpoint(1, 0))
+    assert m.handle(ev.CutCheckpoint(2, 0, 3)) == []
+    assert m.handle(ev.CheckpointTimedOut(2)) == [op.Reply(2, None)]
+    assert m.handle(ev.CheckpointTimedOut(2)) == []  # (answered once)
 
 
 def test_a_user_merge_raising_in_a_cut_is_the_cut_s_answer():
@@ -205,26 +181,26 @@ def test_a_user_merge_raising_in_a_cut_is_the_cut_s_answer():
     plan, snap, clock, m, pushes = setup(reducer=Exploding(), checkpoint_interval_s=1.0)
     batch = next(p.batch for p in pushes if p.dest == 0).slice(0, 5)
     for epoch in (0, 1):  # the same keys in two epochs: the second cut merges them into the base
-        m.handle(PushArrived(2 * epoch, batch, snap.version, epoch=epoch))
-        m.handle(StepPaid())
-        m.handle(PrepareCheckpoint(10 + epoch, epoch))
-        (reply,) = m.handle(CutCheckpoint(20 + epoch, epoch, 0))
-        m.handle(ReleaseCheckpoint())
+        m.handle(ev.PushArrived(2 * epoch, batch, snap.version, epoch=epoch))
+        m.handle(ev.StepPaid())
+        m.handle(ev.PrepareCheckpoint(10 + epoch, epoch))
+        (reply,) = m.handle(ev.CutCheckpoint(20 + epoch, epoch, 0))
+        m.handle(ev.ReleaseCheckpoint())
     assert isinstance(reply.value, ValueError)
 
 
 def test_stop_ends_the_loop_once_the_queue_is_empty_and_the_final_merge_answers():
     plan, snap, clock, m, pushes = setup()
     batch = next(p.batch for p in pushes if p.dest == 0).slice(0, 10)
-    m.handle(PushArrived(1, batch, snap.version))
-    out = m.handle(Stop(None, finalize=True))
-    assert of(out, Finished) == []  # a step runs still
-    out = m.handle(StepPaid())
-    (finished,) = of(out, Finished)
+    m.handle(ev.PushArrived(1, batch, snap.version))
+    out = m.handle(ev.Stop(None, finalize=True))
+    assert of(out, op.Finished) == []  # a step runs still
+    out = m.handle(ev.StepPaid())
+    (finished,) = of(out, op.Finished)
     assert finished.finalize and finished.counters["processed"] == 10
-    out = m.handle(Exchange(5, [0, 1]))
+    out = m.handle(ev.Exchange(5, [0, 1]))
     assert kinds(out) == ["SendPartial", "Reply"] and out[0].dest == 1 and out[0].partial.num_rows == 0
-    ((reply),) = m.handle(Finalize(6))
+    ((reply),) = m.handle(ev.Finalize(6))
     table, merged_keys = reply.value
     assert table.num_rows == 10 and merged_keys == 0
 
@@ -232,14 +208,14 @@ def test_stop_ends_the_loop_once_the_queue_is_empty_and_the_final_merge_answers(
 def test_a_forwarded_record_goes_out_under_the_new_snapshot_version():
     plan, snap, clock, m, pushes = setup(policy="doubling", max_rounds=1)
     batch = next(p.batch for p in pushes if p.dest == 0)
-    m.handle(PushArrived(1, batch, snap.version))
+    m.handle(ev.PushArrived(1, batch, snap.version))
     ring = plan.policy.ring(plan.num_reducers)
     ring.double_except(0)  # reducer 1 takes keys from reducer 0
     newer = ring.snapshot()
-    out = m.handle(SnapshotArrived(newer))
-    forwards = of(out, SendForward)
+    out = m.handle(ev.SnapshotArrived(newer))
+    forwards = of(out, op.SendForward)
     assert forwards and all(f.version == newer.version and f.dest == 1 for f in forwards)
-    assert of(out, Report)  # the new queue length at once
+    assert of(out, op.Report)  # the new queue length at once
 
 
 def test_an_unknown_event_is_a_clear_error():
