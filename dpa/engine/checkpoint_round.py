@@ -19,15 +19,18 @@ from typing import Any
 from dpa.engine import events as ev
 from dpa.engine import instructions as op
 from dpa.engine.flow import weight
+from dpa.engine.machine import Machine, handles
 
 
-class CheckpointRound:
+class CheckpointRound(Machine):
     """The checkpoint of the epochs up to ``epoch`` over the reducer ``slots`` of a job.
 
     Args:
         epoch: The last epoch the checkpoint holds.
         slots: The job's reducer slots now (an elastic job's may be fewer than all).
     """
+
+    role = "checkpoint round"
 
     def __init__(self, epoch: int, slots: Sequence[int]) -> None:
         self.epoch = epoch
@@ -40,21 +43,15 @@ class CheckpointRound:
         """Phase one, for every slot."""
         return [op.AskPrepare(slot, self.epoch) for slot in self.slots]
 
-    def handle(self, *events: Any) -> list[Any]:
-        """Takes the reducers' answers; returns the next phase's asks and, at the end, the verdict."""
-        out: list[Any] = []
-        for event in events:
-            if isinstance(event, ev.Prepared):
-                self.sent[event.slot] = event.sent
-                if len(self.sent) == len(self.slots):
-                    out += self._cut()
-            elif isinstance(event, ev.CutTaken):
-                self.shares[event.slot] = event.share
-                if len(self.shares) == len(self.slots):
-                    out += self._end()
-            else:
-                raise TypeError(f"a checkpoint round takes no {type(event).__name__} event")
-        return out
+    @handles(ev.Prepared)
+    def _on_prepared(self, event: ev.Prepared) -> list[Any]:
+        self.sent[event.slot] = event.sent
+        return self._cut() if len(self.sent) == len(self.slots) else []
+
+    @handles(ev.CutTaken)
+    def _on_cut(self, event: ev.CutTaken) -> list[Any]:
+        self.shares[event.slot] = event.share
+        return self._end() if len(self.shares) == len(self.slots) else []
 
     def _cut(self) -> list[Any]:
         if any(sent is None for sent in self.sent.values()):

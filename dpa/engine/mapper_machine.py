@@ -16,11 +16,14 @@ from typing import Any
 from dpa.engine import events as ev
 from dpa.engine import instructions as op
 from dpa.engine.flow import PUSH_KEEP
+from dpa.engine.machine import Machine, handles
 from dpa.engine.mapper import MapperLogic
 from dpa.engine.plan import JobPlan
 
 
-class MapperMachine:
+class MapperMachine(Machine):
+    role = "mapper"
+
     """A mapper's protocol over its :class:`~dpa.engine.mapper.MapperLogic`.
 
     Args:
@@ -43,20 +46,6 @@ class MapperMachine:
         self.split_records = 0  # records of the rest a SplitBlock hands over
         self.done = False
 
-    def handle(self, *events: Any) -> list[Any]:
-        """Takes events; returns the instructions for the runtime, in order.
-
-        Raises:
-            Exception: What ``map_fn`` or the key raised on a block.
-        """
-        out: list[Any] = []
-        for event in events:
-            handler = _HANDLERS.get(type(event))
-            if handler is None:
-                raise TypeError(f"a mapper takes no {type(event).__name__} event")
-            out += handler(self, event)
-        return out
-
     @property
     def routing(self) -> bool:
         """Whether the mapper is routing a block now."""
@@ -67,12 +56,14 @@ class MapperMachine:
         """Records this mapper emitted so far."""
         return self.logic.emitted
 
-    def _on_started(self, ev: ev.MapperStarted) -> list[Any]:
+    @handles(ev.MapperStarted)
+    def _on_started(self, event: ev.MapperStarted) -> list[Any]:
         return [op.RequestBlock(), op.AwaitBlock()]
 
-    def _on_block(self, ev: ev.BlockArrived) -> list[Any]:
-        self.epoch, self.token, self.before = ev.epoch, ev.token, self.logic.emitted
-        self.logic.start_block(ev.table, prepared=ev.prepared)
+    @handles(ev.BlockArrived)
+    def _on_block(self, event: ev.BlockArrived) -> list[Any]:
+        self.epoch, self.token, self.before = event.epoch, event.token, self.logic.emitted
+        self.logic.start_block(event.table, prepared=event.prepared)
         out: list[Any] = [op.RequestBlock()]  # the next item travels while this one is routed
         forecast = self.logic.take_forecast()
         if forecast is not None:
@@ -82,9 +73,10 @@ class MapperMachine:
         self.since = self.clock()
         return out + self._route()
 
-    def _on_forecast(self, ev: ev.ForecastAnswered) -> list[Any]:
-        if ev.snapshot is not None:
-            self.logic.on_snapshot(ev.snapshot)
+    @handles(ev.ForecastAnswered)
+    def _on_forecast(self, event: ev.ForecastAnswered) -> list[Any]:
+        if event.snapshot is not None:
+            self.logic.on_snapshot(event.snapshot)
         self.since = self.clock()
         return self._route()
 
@@ -103,34 +95,29 @@ class MapperMachine:
         self.pushes = logic.next_pushes()
         return [op.SendPushes(self.pushes, logic.snapshot.version, self.epoch)]
 
-    def _on_split(self, ev: ev.BlockSplit) -> list[Any]:
-        if ev.split is None:  # the run is over
+    @handles(ev.BlockSplit)
+    def _on_split(self, event: ev.BlockSplit) -> list[Any]:
+        if event.split is None:  # the run is over
             return [op.BlockDone(self.epoch, self.logic.emitted - self.before), op.AwaitBlock()]
-        (self.epoch, self.token), self.since = ev.split, self.clock()
+        (self.epoch, self.token), self.since = event.split, self.clock()
         self.before = self.logic.emitted - self.split_records
         return self._route()
 
-    def _on_answered(self, ev: ev.PushesAnswered) -> list[Any]:
-        outcome = max((o for o, _ in ev.answers), default=PUSH_KEEP)
-        self.logic.on_pushed(outcome, {p.dest: capacity for p, (_, capacity) in zip(self.pushes, ev.answers)})
+    @handles(ev.PushesAnswered)
+    def _on_answered(self, event: ev.PushesAnswered) -> list[Any]:
+        outcome = max((o for o, _ in event.answers), default=PUSH_KEEP)
+        self.logic.on_pushed(outcome, {p.dest: capacity for p, (_, capacity) in zip(self.pushes, event.answers)})
         self.pushes = []
         return self._route()
 
-    def _on_no_more(self, ev: ev.NoMoreBlocks) -> list[Any]:
+    @handles(ev.NoMoreBlocks)
+    def _on_no_more(self, event: ev.NoMoreBlocks) -> list[Any]:
         self.done = True
         return [op.MapperDone(self.logic.first_routed, self.logic.emitted)]
 
-    def _on_snapshot(self, ev: ev.SnapshotArrived) -> list[Any]:
-        self.logic.on_snapshot(ev.snapshot)
+    @handles(ev.SnapshotArrived)
+    def _on_snapshot(self, event: ev.SnapshotArrived) -> list[Any]:
+        self.logic.on_snapshot(event.snapshot)
         return []
 
 
-_HANDLERS: dict[type, Callable[[MapperMachine, Any], list[Any]]] = {
-    ev.MapperStarted: MapperMachine._on_started,
-    ev.BlockArrived: MapperMachine._on_block,
-    ev.ForecastAnswered: MapperMachine._on_forecast,
-    ev.BlockSplit: MapperMachine._on_split,
-    ev.PushesAnswered: MapperMachine._on_answered,
-    ev.NoMoreBlocks: MapperMachine._on_no_more,
-    ev.SnapshotArrived: MapperMachine._on_snapshot,
-}

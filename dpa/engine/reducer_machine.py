@@ -22,6 +22,7 @@ from typing import Any
 from dpa.engine import events as ev
 from dpa.engine import instructions as op
 from dpa.engine.flow import PUSH_KEEP, PUSH_SHRINK, Chunk
+from dpa.engine.machine import Machine, handles
 from dpa.engine.plan import JobPlan, empty_input_table
 from dpa.engine.reducer import ReducerLogic
 
@@ -34,7 +35,9 @@ PROGRESS_INTERVAL_S = 0.1
 IDLE_ANSWER = (PUSH_KEEP, None)
 
 
-class ReducerMachine:
+class ReducerMachine(Machine):
+    role = "reducer"
+
     """A reducer's protocol over its :class:`~dpa.engine.reducer.ReducerLogic`.
 
     Args:
@@ -70,56 +73,46 @@ class ReducerMachine:
         self.last_progress_value = self.logic.processed  # what the coordinator knows already
 
     # -- the entry point ------------------------------------------------------------
-    def handle(self, *events: Any) -> list[Any]:
-        """Takes events; returns the instructions for the runtime, in order.
-
-        Raises:
-            Exception: What user code raised while a step was applied or a result
-                finalized (:attr:`current_key` names the key, if known).
-        """
-        out: list[Any] = []
-        for event in events:
-            handler = _HANDLERS.get(type(event))
-            if handler is None:
-                raise TypeError(f"a reducer takes no {type(event).__name__} event")
-            out += handler(self, event)
-        out += self._release_parked()
-        return out
+    def settle(self) -> list[Any]:
+        """Parked pushes go in whenever the events made room (:meth:`_release_parked`)."""
+        return self._release_parked()
 
     @property
     def current_key(self) -> Any:
         """The key user code was working on when it raised (None if unknown)."""
         return self.logic.current_key
 
-    def _on_started(self, ev: ev.ReducerStarted) -> list[Any]:
+    @handles(ev.ReducerStarted)
+    def _on_started(self, event: ev.ReducerStarted) -> list[Any]:
         return self._next_step() + self._report(force=True)
 
     # -- pushes and back-pressure ---------------------------------------------------
-    def _on_push(self, ev: ev.PushArrived) -> list[Any]:
-        if ev.version > self.logic.snapshot.version:
+    @handles(ev.PushArrived)
+    def _on_push(self, event: ev.PushArrived) -> list[Any]:
+        if event.version > self.logic.snapshot.version:
             # Routed under a snapshot this reducer has not seen: adopt it first, so that no
             # record is judged by the older one.
-            self.newer.append(ev)
+            self.newer.append(event)
             return [op.FetchSnapshot()] if len(self.newer) == 1 else []
-        return self._accept(ev)
+        return self._accept(event)
 
-    def _accept(self, ev: ev.PushArrived) -> list[Any]:
+    def _accept(self, event: ev.PushArrived) -> list[Any]:
         logic = self.logic
         outcome = PUSH_KEEP
-        if not ev.forwarded:
+        if not event.forwarded:
             outcome = logic.push_outcome()
             if self.parked or not logic.has_room():
                 if logic.congested:
                     outcome = PUSH_SHRINK
-                self.parked.append([ev, outcome])
+                self.parked.append([event, outcome])
                 return []
-        return self._enqueue(ev, outcome)
+        return self._enqueue(event, outcome)
 
-    def _enqueue(self, ev: ev.PushArrived, outcome: int) -> list[Any]:
+    def _enqueue(self, event: ev.PushArrived, outcome: int) -> list[Any]:
         logic = self.logic
-        out = self._sends(logic.enqueue(ev.batch, ev.forwarded, ev.version, ev.epoch))
-        out.append(op.AnswerPush(ev.push_id, outcome, logic.capacity_rows))
-        if ev.forwarded:
+        out = self._sends(logic.enqueue(event.batch, event.forwarded, event.version, event.epoch))
+        out.append(op.AnswerPush(event.push_id, outcome, logic.capacity_rows))
+        if event.forwarded:
             out += self._check_cut()
         out += self._next_step()
         out += self._report()
@@ -136,13 +129,14 @@ class ReducerMachine:
                     for waiting in self.parked:
                         waiting[1] = PUSH_SHRINK
                 break
-            ev, outcome = self.parked.popleft()
-            out += self._enqueue(ev, outcome)
+            waiting, outcome = self.parked.popleft()
+            out += self._enqueue(waiting, outcome)
         return out
 
     # -- snapshots --------------------------------------------------------------------
-    def _on_snapshot(self, ev: ev.SnapshotArrived) -> list[Any]:
-        out = self._adopt(ev.snapshot)
+    @handles(ev.SnapshotArrived)
+    def _on_snapshot(self, event: ev.SnapshotArrived) -> list[Any]:
+        out = self._adopt(event.snapshot)
         ready = [p for p in self.newer if p.version <= self.logic.snapshot.version]
         if ready:
             self.newer = [p for p in self.newer if p.version > self.logic.snapshot.version]
@@ -150,8 +144,9 @@ class ReducerMachine:
                 out += self._accept(push)
         return out
 
-    def _on_fetched(self, ev: ev.SnapshotFetched) -> list[Any]:
-        out = [] if ev.snapshot is None else self._adopt(ev.snapshot)
+    @handles(ev.SnapshotFetched)
+    def _on_fetched(self, event: ev.SnapshotFetched) -> list[Any]:
+        out = [] if event.snapshot is None else self._adopt(event.snapshot)
         newer, self.newer = self.newer, []
         for push in newer:  # (a fetch answers every push that waited for it)
             out += self._accept(push)
@@ -178,7 +173,8 @@ class ReducerMachine:
         self.busy, self.step_started = chunk, self.clock()
         return [*self._sends(chunk.forwards), op.PayStep(chunk.cost_s, self.logic.cost_mode)]
 
-    def _on_step_paid(self, ev: ev.StepPaid) -> list[Any]:
+    @handles(ev.StepPaid)
+    def _on_step_paid(self, event: ev.StepPaid) -> list[Any]:
         chunk, self.busy = self.busy, None
         if chunk is None:
             return []
@@ -220,10 +216,12 @@ class ReducerMachine:
             return [op.Progress(logic.processed)]
         return []
 
-    def _on_report_due(self, ev: ev.ReportDue) -> list[Any]:
+    @handles(ev.ReportDue)
+    def _on_report_due(self, event: ev.ReportDue) -> list[Any]:
         return [] if self.finished else self._report(force=True)
 
-    def _on_input_mapped(self, ev: ev.InputMapped) -> list[Any]:
+    @handles(ev.InputMapped)
+    def _on_input_mapped(self, event: ev.InputMapped) -> list[Any]:
         self.mapped = True
         return self._progress(self.clock())
 
@@ -237,19 +235,22 @@ class ReducerMachine:
         or a retired elastic slot)."""
         return [op.SendState(move) for move in self.logic.state_moves()]
 
-    def _on_state(self, ev: ev.StateArrived) -> list[Any]:
+    @handles(ev.StateArrived)
+    def _on_state(self, event: ev.StateArrived) -> list[Any]:
         # Keys it no longer owns (a move made under an older ring) go on to their owners;
         # the move is answered once they have merged them, so no state is still travelling
         # when the sender's loop ends.
-        out: list[Any] = [op.SendState(move, awaited=True) for move in self.logic.accept_state(ev.move)]
+        out: list[Any] = [op.SendState(move, awaited=True) for move in self.logic.accept_state(event.move)]
         return out + self._check_cut()
 
     # -- checkpoints ------------------------------------------------------------------
-    def _on_prepare(self, ev: ev.PrepareCheckpoint) -> list[Any]:
-        return [op.Reply(ev.request_id, self.logic.prepare_checkpoint(ev.epoch))]
+    @handles(ev.PrepareCheckpoint)
+    def _on_prepare(self, event: ev.PrepareCheckpoint) -> list[Any]:
+        return [op.Reply(event.request_id, self.logic.prepare_checkpoint(event.epoch))]
 
-    def _on_cut(self, ev: ev.CutCheckpoint) -> list[Any]:
-        self.cut = ev
+    @handles(ev.CutCheckpoint)
+    def _on_cut(self, event: ev.CutCheckpoint) -> list[Any]:
+        self.cut = event
         return self._check_cut()
 
     def _check_cut(self) -> list[Any]:
@@ -265,27 +266,31 @@ class ReducerMachine:
             share = exc
         return [op.Reply(cut.request_id, share)]
 
-    def _on_cut_timeout(self, ev: ev.CheckpointTimedOut) -> list[Any]:
-        if self.cut is None or self.cut.request_id != ev.request_id:
+    @handles(ev.CheckpointTimedOut)
+    def _on_cut_timeout(self, event: ev.CheckpointTimedOut) -> list[Any]:
+        if self.cut is None or self.cut.request_id != event.request_id:
             return []
         self.cut = None
-        return [*self._sends(self.logic.release_held()), op.Reply(ev.request_id, None)]
+        return [*self._sends(self.logic.release_held()), op.Reply(event.request_id, None)]
 
-    def _on_release(self, ev: ev.ReleaseCheckpoint) -> list[Any]:
+    @handles(ev.ReleaseCheckpoint)
+    def _on_release(self, event: ev.ReleaseCheckpoint) -> list[Any]:
         return self._sends(self.logic.release_held()) + self._moves()
 
     # -- the end ------------------------------------------------------------------------
-    def _on_stop(self, ev: ev.Stop) -> list[Any]:
-        out = [] if ev.snapshot is None else self._adopt(ev.snapshot)
-        self.finalize_at_end = ev.finalize
+    @handles(ev.Stop)
+    def _on_stop(self, event: ev.Stop) -> list[Any]:
+        out = [] if event.snapshot is None else self._adopt(event.snapshot)
+        self.finalize_at_end = event.finalize
         self.stopping = True
         self.last_sent = None
         out += self._report(force=True)
         out += self._next_step()
         return out
 
-    def _on_exchange(self, ev: ev.Exchange) -> list[Any]:
-        slots = list(range(self.plan.num_reducers)) if ev.slots is None else list(ev.slots)
+    @handles(ev.Exchange)
+    def _on_exchange(self, event: ev.Exchange) -> list[Any]:
+        slots = list(range(self.plan.num_reducers)) if event.slots is None else list(event.slots)
         out: list[Any] = []
         for dest, part in zip(slots, self.logic.partition_state(len(slots))):
             if part is None:
@@ -294,34 +299,18 @@ class ReducerMachine:
                 self.logic.merge_partial(part)
             else:
                 out.append(op.SendPartial(dest, part))
-        return [*out, op.Reply(ev.request_id, None)]
+        return [*out, op.Reply(event.request_id, None)]
 
-    def _on_partial(self, ev: ev.PartialArrived) -> list[Any]:
-        self.logic.merge_partial(ev.partial)
+    @handles(ev.PartialArrived)
+    def _on_partial(self, event: ev.PartialArrived) -> list[Any]:
+        self.logic.merge_partial(event.partial)
         return []
 
-    def _on_finalize(self, ev: ev.Finalize) -> list[Any]:
+    @handles(ev.Finalize)
+    def _on_finalize(self, event: ev.Finalize) -> list[Any]:
         table = self.logic.finalize()
         if table is None:
             table = self.logic.state.empty_result(empty_input_table(self.plan).schema)
-        return [op.Reply(ev.request_id, (table, self.logic.merged_keys))]
+        return [op.Reply(event.request_id, (table, self.logic.merged_keys))]
 
 
-_HANDLERS: dict[type, Callable[[ReducerMachine, Any], list[Any]]] = {
-    ev.ReducerStarted: ReducerMachine._on_started,
-    ev.PushArrived: ReducerMachine._on_push,
-    ev.SnapshotArrived: ReducerMachine._on_snapshot,
-    ev.SnapshotFetched: ReducerMachine._on_fetched,
-    ev.StepPaid: ReducerMachine._on_step_paid,
-    ev.ReportDue: ReducerMachine._on_report_due,
-    ev.InputMapped: ReducerMachine._on_input_mapped,
-    ev.StateArrived: ReducerMachine._on_state,
-    ev.PrepareCheckpoint: ReducerMachine._on_prepare,
-    ev.CutCheckpoint: ReducerMachine._on_cut,
-    ev.CheckpointTimedOut: ReducerMachine._on_cut_timeout,
-    ev.ReleaseCheckpoint: ReducerMachine._on_release,
-    ev.Stop: ReducerMachine._on_stop,
-    ev.Exchange: ReducerMachine._on_exchange,
-    ev.PartialArrived: ReducerMachine._on_partial,
-    ev.Finalize: ReducerMachine._on_finalize,
-}
