@@ -38,15 +38,16 @@ def _resolve(target: str, modules: set[str]) -> str | None:
     return target or None
 
 
-def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+def import_graph(package: Path = PACKAGE, type_only: bool = False) -> dict[str, set[str]]:
     """``module -> dpa modules it imports`` anywhere (function bodies too), except under
-    ``if TYPE_CHECKING:``; ``importlib.import_module("dpa.x")`` with a literal counts."""
+    ``if TYPE_CHECKING:`` unless ``type_only``; ``importlib.import_module("dpa.x")`` with a
+    literal counts."""
     files = {module_name(p): p for p in sorted(package.rglob("*.py"))}
     modules = set(files)
     graph: dict[str, set[str]] = {}
     for name, path in files.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        skip = _type_checking_blocks(tree)
+        skip = set() if type_only else _type_checking_blocks(tree)
         is_pkg = path.name == "__init__.py"
         targets: list[str] = []
         for node in ast.walk(tree):
@@ -105,6 +106,11 @@ def test_dpa_has_no_import_cycle():
     assert "dpa.routing.policy" in graph and "dpa.routing.registry" in graph
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_dpa_has_no_cycle_even_through_type_only_imports():
+    cycle = find_cycle(import_graph(type_only=True))
+    assert cycle is None, "import cycle through a TYPE_CHECKING import: " + " -> ".join(cycle or [])
 
 
 def test_policy_contract_imports_no_policy_and_no_config():
