@@ -1,4 +1,4 @@
-"""Tests for spark_bridge.convert: Spark <-> Ray conversion and result schemas."""
+"""Tests for spark_bridge.convert and spark_bridge.to_spark: Spark <-> Ray conversion and result schemas."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_round_trip_keeps_rows_and_types(spark, via_driver) -> None:
 def test_small_results_go_through_the_driver_large_ones_through_workers(spark, monkeypatch) -> None:
     import ray
 
-    from spark_bridge import convert
+    from spark_bridge import to_spark
 
     conf = "spark.sql.execution.arrow.localRelationThreshold"
     before = spark.conf.get(conf, None)
@@ -93,12 +93,12 @@ def test_small_results_go_through_the_driver_large_ones_through_workers(spark, m
     refs = [ray.put(table), ray.put(table)]
     size = sum(v["object_size"] for v in ray.experimental.get_object_locations(refs).values())
     schema = StructType([StructField("k", LongType())])
-    monkeypatch.setattr(convert, "DRIVER_RESULT_MAX_BYTES", size)
+    monkeypatch.setattr(to_spark, "DRIVER_RESULT_MAX_BYTES", size)
     small = arrow_refs_to_spark(spark, refs, schema)
     assert _through_driver(small)
     assert small.count() == 2000
     assert spark.conf.get(conf, None) == before  # Spark's option is only changed for the call
-    monkeypatch.setattr(convert, "DRIVER_RESULT_MAX_BYTES", size - 1)
+    monkeypatch.setattr(to_spark, "DRIVER_RESULT_MAX_BYTES", size - 1)
     large = arrow_refs_to_spark(spark, refs, schema)
     assert not _through_driver(large)
     assert sorted(r["k"] for r in large.collect()) == sorted(list(range(1000)) * 2)
