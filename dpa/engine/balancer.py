@@ -10,8 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from dpa.engine import events as ev
 from dpa.engine.elastic import ScalingEvent, ScalingRule
 from dpa.engine.instructions import Publish, ScaleOut
+from dpa.engine.machine import Machine, handles
 from dpa.engine.plan import JobPlan
 from dpa.routing.policy import Decision, RebalanceEvent
 
@@ -19,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class BalancerLogic:
+class BalancerLogic(Machine):
     """Wraps a policy's planner with the event log, the published snapshot and a timeline.
 
     The timeline samples the latest reported queue lengths at every tick (only when they
@@ -40,6 +42,38 @@ class BalancerLogic:
     timeline: list[tuple[float, tuple[int, ...], int]] = field(default_factory=list)
     max_samples: int = 4000
     resume: bool = False
+
+    role = "balancer"
+
+    @handles(ev.QueueReported)
+    def _on_report(self, event: ev.QueueReported) -> list[Any]:
+        self.report(event.reducer, event.queue_length, event.version, event.keys, event.backlog_s)
+        return []
+
+    @handles(ev.ForecastArrived)
+    def _on_forecast(self, event: ev.ForecastArrived) -> list[Any]:
+        published = self.forecast(event.mapper, event.hashes, event.counts, event.total, event.now)
+        return [] if published is None else [published]
+
+    @handles(ev.BalancerTick)
+    def _on_tick(self, event: ev.BalancerTick) -> list[Any]:
+        instruction = self.tick(event.now)
+        return [] if instruction is None else [instruction]
+
+    @handles(ev.InputDone)
+    def _on_input_done(self, event: ev.InputDone) -> list[Any]:
+        self.on_input_done()
+        return []
+
+    @handles(ev.ScaledOut)
+    def _on_scaled_out(self, event: ev.ScaledOut) -> list[Any]:
+        published = self.scaled_out(event.now, event.started, event.refused)
+        return [] if published is None else [published]
+
+    @handles(ev.BalancerStopped)
+    def _on_stopped(self, event: ev.BalancerStopped) -> list[Any]:
+        self.sample(event.now)
+        return []
 
     def __post_init__(self) -> None:
         # ``resume``: a balancer restarted after a failure continues from ``snapshot`` (the

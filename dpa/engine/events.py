@@ -200,3 +200,58 @@ class CutTaken:
 
     slot: int
     share: Any
+
+
+# -- balancer -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueReported:
+    """A reducer's queue length under snapshot ``version``, its key arrivals (if collected)
+    and its backlog in seconds of work (if measured)."""
+
+    reducer: int
+    queue_length: int
+    version: int
+    keys: Any = None
+    backlog_s: float | None = None
+
+
+@dataclass(frozen=True)
+class ForecastArrived:
+    """A mapper's key counts of its first block, at ``now``."""
+
+    mapper: int
+    hashes: Any
+    counts: Any
+    total: int
+    now: float
+
+
+@dataclass(frozen=True)
+class BalancerTick:
+    """The balancer's timer at ``now``: sample the queues and apply the policy's rule."""
+
+    now: float
+
+
+@dataclass(frozen=True)
+class InputDone:
+    """Every input record is in a reducer's queue (an elastic job retires no reducer any more)."""
+
+
+@dataclass(frozen=True)
+class ScaledOut:
+    """The runtime carried out a :class:`~dpa.engine.instructions.ScaleOut`: the reducers of
+    ``started`` run; ``refused`` says why the others did not."""
+
+    now: float
+    started: list[int]
+    refused: str | None = None
+
+
+@dataclass(frozen=True)
+class BalancerStopped:
+    """The job's end, at ``now``: the timeline takes its last sample."""
+
+    now: float

@@ -136,7 +136,7 @@ class LocalRun:
         elif isinstance(ins, op.PayStep):
             heapq.heappush(self.heap, (self.now + ins.cost_s, next(self.seq), "paid", r))
         elif isinstance(ins, op.Report):
-            self.balancer.report(r, ins.queue_length, ins.version, ins.keys, ins.backlog_s)
+            self.balancer.handle(ev.QueueReported(r, ins.queue_length, ins.version, ins.keys, ins.backlog_s))
         elif isinstance(ins, op.Progress):
             self.coord.on_progress(r, ins.processed)
         elif isinstance(ins, op.SendState):
@@ -162,8 +162,7 @@ class LocalRun:
         elif isinstance(ins, op.AwaitBlock):
             self.awaiting[m] = True
         elif isinstance(ins, op.SendForecast):
-            published = self.balancer.forecast(m, ins.hashes, ins.counts, ins.total, self.now)
-            if published is not None:
+            for published in self.balancer.handle(ev.ForecastArrived(m, ins.hashes, ins.counts, ins.total, self.now)):
                 self._publish(published.snapshot)
             self._to_mapper(m, ev.ForecastAnswered(self.balancer.snapshot))
         elif isinstance(ins, op.SplitBlock):
@@ -273,12 +272,14 @@ class LocalRun:
             self._to_reducer(r, ev.ReportDue())
         self._deliver()
         if self.coord.mapping_done:
-            self.balancer.on_input_done()
-        instruction = self.balancer.tick(self.now)
-        if instruction is not None and not isinstance(instruction, op.Publish):  # ScaleOut: slots start at once
-            instruction = self.balancer.scaled_out(self.now, list(instruction.slots))
-        if instruction is not None:
-            self._publish(instruction.snapshot)
+            self.balancer.handle(ev.InputDone())
+        todo = self.balancer.handle(ev.BalancerTick(self.now))
+        while todo:
+            instruction = todo.pop(0)
+            if isinstance(instruction, op.ScaleOut):  # slots start at once here
+                todo += self.balancer.handle(ev.ScaledOut(self.now, list(instruction.slots)))
+            else:
+                self._publish(instruction.snapshot)
 
     # -- the loop -------------------------------------------------------------------
     def run(self) -> RunOutput:

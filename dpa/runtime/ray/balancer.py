@@ -9,6 +9,7 @@ from typing import Any
 
 import ray
 
+from dpa.engine import events as ev
 from dpa.engine.balancer import BalancerLogic
 from dpa.engine.instructions import Publish, ScaleOut
 from dpa.engine.plan import JobPlan
@@ -57,7 +58,7 @@ class BalancerActor(JobMember):
     async def report(self, job_id: str, reducer: int, queue_length: int, version: int, keys: Any = None,
                      backlog_s: float | None = None) -> None:
         if self._serving(job_id):
-            self.logic.report(reducer, queue_length, version, keys, backlog_s)
+            self.logic.handle(ev.QueueReported(reducer, queue_length, version, keys, backlog_s))
             self.fresh.set()
 
     @quiet_method
@@ -66,8 +67,10 @@ class BalancerActor(JobMember):
         publishes what the policy makes of them; returns the snapshot to route under."""
         if not self._serving(job_id) or not self.running:
             return None
-        published = self.logic.forecast(mapper, hashes, counts, total, time.monotonic() - self.t0)
-        self._publish(job_id, published)
+        for published in self.logic.handle(ev.ForecastArrived(mapper, hashes, counts, total,
+                                                              time.monotonic() - self.t0)):
+            self._publish(job_id, published)
+        self._export_events()
         return self.logic.snapshot
 
     async def snapshot(self, job_id: str) -> Any:
@@ -76,7 +79,7 @@ class BalancerActor(JobMember):
     async def input_done(self, job_id: str) -> None:
         """Every input record is in a reducer's queue (:meth:`~dpa.engine.balancer.BalancerLogic.on_input_done`)."""
         if self._serving(job_id):
-            self.logic.on_input_done()
+            self.logic.handle(ev.InputDone())
 
     def _export_events(self) -> None:
         job = {"job_id": self.plan.job_id}
@@ -99,10 +102,14 @@ class BalancerActor(JobMember):
             # under its own, stale job id) on the next job's logic.
             if not self.running or not self._serving(job_id):
                 break
-            instruction = self.logic.tick(time.monotonic() - self.t0)
-            if isinstance(instruction, ScaleOut):
-                instruction = await self._scale_out(job_id, instruction)
-            self._publish(job_id, instruction)
+            todo = self.logic.handle(ev.BalancerTick(time.monotonic() - self.t0))
+            self._export_events()
+            while todo:
+                instruction = todo.pop(0)
+                if isinstance(instruction, ScaleOut):
+                    todo += await self._scale_out(job_id, instruction)
+                else:
+                    self._publish(job_id, instruction)
 
     def _publish(self, job_id: str, published: Publish | None) -> None:
         """Exports new events; sends a published snapshot to every mapper and reducer."""
@@ -119,7 +126,7 @@ class BalancerActor(JobMember):
         except Exception as exc:  # (the coordinator is on the driver's node: a run ending)
             started, handles, why = [], [], describe(exc)
         self.targets.extend(handles)
-        published = self.logic.scaled_out(time.monotonic() - self.t0, started, why)
+        published = self.logic.handle(ev.ScaledOut(time.monotonic() - self.t0, started, why))
         metric("dpa_reducers").set(len(self.logic.active_slots), tags={"job_id": self.plan.job_id})
         return published
 
@@ -129,7 +136,7 @@ class BalancerActor(JobMember):
         self.running = False
         self.fresh.set()
         self._export_events()
-        self.logic.sample(time.monotonic() - self.t0)
+        self.logic.handle(ev.BalancerStopped(time.monotonic() - self.t0))
         if self._serving(job_id):
             self.job_id, self.task = None, None  # reports that arrive later are dropped
         return self.logic.events, self.logic.snapshot, self.logic.timeline, self.logic.scaling
