@@ -44,7 +44,6 @@ class MapperMachine(Machine):
         self.since = 0.0  # when its epoch began here
         self.pushes: list[op.Push] = []  # the push waiting for its answers
         self.split_records = 0  # records of the rest a SplitBlock hands over
-        self.done = False
 
     @property
     def routing(self) -> bool:
@@ -112,7 +111,6 @@ class MapperMachine(Machine):
 
     @handles(ev.NoMoreBlocks)
     def _on_no_more(self, event: ev.NoMoreBlocks) -> list[Any]:
-        self.done = True
         return [op.MapperDone(self.logic.first_routed, self.logic.emitted)]
 
     @handles(ev.SnapshotArrived)

@@ -142,7 +142,7 @@ class ReducerActor(JobMember):
         in rows."""
         if not self._serving(job_id):
             return IDLE_ANSWER
-        answer = await self._request(_push_event, batch, version, epoch, forwarded)
+        answer = await self._request(ev.PushArrived, batch, version, epoch, forwarded)
         return IDLE_ANSWER if answer is None else answer
 
     @quiet_method
@@ -289,7 +289,4 @@ class ReducerActor(JobMember):
         self.job_id, self.task = None, None  # the last call of a job: the reducer is idle now
         return table
 
-
-def _push_event(push_id: int, batch: pa.Table, version: int, epoch: int, forwarded: bool) -> ev.PushArrived:
-    return ev.PushArrived(push_id, batch, version, epoch, forwarded)
 
