@@ -31,6 +31,7 @@ from dpa.aggregates import (
 )
 from dpa.aggregates.builtins import Collect, Count, Max, Mean, Min, Sum, TopK
 from dpa.aggregates.contract import Reducer, WithCost
+from dpa.aggregates.group_apply import GroupApply
 from dpa.api import run
 from dpa.config import JobConfig
 from dpa.engine.elastic import ScalingEvent
@@ -39,6 +40,7 @@ from dpa.errors import (
     ArithmeticOverflowError,
     ConfigError,
     DPAError,
+    GroupTooLargeError,
     JobFailedError,
     KeyEncodingError,
     SchemaError,
@@ -72,7 +74,7 @@ __all__ = [
     "run", "groupby", "GroupedDataset", "Result", "Stats", "Recovery", "ScalingEvent", "JobConfig", "BatchMap", "ArrowRefs", "ParquetFiles",
     "Reducer", "Count", "Sum", "Min", "Max", "Mean", "Collect", "TopK", "WithCost",
     "CountDistinct", "CollectSet", "ApproxCountDistinct", "ApproxQuantile", "Median", "Var", "Std",
-    "CountIf", "Any", "All",
+    "CountIf", "Any", "All", "GroupApply", "GroupTooLargeError",
     "HashRing", "RingSnapshot", "PolicySpec", "RebalanceEvent", "policies", "register_policy",
     "PolicySettings", "JobShape", "RingSettings", "HashSettings", "ShuffleSettings", "PKGSettings",
     "PoTCSettings", "OnGreedySettings", "OffGreedySettings", "DKGSettings", "FangSettings", "GedikSettings",

@@ -63,7 +63,9 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
             or a callable ``record -> key``. May be omitted for scalar records.
         reducer: A :class:`dpa.Reducer`, e.g. ``dpa.Count()`` (the default), or a list of
             them, computed in one pass with one output column each
-            (:mod:`dpa.aggregates.composite`; names like Spark's, e.g. ``sum(amount)``).
+            (:mod:`dpa.aggregates.composite`; names like Spark's, e.g. ``sum(amount)``),
+            or a per-group function :class:`dpa.GroupApply` (the result is then the rows
+            it returned, without key columns added).
         map_fn: Optional ``record -> iterable of records``, or ``dpa.BatchMap(fn)`` to map
             whole Arrow/pandas batches.
         config: A :class:`JobConfig` (or a dict of its fields); keyword ``overrides``
@@ -135,6 +137,10 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
     dictionaries = {c: t for c, t in zip(plan.key_cols, plan.key_types or []) if t is not None and pa.types.is_dictionary(t)}
     from dpa.aggregates.composite import output_names
 
+    if plan.applies_groups:  # fn's rows, as it returned them (no key columns added)
+        result = Result(tables, empty, [], inner.output_names(), stats, arrow_refs=out.arrow_refs)
+        stats.num_keys = (out.group_apply or {}).get("groups", 0)
+        return result
     result = Result(tables, empty, plan.key_cols, output_names(plan.reducer), stats, arrow_refs=out.arrow_refs,
                     key_types=dictionaries)
     if tables is not None:

@@ -58,6 +58,11 @@ class JobFailedError(_PicklesDetails, DPAError, RuntimeError):
         self.key = key
 
 
+class GroupTooLargeError(JobFailedError):
+    """One key's rows exceed ``GroupApply(max_group_bytes=...)``: the message names the key,
+    its rows and bytes."""
+
+
 class ArithmeticOverflowError(_PicklesDetails, DPAError, OverflowError):
     """An aggregate left the range of its result type (e.g. a ``Sum`` of an int64 column).
 

@@ -84,6 +84,23 @@ class GroupedDataset:
         """Mean of ``on`` per key, in column ``mean(on)`` (float64)."""
         return self.aggregate(Mean(on, f"mean({on})"))
 
+    def map_groups(self, fn: Any, batch_format: str = "pandas", schema: Any = None) -> Any:
+        """``fn`` on all rows of each key, as Ray Data's ``map_groups``: a ``ray.data.Dataset``
+        of the rows ``fn`` returned (:class:`dpa.GroupApply`, scheduled over the reducers by
+        cost, so one large group does not make a straggler).
+
+        Args:
+            fn: ``fn(group)`` or ``fn(key, group)``; returns a ``pandas.DataFrame``, a
+                ``pyarrow.Table``, a dict of column arrays, or None.
+            batch_format: What ``group`` is: ``"pandas"`` (default), ``"pyarrow"`` or
+                ``"numpy"`` (a dict of column name -> ``numpy.ndarray``).
+            schema: Optional ``pyarrow.Schema`` of the output.
+        """
+        from dpa.aggregates.group_apply import GroupApply
+
+        fmt = {"pyarrow": "arrow"}.get(batch_format, batch_format)
+        return self.run(GroupApply(fn, schema=schema, batch_format=fmt)).to_ray_dataset()
+
     def __repr__(self) -> str:
         return f"GroupedDataset(key={self.key!r})"
 

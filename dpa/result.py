@@ -10,6 +10,7 @@ import pyarrow.compute as pc
 
 from dpa.aggregates.state import concat_results
 from dpa.engine.output import RunOutput
+from dpa.errors import ConfigError
 from dpa.metrics import skew
 
 
@@ -42,6 +43,11 @@ class Stats:
         scaling: Elastic reducers' event log (:class:`dpa.ScalingEvent`: scale-outs,
             scale-ins and refused scale-outs, with the width after each); empty for a
             fixed width. :attr:`processed` lists every reducer slot that existed.
+        group_apply: The apply phase of a per-group function (:class:`dpa.GroupApply`):
+            units and groups run, the largest group's rows, the units, groups and rows
+            that ran away from the reducer that collected them (``moved_*``, and the
+            first ``moves``), measured seconds per row and each worker's busy seconds;
+            None for other jobs.
     """
 
     processed: list[int]
@@ -65,6 +71,7 @@ class Stats:
     merged_keys: int = 0
     state_moves: int = 0
     scaling: list[Any] = field(default_factory=list)
+    group_apply: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -79,7 +86,7 @@ class Stats:
             virtual_time_s=out.virtual_time_s, peak_queue=out.peak_queue, runtime=runtime,
             policy=policy, job_id=job_id, timeline=out.timeline, recoveries=list(out.recoveries),
             checkpoints=out.checkpoints, merged_keys=out.merged_keys, state_moves=out.state_moves,
-            scaling=list(out.scaling),
+            scaling=list(out.scaling), group_apply=out.group_apply,
         )
 
     @property
@@ -116,6 +123,7 @@ class Stats:
             "merged_keys": self.merged_keys,
             "state_moves": self.state_moves,
             "scaling": [e.as_dict() for e in self.scaling],
+            "group_apply": self.group_apply,
             **self.extra,
         }
 
@@ -210,6 +218,9 @@ class Result:
         """
         if row not in ("tuple", "dict"):
             raise ValueError(f"row must be 'tuple' or 'dict', got {row!r}")
+        if not self.key_columns:
+            raise ConfigError("this result has no per-key value (a per-group function's rows, dpa.GroupApply): "
+                              "use to_arrow(), to_pandas() or to_ray_dataset()")
         table = self.to_arrow()
         if self.value_column is not None:
             values = table[self.value_column].to_pylist()

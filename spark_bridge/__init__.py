@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from .adapter import register as _register_adapter
 from .bridge import run, run_with_result
+from .group_apply import apply_in_pandas, apply_in_pandas_with_result
 from .session import (
     JavaNotFoundError,
     SparkConfig,
@@ -24,6 +25,8 @@ from .session import (
 )
 
 __all__ = [
+    "apply_in_pandas",
+    "apply_in_pandas_with_result",
     "JavaNotFoundError",
     "SparkConfig",
     "check_java",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpa.errors import ConfigError
 
-from .convert import release_spark_dataset, spark_to_arrow_refs
+from .convert import release_spark_dataset, spark_to_arrow_refs, validate_columns
 from .partials import native_partials
 from .paths import choose_path
 from .pushdown import parquet_scan
@@ -20,7 +20,8 @@ if TYPE_CHECKING:  # pragma: no cover - imported for type hints only
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PRECOMBINE_MODES", "can_precombine", "precombined", "run", "run_with_result"]
+__all__ = ["PRECOMBINE_MODES", "can_precombine", "is_group_apply", "output_schema", "precombined", "run",
+           "run_with_result"]
 
 #: Values of ``run_with_result(precombine=...)`` besides ``None`` / ``True`` / ``False``.
 PRECOMBINE_MODES = ("sql", "arrow")
@@ -58,6 +59,26 @@ def _schema_after_map(input_schema: Any, key_columns: list[str], arrow_schema: A
         else:
             fields.append(StructField(field.name, from_arrow_type(field.type), True))
     return StructType(fields)
+
+
+def is_group_apply(reducer: Any) -> bool:
+    """Whether ``reducer`` is a per-group function (:class:`dpa.GroupApply`)."""
+    from dpa.aggregates.contract import unwrap
+    from dpa.aggregates.group_apply import GroupApply
+
+    return isinstance(unwrap(reducer)[0], GroupApply)
+
+
+def output_schema(input_schema: Any, key_columns: list[str], reducer: Any, map_fn: Any, arrow_schema: Any) -> Any:
+    """The Spark schema of a job's result: a per-group function's own (given or inferred),
+    else the key columns and the reducer's outputs."""
+    if is_group_apply(reducer):
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        return from_arrow_schema(reducer.schema or arrow_schema)
+    if map_fn is None:
+        return result_spark_schema(input_schema, key_columns, reducer, arrow_schema)
+    return _schema_after_map(input_schema, key_columns, arrow_schema)
 
 
 def run(
@@ -193,7 +214,9 @@ def run_with_result(
 
         reducer = combine(list(reducer))
     input_schema = df.schema
-    if map_fn is None:
+    if is_group_apply(reducer):
+        validate_columns([f.name for f in input_schema.fields], key_columns)
+    elif map_fn is None:
         result_spark_schema(input_schema, key_columns, reducer)  # column and type checks, fail fast
     if choose_path(df, path) == "staged":
         import dpa
@@ -269,8 +292,5 @@ def run_with_result(
     logger.info("dpa.run finished: %s", getattr(result, "stats", None))
     result.stats.extra["spark_path"] = "raydp"
 
-    if map_fn is None:
-        out_schema = result_spark_schema(input_schema, key_columns, reducer, result.schema)
-    else:
-        out_schema = _schema_after_map(input_schema, key_columns, result.schema)
+    out_schema = output_schema(input_schema, key_columns, reducer, map_fn, result.schema)
     return arrow_refs_to_spark(spark, list(result.arrow_refs), out_schema), result

@@ -143,8 +143,7 @@ def run_staged(df: DataFrame, key_columns: list[str], reducer: Any, map_fn: Any,
 
     import dpa
 
-    from .bridge import _schema_after_map, can_precombine, precombined
-    from .to_spark import result_spark_schema
+    from .bridge import can_precombine, output_schema, precombined
 
     if precombine == "sql":
         raise ConfigError("precombine='sql' runs Spark's partial aggregation through RayDP; the staged "
@@ -189,10 +188,7 @@ def run_staged(df: DataFrame, key_columns: list[str], reducer: Any, map_fn: Any,
     finally:
         shutil.rmtree(in_dir, ignore_errors=True)
 
-    if map_fn is None:
-        out_schema = result_spark_schema(input_schema, key_columns, reducer, result.schema)
-    else:
-        out_schema = _schema_after_map(input_schema, key_columns, result.schema)
+    out_schema = output_schema(input_schema, key_columns, reducer, map_fn, result.schema)
     from pyspark.sql.pandas.types import to_arrow_schema
 
     out_dir = os.path.join(staging, "out")

@@ -442,8 +442,13 @@ def _output_names(reducer: Reducer) -> list[str]:
     return [reducer.name] if members is None else [m.name for m in members]
 
 
-def make_state(reducer: Reducer, key_cols: list[str], record_kind: str) -> ColumnarState | DictState:
-    """Builds the state store that fits ``reducer`` (which must already be unwrapped)."""
+def make_state(reducer: Reducer, key_cols: list[str], record_kind: str) -> Any:
+    """Builds the state store that fits ``reducer`` (which must already be unwrapped).
+
+    A reducer with its own store says so with ``new_state(key_cols)`` (e.g.
+    :class:`~dpa.aggregates.group_apply.GroupApply`'s rows)."""
+    if hasattr(reducer, "new_state"):
+        return reducer.new_state(key_cols)
     if isinstance(reducer, ColumnarReducer):
         return ColumnarState(reducer, key_cols)
     return DictState(reducer, key_cols, record_kind)

@@ -255,3 +255,34 @@ class BalancerStopped:
     """The job's end, at ``now``: the timeline takes its last sample."""
 
     now: float
+
+
+# -- the apply phase of a per-group function (GroupApply) -------------------------------
+
+
+@dataclass(frozen=True)
+class ListGroups:
+    """Request to a reducer: pack the groups it holds into units of about ``target_rows``
+    rows for the apply phase (answered with the units, largest first)."""
+
+    request_id: int
+    target_rows: int
+
+
+@dataclass(frozen=True)
+class UnitsListed:
+    """To the group scheduler: the sizes (:class:`~dpa.aggregates.rows.UnitSize`) of the units
+    ``worker`` holds, in its order."""
+
+    worker: int
+    sizes: list[Any]
+
+
+@dataclass(frozen=True)
+class WorkAsked:
+    """To the group scheduler: ``worker`` is free; it ran ``rows`` rows in ``seconds`` since
+    it last asked (0, 0 the first time)."""
+
+    worker: int
+    rows: int = 0
+    seconds: float = 0.0

@@ -274,3 +274,23 @@ class CheckpointFailed:
 
     epoch: int
     error: BaseException
+
+
+# -- the group scheduler (the apply phase of GroupApply) --------------------------------
+
+
+@dataclass(frozen=True)
+class RunUnit:
+    """Worker ``worker`` runs unit ``index`` of reducer ``owner`` (its rows move first when
+    ``owner != worker``)."""
+
+    worker: int
+    owner: int
+    index: int
+
+
+@dataclass(frozen=True)
+class WorkerDone:
+    """No unit is left for ``worker``."""
+
+    worker: int

@@ -35,6 +35,8 @@ class RunOutput:
         state_moves: Keys whose state was handed to another reducer during the job
             (``JobConfig.migrate="state"``, and elastic scale-in).
         scaling: Elastic reducers' event log (:class:`~dpa.engine.elastic.ScalingEvent`).
+        group_apply: The apply phase of a per-group function
+            (:meth:`~dpa.engine.group_schedule.GroupScheduler.stats`), else None.
     """
 
     tables: list[pa.Table | None]
@@ -55,6 +57,7 @@ class RunOutput:
     merged_keys: int = 0
     state_moves: int = 0
     scaling: list[Any] = field(default_factory=list)
+    group_apply: dict[str, Any] | None = None
 
 
 def needs_final_merge(policy: Any, initial_snapshot: Any, final_snapshot: Any, migrate: str = "records",
@@ -87,6 +90,7 @@ def finalize_at_stop(plan: Any, merged: bool) -> bool:
 
     Only when nothing reaches a reducer after its own loop ended, which may be before a
     peer's loop ends: no final merge (``merged``), no state following its key at the end
-    (``migrate="state"``) and no elastic slot handing its state over as it retires.
+    (``migrate="state"``), no elastic slot handing its state over as it retires, and no
+    apply phase of a per-group function to schedule.
     """
-    return not merged and plan.migrate != "state" and not plan.active_reducers
+    return not merged and plan.migrate != "state" and not plan.active_reducers and not plan.applies_groups

@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from dpa.aggregates.builtins import bind_reducer
 from dpa.aggregates.contract import ColumnarReducer, Reducer, unwrap
+from dpa.aggregates.group_apply import GroupApply
 from dpa.config import DefaultPolicyName, JobConfig
 from dpa.engine.block_types import (
     BlockTypes,
@@ -112,6 +113,12 @@ class JobPlan:
         state = dict(self.__dict__)
         state["_tracker"] = None
         return state
+
+    @property
+    def applies_groups(self) -> bool:
+        """Whether the job runs a per-group function (:class:`~dpa.aggregates.group_apply.GroupApply`):
+        its reducers collect rows, and an apply phase runs the function."""
+        return isinstance(unwrap(self.reducer)[0], GroupApply)
 
     def apply_map(self, block: pa.Table) -> pa.Table:
         """Runs ``map_fn`` over a block of source records.
@@ -377,7 +384,9 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
     source.head_records = None
     if HASH_COL in key_cols:
         raise ConfigError(f"{HASH_COL!r} is reserved by dpa")
-    if hasattr(inner, "check_key_names"):  # several aggregates: one output column each
+    if isinstance(inner, GroupApply):
+        _check_group_apply(config, bound, inner)
+    elif hasattr(inner, "check_key_names"):  # several aggregates: one output column each
         inner.check_key_names(key_cols)
     elif bound.name in key_cols:
         raise ConfigError(
@@ -413,6 +422,15 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
         plan.checked_upstream = key_fn is None and source.pieces is None
         blocks = checked_blocks(blocks, plan)
     return plan, blocks
+
+
+def _check_group_apply(config: JobConfig, bound: Reducer, inner: GroupApply) -> None:
+    """Rejects what a per-group function cannot run with."""
+    if bound is not inner:
+        raise ConfigError(f"{inner!r} cannot be wrapped (e.g. in WithCost): the cost of a per-group function is "
+                          "in the function itself; pass GroupApply(fn) as the reducer")
+    if config.input_combined:
+        raise ConfigError("GroupApply needs the input's rows; it cannot run on partial states (input_combined=True)")
 
 
 def _check_combined_input(config: JobConfig, policy: Any, bound: Reducer, map_fn: Any, key_fn: Any,

@@ -575,6 +575,13 @@ class ReducerLogic:
         self.merged_keys = self.state.end_merge()
         return self.state.finalize()
 
+    def group_units(self, target_rows: int) -> list[Any]:
+        """The groups held here packed into units for the apply phase of a per-group
+        function (:meth:`dpa.aggregates.rows.RowsState.units`); ends the final merge's count."""
+        self._fold()
+        self.merged_keys = self.state.end_merge()
+        return self.state.units(target_rows)
+
     def counters(self) -> dict[str, int]:
         return {
             "processed": self.processed,

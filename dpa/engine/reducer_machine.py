@@ -313,4 +313,7 @@ class ReducerMachine(Machine):
             table = self.logic.state.empty_result(empty_input_table(self.plan).schema)
         return [op.Reply(event.request_id, (table, self.logic.merged_keys))]
 
-
+    @handles(ev.ListGroups)
+    def _on_list_groups(self, event: ev.ListGroups) -> list[Any]:
+        units = self.logic.group_units(event.target_rows)
+        return [op.Reply(event.request_id, (units, self.logic.merged_keys))]

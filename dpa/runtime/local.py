@@ -24,16 +24,20 @@ from typing import Any
 
 import pyarrow as pa
 
+from dpa.aggregates.contract import unwrap
+from dpa.aggregates.rows import unit_size
 from dpa.engine import events as ev
 from dpa.engine import instructions as op
 from dpa.engine.balancer import BalancerLogic
 from dpa.engine.checkpoint_round import CheckpointRound
 from dpa.engine.coordinator import CoordinatorLogic
 from dpa.engine.epochs import Checkpoint, Recovery, Rest
+from dpa.engine.group_schedule import GroupScheduler, unit_target_rows
 from dpa.engine.mapper_machine import MapperMachine
 from dpa.engine.output import DRIVER_PROGRESS_INTERVAL_S, RunOutput, needs_final_merge
 from dpa.engine.plan import JobPlan
 from dpa.engine.reducer_machine import ReducerMachine
+from dpa.input.records import unify
 
 logger = logging.getLogger(__name__)
 
@@ -328,8 +332,12 @@ class LocalRun:
         if merged:
             for r in range(self.R):
                 self._ask(r, ev.Exchange(next(self.ids)))
-        results = [self._ask(r, ev.Finalize(next(self.ids))) for r in range(self.R)]
         counters = [self.counters[r] for r in range(self.R)]
+        applied = None
+        if plan.applies_groups:
+            results, applied = self._apply_groups(sum(c["processed"] for c in counters))
+        else:
+            results = [self._ask(r, ev.Finalize(next(self.ids))) for r in range(self.R)]
         # (an elastic job: the slots that took part; a replaced balancer knows only its own)
         width = max(balancer.width, max((i + 1 for i, c in enumerate(counters) if c["processed"] or c["forwarded"]),
                                         default=0))
@@ -351,4 +359,37 @@ class LocalRun:
             merged_keys=sum(merged_keys for _, merged_keys in results),
             state_moves=sum(c["keys_moved"] for c in counters),
             scaling=list(balancer.scaling),
+            group_apply=applied,
         )
+
+    def _apply_groups(self, total_rows: int) -> tuple[list[tuple[pa.Table | None, int]], dict[str, Any]]:
+        """The apply phase of a per-group function, in virtual time: every worker's clock
+        advances by the seconds ``fn`` took on its units (measured), and a worker that is
+        free (the earliest clock) asks the :class:`~dpa.engine.group_schedule.GroupScheduler`
+        for its next unit. Returns ``[(table, merged keys)]`` per reducer and the stats."""
+        target = unit_target_rows(total_rows, self.R)
+        listed = [self._ask(r, ev.ListGroups(next(self.ids), target)) for r in range(self.R)]
+        units: list[list[Any]] = [list(u) for u, _ in listed]
+        scheduler = GroupScheduler(range(self.R))
+        for r in range(self.R):
+            scheduler.handle(ev.UnitsListed(r, [unit_size(u) for u in units[r]]))
+        group_fn = unwrap(self.plan.reducer)[0]
+        outputs: list[list[pa.Table]] = [[] for _ in range(self.R)]
+        ran: dict[int, tuple[int, float]] = {r: (0, 0.0) for r in range(self.R)}
+        free = [(self.now, r) for r in range(self.R)]
+        end = self.now
+        while free:
+            at, w = heapq.heappop(free)
+            (ins,) = scheduler.handle(ev.WorkAsked(w, *ran[w]))
+            if isinstance(ins, op.WorkerDone):
+                end = max(end, at)
+                continue
+            unit, units[ins.owner][ins.index] = units[ins.owner][ins.index], None
+            done = group_fn.apply(unit, self.plan.key_cols)
+            if done.table is not None:
+                outputs[w].append(done.table)
+            ran[w] = (done.rows, done.seconds)
+            heapq.heappush(free, (at + done.seconds, w))
+        self.now = end
+        tables = [unify(out) if out else None for out in outputs]
+        return [(t, merged) for t, (_, merged) in zip(tables, listed)], scheduler.stats()

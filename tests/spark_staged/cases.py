@@ -66,3 +66,34 @@ def check_equals_spark(spark, reducer, agg, key="k", path=None, **kwargs):
     out, result = run_with_result(df, key, reducer, path=path, **kwargs)
     assert_same_rows(out, df.groupBy(*keys).agg(agg))
     return result
+
+
+APPLY_SCHEMA = "k int, n long, total long, top double"
+
+
+def per_group_fn():
+    """A per-group function (Spark's applyInPandas style): one summary row per key. Made in
+    a function so that Spark's and Ray's workers get it by value (they cannot import tests)."""
+
+    def per_group(pdf):
+        import pandas as pd
+
+        return pd.DataFrame({"k": [int(pdf.k.iloc[0])], "n": [len(pdf)], "total": [int(pdf.x.sum())],
+                             "top": [float(pdf.y.max())]})
+
+    return per_group
+
+
+def check_apply_in_pandas_equals_spark(spark, path=None):
+    """``spark_bridge.apply_in_pandas`` equals ``groupBy().applyInPandas`` on the same frame
+    and function; returns the dpa result."""
+    from spark_bridge import apply_in_pandas_with_result
+
+    df = skewed_frame(spark)
+    fn = per_group_fn()
+    out, result = apply_in_pandas_with_result(df, "k", fn, APPLY_SCHEMA, path=path)
+    want = df.groupBy("k").applyInPandas(fn, APPLY_SCHEMA)
+    assert out.schema == want.schema, (out.schema, want.schema)
+    assert_same_rows(out, want)
+    assert result.stats.group_apply["groups"] == want.count()
+    return result

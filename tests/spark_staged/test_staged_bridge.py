@@ -75,3 +75,10 @@ def test_dpa_run_takes_the_dataframe_too(spark):
     df = skewed_frame(spark)
     out = dpa.run(df, key="k", reducer=dpa.Max("y"))
     assert_same_rows(out, df.groupBy("k").agg(F.max("y").alias("max")))
+
+
+def test_apply_in_pandas_equals_spark_apply_in_pandas(spark):
+    from .cases import check_apply_in_pandas_equals_spark
+
+    result = check_apply_in_pandas_equals_spark(spark)
+    assert result.stats.extra["spark_path"] == "staged"

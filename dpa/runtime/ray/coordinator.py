@@ -34,6 +34,7 @@ from dpa.engine.epochs import Checkpoint, Recovery, Rest
 from dpa.engine.output import finalize_at_stop, needs_final_merge
 from dpa.engine.plan import JobPlan
 from dpa.errors import JobFailedError
+from dpa.runtime.ray.group_apply import run_apply_phase
 from dpa.runtime.ray.member import (
     ActorFailure,
     await_ref,
@@ -447,7 +448,12 @@ class CoordinatorActor(PoolMembers):
             metric("dpa_job_progress").set(1.0, tags=self.job_tags)
             if merged:
                 await asyncio.gather(*[r.exchange.remote(run_id, self.job_slots) for r in self.job_reducers])
-            if early:
+            applied = None
+            if plan.applies_groups:
+                combined, applied = await run_apply_phase(self.job_reducers, run_id,
+                                                          sum(c["processed"] for c in counters), self.job_tags)
+                merged_keys = [combined]
+            elif early:
                 merged_keys = [c["merged_keys"] for c in counters]
             else:
                 merged_keys = await asyncio.gather(*[r.finalize.remote(run_id) for r in self.job_reducers])
@@ -472,6 +478,7 @@ class CoordinatorActor(PoolMembers):
             "merged_keys": sum(merged_keys),
             "state_moves": sum(c["keys_moved"] for c in counters),
             "scaling": scaling,
+            "group_apply": applied,
         }
 
     async def scale_out(self, run_id: str, slots: list[int], plan: JobPlan,

@@ -278,4 +278,5 @@ def run_ray(plan: JobPlan, blocks: Any, dataset: Any, config: Any, progress: Any
         wall_time_s=time.perf_counter() - started, peak_queue=summary["peak_queue"], arrow_refs=refs,
         recoveries=summary["recoveries"], checkpoints=summary["checkpoints"],
         merged_keys=summary["merged_keys"], state_moves=summary["state_moves"], scaling=summary["scaling"],
+        group_apply=summary.get("group_apply"),
     )

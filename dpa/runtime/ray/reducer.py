@@ -15,10 +15,13 @@ from typing import Any
 import pyarrow as pa
 import ray
 
+from dpa.aggregates.contract import unwrap
+from dpa.aggregates.rows import unit_size
 from dpa.engine import events as ev
 from dpa.engine import instructions as op
 from dpa.engine.plan import JobPlan
 from dpa.engine.reducer_machine import IDLE_ANSWER, ReducerMachine
+from dpa.input.records import unify
 from dpa.runtime.ray.member import ActorFailure, JobMember, quiet_method, ready
 from dpa.runtime.ray.telemetry import ReducerTelemetry
 
@@ -59,6 +62,7 @@ class ReducerActor(JobMember):
         self.awaited: list[Any] = []  # calls the event being handled answers only once they are done
         self.telemetry = ReducerTelemetry(plan.job_id, self.reducer_id)
         self.result = None
+        self.applied: list[pa.Table] = []  # what a per-group function returned here
 
     def _on_abort(self) -> None:
         for fut in self.waiting.values():
@@ -68,6 +72,7 @@ class ReducerActor(JobMember):
         self.steps.put_nowait(None)
         self.inflight = []
         self.result = None
+        self.applied = []
 
     # -- events in, instructions out ------------------------------------------------
     def _feed(self, *events: Any) -> None:
@@ -280,6 +285,38 @@ class ReducerActor(JobMember):
             raise ActorFailure(self.name, exc, self.machine.current_key) from exc
         self.result = table
         return merged_keys
+
+    # -- the apply phase of a per-group function -----------------------------------------
+    async def list_groups(self, job_id: str, target_rows: int) -> tuple[list[tuple[Any, Any]], int]:
+        """Packs the groups held here into units (in the object store, owned by this actor,
+        so any worker can run them); returns ``([(unit ref, UnitSize)], merged keys)``."""
+        if not self._serving(job_id):
+            return [], 0
+        try:
+            units, merged_keys = await self._request(ev.ListGroups, target_rows)
+        except Exception as exc:
+            raise ActorFailure(self.name, exc, getattr(exc, "key", None)) from exc
+        return [(ray.put(unit), unit_size(unit)) for unit in units], merged_keys
+
+    async def apply_unit(self, job_id: str, unit: Any) -> tuple[int, float]:
+        """Runs the job's per-group function on ``unit`` (in a thread, so that this actor
+        keeps answering); returns ``(rows, seconds)``."""
+        if not self._serving(job_id):
+            return 0, 0.0
+        inner = unwrap(self.plan.reducer)[0]
+        try:
+            done = await asyncio.to_thread(inner.apply, unit, self.plan.key_cols)
+        except Exception as exc:
+            raise ActorFailure(self.name, exc, getattr(exc, "key", None)) from exc
+        if done.table is not None and self._serving(job_id):  # (not a run given up meanwhile)
+            self.applied.append(done.table)
+        return done.rows, done.seconds
+
+    async def finish_apply(self, job_id: str) -> None:
+        """The rows the per-group function returned here become this reducer's result."""
+        if self._serving(job_id):
+            applied, self.applied = self.applied, []
+            self.result = unify(applied) if applied else unwrap(self.plan.reducer)[0].empty_output()
 
     async def result(self, job_id: str) -> pa.Table:
         """Hands the finalized table over (into the caller's object store ref) and forgets it."""

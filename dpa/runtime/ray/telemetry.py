@@ -29,6 +29,8 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "dpa_reducers": ("gauge", "Reducers taking part in an elastic job now", ("job_id",)),
     "dpa_checkpoints": ("counter", "Checkpoints of a job's reducer states", ("job_id",)),
     "dpa_recoveries": ("counter", "Failures a job recovered from (dead actors or nodes)", ("job_id",)),
+    "dpa_group_units_moved": ("counter", "Units of groups a per-group function ran away from their reducer",
+                              ("job_id",)),
     "dpa_job_progress": ("gauge", "Fraction of input blocks handed to mappers (1.0 when all taken)", ("job_id",)),
 }
 

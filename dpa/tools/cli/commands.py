@@ -48,9 +48,29 @@ def list_inputs() -> int:
 
 
 # =================================================================================== run
+def _group_function(spec: str) -> Any:
+    """The function ``module:name`` of ``--apply`` (the current directory is importable)."""
+    module_name, _, name = spec.partition(":")
+    if not module_name or not name:
+        raise UsageError(f"--apply takes MODULE:FUNCTION (e.g. --apply my_jobs:per_user), got {spec!r}")
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    try:
+        fn = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"--apply {spec}: cannot load {name!r} from module {module_name!r}: {exc}") from exc
+    if not callable(fn):
+        raise UsageError(f"--apply {spec}: {name!r} is a {type(fn).__name__}, not a function")
+    return fn
+
+
 def _reducer(args: argparse.Namespace, cols: Sequence[str] | None) -> Any:
     import dpa
 
+    if getattr(args, "apply", None):  # a per-group function
+        if args.reducer != "count" or args.value or getattr(args, "agg", None) or args.cost_us:
+            raise UsageError("--apply runs a per-group function: drop --reducer, --value, --agg and --cost-us")
+        return dpa.GroupApply(_group_function(args.apply))
     if getattr(args, "agg", None):  # several aggregates in one pass
         if args.reducer != "count" or args.value:
             raise UsageError("--agg replaces --reducer/--value: give every aggregate as --agg, e.g. --agg sum:bytes")
@@ -122,7 +142,28 @@ def _describe_stats(stats: Any, baseline: Any = None, num_keys: int | None = Non
         lines.append(f"  final merge combined {stats.merged_keys:,} keys; {stats.state_moves:,} keys' state handed over")
     for e in stats.scaling:
         lines.append(f"    t={e.time_s:.3f}s {e.action:<9} reducers {list(e.reducers)} -> width {e.width}: {e.reason}")
+    lines += _describe_apply(stats.group_apply)
     return lines
+
+
+def _same_answer(a: Any, b: Any) -> bool:
+    """Whether two results hold the same answer (a per-group function's rows in any order)."""
+    if a.key_columns:
+        return a.to_dict() == b.to_dict()
+    return sorted(map(repr, a.to_arrow().to_pylist())) == sorted(map(repr, b.to_arrow().to_pylist()))
+
+
+def _describe_apply(ga: dict[str, Any] | None) -> list[str]:
+    """The apply phase of a per-group function (``Stats.group_apply``), if the job had one."""
+    if not ga:
+        return []
+    rate = ga["seconds_per_row"]
+    busy = "  ".join(f"w{i}={s:.2f}s" for i, s in enumerate(ga["busy_s"]))
+    return [f"  groups applied: {ga['groups']:,} in {ga['units']:,} units; largest group {ga['largest_group_rows']:,} "
+            f"rows; {'n/a' if rate is None else f'{rate * 1e6:.1f} us'} per row",
+            f"  moved to a free worker: {ga['moved_units']:,} units ({ga['moved_groups']:,} groups, "
+            f"{ga['moved_rows']:,} rows)",
+            f"  busy per worker: {busy}"]
 
 
 def _write_output(result: Any, path: str) -> None:
@@ -210,12 +251,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         for line in _describe_stats(stats, None if baseline is None else baseline.stats, len(result)):
             print(line)
-        for line in _top_keys(result, args.top):
+        for line in ([] if not result.key_columns else _top_keys(result, args.top)):
             print(line)
     if args.output:
         _write_output(result, args.output)
         print(f"wrote {args.output} ({len(result):,} keys)", file=out)
-    if baseline is not None and baseline.to_dict() != result.to_dict():
+    if baseline is not None and not _same_answer(baseline, result):
         print("dpa: error: the results with and without load balancing differ", file=sys.stderr)
         return EXIT_FAILED
     if args.report:

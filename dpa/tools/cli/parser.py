@@ -90,6 +90,9 @@ def _add_job(p: argparse.ArgumentParser) -> None:
     g.add_argument("--agg", action="append", metavar="NAME[:COLUMN[:Q]]",
                    help="an aggregate; repeat for several in one pass (replaces --reducer), e.g. --agg count "
                         "--agg sum:bytes --agg count_distinct:user --agg quantile:latency:0.95")
+    g.add_argument("--apply", metavar="MODULE:FUNCTION",
+                   help="run a per-group function instead of an aggregate (dpa.GroupApply): FUNCTION(group) gets "
+                        "every row of one key as a pandas.DataFrame and returns a DataFrame; e.g. --apply jobs:per_user")
     g.add_argument("--cost-us", type=float, default=0.0,
                    help="per-record reducer cost in microseconds (models an expensive reducer)")
     g.add_argument("--cost-mode", choices=("sleep", "spin"), default="sleep")

@@ -42,6 +42,15 @@ def _spread() -> Reducer:
     return Spread()
 
 
+def _group_sizes():
+    """``fn(group) -> (k, rows)``, made here so that the actors get it by value."""
+
+    def sizes(pdf):
+        return {"k": [int(pdf.k.iloc[0])], "rows": [len(pdf)]}
+
+    return sizes
+
+
 def _reducers() -> list[Reducer]:
     """One instance of every reducer dpa exports, reading column ``v`` where it reads one.
 
@@ -55,6 +64,9 @@ def _reducers() -> list[Reducer]:
             continue
         if name == "WithCost":
             out.append(dpa.WithCost(dpa.Count(), 0.0))
+            continue
+        if name == "GroupApply":  # a per-group function: one row per key
+            out.append(dpa.GroupApply(_group_sizes()))
             continue
         params = list(inspect.signature(cls.__init__).parameters)
         column = "b" if name in BOOL_REDUCERS else "v"

@@ -115,8 +115,13 @@ def test_a_reducers_loop_finalizes_at_its_end_only_when_stop_says_so():
 
 
 def test_reducers_finalize_at_stop_only_if_nothing_reaches_them_later():
-    plan = SimpleNamespace(migrate="records", active_reducers=0)
+    plan = SimpleNamespace(migrate="records", active_reducers=0, applies_groups=False)
     assert finalize_at_stop(plan, merged=False)
     assert not finalize_at_stop(plan, merged=True)  # partial states are exchanged first
-    assert not finalize_at_stop(SimpleNamespace(migrate="state", active_reducers=0), merged=False)
-    assert not finalize_at_stop(SimpleNamespace(migrate="records", active_reducers=4), merged=False)
+    assert not finalize_at_stop(SimpleNamespace(migrate="state", active_reducers=0, applies_groups=False),
+                                merged=False)
+    assert not finalize_at_stop(SimpleNamespace(migrate="records", active_reducers=4, applies_groups=False),
+                                merged=False)
+    # a per-group function's apply phase is scheduled over every reducer after the loops end
+    assert not finalize_at_stop(SimpleNamespace(migrate="records", active_reducers=0, applies_groups=True),
+                                merged=False)

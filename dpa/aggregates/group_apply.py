@@ -1,0 +1,233 @@
+"""Per-group functions: :class:`GroupApply`, dpa's answer to ``applyInPandas`` and ``map_groups``.
+
+``GroupApply(fn)`` as a job's reducer runs ``fn`` once on *all* rows of each key and
+concatenates what it returns. It is not an aggregate: it cannot be decomposed, so a key's
+rows are never split between two calls of ``fn``. A job runs it in two phases:
+
+1. **Collect.** Rows travel to reducers under the job's routing, like any job's records.
+   Collecting rows *is* mergeable (two partial row sets of a key concatenate), so every
+   policy may move or split keys while rows arrive; the final merge brings each key's rows
+   together on one reducer (:class:`dpa.aggregates.rows.RowsState`, rows held in Arrow).
+2. **Apply.** Each reducer packs its groups into *units* (one per large group, several
+   small groups per unit) and a scheduler (:class:`dpa.engine.group_schedule.GroupScheduler`)
+   hands units to workers by estimated cost: largest first, and a worker that runs dry
+   takes units still waiting at another reducer (their rows move). The makespan tends to
+   ``max(total / workers, largest group)``.
+
+Rows of one group reach ``fn`` in no particular order (as in Spark): sort inside ``fn``
+when order matters.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from dpa.aggregates.contract import Reducer
+from dpa.aggregates.rows import GroupUnit, RowsState
+from dpa.errors import ConfigError, SchemaError, UserCodeError
+
+logger = logging.getLogger(__name__)
+
+#: Default bound of one group's rows in memory, in bytes (``GroupApply(max_group_bytes=...)``).
+DEFAULT_MAX_GROUP_BYTES = 2 << 30
+
+BATCH_FORMATS = ("pandas", "arrow", "numpy")
+
+
+@dataclass
+class UnitResult:
+    """What running one unit gave: the rows ``fn`` returned and how long it took."""
+
+    table: pa.Table | None
+    rows: int
+    groups: int
+    seconds: float
+
+
+def _takes_key(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is ``fn(key, group)`` (two positional parameters) rather than ``fn(group)``."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: one argument
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                  and p.default is p.empty]
+    return len(positional) >= 2 or (len(positional) == 1 and any(p.kind == p.VAR_POSITIONAL for p in params))
+
+
+class GroupApply(Reducer):
+    """Runs ``fn`` on all rows of each key; the result is the concatenation of its outputs.
+
+    Args:
+        fn: ``fn(group)`` or ``fn(key, group)``: ``group`` holds every row of one key (a
+            ``pandas.DataFrame``, a ``pyarrow.Table`` or a dict of column name ->
+            ``numpy.ndarray``, see ``batch_format``) with all of the input's columns; ``key``
+            is a tuple of the key's values (as in Spark's ``applyInPandas``). It returns any
+            number of rows: a ``pandas.DataFrame``, a ``pyarrow.Table`` or ``RecordBatch``,
+            a dict of column name -> array (as Ray Data's ``map_groups``), or None for none.
+        schema: The output's ``pyarrow.Schema``. Every returned frame must have exactly
+            its columns (matched by name) and is cast to its types; None infers the
+            output's types from what ``fn`` returns.
+        batch_format: ``"pandas"`` (default), ``"arrow"`` or ``"numpy"``: what ``group`` is.
+        max_group_bytes: Bound of one group's rows in memory (default 2 GiB). A larger
+            group fails the job with an error naming the key, its rows and bytes, before
+            ``fn`` sees it.
+        name: Label of the job's output in messages.
+
+    Raises:
+        ConfigError: ``fn`` is not callable, or another argument is invalid.
+    """
+
+    kind = "group_apply"
+
+    def __init__(self, fn: Callable[..., Any], schema: pa.Schema | None = None, batch_format: str = "pandas",
+                 max_group_bytes: int = DEFAULT_MAX_GROUP_BYTES, name: str = "group_apply") -> None:
+        if not callable(fn):
+            raise ConfigError(f"GroupApply needs a function fn(group) or fn(key, group), got {type(fn).__name__}")
+        if schema is not None and not isinstance(schema, pa.Schema):
+            raise ConfigError(
+                f"GroupApply schema must be a pyarrow.Schema or None, got {type(schema).__name__}; "
+                "e.g. pa.schema([('key', pa.int64()), ('n', pa.int64())]) (spark_bridge.apply_in_pandas takes "
+                "Spark's DDL strings)")
+        if batch_format not in BATCH_FORMATS:
+            raise ConfigError(f"GroupApply batch_format must be one of {BATCH_FORMATS}, got {batch_format!r}")
+        if not isinstance(max_group_bytes, int) or isinstance(max_group_bytes, bool) or max_group_bytes <= 0:
+            raise ConfigError(f"GroupApply max_group_bytes must be a positive int, got {max_group_bytes!r}")
+        super().__init__(None, name)
+        self.fn = fn
+        self.schema = schema
+        self.batch_format = batch_format
+        self.max_group_bytes = max_group_bytes
+        self.with_key = _takes_key(fn)
+
+    # Collecting rows merges by concatenation: keys may move and split while rows arrive.
+    @property
+    def can_merge(self) -> bool:
+        return True
+
+    def new_state(self, key_cols: list[str]) -> Any:
+        """The row store of this reducer's keys (:class:`~dpa.aggregates.rows.RowsState`)."""
+        return RowsState(self, key_cols)
+
+    def output_names(self) -> list[str]:
+        """The output's columns, when the schema is given (else none are known up front)."""
+        return [] if self.schema is None else list(self.schema.names)
+
+    def empty_output(self) -> pa.Table:
+        """The output of a job that saw no rows."""
+        return (self.schema or pa.schema([])).empty_table()
+
+    # -- running fn -------------------------------------------------------------------
+    def apply(self, unit: GroupUnit, key_cols: list[str]) -> UnitResult:
+        """Runs ``fn`` on every group of ``unit``.
+
+        Raises:
+            UserCodeError: ``fn`` raised, or returned something that is not rows; the
+                message names the key.
+            SchemaError: a returned frame does not fit :attr:`schema`; the message names the
+                key and both schemas.
+        """
+        started = time.perf_counter()
+        offsets = unit.offsets.tolist()
+        firsts = unit.table.select(key_cols).take(pa.array(offsets[:-1], pa.int64())) if unit.groups else None
+        keys = list(zip(*(firsts.column(c).to_pylist() for c in key_cols))) if firsts is not None else []
+        frame = unit.table.to_pandas() if self.batch_format == "pandas" else unit.table
+        outputs: list[pa.Table] = []
+        for i, key in enumerate(keys):
+            a, b = offsets[i], offsets[i + 1]
+            if self.batch_format == "pandas":
+                group = frame.iloc[a:b].reset_index(drop=True)
+            elif self.batch_format == "arrow":
+                group = frame.slice(a, b - a)
+            else:
+                group = {name: col.to_numpy() for name, col in zip(frame.column_names, frame.slice(a, b - a).columns)}
+            try:
+                out = self.fn(key, group) if self.with_key else self.fn(group)
+            except Exception as exc:
+                raise UserCodeError(f"GroupApply fn raised {type(exc).__name__}: {exc} on the group of key "
+                                    f"{_show(key)} ({b - a} rows)", key=_show_key(key)) from exc
+            table = self._as_table(out, key)
+            if table is not None and table.num_rows:
+                outputs.append(table)
+        table = None
+        if outputs:
+            table = outputs[0] if len(outputs) == 1 else _concat(outputs)
+        return UnitResult(table, unit.rows, unit.groups, time.perf_counter() - started)
+
+    def _as_table(self, out: Any, key: tuple[Any, ...]) -> pa.Table | None:
+        """``fn``'s output as an Arrow table (cast to :attr:`schema`), or None for no rows."""
+        if out is None:
+            return None
+        if isinstance(out, pa.RecordBatch):
+            out = pa.Table.from_batches([out])
+        elif isinstance(out, dict):
+            try:
+                out = pa.table(out)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+                raise UserCodeError(f"GroupApply fn returned a dict Arrow cannot make a table of for the group of "
+                                    f"key {_show(key)}: {exc}", key=_show_key(key)) from exc
+        if not isinstance(out, pa.Table):
+            import pandas as pd
+
+            if not isinstance(out, pd.DataFrame):
+                raise UserCodeError(
+                    f"GroupApply fn must return a pandas.DataFrame, a pyarrow.Table, a dict of columns or None; "
+                    f"for the group of key "
+                    f"{_show(key)} it returned {type(out).__name__}", key=_show_key(key))
+            if self.schema is not None:
+                self._check_names([str(c) for c in out.columns], key)
+                try:
+                    return pa.Table.from_pandas(out[self.schema.names], schema=self.schema, preserve_index=False)
+                except (pa.ArrowException, TypeError, ValueError) as exc:
+                    raise SchemaError(self._mismatch(key, pa.Schema.from_pandas(out, preserve_index=False), exc)) from exc
+            try:
+                return pa.Table.from_pandas(out, preserve_index=False)
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                raise UserCodeError(f"GroupApply fn returned a frame Arrow cannot convert for the group of key "
+                                    f"{_show(key)}: {exc}", key=_show_key(key)) from exc
+        if self.schema is None:
+            return out
+        self._check_names(out.column_names, key)
+        try:
+            return out.select(self.schema.names).cast(self.schema)
+        except (pa.ArrowException, ValueError) as exc:
+            raise SchemaError(self._mismatch(key, out.schema, exc)) from exc
+
+    def _check_names(self, names: list[str], key: tuple[Any, ...]) -> None:
+        if sorted(names) != sorted(self.schema.names):
+            raise SchemaError(
+                f"GroupApply fn returned columns {names} for the group of key {_show(key)}, but the schema has "
+                f"{self.schema.names}; return exactly the schema's columns (or pass schema=None to infer it). "
+                f"schema: {_one_line(self.schema)}")
+
+    def _mismatch(self, key: tuple[Any, ...], got: pa.Schema, exc: BaseException) -> str:
+        return (f"GroupApply fn's output for the group of key {_show(key)} does not fit the schema: {exc}; "
+                f"returned: {_one_line(got)}; schema: {_one_line(self.schema)}")
+
+    def __repr__(self) -> str:
+        return f"GroupApply({getattr(self.fn, '__name__', type(self.fn).__name__)})"
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    from dpa.input.records import unify
+
+    return unify(tables)
+
+
+def _one_line(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name}: {f.type}" for f in schema)
+
+
+def _show_key(key: tuple[Any, ...]) -> Any:
+    return key[0] if len(key) == 1 else key
+
+
+def _show(key: tuple[Any, ...]) -> str:
+    return repr(_show_key(key))
