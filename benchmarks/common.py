@@ -66,7 +66,7 @@ def parse_shaped(p: argparse.ArgumentParser, argv: Sequence[str] | None) -> argp
     import dpa
 
     args = p.parse_args(argv)
-    shape = dpa.JobConfig(num_mappers=args.mappers, num_reducers=args.reducers)
+    shape = dpa.JobConfig(num_mappers=args.mappers, num_reducers=args.reducers).resolved()
     args.mappers, args.reducers = shape.num_mappers, shape.num_reducers
     return args
 

@@ -356,7 +356,7 @@ def run_all(spark: Any, args: Any, configs: list[tuple[str, dict[str, Any]]], da
                 times: dict[str, Any] = {"total_s": t}
             else:
                 cfg = cfgs[name]
-                shape = (cfg.num_mappers, cfg.num_reducers)
+                shape = (cfg.resolved().num_mappers, cfg.resolved().num_reducers)
                 if shape != current_shape:
                     # dpa keeps one warm actor pool per shape; a new shape restarts the actors,
                     # which an untimed run on the small file absorbs.

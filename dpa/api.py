@@ -96,6 +96,7 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
 
         # Field by field, not asdict(): that would turn a policy settings object into a dict.
         config = _config_from_dict({**{f.name: getattr(config, f.name) for f in fields(config)}, **overrides})
+    config = config.resolved()  # the default width: the CPUs dpa can use now
     reducer = Count() if reducer is None else reducer
     if isinstance(reducer, (list, tuple)):  # several aggregates in one pass
         from dpa.aggregates.composite import combine

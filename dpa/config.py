@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dpa.errors import ConfigError
@@ -82,8 +82,9 @@ class JobConfig:
     Args:
         num_mappers: Mapper actors (each pulls input blocks from the coordinator). None
             (the default) = one per CPU dpa can use (:func:`available_cpus`: the Ray
-            cluster's if Ray is up when the config is made, else this machine's), at most
-            16; 4 with ``runtime="local"``. Every actor is a process, so more actors than
+            cluster's if Ray is up when the job is planned, else this machine's), at most
+            16; 4 with ``runtime="local"``. The field stays None: :meth:`resolved` gives
+            the width a job would run with now. Every actor is a process, so more actors than
             CPUs cost start-up time and CPU without adding throughput
             (docs/configuration.md, "Default shape").
         num_reducers: Reducer actors, each with its own bounded input queue. None (the
@@ -223,11 +224,10 @@ class JobConfig:
     reducer_num_cpus: float = 0.0
 
     def __post_init__(self) -> None:
-        self._default_shape()
         for name in ("num_mappers", "num_reducers", "batch_size", "chunk_size", "queue_capacity"):
             value = getattr(self, name)
-            if value is None and name == "batch_size":
-                continue  # sized from the input
+            if value is None and name in ("batch_size", "num_mappers", "num_reducers"):
+                continue  # sized from the input; one actor per CPU when the job is planned
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"JobConfig.{name} must be an integer >= 1, got {value!r}")
         if isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int) or self.max_rounds < 0:
@@ -267,11 +267,15 @@ class JobConfig:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigError(f"JobConfig.{name} must be an integer >= 1 or None, got {value!r}")
-        if self.max_reducers is not None and self.max_reducers < self.num_reducers:
+        if (self.max_reducers is not None and self.min_reducers is not None
+                and self.min_reducers > self.max_reducers):
+            raise ConfigError(f"JobConfig.min_reducers={self.min_reducers} is above max_reducers={self.max_reducers}; "
+                              "lower min_reducers or raise max_reducers")
+        if self.num_reducers is not None and self.max_reducers is not None and self.max_reducers < self.num_reducers:
             raise ConfigError(
                 f"JobConfig.max_reducers={self.max_reducers} is below num_reducers={self.num_reducers} (the "
                 f"starting width); raise it or leave it None for a fixed width")
-        if self.min_reducers is not None and self.min_reducers > self.num_reducers:
+        if self.num_reducers is not None and self.min_reducers is not None and self.min_reducers > self.num_reducers:
             raise ConfigError(
                 f"JobConfig.min_reducers={self.min_reducers} is above num_reducers={self.num_reducers} (the "
                 f"starting width); lower it or leave it None")
@@ -289,30 +293,41 @@ class JobConfig:
         # validated once, where the plan is built.
         check_policy_name(self.policy)
 
-    def _default_shape(self) -> None:
-        """Fills in ``num_mappers`` / ``num_reducers`` left None (:func:`default_width`)."""
+    def resolved(self) -> JobConfig:
+        """This config with ``num_mappers`` / ``num_reducers`` left None filled in as a job
+        planned now gets them (:func:`default_width`: the Ray cluster's CPUs if Ray is up,
+        else this machine's); itself if both are set. :func:`dpa.run` resolves its config
+        first, so ``JobConfig()`` made before ``ray.init`` runs at the cluster's width."""
         if self.num_mappers is not None and self.num_reducers is not None:
-            return
+            return self
+        mappers, reducers = self._width()
+        return replace(self, num_mappers=mappers, num_reducers=reducers)
+
+    def _width(self) -> tuple[int, int]:
+        """``(num_mappers, num_reducers)``, the ones left None at their defaults now."""
+        if self.num_mappers is not None and self.num_reducers is not None:
+            return self.num_mappers, self.num_reducers
         width = default_width(self.runtime)
-        if self.num_mappers is None:
-            self.num_mappers = width
-        if self.num_reducers is None:
+        reducers = self.num_reducers
+        if reducers is None:
             reducers = max(2, width)
             for bound, pick in ((self.max_reducers, min), (self.min_reducers, max)):
                 if isinstance(bound, int) and not isinstance(bound, bool) and bound >= 1:
                     reducers = pick(reducers, bound)
-            self.num_reducers = reducers
+        return (width if self.num_mappers is None else self.num_mappers), reducers
 
     @property
     def slots(self) -> int:
-        """Reducer ids the job may use: ``max_reducers`` if elastic, else ``num_reducers``."""
-        return self.num_reducers if self.max_reducers is None else self.max_reducers
+        """Reducer ids the job may use: ``max_reducers`` if elastic, else ``num_reducers``
+        (its default width now, if unset)."""
+        return self._width()[1] if self.max_reducers is None else self.max_reducers
 
     @property
     def elastic(self) -> bool:
         """Whether the job's width may change (``max_reducers`` or ``min_reducers`` set
         to something other than ``num_reducers``)."""
-        return self.slots > self.num_reducers or (self.min_reducers or self.num_reducers) < self.num_reducers
+        reducers = self._width()[1]
+        return self.slots > reducers or (self.min_reducers or reducers) < reducers
 
     @property
     def policy_name(self) -> str:

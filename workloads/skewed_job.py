@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = df.count()
         sc = spark.sparkContext
         slots = int(sc.defaultParallelism)
-        workers = config.num_reducers
+        workers = config.resolved().num_reducers
         pq.write_table(pa.Table.from_pandas(df.limit(WARMUP_ROWS).toPandas(), preserve_index=False), warmup)
         small = read_table(spark, str(warmup))
         print(f"Spark on Ray up; {workers} dpa reducers, {slots} Spark task slots "

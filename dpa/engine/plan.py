@@ -215,6 +215,7 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
     """
     if not isinstance(config, JobConfig):
         raise ConfigError(f"config must be a dpa.JobConfig, got {type(config).__name__}")
+    config = config.resolved()  # the default width, as of now
     if config.batch_size is None:  # sized from the input (the policy's record-based defaults use it)
         config = replace(config, batch_size=source.block_rows)
     policy = make_policy(config)  # the policy's settings are validated here, once per job

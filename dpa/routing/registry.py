@@ -246,8 +246,11 @@ def job_shape(config: PolicyConfig) -> JobShape:
 
     ``num_reducers`` is the number of reducer slots (``config.slots``); an elastic job
     starts with ``active_reducers = config.num_reducers`` of them (0, all, when the width
-    is fixed).
+    is fixed). A width left unset is taken as the config resolves it now.
     """
+    resolve = getattr(config, "resolved", None)
+    if resolve is not None:
+        config = resolve()
     elastic = bool(config.elastic)
     return JobShape(num_mappers=int(config.num_mappers), num_reducers=int(config.slots),
                     batch_size=int(config.batch_size or DEFAULT_BATCH_SIZE), seed=int(config.seed),

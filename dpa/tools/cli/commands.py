@@ -235,7 +235,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     show = not args.no_progress
     out = sys.stderr if args.json else sys.stdout
     print(f"dpa run: {inp.label}; policy={config.policy} tau={config.tau} rounds={config.max_rounds} "
-          f"mappers={config.num_mappers} reducers={config.num_reducers} runtime={config.runtime}", file=out, flush=True)
+          f"mappers={config.resolved().num_mappers} reducers={config.resolved().num_reducers} "
+          f"runtime={config.runtime}", file=out, flush=True)
     common = dict(key=inp.key, reducer=reducer, map_fn=inp.map_fn)
     baseline = None
     if baseline_config is not None:

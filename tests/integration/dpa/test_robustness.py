@@ -68,7 +68,7 @@ def test_a_pooled_member_killed_between_jobs_is_replaced():
     assert res.to_dict() == dict(collections.Counter(words))
     names = live_dpa_actors()
     assert victim not in names and any(":reducer-1." in n for n in names)  # only the dead one was rebuilt
-    shape = dpa.JobConfig()  # the pool of the default shape: its members and a coordinator
+    shape = dpa.JobConfig().resolved()  # the pool of the default shape: its members and a coordinator
     pool = [n for n in names if n.rsplit(":", 1)[0] == victim.rsplit(":", 1)[0]]
     assert len(pool) == shape.num_mappers + shape.num_reducers + 2
 

@@ -208,7 +208,7 @@ def test_actors_are_named_in_the_dpa_namespace():
     dpa.run(["a", "b"])
     names = {a["name"] for a in dpa_actors_alive()}
     assert any(n.endswith(":coordinator") for n in names) and any(n.endswith(":balancer") for n in names)
-    shape = dpa.JobConfig()  # the default: one mapper and one reducer per CPU of the session
+    shape = dpa.JobConfig().resolved()  # the default: one mapper and one reducer per CPU of the session
     assert shape.num_mappers == int(ray.cluster_resources()["CPU"])
     assert sum(":reducer-" in n for n in names) == shape.num_reducers
     assert sum(":mapper-" in n for n in names) == shape.num_mappers

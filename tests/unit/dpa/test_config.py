@@ -31,33 +31,35 @@ def cpus(monkeypatch):
 ])
 def test_the_default_shape_is_one_actor_per_cpu(cpus, n, mappers, reducers):
     cpus(n)
-    cfg = dpa.JobConfig()
+    cfg = dpa.JobConfig().resolved()
     assert (cfg.num_mappers, cfg.num_reducers) == (mappers, reducers)
 
 
 def test_explicit_shapes_are_kept_and_each_unset_side_is_filled_alone(cpus):
     cpus(8)
-    assert (dpa.JobConfig(num_mappers=3, num_reducers=5).num_mappers,
-            dpa.JobConfig(num_mappers=3, num_reducers=5).num_reducers) == (3, 5)
-    assert dpa.JobConfig(num_mappers=3).num_reducers == 8
-    assert dpa.JobConfig(num_reducers=3).num_mappers == 8
+    both = dpa.JobConfig(num_mappers=3, num_reducers=5)
+    assert both.resolved() is both and (both.num_mappers, both.num_reducers) == (3, 5)
+    assert dpa.JobConfig(num_mappers=3).resolved().num_reducers == 8
+    assert dpa.JobConfig(num_reducers=3).resolved().num_mappers == 8
 
 
 def test_the_local_runtime_simulates_the_same_shape_on_every_machine(cpus):
     for n in (1, 2, 32):
         cpus(n)
-        cfg = dpa.JobConfig(runtime="local")
+        cfg = dpa.JobConfig(runtime="local").resolved()
         assert (cfg.num_mappers, cfg.num_reducers) == (LOCAL_DEFAULT_WIDTH, LOCAL_DEFAULT_WIDTH)
 
 
 def test_an_elastic_default_width_stays_within_its_bounds(cpus):
     cpus(8)
-    assert dpa.JobConfig(max_reducers=3).num_reducers == 3
+    assert dpa.JobConfig(max_reducers=3).resolved().num_reducers == 3
     assert dpa.JobConfig(max_reducers=3).elastic is False  # starts (and stays) at its widest
     cpus(2)
-    assert dpa.JobConfig(min_reducers=5).num_reducers == 5
+    assert dpa.JobConfig(min_reducers=5).resolved().num_reducers == 5
     cfg = dpa.JobConfig(max_reducers=8)
-    assert (cfg.num_reducers, cfg.slots, cfg.elastic) == (2, 8, True)
+    assert (cfg.resolved().num_reducers, cfg.slots, cfg.elastic) == (2, 8, True)
+    with pytest.raises(ConfigError, match="min_reducers=5 is above max_reducers=3"):
+        dpa.JobConfig(min_reducers=5, max_reducers=3)
 
 
 def test_bad_shapes_are_still_config_errors(cpus):
@@ -69,15 +71,30 @@ def test_bad_shapes_are_still_config_errors(cpus):
         dpa.JobConfig(max_reducers=0)
 
 
-def test_a_config_keeps_its_shape_when_copied_or_pickled(cpus):
+def test_the_default_width_is_resolved_when_the_job_is_planned_not_when_the_config_is_made(cpus):
     import dataclasses
     import pickle
 
     cpus(6)
-    cfg = dpa.JobConfig()
-    cpus(2)
-    assert dataclasses.replace(cfg, policy="hash").num_reducers == 6
-    assert pickle.loads(pickle.dumps(cfg)).num_mappers == 6
+    cfg = dpa.JobConfig()  # e.g. made before ray.init
+    assert (cfg.num_mappers, cfg.num_reducers) == (None, None)
+    cpus(2)  # the cluster dpa runs on
+    assert (cfg.resolved().num_mappers, cfg.resolved().num_reducers, cfg.slots) == (2, 2, 2)
+    assert dataclasses.replace(cfg, policy="hash").num_reducers is None
+    assert pickle.loads(pickle.dumps(cfg)) == cfg
+    explicit = dataclasses.replace(cfg.resolved(), policy="hash")
+    cpus(8)
+    assert explicit.resolved().num_reducers == 2  # a width once set stays
+
+
+def test_a_planned_job_runs_at_the_width_resolved_then(cpus):
+    from dpa.engine.plan import build_plan
+    from dpa.input.sources import normalize_source
+
+    cfg = dpa.JobConfig(runtime="ray")
+    cpus(3)
+    plan, _ = build_plan(normalize_source([1, 2, 3], None, 3), None, dpa.Count(), None, cfg.resolved())
+    assert (plan.num_mappers, plan.num_reducers) == (3, 3)
 
 
 def test_available_cpus_without_ray_is_this_process_s_cpus(monkeypatch):

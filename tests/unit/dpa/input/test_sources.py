@@ -62,6 +62,6 @@ def test_config_default_is_sized_from_the_input_and_the_plan_knows_it():
     table = pa.table({"key": np.arange(3_000_000, dtype=np.int64) % 7})
     config = dpa.JobConfig(runtime="local", num_mappers=1, policy="doubling")
     plan, _ = build_plan(normalize_source(table, None, 1), "key", dpa.Count(), None, config)
-    assert plan.policy.min_gap == 3_000_000 // config.num_reducers  # (M * block rows // R)
+    assert plan.policy.min_gap == 3_000_000 // config.resolved().num_reducers  # (M * block rows // R)
     out = dpa.run(table, key="key", config=config).to_pandas().sort_values("key")
     assert out["count"].tolist() == pd.Series(np.arange(3_000_000) % 7).value_counts().sort_index().tolist()
