@@ -139,11 +139,12 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
     from dpa.aggregates.composite import output_names
 
     if plan.applies_groups:  # fn's rows, as it returned them (no key columns added)
-        result = Result(tables, empty, [], inner.output_names(), stats, arrow_refs=out.arrow_refs)
+        result = Result(tables, empty, [], inner.output_names(), stats, arrow_refs=out.arrow_refs,
+                        result_meta=out.result_meta)
         stats.num_keys = (out.group_apply or {}).get("groups", 0)
         return result
     result = Result(tables, empty, plan.key_cols, output_names(plan.reducer), stats, arrow_refs=out.arrow_refs,
-                    key_types=dictionaries)
+                    key_types=dictionaries, result_meta=out.result_meta)
     if tables is not None:
         stats.num_keys = len(result)
     return result

@@ -155,7 +155,8 @@ class Result:
 
     def __init__(self, tables: list[pa.Table] | None, empty: pa.Table, key_cols: list[str],
                  value_col: str | list[str], stats: Stats, arrow_refs: list[Any] | None = None,
-                 key_types: dict[str, pa.DataType] | None = None) -> None:
+                 key_types: dict[str, pa.DataType] | None = None,
+                 result_meta: list[tuple[int, pa.Schema]] | None = None) -> None:
         self._tables = tables
         self._empty = empty
         self._table: pa.Table | None = None
@@ -165,6 +166,7 @@ class Result:
         self.value_column = self.value_columns[0] if len(self.value_columns) == 1 else None
         self.stats = stats
         self.arrow_refs = arrow_refs
+        self._result_meta = result_meta  # (rows, schema) per ref, as the reducers handed them over
         self._dataset: Any = None
         # Key columns whose input type the job decoded (dictionaries): cast back in to_arrow.
         self._key_types = dict(key_types or {})
@@ -190,16 +192,16 @@ class Result:
         """The result as a ``ray.data.Dataset``, without gathering it on the driver.
 
         On the Ray runtime the dataset's blocks are the reducers' result tables, where they
-        already are in the object store (:func:`dpa.runtime.ray.dataset.result_dataset`): only their
-        schemas are read, and a block whose column types differ from the others' is cast
-        in place. It holds the same rows and types as :meth:`to_arrow`. The in-process
+        already are in the object store (:func:`dpa.runtime.ray.dataset.result_dataset`): their
+        schemas come with them from the reducers, and a block whose column types differ
+        from the others' is cast in place. It holds the same rows and types as :meth:`to_arrow`. The in-process
         runtime's table is put into the object store. The dataset is built once per result.
         """
         if self._dataset is None:
             from dpa.runtime.ray.dataset import result_dataset, tables_dataset
 
             if self.arrow_refs is not None:
-                self._dataset = result_dataset(list(self.arrow_refs), self._empty)
+                self._dataset = result_dataset(list(self.arrow_refs), self._empty, self._result_meta)
             else:
                 self._dataset = tables_dataset(list(self._tables or []), self._empty)
         return self._dataset

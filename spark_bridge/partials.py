@@ -37,6 +37,11 @@ Per reducer (``c`` is the reducer's column):
            them; ``collect_list`` alone drops them)
 ``TopK``   ``slice(sort_array(collect_list(c), false), 1, k)`` (nulls ignored, largest
            first; float NaNs first, where Spark and dpa rank them)
+``CountIf`` ``sum(cast(c as long))`` of a boolean column
+``Any``    ``max(c)`` of a boolean column (``bool_or``)
+``All``    ``min(c)`` of a boolean column (``bool_and``)
+``Var``,   ``count(x)``, ``avg(x)``, ``var_pop(x)`` with ``x = cast(c as double)``: the
+``Std``    part's count, mean and population variance that dpa merges (Chan et al.)
 ========== ========================================================================
 
 Everything else returns ``None`` and the bridge keeps its ``mapInArrow`` precombine
@@ -211,6 +216,32 @@ def _state_expressions(inner: Any, dtype: DataType | None) -> tuple[list[State],
             return None
         values = F.sort_array(F.collect_list(c), asc=False)  # (NaN first, as dpa ranks it)
         return [("items", F.slice(values, 1, inner.k), None)], None
+    return _more_state_expressions(inner, c, dtype)
+
+
+def _more_state_expressions(inner: Any, c: Column, dtype: DataType) -> tuple[list[State], None] | None:
+    """:func:`_state_expressions` of the conditional aggregates and the moments."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from dpa.aggregates.conditional import All, Any, CountIf
+    from dpa.aggregates.moments import Std, Var
+
+    kind = type(inner)
+    if kind in (CountIf, Any, All):
+        if not isinstance(dtype, (T.BooleanType, T.NullType)):
+            return None
+        b = c.cast("boolean")
+        if kind is CountIf:
+            return [("trues", F.sum(b.cast("long")), T.LongType())], None
+        # max / min of booleans are bool_or / bool_and, with a one-column buffer
+        return [(kind.kind, (F.max if kind is Any else F.min)(b), T.BooleanType())], None
+    if kind in (Var, Std):
+        if not isinstance(dtype, T.NumericType):
+            return None
+        x = c.cast("double")  # dpa's moments read the column as float64
+        # the part's count, mean and population variance, as Arrow's hash aggregates give them
+        return [("n", F.count(x), T.LongType()), ("mean", F.avg(x), None), ("var", F.var_pop(x), None)], None
     return None
 
 
@@ -246,6 +277,10 @@ def _state_arrow_types(inner: Any, input_type: pa.DataType | None) -> dict[str, 
         return {"msum": pa.float64(), "mcount": pa.int64()}
     if kind in (Collect, TopK):
         return {"items": pa.list_(input_type)}
+    if kind.kind in ("count_if", "any", "all"):
+        return {"trues": pa.int64()} if kind.kind == "count_if" else {kind.kind: pa.bool_()}
+    if kind.kind in ("var", "std"):
+        return {"n": pa.int64(), "mean": pa.float64(), "var": pa.float64()}
     raise AssertionError(f"no state types for {kind.__name__}")  # _state_expressions returned None
 
 

@@ -332,11 +332,40 @@ def _as_arrow(batch: Any) -> pa.Table:
     return pa.Table.from_pandas(batch, preserve_index=False)
 
 
-def _nonempty(dataset: Any) -> bool:
+def _dataset_probe(dataset: Any, rows: int = 64) -> pa.Table | None:
+    """Up to ``rows`` rows of a Ray Dataset (None if it is empty).
+
+    A materialized dataset's blocks are in the object store already: the rows are read from
+    its first non-empty block, so no Ray Data job runs (each costs about a second on a
+    small machine). Any other dataset runs ``take_batch`` once.
+    """
+    from ray.data.dataset import MaterializedDataset
+
+    if isinstance(dataset, MaterializedDataset):
+        try:
+            return _first_block_rows(dataset, rows)
+        except Exception:  # (another Ray version's bundles) -> the generic way below
+            logger.debug("reading a probe from the dataset's blocks failed", exc_info=True)
     try:
-        return dataset.limit(1).count() > 0
-    except Exception:  # pragma: no cover - a dataset that cannot count is treated as unknown
-        return False
+        return _as_arrow(dataset.take_batch(rows, batch_format="pyarrow"))
+    except ValueError:  # an empty dataset
+        return None
+
+
+def _first_block_rows(dataset: Any, rows: int) -> pa.Table | None:
+    import ray
+
+    for bundle in dataset.iter_internal_ref_bundles():
+        for entry, ref, piece in zip(bundle.blocks, bundle.block_refs, bundle.slices):
+            count = entry.metadata.num_rows
+            if count is not None and count == 0:
+                continue
+            table = _as_arrow(ray.get(ref))
+            if piece is not None:
+                table = table.slice(piece.start_offset, piece.end_offset - piece.start_offset)
+            if table.num_rows:
+                return table.slice(0, rows)
+    return None
 
 
 def _dataset_schema(dataset: Any) -> pa.Schema | None:
@@ -401,7 +430,7 @@ def normalize_source(source: Any, batch_size: int | None, num_mappers: int = 1) 
                       block_rows=rows)
     batch_size = block_rows(batch_size)
     if _is_ray_dataset(source):
-        probe = _as_arrow(source.take_batch(64, batch_format="pyarrow")) if _nonempty(source) else None
+        probe = _dataset_probe(source)
         schema = probe.schema if probe is not None else _dataset_schema(source)
         return Source("dict", schema, None, None, ray_dataset=source, probe=probe)
     if isinstance(source, (str, bytes, dict)) or not isinstance(source, Iterable):

@@ -2,8 +2,8 @@
 
 On the Ray runtime every reducer hands its finalized table to an object owned by the driver
 (:attr:`dpa.Result.arrow_refs`). :func:`result_dataset` builds a dataset over those objects:
-no block passes through the driver. Only their schemas do, read by one small task per block,
-because reducers type their output from what they saw: one reducer's ``Sum`` over blocks that
+no block passes through the driver. Only their schemas do (the reducers hand each block's
+rows and schema over with it; without them, one small task per block reads them), because reducers type their output from what they saw: one reducer's ``Sum`` over blocks that
 were ``int64`` and another's over ``float64`` ones, or a reducer that got no key (an empty
 table), give blocks of different types. Blocks that differ from the promoted schema are cast
 where they are, by one task each, with the same promotion rules as
@@ -64,12 +64,14 @@ def promoted_schema(schemas: list[pa.Schema], empty: pa.Table) -> pa.Schema:
     return _unify([s.empty_table() for s in schemas]).schema if schemas else empty.schema
 
 
-def result_dataset(refs: list[Any], empty: pa.Table) -> Any:
+def result_dataset(refs: list[Any], empty: pa.Table, meta: list[tuple[int, pa.Schema]] | None = None) -> Any:
     """A ``ray.data.Dataset`` over the result tables behind ``refs``.
 
     Args:
         refs: Object refs to the per-reducer result tables (driver-owned).
         empty: The result's empty table (its schema when every block is empty).
+        meta: ``(rows, schema, bytes)`` of each block, as the reducers handed them over;
+            None = read by one small task per block.
 
     Returns:
         A materialized ``ray.data.Dataset`` whose blocks are the non-empty result tables,
@@ -80,20 +82,49 @@ def result_dataset(refs: list[Any], empty: pa.Table) -> Any:
 
     if not refs:
         return ray.data.from_arrow(empty)
-    meta = ray.get([_remote("schema_of").remote(r) for r in refs])
-    kept = [(ref, schema) for ref, (rows, schema) in zip(refs, meta) if rows]
+    known = meta is not None and len(meta) == len(refs)
+    if not known:
+        meta = ray.get([_remote("schema_of").remote(r) for r in refs])
+    kept = [(ref, m) for ref, m in zip(refs, meta) if m[0]]
     if not kept:
         return ray.data.from_arrow(empty)
-    schemas = [schema for _, schema in kept]
+    schemas = [m[1] for _, m in kept]
     # Concatenating empty tables of each schema gives the promoted schema (null -> any type,
     # narrower -> wider ints, int -> float).
     target = promoted_schema(schemas, empty)
     conform = _remote("conform")
-    blocks = [ref if schema.equals(target) else conform.remote(ref, target) for ref, schema in kept]
-    casts = sum(1 for _, schema in kept if not schema.equals(target))
+    blocks = [ref if m[1].equals(target) else conform.remote(ref, target) for ref, m in kept]
+    casts = sum(1 for _, m in kept if not m[1].equals(target))
     if casts:
         logger.debug("to_ray_dataset: %d of %d result blocks cast to %s", casts, len(kept), target)
+    elif known:
+        dataset = _dataset_of(blocks, [m for _, m in kept])
+        if dataset is not None:
+            return dataset
     return ray.data.from_arrow_refs(blocks)
+
+
+def _dataset_of(blocks: list[Any], meta: list[tuple]) -> Any:
+    """A materialized dataset over ``blocks`` whose ``(rows, schema[, bytes])`` are known,
+    built as ``ray.data.from_arrow_refs`` builds it, without its task per block that reads
+    each block's metadata again. None if this Ray's Data internals differ (the caller then
+    calls ``from_arrow_refs``)."""
+    try:
+        from ray.data._internal.logical.interfaces import LogicalPlan
+        from ray.data._internal.logical.operators import FromArrow
+        from ray.data._internal.stats import DatasetStats
+        from ray.data.block import BlockMetadataWithSchema
+        from ray.data.context import DataContext
+        from ray.data.dataset import MaterializedDataset
+
+        metadata = [BlockMetadataWithSchema(num_rows=int(m[0]), size_bytes=int(m[2]) if len(m) > 2 else None,
+                                            exec_stats=None, input_files=None, schema=m[1]) for m in meta]
+        stats = DatasetStats(metadata={"FromArrow": metadata}, parent=None)
+        context = DataContext.get_current().copy()
+        return MaterializedDataset(LogicalPlan(FromArrow(blocks, metadata), context), context, stats)
+    except Exception:  # (another Ray version's internals)
+        logger.debug("building the result dataset from known metadata failed; using from_arrow_refs", exc_info=True)
+        return None
 
 
 def tables_dataset(tables: list[pa.Table | None], empty: pa.Table) -> Any:

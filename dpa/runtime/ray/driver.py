@@ -257,10 +257,12 @@ def run_ray(plan: JobPlan, blocks: Any, dataset: Any, config: Any, progress: Any
             raise JobFailedError(f"reading the input failed: {type(exc).__name__}: {exc}") from exc
         summary = _job_summary(job, deadline, poll)
         pool.adopt(summary["handles"])  # members replaced by a recovery
-        refs = [r.result.remote(summary["run_id"]) for r in summary["job_reducers"]]
+        pairs = [r.result.options(num_returns=2).remote(summary["run_id"]) for r in summary["job_reducers"]]
+        refs, meta_refs = [p[0] for p in pairs], [p[1] for p in pairs]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=deadline.remaining(), fetch_local=False)
         if len(ready) < len(refs):
             raise deadline.error("collecting its result")
+        result_meta = _get(meta_refs, deadline, "collecting its result")
         keep = config.reuse_actors
     except BaseException as exc:
         if job is not None:
@@ -278,5 +280,5 @@ def run_ray(plan: JobPlan, blocks: Any, dataset: Any, config: Any, progress: Any
         wall_time_s=time.perf_counter() - started, peak_queue=summary["peak_queue"], arrow_refs=refs,
         recoveries=summary["recoveries"], checkpoints=summary["checkpoints"],
         merged_keys=summary["merged_keys"], state_moves=summary["state_moves"], scaling=summary["scaling"],
-        group_apply=summary.get("group_apply"),
+        group_apply=summary.get("group_apply"), result_meta=result_meta,
     )

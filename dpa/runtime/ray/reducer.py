@@ -318,12 +318,14 @@ class ReducerActor(JobMember):
             applied, self.applied = self.applied, []
             self.result = unify(applied) if applied else unwrap(self.plan.reducer)[0].empty_output()
 
-    async def result(self, job_id: str) -> pa.Table:
-        """Hands the finalized table over (into the caller's object store ref) and forgets it."""
+    async def result(self, job_id: str) -> tuple[pa.Table, tuple[int, pa.Schema]]:
+        """Hands the finalized table over and forgets it; called with ``num_returns=2``:
+        the table (into the caller's object store ref) and its ``(rows, schema, bytes)``, which
+        :meth:`dpa.Result.to_ray_dataset` reads instead of fetching every table's schema."""
         if not self._serving(job_id) or self.result is None:
             raise RuntimeError(f"reducer {self.name} holds no result for job {job_id}")
         table, self.result = self.result, None
         self.job_id, self.task = None, None  # the last call of a job: the reducer is idle now
-        return table
+        return table, (table.num_rows, table.schema, table.nbytes)
 
 

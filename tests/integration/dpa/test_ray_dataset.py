@@ -172,3 +172,26 @@ def test_groupby_rejects_bad_input():
         dpa.groupby(None, 3)
     with pytest.raises(dpa.ConfigError, match="dpa.Reducer"):
         dpa.groupby(None, "k").aggregate("sum")
+
+
+def test_a_materialized_dataset_is_planned_without_running_a_ray_data_job(ray_session, monkeypatch):
+    from ray.data.dataset import Dataset
+
+    def no_jobs(*args, **kwargs):
+        raise AssertionError("a Ray Data job ran to read the dataset's first rows")
+
+    source = ray.data.from_arrow([_table(seed=7).slice(0, 0), _table(seed=7)]).materialize()
+    monkeypatch.setattr(Dataset, "take_batch", no_jobs)
+    monkeypatch.setattr(Dataset, "count", no_jobs)
+    result = dpa.run(source, key="k", reducer=dpa.Sum("v"), runtime="ray", num_mappers=2, num_reducers=2)
+    want = _table(seed=7).group_by("k").aggregate([("v", "sum")])
+    assert dict(zip(want["k"].to_pylist(), want["v_sum"].to_pylist())) == result.to_dict()
+    monkeypatch.undo()
+    empty = ray.data.from_arrow(_table().slice(0, 0)).materialize()
+    assert len(dpa.run(empty, key="k", reducer=dpa.Sum("v"), runtime="ray")) == 0
+
+
+def test_a_lazy_dataset_is_probed_once_and_read_as_it_streams(ray_session):
+    source = ray.data.from_arrow(_table(seed=8)).map_batches(lambda b: b, batch_format="pyarrow")
+    result = dpa.run(source, key="k", reducer=dpa.Count(), runtime="ray", num_mappers=2, num_reducers=2)
+    assert sum(result.to_dict().values()) == 3000

@@ -55,6 +55,7 @@ def derived(spark):
         (F.col("id") % 1000 / 8).cast("decimal(7,3)").alias("n_dec"),
         F.when(F.col("id") % 19 == 0, F.lit(None)).otherwise(F.concat(F.lit("v✓"), (F.col("id") % 97).cast("string")))
         .alias("text"),
+        F.when(F.col("id") % 23 == 0, F.lit(None)).otherwise(F.col("id") % 3 == 0).alias("flag"),
     ).filter(F.col("n_int") != 3)
 
 
@@ -65,7 +66,10 @@ def _spark_agg(kind, column):
         return F.count("*")
     if kind == "mean":
         return F.avg(F.col(column).cast("double"))  # dpa's mean is a double, also of decimals
-    return {"sum": F.sum, "min": F.min, "max": F.max}[kind](column)
+    if kind in ("var_samp", "var_pop", "stddev_samp", "stddev_pop"):
+        return getattr(F, kind)(F.col(column).cast("double"))
+    return {"sum": F.sum, "min": F.min, "max": F.max, "count_if": F.count_if, "bool_or": F.bool_or,
+            "bool_and": F.bool_and}[kind](column)
 
 
 SPARK_COMPARED = [
@@ -80,6 +84,13 @@ SPARK_COMPARED = [
     (dpa.Max("text"), "max", "text"),
     (dpa.Mean("n_long"), "mean", "n_long"),
     (dpa.Mean("n_dec"), "mean", "n_dec"),
+    (dpa.CountIf("flag"), "count_if", "flag"),
+    (dpa.Any("flag"), "bool_or", "flag"),
+    (dpa.All("flag"), "bool_and", "flag"),
+    (dpa.Var("n_double"), "var_samp", "n_double"),
+    (dpa.Var("n_int", sample=False), "var_pop", "n_int"),
+    (dpa.Std("n_long"), "stddev_samp", "n_long"),
+    (dpa.Std("n_dec", sample=False), "stddev_pop", "n_dec"),
 ]
 
 
