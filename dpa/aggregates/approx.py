@@ -256,7 +256,10 @@ class ApproxQuantile(ColumnarReducer):
         return pa.list_(pa.float64()) if isinstance(self.q, (list, tuple)) else pa.float64()
 
     def state_aggregations(self) -> list[tuple[str | None, str, str]]:
-        return [(self.column, "kll", "kll"), (self.column, "nans", "nans")]
+        # A key's numbers are kept as they are ("vals") until there are more than k of them,
+        # then in a KLL sketch ("kll", null before): a sketch of at most k numbers holds them
+        # all anyway, and most keys of a block have few, so few sketches are ever built.
+        return [(self.column, "kll", "kll"), (self.column, "vals", "vals"), (self.column, "nans", "nans")]
 
     def partial_from_batch(self, table: pa.Table, group_cols: list[str], weight_col: str | None = None) -> pa.Table:
         from dpa.aggregates.composite import group_ids
@@ -267,35 +270,76 @@ class ApproxQuantile(ColumnarReducer):
         gid, size = group_ids(table, keys_only) if n else (np.zeros(0, np.int64), 0)
         values = np.asarray(pc.cast(table[self.column], pa.float64(), safe=False).fill_null(np.nan), dtype=np.float64)
         valid = np.asarray(table[self.column].is_valid(), dtype=bool) if n else np.zeros(0, bool)
-        nan = np.isnan(values) & valid
-        order = np.argsort(gid, kind="stable")
-        bounds = np.searchsorted(gid[order], np.arange(size + 1))
         keep = ~np.isnan(values)
-        sketches = []
-        for g in range(size):
-            rows = order[bounds[g]:bounds[g + 1]]
-            sketch = self._new()
-            x = values[rows][keep[rows]]
-            if len(x):
-                sketch.update(x)
-            sketches.append(sketch.serialize())
-        first = order[bounds[:-1]]
+        order = np.argsort(gid, kind="stable")
+        first = order[np.searchsorted(gid[order], np.arange(size))]
+        kept = order[keep[order]]  # the numbers, grouped by key
+        vals = pa.ListArray.from_arrays(_offsets(np.bincount(gid[kept], minlength=size)), pa.array(values[kept]))
         keys = table.select(group_cols).take(pa.array(first, pa.int64()))
-        columns = [keys[c] for c in group_cols] + [
-            pa.array(sketches, pa.binary()), pa.array(np.bincount(gid, weights=nan, minlength=size).astype(np.int64))]
-        names = list(group_cols) + ["kll", "nans"]
+        nans = np.bincount(gid, weights=np.isnan(values) & valid, minlength=size).astype(np.int64)
+        kll, vals = self._sketch_large(pa.nulls(size, pa.binary()), vals)
+        columns = [keys[c] for c in group_cols] + [kll, vals, pa.array(nans)]
+        names = list(group_cols) + ["kll", "vals", "nans"]
         if weight_col is not None:
             columns.append(pa.array(np.bincount(gid, minlength=size).astype(np.int64)))
             names.append(weight_col)
         return pa.table(columns, names=names)
 
     def merge_partials(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
-        return _merge_binary(table, group_cols, "kll", _kll_merge, extra=["nans"])
+        from dpa.aggregates.composite import group_ids
+        from dpa.input.records import HASH_COL
+
+        gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
+        order = np.argsort(gid, kind="stable")
+        bounds = np.searchsorted(gid[order], np.arange(size + 1))
+        rows = table.take(pa.array(order, pa.int64()))
+        lists = rows["vals"].combine_chunks()
+        lengths = np.asarray(pc.list_value_length(lists).fill_null(0), dtype=np.int64)
+        counts = np.add.reduceat(lengths, bounds[:-1]) if len(lengths) else np.zeros(size, np.int64)
+        counts = np.where(np.diff(bounds) > 0, counts, 0)
+        vals = pa.ListArray.from_arrays(_offsets(counts), lists.flatten())
+        blobs = rows["kll"].to_pylist()
+        kll: list[bytes | None] = [None] * size
+        has = np.asarray(pc.is_valid(rows["kll"]), dtype=bool)
+        for g in np.unique(np.searchsorted(bounds, np.flatnonzero(has), side="right") - 1).tolist():
+            parts = [b for b in blobs[bounds[g]:bounds[g + 1]] if b is not None]
+            kll[g] = _kll_merge(parts)
+        kll_arr, vals = self._sketch_large(pa.array(kll, pa.binary()), vals)
+        first = order[bounds[:-1]]
+        keys = table.select(group_cols).take(pa.array(first, pa.int64()))
+        nans = np.bincount(gid, weights=np.asarray(table["nans"], dtype=np.float64), minlength=size).astype(np.int64)
+        return pa.table([keys[c] for c in group_cols] + [kll_arr, vals, pa.array(nans)],
+                        names=list(group_cols) + ["kll", "vals", "nans"])
+
+    def _sketch_large(self, kll: pa.Array, vals: pa.ListArray) -> tuple[pa.Array, pa.ListArray]:
+        """Moves the numbers of keys that have a sketch, or more than ``k`` numbers, into
+        their sketch; the others keep theirs as they are."""
+        lengths = np.asarray(pc.list_value_length(vals).fill_null(0), dtype=np.int64)
+        has = np.asarray(kll.is_valid(), dtype=bool)
+        todo = np.flatnonzero((lengths > self.k) | (has & (lengths > 0)))
+        if not len(todo):
+            return kll, vals
+        blobs = kll.to_pylist()
+        offsets = vals.offsets.to_numpy()
+        flat = vals.flatten().to_numpy(zero_copy_only=False)
+        for g in todo.tolist():
+            sketch = (_datasketches().kll_doubles_sketch.deserialize(blobs[g]) if blobs[g] is not None
+                      else self._new())
+            sketch.update(np.array(flat[offsets[g]:offsets[g + 1]], dtype=np.float64))  # (a writable copy)
+            blobs[g] = sketch.serialize()
+        lengths[todo] = 0
+        keep = np.repeat(lengths > 0, np.diff(offsets))
+        return pa.array(blobs, pa.binary()), pa.ListArray.from_arrays(_offsets(lengths), pa.array(flat[keep]))
 
     def finalize_table(self, table: pa.Table, key_cols: list[str]) -> pa.Table:
         ds = _datasketches()
-        rows = [_quantiles(ds.kll_doubles_sketch.deserialize(b), nans, self.quantiles)
-                for b, nans in zip(table["kll"].to_pylist(), table["nans"].to_pylist())]
+        rows = []
+        for blob, vals, nans in zip(table["kll"].to_pylist(), table["vals"].to_numpy(zero_copy_only=False),
+                                    table["nans"].to_pylist()):
+            sketch = ds.kll_doubles_sketch.deserialize(blob) if blob is not None else self._new()
+            if vals is not None and len(vals):
+                sketch.update(np.array(vals, dtype=np.float64))  # (a writable copy)
+            rows.append(_quantiles(sketch, nans, self.quantiles))
         if isinstance(self.q, (list, tuple)):
             out = pa.array([None if r[0] is None else r for r in rows], pa.list_(pa.float64()))
         else:
@@ -326,6 +370,11 @@ class Median(ApproxQuantile):
 
     def __repr__(self) -> str:
         return f"Median({self.column!r})"
+
+
+def _offsets(counts: np.ndarray) -> pa.Array:
+    """List offsets of lists with ``counts`` items each."""
+    return pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
 
 
 def _kll_merge(parts: list[bytes]) -> bytes:
