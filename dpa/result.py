@@ -156,7 +156,7 @@ class Result:
     def __init__(self, tables: list[pa.Table] | None, empty: pa.Table, key_cols: list[str],
                  value_col: str | list[str], stats: Stats, arrow_refs: list[Any] | None = None,
                  key_types: dict[str, pa.DataType] | None = None,
-                 result_meta: list[tuple[int, pa.Schema]] | None = None) -> None:
+                 result_meta: list[tuple[int, pa.Schema, int]] | None = None) -> None:
         self._tables = tables
         self._empty = empty
         self._table: pa.Table | None = None
@@ -166,7 +166,7 @@ class Result:
         self.value_column = self.value_columns[0] if len(self.value_columns) == 1 else None
         self.stats = stats
         self.arrow_refs = arrow_refs
-        self._result_meta = result_meta  # (rows, schema) per ref, as the reducers handed them over
+        self._result_meta = result_meta  # (rows, schema, bytes) per ref, as the reducers handed them over
         self._dataset: Any = None
         # Key columns whose input type the job decoded (dictionaries): cast back in to_arrow.
         self._key_types = dict(key_types or {})

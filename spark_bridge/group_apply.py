@@ -47,8 +47,7 @@ def apply_in_pandas_with_result(df: Any, key: str | Sequence[str], fn: Callable[
 
     struct = spark_schema(df, schema)
     reducer = GroupApply(fn, schema=to_arrow_schema(struct), batch_format="pandas")
-    out, result = run_with_result(df, key, reducer, config=config, path=path, staging_dir=staging_dir)
-    return out, result
+    return run_with_result(df, key, reducer, config=config, path=path, staging_dir=staging_dir)
 
 
 def apply_in_pandas(df: Any, key: str | Sequence[str], fn: Callable[..., Any], schema: Any,

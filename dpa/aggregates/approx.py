@@ -296,12 +296,11 @@ class ApproxQuantile(ColumnarReducer):
         lists = rows["vals"].combine_chunks()
         lengths = np.asarray(pc.list_value_length(lists).fill_null(0), dtype=np.int64)
         counts = np.add.reduceat(lengths, bounds[:-1]) if len(lengths) else np.zeros(size, np.int64)
-        counts = np.where(np.diff(bounds) > 0, counts, 0)
         vals = pa.ListArray.from_arrays(_offsets(counts), lists.flatten())
         blobs = rows["kll"].to_pylist()
         kll: list[bytes | None] = [None] * size
         has = np.asarray(pc.is_valid(rows["kll"]), dtype=bool)
-        for g in np.unique(np.searchsorted(bounds, np.flatnonzero(has), side="right") - 1).tolist():
+        for g in np.unique(gid[order][has]).tolist():  # the keys that have a sketch
             parts = [b for b in blobs[bounds[g]:bounds[g + 1]] if b is not None]
             kll[g] = _kll_merge(parts)
         kll_arr, vals = self._sketch_large(pa.array(kll, pa.binary()), vals)

@@ -30,8 +30,9 @@ from typing import Any
 import pyarrow as pa
 
 from dpa.aggregates.contract import Reducer
-from dpa.aggregates.rows import GroupUnit, RowsState
+from dpa.aggregates.rows import GroupUnit, RowsState, shown_key
 from dpa.errors import ConfigError, SchemaError, UserCodeError
+from dpa.input.records import unify
 
 logger = logging.getLogger(__name__)
 
@@ -152,13 +153,13 @@ class GroupApply(Reducer):
                 out = self.fn(key, group) if self.with_key else self.fn(group)
             except Exception as exc:
                 raise UserCodeError(f"GroupApply fn raised {type(exc).__name__}: {exc} on the group of key "
-                                    f"{_show(key)} ({b - a} rows)", key=_show_key(key)) from exc
+                                    f"{_show(key)} ({b - a} rows)", key=shown_key(key)) from exc
             table = self._as_table(out, key)
             if table is not None and table.num_rows:
                 outputs.append(table)
         table = None
         if outputs:
-            table = outputs[0] if len(outputs) == 1 else _concat(outputs)
+            table = outputs[0] if len(outputs) == 1 else unify(outputs)
         return UnitResult(table, unit.rows, unit.groups, time.perf_counter() - started)
 
     def _as_table(self, out: Any, key: tuple[Any, ...]) -> pa.Table | None:
@@ -172,7 +173,7 @@ class GroupApply(Reducer):
                 out = pa.table(out)
             except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
                 raise UserCodeError(f"GroupApply fn returned a dict Arrow cannot make a table of for the group of "
-                                    f"key {_show(key)}: {exc}", key=_show_key(key)) from exc
+                                    f"key {_show(key)}: {exc}", key=shown_key(key)) from exc
         if not isinstance(out, pa.Table):
             import pandas as pd
 
@@ -180,7 +181,7 @@ class GroupApply(Reducer):
                 raise UserCodeError(
                     f"GroupApply fn must return a pandas.DataFrame, a pyarrow.Table, a dict of columns or None; "
                     f"for the group of key "
-                    f"{_show(key)} it returned {type(out).__name__}", key=_show_key(key))
+                    f"{_show(key)} it returned {type(out).__name__}", key=shown_key(key))
             if self.schema is not None:
                 self._check_names([str(c) for c in out.columns], key)
                 try:
@@ -191,7 +192,7 @@ class GroupApply(Reducer):
                 return pa.Table.from_pandas(out, preserve_index=False)
             except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
                 raise UserCodeError(f"GroupApply fn returned a frame Arrow cannot convert for the group of key "
-                                    f"{_show(key)}: {exc}", key=_show_key(key)) from exc
+                                    f"{_show(key)}: {exc}", key=shown_key(key)) from exc
         if self.schema is None:
             return out
         self._check_names(out.column_names, key)
@@ -215,19 +216,9 @@ class GroupApply(Reducer):
         return f"GroupApply({getattr(self.fn, '__name__', type(self.fn).__name__)})"
 
 
-def _concat(tables: list[pa.Table]) -> pa.Table:
-    from dpa.input.records import unify
-
-    return unify(tables)
-
-
 def _one_line(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name}: {f.type}" for f in schema)
 
 
-def _show_key(key: tuple[Any, ...]) -> Any:
-    return key[0] if len(key) == 1 else key
-
-
 def _show(key: tuple[Any, ...]) -> str:
-    return repr(_show_key(key))
+    return repr(shown_key(key))

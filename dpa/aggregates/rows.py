@@ -200,8 +200,7 @@ class RowsState:
         estimate = int(sizes[biggest] * per_row)
         limit = self.reducer.max_group_bytes
         if estimate > limit:
-            key = tuple(grouped.column(c)[biggest].as_py() for c in self.key_cols)
-            shown = key[0] if len(key) == 1 else key
+            shown = shown_key(tuple(grouped.column(c)[biggest].as_py() for c in self.key_cols))
             raise GroupTooLargeError(
                 f"the group of key {shown!r} holds {int(sizes[biggest])} rows, about {estimate} bytes, over "
                 f"GroupApply(max_group_bytes={limit}); raise max_group_bytes if a worker has the memory, or split "
@@ -213,6 +212,11 @@ def _unit(body: pa.Table, groups: list[int], offsets: np.ndarray, members: np.nd
     idx = np.concatenate([members[offsets[g]:offsets[g + 1]] for g in groups])
     bounds = np.concatenate([[0], np.cumsum(sizes[groups])]).astype(np.int64)
     return GroupUnit(body.take(pa.array(idx)), bounds)
+
+
+def shown_key(key: tuple[Any, ...]) -> Any:
+    """A key as messages and errors name it: its value, or the tuple of a composite key's."""
+    return key[0] if len(key) == 1 else key
 
 
 def unit_size(unit: GroupUnit) -> UnitSize:

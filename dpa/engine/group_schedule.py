@@ -60,7 +60,6 @@ class GroupScheduler(Machine):
         self.units = self.groups = self.rows = self.largest = 0
         self.moved_units = self.moved_groups = self.moved_rows = 0
         self.moves: list[dict[str, int]] = []
-        self.done: set[int] = set()
 
     @handles(ev.UnitsListed)
     def _on_listed(self, event: ev.UnitsListed) -> list[Any]:
@@ -80,7 +79,6 @@ class GroupScheduler(Machine):
         self.ran_rows[w] = self.ran_rows.get(w, 0) + event.rows
         owner = self._pick(w)
         if owner is None:
-            self.done.add(w)
             return [op.WorkerDone(w)]
         index, size = self.waiting[owner].pop()
         if owner != w:

@@ -35,7 +35,7 @@ class RunOutput:
         state_moves: Keys whose state was handed to another reducer during the job
             (``JobConfig.migrate="state"``, and elastic scale-in).
         scaling: Elastic reducers' event log (:class:`~dpa.engine.elastic.ScalingEvent`).
-        result_meta: ``(rows, schema)`` of each table behind :attr:`arrow_refs` (Ray runtime).
+        result_meta: ``(rows, schema, bytes)`` of each table behind :attr:`arrow_refs` (Ray runtime).
         group_apply: The apply phase of a per-group function
             (:meth:`~dpa.engine.group_schedule.GroupScheduler.stats`), else None.
     """
@@ -59,7 +59,7 @@ class RunOutput:
     state_moves: int = 0
     scaling: list[Any] = field(default_factory=list)
     group_apply: dict[str, Any] | None = None
-    result_meta: list[tuple[int, pa.Schema]] | None = None
+    result_meta: list[tuple[int, pa.Schema, int]] | None = None
 
 
 def needs_final_merge(policy: Any, initial_snapshot: Any, final_snapshot: Any, migrate: str = "records",

@@ -357,8 +357,7 @@ def _first_block_rows(dataset: Any, rows: int) -> pa.Table | None:
 
     for bundle in dataset.iter_internal_ref_bundles():
         for entry, ref, piece in zip(bundle.blocks, bundle.block_refs, bundle.slices):
-            count = entry.metadata.num_rows
-            if count is not None and count == 0:
+            if entry.metadata.num_rows == 0:
                 continue
             table = _as_arrow(ray.get(ref))
             if piece is not None:

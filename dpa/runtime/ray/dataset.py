@@ -64,7 +64,7 @@ def promoted_schema(schemas: list[pa.Schema], empty: pa.Table) -> pa.Schema:
     return _unify([s.empty_table() for s in schemas]).schema if schemas else empty.schema
 
 
-def result_dataset(refs: list[Any], empty: pa.Table, meta: list[tuple[int, pa.Schema]] | None = None) -> Any:
+def result_dataset(refs: list[Any], empty: pa.Table, meta: list[tuple[int, pa.Schema, int]] | None = None) -> Any:
     """A ``ray.data.Dataset`` over the result tables behind ``refs``.
 
     Args:
@@ -104,8 +104,8 @@ def result_dataset(refs: list[Any], empty: pa.Table, meta: list[tuple[int, pa.Sc
     return ray.data.from_arrow_refs(blocks)
 
 
-def _dataset_of(blocks: list[Any], meta: list[tuple]) -> Any:
-    """A materialized dataset over ``blocks`` whose ``(rows, schema[, bytes])`` are known,
+def _dataset_of(blocks: list[Any], meta: list[tuple[int, pa.Schema, int]]) -> Any:
+    """A materialized dataset over ``blocks`` whose ``(rows, schema, bytes)`` are known,
     built as ``ray.data.from_arrow_refs`` builds it, without its task per block that reads
     each block's metadata again. None if this Ray's Data internals differ (the caller then
     calls ``from_arrow_refs``)."""
@@ -117,8 +117,8 @@ def _dataset_of(blocks: list[Any], meta: list[tuple]) -> Any:
         from ray.data.context import DataContext
         from ray.data.dataset import MaterializedDataset
 
-        metadata = [BlockMetadataWithSchema(num_rows=int(m[0]), size_bytes=int(m[2]) if len(m) > 2 else None,
-                                            exec_stats=None, input_files=None, schema=m[1]) for m in meta]
+        metadata = [BlockMetadataWithSchema(num_rows=int(rows), size_bytes=int(size), exec_stats=None,
+                                            input_files=None, schema=schema) for rows, schema, size in meta]
         stats = DatasetStats(metadata={"FromArrow": metadata}, parent=None)
         context = DataContext.get_current().copy()
         return MaterializedDataset(LogicalPlan(FromArrow(blocks, metadata), context), context, stats)

@@ -318,7 +318,7 @@ class ReducerActor(JobMember):
             applied, self.applied = self.applied, []
             self.result = unify(applied) if applied else unwrap(self.plan.reducer)[0].empty_output()
 
-    async def result(self, job_id: str) -> tuple[pa.Table, tuple[int, pa.Schema]]:
+    async def result(self, job_id: str) -> tuple[pa.Table, tuple[int, pa.Schema, int]]:
         """Hands the finalized table over and forgets it; called with ``num_returns=2``:
         the table (into the caller's object store ref) and its ``(rows, schema, bytes)``, which
         :meth:`dpa.Result.to_ray_dataset` reads instead of fetching every table's schema."""
