@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dpa.aggregates.builtins import Count, Sum, bind_reducer
-from dpa.aggregates.contract import ColumnarReducer, Reducer, WithCost, unwrap
+from dpa.aggregates.builtins import Count, Min, Sum, bind_reducer
+from dpa.aggregates.contract import GROUP_ID_COL, ColumnarReducer, Reducer, WithCost, unwrap
 from dpa.aggregates.int_sums import sum_may_overflow
 from dpa.errors import ConfigError, SchemaError
 from dpa.input.records import HASH_COL
@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["Aggregates", "RecordAggregates", "combine", "output_names", "spark_name"]
 
-GID_COL = "__dpa_gid"
+GID_COL = GROUP_ID_COL
 ROW_COL = "__dpa_row"
 
 _SPARK_NAMES = {"sum": "sum({c})", "mean": "avg({c})", "min": "min({c})", "max": "max({c})",
@@ -218,6 +218,9 @@ class Aggregates(_Members, ColumnarReducer):
         if isinstance(m, Sum) and type(m) is Sum:
             column = table[_prefix(self.members.index(m), "sum")] if merge else table[m.column]
             return not sum_may_overflow(column)
+        if isinstance(m, Min):  # (and Max) plain Arrow min/max, unless NaN must be ordered
+            column = table[_prefix(self.members.index(m), m.kind)] if merge else table[m.column]
+            return not pa.types.is_floating(column.type)
         if not merge and hasattr(m, "fused_partial"):  # plain aggregates with options (distinct sets)
             return True
         method = "merge_partials" if merge else "partial_from_batch"
@@ -228,6 +231,8 @@ class Aggregates(_Members, ColumnarReducer):
         names: list[str] = []
         special: list[int] = []
         extra: dict[str, Any] = {}
+        seen: dict[tuple[str | None, str], str] = {}  # one aggregate computed once, whoever asks
+        aliases: dict[str, str] = {}
         for i, m in enumerate(self.members):
             if not self._plain(m, table, merge=False):
                 special.append(i)
@@ -241,15 +246,26 @@ class Aggregates(_Members, ColumnarReducer):
             fused = m.fused_partial() if hasattr(m, "fused_partial") else [(c, f, st, None) for c, f, st in
                                                                            m.state_aggregations()]
             for c, fn, s, options in fused:
-                aggs.append(([] if c is None else col, fn) if options is None else (col, fn, options))
+                spec = ([] if c is None else col, fn) if options is None else (col, fn, options)
+                same = (None if c is None else col, fn)
+                if options is None and same in seen:  # (Mean's and Std's count of one column, say)
+                    aliases[_prefix(i, s)] = seen[same]
+                    continue
+                if options is None:
+                    seen[same] = _prefix(i, s)
+                aggs.append(spec)
                 names.append(_prefix(i, s))
-        if weight_col is not None:
+        if weight_col is not None and (None, "count_all") in seen:  # Count's state is the weight
+            aliases[weight_col] = seen[(None, "count_all")]
+        elif weight_col is not None:
             aggs.append(([], "count_all"))
             names.append(weight_col)
         base = table
         for name, column in extra.items():
             base = base.append_column(name, column)
         out = base.group_by(group_cols, use_threads=False).aggregate(aggs).rename_columns(list(group_cols) + names)
+        for name, same_as in aliases.items():
+            out = out.append_column(name, out[same_as])
         if special:
             out = self._aligned(out, group_cols, [(i, table.select(list(dict.fromkeys(
                 list(group_cols) + (self.members[i].input_columns() or []))))) for i in special], merge=False)
@@ -260,6 +276,7 @@ class Aggregates(_Members, ColumnarReducer):
         fused = base.group_by([GID_COL], use_threads=False).aggregate(aggs + [(ROW_COL, "min")])
         fused = _by_gid(fused.rename_columns([GID_COL, *names, ROW_COL]), size)
         parts = {n: fused[n] for n in names}
+        parts.update({name: fused[same_as] for name, same_as in aliases.items()})
         keys = table.select(group_cols).take(fused[ROW_COL])
         with_gid = table.append_column(GID_COL, pa.array(gid))
         for i in special:
@@ -306,8 +323,10 @@ class Aggregates(_Members, ColumnarReducer):
             for s, fn in m.merge_aggregations():
                 aggs.append((_prefix(i, s), fn))
                 names.append(_prefix(i, s))
-        out = table.group_by(group_cols, use_threads=False).aggregate(aggs).rename_columns(list(group_cols) + names)
-        if special:
+        by_gid = any(type(self.members[i]).merge_groups is not ColumnarReducer.merge_groups for i in special)
+        out = None if by_gid else table.group_by(group_cols, use_threads=False).aggregate(aggs).rename_columns(
+            list(group_cols) + names)
+        if special and not by_gid:
             subs = []
             for i in special:
                 states = self.members[i].state_columns()
@@ -325,8 +344,7 @@ class Aggregates(_Members, ColumnarReducer):
         for i in special:
             m = self.members[i]
             states = m.state_columns()
-            sub = pa.table([pa.array(gid)] + [table[_prefix(i, s)] for s in states], names=[GID_COL, *states])
-            part = _by_gid(m.merge_partials(sub, [GID_COL]), size)
+            part = m.merge_groups(pa.table([table[_prefix(i, s)] for s in states], names=states), gid, size)
             for s in states:
                 parts[_prefix(i, s)] = part[s]
         return pa.table([keys[c] for c in group_cols] + [parts[n] for n in self.state_columns()],

@@ -29,9 +29,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from dpa.errors import ConfigError, SchemaError
+
+#: Column holding a group id while a composite's member merges by it.
+GROUP_ID_COL = "__dpa_gid"
 
 
 class Reducer:
@@ -182,6 +186,26 @@ class ColumnarReducer(Reducer):
         aggs = self.merge_aggregations()
         out = table.group_by(group_cols, use_threads=False).aggregate(list(aggs))
         return out.rename_columns(list(group_cols) + [state for state, _ in aggs])
+
+    def merge_groups(self, table: pa.Table, gid: np.ndarray, size: int) -> pa.Table:
+        """Combines partial-state rows by a group id the caller computed (a composite's).
+
+        Args:
+            table: This reducer's state columns.
+            gid: Group id per row, in ``[0, size)``.
+            size: Number of groups.
+
+        Returns:
+            The merged state columns, row ``g`` for group ``g``.
+        """
+        ids = pa.array(gid)
+        merged = self.merge_partials(table.append_column(GROUP_ID_COL, ids), [GROUP_ID_COL])
+        if merged.num_rows != size:
+            raise SchemaError(f"internal: {self!r} merged {table.num_rows} partial rows into {merged.num_rows} "
+                              f"groups, not {size}")
+        order = np.empty(size, dtype=np.int64)
+        order[merged[GROUP_ID_COL].to_numpy()] = np.arange(merged.num_rows, dtype=np.int64)
+        return merged.take(pa.array(order)).select(self.state_columns())
 
     def finalize_table(self, table: pa.Table, key_cols: list[str]) -> pa.Table:
         """Turns partial states into the output columns (key columns first)."""

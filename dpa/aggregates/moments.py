@@ -102,6 +102,22 @@ class Var(ColumnarReducer):
         from dpa.input.records import HASH_COL
 
         gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
+        _, first = np.unique(gid, return_index=True)
+        keys = table.select(group_cols).take(pa.array(first))
+        states = self.merge_groups(table, gid, size)
+        return pa.table([keys[c] for c in group_cols] + states.columns, names=list(group_cols) + states.column_names)
+
+    def merge_groups(self, table: pa.Table, gid: np.ndarray, size: int) -> pa.Table:
+        """Merges partial states by group id (Chan et al.'s parallel combination).
+
+        Args:
+            table: State columns ``n``, ``mean`` and ``var`` (population variance of the part).
+            gid: Group id per row, in ``[0, size)``.
+            size: Number of groups.
+
+        Returns:
+            The merged states, row ``g`` for group ``g``.
+        """
         n_i = np.asarray(table["n"], dtype=np.float64)
         mean_i = np.asarray(pc.fill_null(table["mean"], 0.0), dtype=np.float64)
         m2_i = np.asarray(pc.fill_null(table["var"], 0.0), dtype=np.float64) * n_i
@@ -113,10 +129,7 @@ class Var(ColumnarReducer):
             spread = np.where(n_i > 0, spread, 0.0)  # (an empty part adds nothing, even beside a NaN mean)
             m2 = np.bincount(gid, weights=m2_i, minlength=size) + np.bincount(gid, weights=spread, minlength=size)
             var = np.where(n > 0, m2 / n, 0.0)
-        _, first = np.unique(gid, return_index=True)
-        keys = table.select(group_cols).take(pa.array(first))
-        return pa.table([keys[c] for c in group_cols] + [pa.array(n.astype(np.int64)), pa.array(mean), pa.array(var)],
-                        names=list(group_cols) + ["n", "mean", "var"])
+        return pa.table([pa.array(n.astype(np.int64)), pa.array(mean), pa.array(var)], names=["n", "mean", "var"])
 
     def finalize_table(self, table: pa.Table, key_cols: list[str]) -> pa.Table:
         n = np.asarray(table["n"], dtype=np.float64)

@@ -119,3 +119,35 @@ def test_empty_input_has_every_column():
     out = dpa.run(empty, key="k", reducer=[dpa.Count(), dpa.Median("x"), dpa.CollectSet("x")], runtime="local")
     assert out.to_arrow().schema.names == ["k", "count(1)", "median(x)", "collect_set(x)"]
     assert out.to_dict() == {}
+
+
+def test_members_share_one_aggregate_and_merge_by_group_id(table):
+    """Mean and Std of one column count it once; Max of integers joins the shared group-by;
+    Std merges by the composite's group ids; the merged states equal a single-pass state."""
+    reducer = combine([dpa.Count(), dpa.Mean("x"), dpa.Std("x"), dpa.Max("x")])
+    hashed = table.append_column("__dpa_h", pa.array(np.zeros(len(table), np.uint32)))
+    group_cols = ["k", "__dpa_h"]
+    whole = reducer.partial_from_batch(hashed, group_cols)
+    assert whole["__a1_mcount"].equals(whole["__a2_n"])  # (one count of x, two names)
+    halves = [reducer.partial_from_batch(hashed.slice(i, 3000), group_cols) for i in (0, 3000)]
+    merged = reducer.merge_partials(pa.concat_tables(halves), group_cols).sort_by("k")
+    whole = whole.sort_by("k")
+    assert merged.column_names == whole.column_names
+    for name in merged.column_names:
+        if name.startswith("__a2_"):
+            assert np.allclose(merged[name].to_numpy(), whole[name].to_numpy(), rtol=1e-9), name
+        else:
+            assert merged[name].equals(whole[name]), name
+    out = reducer.finalize_table(merged, ["k"]).to_pydict()
+    xs = defaultdict(list)
+    for k, x in zip(table["k"].to_pylist(), table["x"].to_pylist()):
+        xs[k].append(x)
+    for k, std in zip(out["k"], out["stddev_samp(x)"]):
+        want = np.std(xs[k], ddof=1) if len(xs[k]) > 1 else None
+        assert (std is None and want is None) or np.isclose(std, want), k
+
+
+def test_default_merge_by_group_id_orders_groups_by_id():
+    states = pa.table({"count": pa.array([2, 5, 1, 4], pa.int64())})
+    merged = dpa.Count().merge_groups(states, np.array([1, 0, 1, 2]), 3)
+    assert merged.to_pydict() == {"count": [5, 3, 4]}
