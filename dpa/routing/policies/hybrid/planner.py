@@ -5,11 +5,10 @@ hot-key rule that splits keys holding a large share of the records by planned sh
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dpa.routing.policies.hybrid.settings import HybridSettings
 from dpa.routing.policies.hybrid.snapshot import HybridSnapshot
 from dpa.routing.policies.ring.lookahead import KeyLoads, arc_shares
 from dpa.routing.policies.ring.policy import (
@@ -18,6 +17,9 @@ from dpa.routing.policies.ring.policy import (
 from dpa.routing.policy import Decision, RebalanceEvent
 from dpa.routing.ring import RingSnapshot
 from dpa.routing.sketches import SpaceSaving
+
+if TYPE_CHECKING:
+    from dpa.routing.policies.hybrid.policy import HybridPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -63,12 +65,14 @@ class HybridPlanner(DPAPlanner):
     owner. The snapshot published hands over no queued records.
     """
 
-    def __init__(self, policy: HybridSettings, num_reducers: int) -> None:
-        super().__init__(policy.method, policy.tau, policy.max_rounds, policy.ring(num_reducers), policy.patience,
-                         policy.min_gap, policy.balance_on, policy.min_gap_s, policy.lookahead)
+    def __init__(self, policy: HybridPolicy, num_reducers: int) -> None:
+        s = policy.settings
+        super().__init__(s.method, s.tau, s.max_rounds, policy.ring(num_reducers), s.patience,
+                         policy.min_gap, s.balance_on, policy.min_gap_s, s.lookahead)
         self.policy = policy
+        self.settings = s
         self.theta = policy.threshold(self.num_active)
-        self.sketch = SpaceSaving(policy.capacity)
+        self.sketch = SpaceSaving(s.capacity)
         self.tail = np.zeros(num_reducers)  # records of tail keys that arrived at each reducer
         self.hot: dict[int, list[int]] = {}  # hot key -> candidates (home first)
         self.shares: dict[int, np.ndarray] = {}  # hot key -> share of each candidate
@@ -163,7 +167,7 @@ class HybridPlanner(DPAPlanner):
                 break  # below every key's threshold, and so are all that follow
             was = self.hot.get(h)
             limit = self.theta * N / 2 if was is not None else self.theta * N
-            if c >= limit and c >= self.policy.min_count:
+            if c >= limit and c >= self.settings.min_count:
                 out[h] = list(was) if was is not None else [int(self.ring.lookup_batch(np.array([h], np.uint32))[0])]
         return out
 
@@ -199,12 +203,12 @@ class HybridPlanner(DPAPlanner):
             load[cands] += counts[h] / len(cands)
 
         for h in sorted(hot, key=lambda k: -counts[k]):
-            while len(hot[h]) < min(R, self.policy.min_width):
+            while len(hot[h]) < min(R, self.settings.min_width):
                 grow(h)
         mean = (load.sum() if everyone else load[active].sum()) / R
         for _ in range(len(hot) * R):
             x = int(np.argmax(load)) if everyone else slots[int(np.argmax(load[active]))]
-            if load[x] <= mean * (1.0 + self.policy.slack):
+            if load[x] <= mean * (1.0 + self.settings.slack):
                 break
             growable = [h for h, c in hot.items() if x in c and len(c) < R]
             if not growable:
@@ -247,7 +251,7 @@ class HybridPlanner(DPAPlanner):
 
     def _shares_moved(self) -> bool:
         """Whether the last plan moved some key's share by more than ``share_step``."""
-        step = self.policy.share_step
+        step = self.settings.share_step
         return any(h not in self.shares or len(w) != len(self.shares[h])
                    or float(np.abs(w - self.shares[h]).max()) > step for h, w in self._shares.items())
 
@@ -317,7 +321,7 @@ class HybridPlanner(DPAPlanner):
         if last is None or len(last) != len(excess):
             return None
         excess = np.minimum(excess, last)
-        if excess.max() <= max(0.0, self.policy.slack * total / R):
+        if excess.max() <= max(0.0, self.settings.slack * total / R):
             return None
         deficit = np.maximum(target - held - in_flight, 0)
 

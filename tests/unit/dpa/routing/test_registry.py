@@ -96,8 +96,11 @@ def test_factories_get_the_job_shape():
     assert shape == dpa.JobShape(3, 4, 100, 7) and shape.block_share == 75
     assert make_policy(cfg).min_gap == 75
     assert make_policy(local(policy=dpa.RingSettings(min_gap=0), num_mappers=3)).min_gap == 0
-    assert make_policy(local(policy="shuffle", seed=7)) == ShufflePolicy(seed=7)
-    assert make_policy(local(policy="potc", num_mappers=3)) == PoTCPolicy(mappers=3)
+    shuffle = make_policy(local(policy="shuffle", seed=7))
+    assert shuffle == ShufflePolicy(dpa.ShuffleSettings(), job_shape(local(policy="shuffle", seed=7)))
+    assert shuffle.seed == 7 and shuffle.settings == dpa.ShuffleSettings() and shuffle.shape.seed == 7
+    potc = make_policy(local(policy="potc", num_mappers=3))
+    assert isinstance(potc, PoTCPolicy) and potc.settings == dpa.PoTCSettings() and potc.shape.num_mappers == 3 and potc.splits_keys
     assert make_policy(local(policy="hybrid", num_mappers=3, batch_size=8)).num_mappers == 3
     assert isinstance(make_policy(local(policy="hybrid")), HybridPolicy)
     assert isinstance(make_policy(local(policy=dpa.PKGSettings(d=4))), PKGPolicy)
