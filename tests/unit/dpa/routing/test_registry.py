@@ -141,6 +141,40 @@ def test_external_registration():
         registry._REGISTRY.pop("test-echo", None)
 
 
+@dataclasses.dataclass(frozen=True)
+class OffsetSettings(dpa.PolicySettings):
+    name = "test-offset"
+    offset: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class OffsetPolicy(dpa.PolicySpec):
+    """A policy of one's own built from its settings: the class is its own factory."""
+
+    settings: OffsetSettings
+    shape: dpa.JobShape
+
+    routes_by_key = True
+
+    def initial_snapshot(self, num_reducers):
+        return ModSnapshot(num_reducers)
+
+    def make_router(self, mapper_id, num_reducers):
+        return ModRouter()
+
+
+def test_a_policy_holding_its_settings_and_shape_is_its_own_factory():
+    dpa.register_policy("test-offset", OffsetPolicy, "offset", OffsetSettings)
+    try:
+        spec = make_policy(local(policy="test-offset", num_reducers=3, policy_options={"offset": 2}))
+        assert spec == OffsetPolicy(OffsetSettings(offset=2), job_shape(local(policy="test-offset", num_reducers=3)))
+        assert spec.settings.offset == 2 and spec.shape.num_reducers == 3
+    finally:
+        import dpa.routing.registry as registry
+
+        registry._REGISTRY.pop("test-offset", None)
+
+
 def test_a_policy_registered_without_settings_is_selected_by_its_name():
     dpa.register_policy("test-plain", lambda s, shape: EchoPolicy(shape.num_reducers), "plain")
     try:
