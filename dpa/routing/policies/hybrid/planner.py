@@ -5,21 +5,17 @@ hot-key rule that splits keys holding a large share of the records by planned sh
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from dpa.routing.policies.hybrid.settings import HybridSettings
 from dpa.routing.policies.hybrid.snapshot import HybridSnapshot
 from dpa.routing.policies.ring.lookahead import KeyLoads, arc_shares
-from dpa.routing.policies.ring.policy import (
-    DPAPlanner,
-)
+from dpa.routing.policies.ring.policy import DPAPlanner, RingPolicy
 from dpa.routing.policy import Decision, RebalanceEvent
 from dpa.routing.ring import RingSnapshot
 from dpa.routing.sketches import SpaceSaving
-
-if TYPE_CHECKING:
-    from dpa.routing.policies.hybrid.policy import HybridPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -63,15 +59,22 @@ class HybridPlanner(DPAPlanner):
     and a retired slot leaves every hot key's candidates: the others' shares are scaled
     up to sum to 1, and a key left without candidates is kept whole by its new ring
     owner. The snapshot published hands over no queued records.
+
+    Args:
+        policy: The :class:`~dpa.routing.policies.hybrid.policy.HybridPolicy` it plans for
+            (its settings, the ring it starts from and the resolved gaps).
+        num_reducers: Reducers, or reducer slots of an elastic job.
     """
 
-    def __init__(self, policy: HybridPolicy, num_reducers: int) -> None:
+    def __init__(self, policy: RingPolicy, num_reducers: int) -> None:
         s = policy.settings
+        if not isinstance(s, HybridSettings):
+            raise TypeError(f"HybridPlanner plans for a policy built from HybridSettings, got {s!r}")
         super().__init__(s.method, s.tau, s.max_rounds, policy.ring(num_reducers), s.patience,
                          policy.min_gap, s.balance_on, policy.min_gap_s, s.lookahead)
         self.policy = policy
-        self.settings = s
-        self.theta = policy.threshold(self.num_active)
+        self.settings: HybridSettings = s
+        self.theta = self.threshold(self.num_active)
         self.sketch = SpaceSaving(s.capacity)
         self.tail = np.zeros(num_reducers)  # records of tail keys that arrived at each reducer
         self.hot: dict[int, list[int]] = {}  # hot key -> candidates (home first)
@@ -90,6 +93,11 @@ class HybridPlanner(DPAPlanner):
         self.forecast: dict[int, int] = {}
         self.forecast_n = 0
 
+    def threshold(self, num_reducers: int) -> float:
+        """``theta`` for ``R`` (active) reducers (default ``1 / (8 R)``)."""
+        theta = self.settings.theta
+        return float(theta) if theta is not None else 1.0 / (8 * num_reducers)
+
     def resume(self, snapshot: Any) -> bool:
         """Continues from a state it published: the ring, the hot keys, their candidates
         and shares (the key counts start afresh: a key stays hot while it is counted so)."""
@@ -103,7 +111,7 @@ class HybridPlanner(DPAPlanner):
         self._shares = dict(self.shares)
         self._version = snapshot.version
         self._snapshot = snapshot
-        self.theta = self.policy.threshold(self.num_active)
+        self.theta = self.threshold(self.num_active)
         return True
 
     def observe_keys(self, reducer: int, hashes: np.ndarray, counts: np.ndarray, total: int) -> None:
@@ -398,7 +406,7 @@ class HybridPlanner(DPAPlanner):
                     self.hot[h] = [int(after.lookup_batch(np.array([h], np.uint32))[0])]
                     self.shares[h] = np.ones(1)
             self._shares = dict(self.shares)
-        self.theta = self.policy.threshold(self.num_active)
+        self.theta = self.threshold(self.num_active)
         self._moved_at = None
 
     def _busiest(self, seen: tuple[int, ...]) -> int:

@@ -48,11 +48,6 @@ class HybridPolicy(RingPolicy):
         """Mappers of the job (``JobShape.num_mappers``)."""
         return int(self.shape.num_mappers)
 
-    def threshold(self, num_reducers: int) -> float:
-        """``theta`` for ``R`` (active) reducers (default ``1 / (8 R)``)."""
-        theta = self.settings.theta
-        return float(theta) if theta is not None else 1.0 / (8 * num_reducers)
-
     def keys_split_under(self, snapshot: Snapshot) -> bool:
         return len(snapshot.hot) > 0  # (only its hot keys are split)
 
