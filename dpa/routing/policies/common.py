@@ -18,7 +18,7 @@ probability ``1/R``), exactly as in the PKG paper.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -146,7 +146,8 @@ class BuiltPolicy(PolicySpec):
             reducer).
 
     Raises:
-        TypeError: ``settings`` is not a policy settings object or ``shape`` not a
+        TypeError: ``settings`` is not an instance of the policy's settings class (the
+            class its ``settings`` field defaults to) or ``shape`` not a
             :class:`~dpa.routing.policy.JobShape`.
     """
 
@@ -154,8 +155,11 @@ class BuiltPolicy(PolicySpec):
     shape: JobShape = field(default_factory=JobShape)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.settings, PolicySettings):
-            raise TypeError(f"{type(self).__name__} is built from a policy settings object, got {self.settings!r}")
+        expected = self.__dataclass_fields__["settings"].default_factory  # type: ignore[attr-defined]
+        if not isinstance(expected, type) or expected is MISSING:
+            expected = PolicySettings
+        if not isinstance(self.settings, expected):
+            raise TypeError(f"{type(self).__name__} is built from {expected.__name__}, got {self.settings!r}")
         if not isinstance(self.shape, JobShape):
             raise TypeError(f"{type(self).__name__}.shape must be a JobShape, got {self.shape!r}")
 

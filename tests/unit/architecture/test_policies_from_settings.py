@@ -63,3 +63,14 @@ def test_every_builtin_policy_is_built_from_its_settings_and_shape(name):
     assert policy.name == name == settings.name
     again = pickle.loads(pickle.dumps(policy))  # policies travel to the actors
     assert again == policy and type(again) is type(policy)
+
+
+def test_a_policy_refuses_another_policys_settings():
+    from dpa.routing.policies import DKGSettings, HybridPolicy, PKGPolicy, RingSettings
+
+    with pytest.raises(TypeError, match="PKGSettings"):
+        PKGPolicy(DKGSettings())
+    with pytest.raises(TypeError, match="HybridSettings"):
+        HybridPolicy(RingSettings())
+    with pytest.raises(TypeError, match="JobShape"):
+        PKGPolicy(shape=(1, 4))
