@@ -47,7 +47,7 @@ def planned_share(table: Any, method: str, num_reducers: int, other_sizes: bool)
     policy = make_policy(dpa.JobConfig(policy=method, num_reducers=num_reducers))
     ring = policy.make_planner(num_reducers).ring
     loads = forecast_loads(*block_forecast(hash_key_columns(table, ["key"])))  # as the planner takes it
-    sizes = first_ring_sizes(method, policy.initial_tokens) if other_sizes else ()
+    sizes = first_ring_sizes(method, policy.settings.initial_tokens) if other_sizes else ()
     t0 = time.perf_counter()
     plan = plan_first_ring(ring, method, loads, [FORECAST_ROUNDS] * num_reducers, sizes)
     seconds = time.perf_counter() - t0

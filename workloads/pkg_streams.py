@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from dpa.errors import ConfigError
-from dpa.routing.policies.grouping import PKGPolicy
+from dpa.routing.policies.grouping import PKGPolicy, PKGSettings
 from dpa.tools.simulate import simulate
 from workloads.generators import (
     LOGNORMAL_PRESETS,
@@ -303,7 +303,7 @@ def replay_pkg(hashes: np.ndarray, num_sources: int, num_workers: int, probe_eve
     if probe_every is not None and (not isinstance(probe_every, (int, np.integer)) or probe_every < 1):
         raise ConfigError(f"replay_pkg: probe_every must be an integer >= 1 or None, got {probe_every!r}")
     hashes = np.asarray(hashes).astype(np.uint32, copy=False)
-    res = simulate(hashes, PKGPolicy(d=d), num_sources=int(num_sources), num_workers=int(num_workers),
+    res = simulate(hashes, PKGPolicy(PKGSettings(d=d)), num_sources=int(num_sources), num_workers=int(num_workers),
                    keys_are_hashes=True, probe_every=None if probe_every is None else int(probe_every),
                    num_samples=1)
     return res.destinations.astype(np.int64)

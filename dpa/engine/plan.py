@@ -315,7 +315,7 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
     if policy.needs_merge and not bound.can_merge:
         raise ConfigError(
             f"{bound!r} does not implement merge(), but policy {policy.name!r}"
-            f"{f' with max_rounds={policy.max_rounds}' if policy.name in ('halving', 'doubling') else ''} "
+            f"{f' with max_rounds={policy.settings.max_rounds}' if policy.name in ('halving', 'doubling') else ''} "
             "may process one key on several reducers; implement merge() or use a policy that keeps "
             "each key on one reducer (policy='hash', or max_rounds=0)"
         )

@@ -19,7 +19,10 @@ retired again (:meth:`Planner.scale_in`).
 
 A policy is built by a factory ``factory(settings, shape) -> PolicySpec`` from its own
 typed :class:`PolicySettings` (what the user chose) and the :class:`JobShape` (what the
-job looks like). This module imports no policy and not :mod:`dpa.config`: the built-in
+job looks like). The policy holds them rather than being them: the built-in policies keep
+``self.settings`` and ``self.shape`` and read their options as ``self.settings.<option>``
+(:class:`~dpa.routing.policies.common.BuiltPolicy`); no policy class subclasses a settings
+class. This module imports no policy and not :mod:`dpa.config`: the built-in
 policies live in :mod:`dpa.routing.policies`, the table of registered ones in
 :mod:`dpa.routing.registry` (:func:`dpa.register_policy`, :func:`dpa.policies`).
 """
@@ -362,7 +365,10 @@ class PolicySettings:
     (raising :class:`~dpa.errors.ConfigError` with what to do), and name the registered
     policy they select with ``name`` (a class attribute, or a property when one settings
     class serves several names, e.g. ``RingSettings(method="halving").name == "halving"``).
-    Pass one as ``JobConfig(policy=...)``.
+    Pass one as ``JobConfig(policy=...)``. Settings only hold options: the registered
+    factory builds the policy from them, and the policy holds them (``policy.settings``)
+    rather than subclassing them. Settings may extend other settings (``HybridSettings``
+    extends ``RingSettings``).
     """
 
     name: ClassVar[str] = ""

@@ -15,6 +15,12 @@
 * :mod:`dpa.routing.policies.hybrid` — ``hybrid``, dpa's own: the DPA ring for the tail and
   hot keys split over several reducers.
 
+Each family pairs a settings class (the user's options, e.g. :class:`PKGSettings`) with a
+policy class and a factory (e.g. ``build_pkg``) that builds the policy from the settings and
+the job's :class:`~dpa.routing.policy.JobShape`; the policy holds both (``policy.settings``,
+``policy.shape``, see :class:`~dpa.routing.policies.common.BuiltPolicy`) and subclasses no
+settings class.
+
 Importing this package registers nothing: the table of names is :mod:`dpa.routing.registry`. Use
 a policy by name (``dpa.JobConfig(policy="pkg", policy_options={"d": 3})``) or by its
 settings (``dpa.JobConfig(policy=dpa.PKGSettings(d=3))``). The algorithms and the choices

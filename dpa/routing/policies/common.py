@@ -18,15 +18,17 @@ probability ``1/R``), exactly as in the PKG paper.
 
 from __future__ import annotations
 
+from dataclasses import MISSING, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from dpa.errors import ConfigError
 from dpa.keys.murmur3 import fmix32, mix_h, mix_k  # the one murmur3 implementation's steps
-from dpa.routing.policy import Planner, PolicySpec, Router
+from dpa.routing.policy import JobShape, Planner, PolicySettings, PolicySpec, Router
 
 __all__ = [
+    "BuiltPolicy",
     "KeyStatsPolicy",
     "LatestQueuesPlanner",
     "SnapshotRouter",
@@ -125,6 +127,48 @@ def check_int_option(name: str, value: object, minimum: int, policy: str) -> int
     return int(value)
 
 
+# ---------------------------------------------------------------------------- built policies
+@dataclass(frozen=True)
+class BuiltPolicy(PolicySpec):
+    """Base of the built-in policies: a policy built from its settings and the job's shape.
+
+    A registry factory ``factory(settings, shape)`` builds the policy, which holds both
+    and reads its options as ``self.settings.<option>``; what depends on the job (e.g. a
+    default resolved against the number of mappers) it derives from ``self.shape``. The
+    settings stay the user's option holder: no policy class subclasses a settings class.
+    Policies are frozen dataclasses, so they pickle (they travel to the actors) and
+    compare equal when built from equal settings and shapes.
+
+    Attributes:
+        settings: The policy's :class:`~dpa.routing.policy.PolicySettings` (its subclass
+            for the policy, e.g. :class:`~dpa.routing.policies.grouping.PKGSettings`).
+        shape: The job's :class:`~dpa.routing.policy.JobShape` (default: one mapper, one
+            reducer).
+
+    Raises:
+        TypeError: ``settings`` is not an instance of the policy's settings class (the
+            class its ``settings`` field defaults to) or ``shape`` not a
+            :class:`~dpa.routing.policy.JobShape`.
+    """
+
+    settings: PolicySettings
+    shape: JobShape = field(default_factory=JobShape)
+
+    def __post_init__(self) -> None:
+        expected = self.__dataclass_fields__["settings"].default_factory  # type: ignore[attr-defined]
+        if not isinstance(expected, type) or expected is MISSING:
+            expected = PolicySettings
+        if not isinstance(self.settings, expected):
+            raise TypeError(f"{type(self).__name__} is built from {expected.__name__}, got {self.settings!r}")
+        if not isinstance(self.shape, JobShape):
+            raise TypeError(f"{type(self).__name__}.shape must be a JobShape, got {self.shape!r}")
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        """The registered name, as the settings say."""
+        return self.settings.name
+
+
 # ---------------------------------------------------------------------------- snapshot routing
 class SnapshotRouter(Router):
     """Routes by the snapshot's ``lookup_batch``: the snapshot is the whole routing state."""
@@ -152,7 +196,8 @@ class LatestQueuesPlanner(Planner):
             self.queue_lengths[reducer] = int(queue_length)
 
 
-class KeyStatsPolicy(PolicySpec):
+@dataclass(frozen=True)
+class KeyStatsPolicy(BuiltPolicy):
     """Base of the policies whose planner rebuilds a lookup snapshot from key statistics.
 
     Routers and owners look each hash up in the snapshot (``lookup_batch``), keys move

@@ -50,15 +50,15 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from dpa.errors import ConfigError
-from dpa.routing.policies.common import check_int_option, least_loaded_of_two
+from dpa.routing.policies.common import BuiltPolicy, check_int_option, least_loaded_of_two
 from dpa.routing.policies.hashing import StaticSnapshotMixin
-from dpa.routing.policy import JobShape, PolicySettings, PolicySpec, Router
+from dpa.routing.policy import JobShape, PolicySettings, Router
 
 __all__ = [
     "DKGPolicy",
@@ -189,21 +189,25 @@ class DKGRouter(Router):
             ``width`` (the default) reducers.
         scale_outs: Number of scale-out decisions taken.
         scale_downs: Number of scale-down decisions taken.
+
+    Args:
+        settings: The policy's :class:`DKGSettings`.
+        num_reducers: ``R``.
     """
 
-    def __init__(self, policy: DKGPolicy, num_reducers: int) -> None:
+    def __init__(self, settings: DKGSettings, num_reducers: int) -> None:
         self.num_reducers = num_reducers
-        self.width = min(policy.width, num_reducers)
+        self.width = min(settings.width, num_reducers)
         self.threshold = dkg_threshold(num_reducers)
         self.max_machines = (
-            min(policy.max_machines, num_reducers)
-            if policy.max_machines is not None
+            min(settings.max_machines, num_reducers)
+            if settings.max_machines is not None
             else dkg_max_machines(num_reducers)
         )
-        self.promote_every = policy.promote_every
-        self.old_every = policy.old_every if policy.old_every is not None else 4 * policy.promote_every
-        self.warmup = policy.warmup if policy.warmup is not None else policy.promote_every
-        self.key_space = KeySpace(policy.expected_keys)
+        self.promote_every = settings.promote_every
+        self.old_every = settings.old_every if settings.old_every is not None else 4 * settings.promote_every
+        self.warmup = settings.warmup if settings.warmup is not None else settings.promote_every
+        self.key_space = KeySpace(settings.expected_keys)
         self.loads = [0] * num_reducers
         self.seen = 0
         self.widths: dict[int, int] = {}
@@ -351,15 +355,17 @@ class DKGSettings(PolicySettings):
 
 
 @dataclass(frozen=True)
-class DKGPolicy(DKGSettings, StaticSnapshotMixin, PolicySpec):
-    """Dynamic Key Grouping: the policy built from :class:`DKGSettings` (it needs no job shape)."""
+class DKGPolicy(StaticSnapshotMixin, BuiltPolicy):
+    """Dynamic Key Grouping: the policy built from :class:`DKGSettings` (it reads nothing
+    of the job's shape)."""
 
+    settings: DKGSettings = field(default_factory=DKGSettings)
     splits_keys = True
 
     def make_router(self, mapper_id: int, num_reducers: int) -> Router:
-        return DKGRouter(self, num_reducers)
+        return DKGRouter(self.settings, num_reducers)
 
 
 def build_dkg(settings: DKGSettings, shape: JobShape) -> DKGPolicy:
     """The registry factory of ``dkg``."""
-    return DKGPolicy(**asdict(settings))
+    return DKGPolicy(settings, shape)

@@ -50,9 +50,14 @@ from typing import Any
 import numpy as np
 
 from dpa.errors import ConfigError
-from dpa.routing.policies.common import candidates, check_int_option, least_loaded_of_two
+from dpa.routing.policies.common import (
+    BuiltPolicy,
+    candidates,
+    check_int_option,
+    least_loaded_of_two,
+)
 from dpa.routing.policies.hashing import StaticSnapshotMixin
-from dpa.routing.policy import JobShape, PolicySettings, PolicySpec, Router
+from dpa.routing.policy import JobShape, PolicySettings, Router
 
 __all__ = [
     "OffGreedyPolicy",
@@ -111,15 +116,17 @@ class ShuffleSettings(PolicySettings):
 
 
 @dataclass(frozen=True)
-class ShufflePolicy(ShuffleSettings, StaticSnapshotMixin, PolicySpec):
-    """Shuffle grouping: round-robin per mapper; mapper ``m`` starts at ``(m + seed) % R``.
+class ShufflePolicy(StaticSnapshotMixin, BuiltPolicy):
+    """Shuffle grouping: round-robin per mapper; mapper ``m`` starts at ``(m + seed) % R``
+    (built from :class:`ShuffleSettings` and the job's shape, whose seed is the default)."""
 
-    Args:
-        seed: Offsets the starting reducer of every mapper (``JobConfig.seed``).
-    """
-
-    seed: int = 0
+    settings: ShuffleSettings = field(default_factory=ShuffleSettings)
     splits_keys = True
+
+    @property
+    def seed(self) -> int:
+        """The offset in effect: the settings' ``seed``, else the job's (``JobShape.seed``)."""
+        return self.shape.seed if self.settings.seed is None else self.settings.seed
 
     def make_router(self, mapper_id: int, num_reducers: int) -> Router:
         return ShuffleRouter(mapper_id + self.seed, num_reducers)
@@ -179,13 +186,15 @@ class PKGSettings(PolicySettings):
 
 
 @dataclass(frozen=True)
-class PKGPolicy(PKGSettings, StaticSnapshotMixin, PolicySpec):
-    """Partial Key Grouping (Nasir et al.): greedy-``d`` with key splitting (see :class:`PKGSettings`)."""
+class PKGPolicy(StaticSnapshotMixin, BuiltPolicy):
+    """Partial Key Grouping (Nasir et al.): greedy-``d`` with key splitting (built from
+    :class:`PKGSettings`)."""
 
+    settings: PKGSettings = field(default_factory=PKGSettings)
     splits_keys = True
 
     def make_router(self, mapper_id: int, num_reducers: int) -> Router:
-        return PKGRouter(self.d, num_reducers)
+        return PKGRouter(self.settings.d, num_reducers)
 
 
 # ---------------------------------------------------------------------------- binding policies
@@ -333,14 +342,13 @@ class OffGreedyRouter(BindingRouter):
 
 
 @dataclass(frozen=True)
-class _BindingPolicy(StaticSnapshotMixin, PolicySpec):
-    """Common part of the binding policies (see the module docstring on splitting)."""
-
-    mappers: int | None = None
+class _BindingPolicy(StaticSnapshotMixin, BuiltPolicy):
+    """Common part of the binding policies (see the module docstring on splitting): with
+    one mapper (``JobShape.num_mappers``) no key is ever split."""
 
     @property
     def splits_keys(self) -> bool:  # type: ignore[override]
-        return self.mappers != 1
+        return self.shape.num_mappers != 1
 
     #: Within one mapper, every record of a key goes to the same reducer.
     binds_keys = True
@@ -363,17 +371,14 @@ class PoTCSettings(PolicySettings):
 
 
 @dataclass(frozen=True)
-class PoTCPolicy(PoTCSettings, _BindingPolicy):
-    """Static power of ``d`` choices without key splitting (the PKG paper's PoTC baseline).
+class PoTCPolicy(_BindingPolicy):
+    """Static power of ``d`` choices without key splitting (the PKG paper's PoTC baseline),
+    built from :class:`PoTCSettings` and the job's shape (its number of mappers)."""
 
-    Args:
-        d: Number of hash choices (default 2).
-        mappers: Number of mappers of the job (set from ``JobConfig.num_mappers``); with
-            one mapper no key is ever split.
-    """
+    settings: PoTCSettings = field(default_factory=PoTCSettings)
 
     def make_router(self, mapper_id: int, num_reducers: int) -> Router:
-        return PoTCRouter(self.d, num_reducers)
+        return PoTCRouter(self.settings.d, num_reducers)
 
 
 @dataclass(frozen=True)
@@ -384,8 +389,11 @@ class OnGreedySettings(PolicySettings):
 
 
 @dataclass(frozen=True)
-class OnGreedyPolicy(OnGreedySettings, _BindingPolicy):
-    """Online greedy (PKG paper's On-Greedy): a new key goes to the least loaded reducer."""
+class OnGreedyPolicy(_BindingPolicy):
+    """Online greedy (PKG paper's On-Greedy): a new key goes to the least loaded reducer
+    (built from :class:`OnGreedySettings` and the job's shape)."""
+
+    settings: OnGreedySettings = field(default_factory=OnGreedySettings)
 
     def make_router(self, mapper_id: int, num_reducers: int) -> Router:
         return OnGreedyRouter(num_reducers)
@@ -436,7 +444,7 @@ class OffGreedySettings(PolicySettings):
 
 
 @dataclass(frozen=True)
-class OffGreedyPolicy(OffGreedySettings, _BindingPolicy):
+class OffGreedyPolicy(_BindingPolicy):
     """Offline greedy (PKG paper's Off-Greedy): LPT binding on known key frequencies.
 
     The paper's Off-Greedy knows the whole key distribution in advance ("an unfair
@@ -449,21 +457,20 @@ class OffGreedyPolicy(OffGreedySettings, _BindingPolicy):
     * otherwise the mapper's **first batch** as the frequency sample: the keys of that
       batch are bound by LPT on their counts in the batch before it is routed.
 
-    Keys not in the table are bound by online greedy on the mapper's local loads.
-
-    Args:
-        frequencies: Optional frequency table (see above).
-        mappers: Number of mappers of the job (set from ``JobConfig.num_mappers``).
+    Keys not in the table are bound by online greedy on the mapper's local loads. It is
+    built from :class:`OffGreedySettings` (``frequencies``) and the job's shape.
     """
 
+    settings: OffGreedySettings = field(default_factory=OffGreedySettings)
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.frequencies is not None:
-            self._cache["freq"] = _frequency_arrays(self.frequencies)
+        super().__post_init__()
+        if self.settings.frequencies is not None:
+            self._cache["freq"] = _frequency_arrays(self.settings.frequencies)
 
     def _table(self, num_reducers: int) -> tuple[np.ndarray, np.ndarray] | None:
-        if self.frequencies is None:
+        if self.settings.frequencies is None:
             return None
         key = ("table", num_reducers)
         if key not in self._cache:
@@ -478,24 +485,24 @@ class OffGreedyPolicy(OffGreedySettings, _BindingPolicy):
 # ---------------------------------------------------------------------------- factories
 def build_shuffle(settings: ShuffleSettings, shape: JobShape) -> ShufflePolicy:
     """The registry factory of ``shuffle`` (the seed defaults to the job's)."""
-    return ShufflePolicy(seed=shape.seed if settings.seed is None else settings.seed)
+    return ShufflePolicy(settings, shape)
 
 
 def build_pkg(settings: PKGSettings, shape: JobShape) -> PKGPolicy:
     """The registry factory of ``pkg``."""
-    return PKGPolicy(d=settings.d)
+    return PKGPolicy(settings, shape)
 
 
 def build_potc(settings: PoTCSettings, shape: JobShape) -> PoTCPolicy:
     """The registry factory of ``potc``."""
-    return PoTCPolicy(d=settings.d, mappers=shape.num_mappers)
+    return PoTCPolicy(settings, shape)
 
 
 def build_on_greedy(settings: OnGreedySettings, shape: JobShape) -> OnGreedyPolicy:
     """The registry factory of ``on-greedy``."""
-    return OnGreedyPolicy(mappers=shape.num_mappers)
+    return OnGreedyPolicy(settings, shape)
 
 
 def build_off_greedy(settings: OffGreedySettings, shape: JobShape) -> OffGreedyPolicy:
     """The registry factory of ``off-greedy``."""
-    return OffGreedyPolicy(frequencies=settings.frequencies, mappers=shape.num_mappers)
+    return OffGreedyPolicy(settings, shape)

@@ -6,12 +6,12 @@ route by load rather than by a snapshot (shuffle, PKG and its baselines, DKG).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from dpa.routing.policies.common import SnapshotRouter
-from dpa.routing.policy import JobShape, PolicySettings, PolicySpec, Router
+from dpa.routing.policies.common import BuiltPolicy, SnapshotRouter
+from dpa.routing.policy import JobShape, PolicySettings, Router
 
 __all__ = ["HashPolicy", "HashSettings", "ModRouter", "ModSnapshot", "StaticSnapshotMixin", "build_hash_policy"]
 
@@ -46,9 +46,10 @@ class HashSettings(PolicySettings):
 
 
 @dataclass(frozen=True)
-class HashPolicy(HashSettings, StaticSnapshotMixin, PolicySpec):
-    """Key grouping: ``murmur3(key) % R``, never rebalanced."""
+class HashPolicy(StaticSnapshotMixin, BuiltPolicy):
+    """Key grouping: ``murmur3(key) % R``, never rebalanced (built from :class:`HashSettings`)."""
 
+    settings: HashSettings = field(default_factory=HashSettings)
     routes_by_key = True
 
     def make_router(self, mapper_id: int, num_reducers: int) -> Router:
@@ -57,4 +58,4 @@ class HashPolicy(HashSettings, StaticSnapshotMixin, PolicySpec):
 
 def build_hash_policy(settings: HashSettings, shape: JobShape) -> HashPolicy:
     """The registry factory of ``hash``."""
-    return HashPolicy()
+    return HashPolicy(settings, shape)

@@ -17,7 +17,7 @@ import logging
 import math
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -116,6 +116,7 @@ class FangPlanner(LatestQueuesPlanner):
 
     def __init__(self, policy: FangPolicy, num_reducers: int) -> None:
         self.policy = policy
+        self.settings = policy.settings
         self.num_reducers = num_reducers
         self._snapshot = TableSnapshot.from_table({}, num_reducers, 0)
         self._table: dict[int, int] = {}
@@ -123,8 +124,8 @@ class FangPlanner(LatestQueuesPlanner):
         self._counts: dict[int, int] = {}
         self._residual = [0] * num_reducers
         self._records = 0
-        self._history: deque[dict[int, int]] = deque(maxlen=policy.window)
-        self._residual_history: deque[int] = deque(maxlen=policy.window)
+        self._history: deque[dict[int, int]] = deque(maxlen=policy.settings.window)
+        self._residual_history: deque[int] = deque(maxlen=policy.settings.window)
         self.intervals = 0
         self.last_stats: dict[str, Any] | None = None
 
@@ -149,7 +150,7 @@ class FangPlanner(LatestQueuesPlanner):
         return loads
 
     def check(self, now: float) -> list[Decision]:
-        p = self.policy
+        p = self.settings
         if self._records < p.interval:
             return []
         loads = self.interval_loads()
@@ -241,11 +242,11 @@ class FangSettings(PolicySettings):
 
 
 @dataclass(frozen=True)
-class FangPolicy(FangSettings, KeyStatsPolicy):
-    """Mixed routing with MinTable, MinMig or Mixed rebalancing: the fields are
-    :class:`FangSettings`', except that ``table_limit`` defaults to None (unbounded)."""
+class FangPolicy(KeyStatsPolicy):
+    """Mixed routing with MinTable, MinMig or Mixed rebalancing, built from
+    :class:`FangSettings` (its ``mode`` is the registered name)."""
 
-    table_limit: int | None | str = None
+    settings: FangSettings = field(default_factory=FangSettings)
 
     def initial_snapshot(self, num_reducers: int) -> TableSnapshot:
         return TableSnapshot.from_table({}, num_reducers, 0)
@@ -256,4 +257,4 @@ class FangPolicy(FangSettings, KeyStatsPolicy):
 
 def build_fang(settings: FangSettings, shape: JobShape) -> FangPolicy:
     """The registry factory of ``mintable``, ``minmig`` and ``mixed``."""
-    return FangPolicy(**asdict(settings))
+    return FangPolicy(settings, shape)

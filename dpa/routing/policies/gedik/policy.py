@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -64,13 +64,14 @@ class GedikPlanner(LatestQueuesPlanner):
 
     def __init__(self, policy: GedikPolicy, num_reducers: int) -> None:
         self.policy = policy
-        self.params = policy.params
+        self.settings = settings = policy.settings
+        self.params = settings.params
         self.N = int(num_reducers)
         self.queue_lengths = [0] * self.N
         self._snapshot = policy.initial_snapshot(self.N)
         self.delta = frequency_threshold(self.params, self.N)
-        self.epsilon = policy.eps_ratio * self.delta if math.isfinite(self.delta) else 0.0
-        self.counter = (SlidingLossyCounter(policy.window or policy.period, self.epsilon, policy.counters)
+        self.epsilon = settings.eps_ratio * self.delta if math.isfinite(self.delta) else 0.0
+        self.counter = (SlidingLossyCounter(settings.window or settings.period, self.epsilon, settings.counters)
                         if math.isfinite(self.delta) else None)
         self.since_build = 0
         self.builds: list[BuildInfo] = []
@@ -86,13 +87,13 @@ class GedikPlanner(LatestQueuesPlanner):
         if self.counter is None or self.counter.active.n == 0:
             return None
         freqs = self.counter.frequencies(self.delta)
-        pf, info = construct(freqs, self._snapshot, self.N, self.policy.algorithm, self.params,
+        pf, info = construct(freqs, self._snapshot, self.N, self.settings.algorithm, self.params,
                              eps=self.epsilon, version=self._snapshot.version + 1)
         self.builds.append(info)
         return pf, info
 
     def check(self, now: float) -> list[Decision]:
-        if self.since_build < self.policy.period:
+        if self.since_build < self.settings.period:
             return []
         self.since_build = 0
         built = self.rebuild()
@@ -101,16 +102,16 @@ class GedikPlanner(LatestQueuesPlanner):
         pf, info = built
         if pf.same_mapping(self._snapshot):
             return []
-        t = self.policy.rho_threshold
+        t = self.settings.rho_threshold
         same_items = np.array_equal(pf.explicit_hashes, self._snapshot.explicit_hashes)
         if t is not None and same_items and not (info.rho_start > t and info.rho < info.rho_start):
             return []  # same explicit items, still balanced enough: keep the current placement
         self._snapshot = pf
         seen = tuple(self.queue_lengths)
         reducer = int(np.argmax(seen)) if seen else 0
-        event = RebalanceEvent(now, reducer, f"gedik-{self.policy.algorithm}", seen, pf.explicit_counts(),
+        event = RebalanceEvent(now, reducer, f"gedik-{self.settings.algorithm}", seen, pf.explicit_counts(),
                                pf.version)
-        logger.info("gedik-%s: v%d, %d explicit items (delta=%.3g), rho=%.3f", self.policy.algorithm,
+        logger.info("gedik-%s: v%d, %d explicit items (delta=%.3g), rho=%.3f", self.settings.algorithm,
                     pf.version, info.tracked, info.delta_refined, info.rho)
         return [Decision(pf, event)]
 
@@ -177,12 +178,14 @@ class GedikSettings(PolicySettings):
 
 
 @dataclass(frozen=True)
-class GedikPolicy(GedikSettings, KeyStatsPolicy):
-    """Gedik's consistent + explicit hash, rebuilt from sliding lossy counters (the fields
-    are :class:`GedikSettings`')."""
+class GedikPolicy(KeyStatsPolicy):
+    """Gedik's consistent + explicit hash, rebuilt from sliding lossy counters (built from
+    :class:`GedikSettings`)."""
+
+    settings: GedikSettings = field(default_factory=GedikSettings)
 
     def initial_snapshot(self, num_reducers: int) -> PartitionFunction:
-        return PartitionFunction(num_reducers, self.replicas)
+        return PartitionFunction(num_reducers, self.settings.replicas)
 
     def make_planner(self, num_reducers: int) -> GedikPlanner:
         return GedikPlanner(self, num_reducers)
@@ -190,4 +193,4 @@ class GedikPolicy(GedikSettings, KeyStatsPolicy):
 
 def build_gedik(settings: GedikSettings, shape: JobShape) -> GedikPolicy:
     """The registry factory of ``gedik-scan``, ``gedik-redist`` and ``gedik-readj``."""
-    return GedikPolicy(**{f.name: getattr(settings, f.name) for f in fields(settings) if f.init})
+    return GedikPolicy(settings, shape)

@@ -17,6 +17,7 @@ is activated (:meth:`HybridPlanner.scale_out`) joins the ring and becomes a cand
 when a later plan grows a key to it; a slot that is retired
 (:meth:`HybridPlanner.scale_in`) leaves the ring and every hot key's candidates at once.
 
-Its parts: :mod:`.snapshot` (snapshot and router), :mod:`.planner` and :mod:`.policy`
-(settings and spec).
+Its parts: :mod:`.settings` (the user's options), :mod:`.snapshot` (snapshot and router),
+:mod:`.planner` and :mod:`.policy` (the policy, built from the settings and the job's
+shape).
 """

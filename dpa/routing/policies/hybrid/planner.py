@@ -12,9 +12,7 @@ import numpy as np
 from dpa.routing.policies.hybrid.settings import HybridSettings
 from dpa.routing.policies.hybrid.snapshot import HybridSnapshot
 from dpa.routing.policies.ring.lookahead import KeyLoads, arc_shares
-from dpa.routing.policies.ring.policy import (
-    DPAPlanner,
-)
+from dpa.routing.policies.ring.policy import DPAPlanner, RingPolicy
 from dpa.routing.policy import Decision, RebalanceEvent
 from dpa.routing.ring import RingSnapshot
 from dpa.routing.sketches import SpaceSaving
@@ -61,14 +59,23 @@ class HybridPlanner(DPAPlanner):
     and a retired slot leaves every hot key's candidates: the others' shares are scaled
     up to sum to 1, and a key left without candidates is kept whole by its new ring
     owner. The snapshot published hands over no queued records.
+
+    Args:
+        policy: The :class:`~dpa.routing.policies.hybrid.policy.HybridPolicy` it plans for
+            (its settings, the ring it starts from and the resolved gaps).
+        num_reducers: Reducers, or reducer slots of an elastic job.
     """
 
-    def __init__(self, policy: HybridSettings, num_reducers: int) -> None:
-        super().__init__(policy.method, policy.tau, policy.max_rounds, policy.ring(num_reducers), policy.patience,
-                         policy.min_gap, policy.balance_on, policy.min_gap_s, policy.lookahead)
+    def __init__(self, policy: RingPolicy, num_reducers: int) -> None:
+        s = policy.settings
+        if not isinstance(s, HybridSettings):
+            raise TypeError(f"HybridPlanner plans for a policy built from HybridSettings, got {s!r}")
+        super().__init__(s.method, s.tau, s.max_rounds, policy.ring(num_reducers), s.patience,
+                         policy.min_gap, s.balance_on, policy.min_gap_s, s.lookahead)
         self.policy = policy
-        self.theta = policy.threshold(self.num_active)
-        self.sketch = SpaceSaving(policy.capacity)
+        self.settings: HybridSettings = s
+        self.theta = self.threshold(self.num_active)
+        self.sketch = SpaceSaving(s.capacity)
         self.tail = np.zeros(num_reducers)  # records of tail keys that arrived at each reducer
         self.hot: dict[int, list[int]] = {}  # hot key -> candidates (home first)
         self.shares: dict[int, np.ndarray] = {}  # hot key -> share of each candidate
@@ -86,6 +93,11 @@ class HybridPlanner(DPAPlanner):
         self.forecast: dict[int, int] = {}
         self.forecast_n = 0
 
+    def threshold(self, num_reducers: int) -> float:
+        """``theta`` for ``R`` (active) reducers (default ``1 / (8 R)``)."""
+        theta = self.settings.theta
+        return float(theta) if theta is not None else 1.0 / (8 * num_reducers)
+
     def resume(self, snapshot: Any) -> bool:
         """Continues from a state it published: the ring, the hot keys, their candidates
         and shares (the key counts start afresh: a key stays hot while it is counted so)."""
@@ -99,7 +111,7 @@ class HybridPlanner(DPAPlanner):
         self._shares = dict(self.shares)
         self._version = snapshot.version
         self._snapshot = snapshot
-        self.theta = self.policy.threshold(self.num_active)
+        self.theta = self.threshold(self.num_active)
         return True
 
     def observe_keys(self, reducer: int, hashes: np.ndarray, counts: np.ndarray, total: int) -> None:
@@ -163,7 +175,7 @@ class HybridPlanner(DPAPlanner):
                 break  # below every key's threshold, and so are all that follow
             was = self.hot.get(h)
             limit = self.theta * N / 2 if was is not None else self.theta * N
-            if c >= limit and c >= self.policy.min_count:
+            if c >= limit and c >= self.settings.min_count:
                 out[h] = list(was) if was is not None else [int(self.ring.lookup_batch(np.array([h], np.uint32))[0])]
         return out
 
@@ -199,12 +211,12 @@ class HybridPlanner(DPAPlanner):
             load[cands] += counts[h] / len(cands)
 
         for h in sorted(hot, key=lambda k: -counts[k]):
-            while len(hot[h]) < min(R, self.policy.min_width):
+            while len(hot[h]) < min(R, self.settings.min_width):
                 grow(h)
         mean = (load.sum() if everyone else load[active].sum()) / R
         for _ in range(len(hot) * R):
             x = int(np.argmax(load)) if everyone else slots[int(np.argmax(load[active]))]
-            if load[x] <= mean * (1.0 + self.policy.slack):
+            if load[x] <= mean * (1.0 + self.settings.slack):
                 break
             growable = [h for h, c in hot.items() if x in c and len(c) < R]
             if not growable:
@@ -247,7 +259,7 @@ class HybridPlanner(DPAPlanner):
 
     def _shares_moved(self) -> bool:
         """Whether the last plan moved some key's share by more than ``share_step``."""
-        step = self.policy.share_step
+        step = self.settings.share_step
         return any(h not in self.shares or len(w) != len(self.shares[h])
                    or float(np.abs(w - self.shares[h]).max()) > step for h, w in self._shares.items())
 
@@ -317,7 +329,7 @@ class HybridPlanner(DPAPlanner):
         if last is None or len(last) != len(excess):
             return None
         excess = np.minimum(excess, last)
-        if excess.max() <= max(0.0, self.policy.slack * total / R):
+        if excess.max() <= max(0.0, self.settings.slack * total / R):
             return None
         deficit = np.maximum(target - held - in_flight, 0)
 
@@ -394,7 +406,7 @@ class HybridPlanner(DPAPlanner):
                     self.hot[h] = [int(after.lookup_batch(np.array([h], np.uint32))[0])]
                     self.shares[h] = np.ones(1)
             self._shares = dict(self.shares)
-        self.theta = self.policy.threshold(self.num_active)
+        self.theta = self.threshold(self.num_active)
         self._moved_at = None
 
     def _busiest(self, seen: tuple[int, ...]) -> int:

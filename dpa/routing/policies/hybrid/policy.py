@@ -1,43 +1,32 @@
-"""The ``hybrid`` policy's settings and spec (:class:`HybridSettings`, :class:`HybridPolicy`).
+"""The ``hybrid`` policy (:class:`HybridPolicy`), built from :class:`HybridSettings` and
+the job's shape by :func:`build_hybrid`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from dpa.routing.hash_ring import HashRing
 from dpa.routing.policies.common import check_int_option
 from dpa.routing.policies.hybrid.planner import HybridPlanner
 from dpa.routing.policies.hybrid.settings import HybridSettings
 from dpa.routing.policies.hybrid.snapshot import _EMPTY_U32, _PHI, HybridRouter, HybridSnapshot
-from dpa.routing.policies.ring.policy import (
-    check_elastic_fields,
-    resolved_fields,
-)
-from dpa.routing.policy import JobShape, PolicySpec, Router, Snapshot
+from dpa.routing.policies.ring.policy import RingPolicy
+from dpa.routing.policy import JobShape, Router, Snapshot
 
 
 @dataclass(frozen=True)
-class HybridPolicy(HybridSettings, PolicySpec):
-    """DPA ring for the tail plus hot-key splitting: :class:`HybridSettings`' fields with
-    ``min_gap`` resolved (default 0) and the job's mappers.
-
-    Args:
-        num_mappers: Mappers of the job (set from the job's shape): they interleave on
-            each hot key's sequence.
-        active_reducers: Elastic jobs: the first ring gives tokens to reducer slots
-            ``0 .. active_reducers - 1`` only (0 = all slots).
-        elastic: The planner may activate and retire slots during the job
-            (:meth:`HybridPlanner.scale_out`, :meth:`HybridPlanner.scale_in`).
+class HybridPolicy(RingPolicy):
+    """DPA ring for the tail plus hot-key splitting, built from :class:`HybridSettings` and
+    the job's shape: ``min_gap``, ``min_gap_s`` and the elastic shape are resolved as for
+    the ring (:class:`~dpa.routing.policies.ring.policy.RingPolicy`), and the job's mappers
+    (:attr:`num_mappers`) interleave on each hot key's sequence. In an elastic job the
+    planner may activate and retire slots (:meth:`HybridPlanner.scale_out`,
+    :meth:`HybridPlanner.scale_in`).
     """
 
-    min_gap: int = 0
-    min_gap_s: float = 0.0
-    num_mappers: int = 1
-    active_reducers: int = 0
-    elastic: bool = False
+    settings: HybridSettings = field(default_factory=HybridSettings)
 
     supports_elastic = True
     moves_keys = True
@@ -52,20 +41,12 @@ class HybridPolicy(HybridSettings, PolicySpec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_int_option("num_mappers", self.num_mappers, 1, "hybrid")
-        check_int_option("min_gap", self.min_gap, 0, "hybrid")
-        check_elastic_fields(self.active_reducers, self.elastic, "hybrid")
+        check_int_option("num_mappers", self.shape.num_mappers, 1, "hybrid")
 
-    def threshold(self, num_reducers: int) -> float:
-        """``theta`` for ``R`` (active) reducers (default ``1 / (8 R)``)."""
-        return float(self.theta) if self.theta is not None else 1.0 / (8 * num_reducers)
-
-    def ring(self, num_reducers: int, active: int | None = None) -> HashRing:
-        """The initial ring: ``active`` (default :attr:`active_reducers`) slots get tokens."""
-        return super().ring(num_reducers, self.active_reducers if active is None else active)
-
-    def tokens(self, snapshot: Snapshot, reducer: int) -> int | None:
-        return int(snapshot.token_counts[reducer])
+    @property
+    def num_mappers(self) -> int:
+        """Mappers of the job (``JobShape.num_mappers``)."""
+        return int(self.shape.num_mappers)
 
     def keys_split_under(self, snapshot: Snapshot) -> bool:
         return len(snapshot.hot) > 0  # (only its hot keys are split)
@@ -129,4 +110,4 @@ class HybridPolicy(HybridSettings, PolicySpec):
 def build_hybrid(settings: HybridSettings, shape: JobShape) -> HybridPolicy:
     """The registry factory of ``hybrid`` (``min_gap``, the mappers and the elastic shape
     from the job's shape)."""
-    return HybridPolicy(**resolved_fields(settings, shape), num_mappers=shape.num_mappers)
+    return HybridPolicy(settings, shape)

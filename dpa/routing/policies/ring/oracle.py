@@ -15,7 +15,7 @@ from dpa.keys.columns import hash_key_columns
 from dpa.routing.hash_ring import HashRing
 from dpa.routing.policies.ring.forecast import RingScorer, first_ring_sizes, round_tokens
 from dpa.routing.policies.ring.lookahead import KeyLoads
-from dpa.routing.policies.ring.policy import DPAPolicy, RingSettings, resolved_fields
+from dpa.routing.policies.ring.policy import DPAPolicy, RingSettings
 
 
 class Bound(NamedTuple):
@@ -53,9 +53,9 @@ def doubling_bound(table: pa.Table, num_reducers: int = 8, rounds: int = 1, init
     """
     counts = table.group_by("key").aggregate([([], "count_all")])
     loads = KeyLoads(hash_key_columns(counts, ["key"]), counts["count_all"].to_numpy().astype(np.float64), 0.0)
-    policy = RingSettings(method="doubling")
-    even = (policy.token_spacing if token_spacing is None else token_spacing) == "even"
-    sizes = ((policy.initial_tokens, *first_ring_sizes("doubling", policy.initial_tokens))
+    settings = RingSettings(method="doubling")
+    even = (settings.token_spacing if token_spacing is None else token_spacing) == "even"
+    sizes = ((settings.initial_tokens, *first_ring_sizes("doubling", settings.initial_tokens))
              if initial_tokens is None else (initial_tokens,))
     best = Bound(float("inf"), (), (), 0)
     for base in sizes:
@@ -87,12 +87,12 @@ def fixed_ring_factory(tokens: tuple[int, ...], first_tokens: int | None = None)
         first_tokens: tuple[int, ...] = ()
 
         def ring(self, num_reducers: int, active: int | None = None) -> HashRing:
-            return HashRing(list(self.first_tokens), self.initial_tokens if self.token_spacing == "even" else 0)
+            s = self.settings
+            return HashRing(list(self.first_tokens), s.initial_tokens if s.token_spacing == "even" else 0)
 
     def factory(settings: Any, shape: Any) -> Any:
-        fields = resolved_fields(RingSettings(method="doubling", max_rounds=0), shape)
-        if first_tokens is not None:
-            fields["initial_tokens"] = int(first_tokens)
-        return FixedRing(**fields, first_tokens=tuple(int(t) for t in tokens))
+        options: dict[str, Any] = {} if first_tokens is None else {"initial_tokens": int(first_tokens)}
+        ring = RingSettings(method="doubling", max_rounds=0, **options)
+        return FixedRing(ring, shape, first_tokens=tuple(int(t) for t in tokens))
 
     return factory

@@ -1,22 +1,26 @@
 """The DPA ring policies ``halving`` and ``doubling`` (paper section 4), and their settings.
 
-:class:`RingSettings` holds the ring's options once; ``hybrid``
-(:mod:`dpa.routing.policies.hybrid`) extends it. ``JobConfig.tau``, ``max_rounds`` and
+:class:`RingSettings` holds the ring's options once; ``hybrid``'s settings
+(:mod:`dpa.routing.policies.hybrid`) extend it. ``JobConfig.tau``, ``max_rounds`` and
 ``initial_tokens`` are shortcuts that feed these settings when the policy is given by name.
+:func:`build_ring_policy` builds a :class:`DPAPolicy` from the settings and the job's
+shape; :class:`RingPolicy`, the part it shares with ``hybrid``, resolves the defaults
+that depend on the job (``min_gap``, ``min_gap_s``, the elastic shape) and deals the
+first ring.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from dpa.errors import ConfigError
 from dpa.routing.hash_ring import HashRing
-from dpa.routing.policies.common import SnapshotRouter, check_int_option
+from dpa.routing.policies.common import BuiltPolicy, SnapshotRouter, check_int_option
 from dpa.routing.policies.ring.forecast import (
     FORECAST_ROUNDS,
     FirstRingPlan,
@@ -30,14 +34,13 @@ from dpa.routing.policy import (
     JobShape,
     Planner,
     PolicySettings,
-    PolicySpec,
     RebalanceEvent,
     Snapshot,
 )
 from dpa.routing.ring import RingSnapshot, is_power_of_two
 from dpa.routing.sketches import SpaceSaving
 
-__all__ = ["DPAPlanner", "DPAPolicy", "RingRouter", "RingSettings", "build_ring_policy"]
+__all__ = ["DPAPlanner", "DPAPolicy", "RingPolicy", "RingRouter", "RingSettings", "build_ring_policy"]
 
 logger = logging.getLogger(__name__)
 
@@ -499,33 +502,73 @@ class RingSettings(PolicySettings):
     def name(self) -> str:  # type: ignore[override]
         return self.method
 
+
+@dataclass(frozen=True)
+class RingPolicy(BuiltPolicy):
+    """What the ring policies (``halving``, ``doubling``, ``hybrid``) share: built from
+    :class:`RingSettings` (or settings extending them) and the job's shape, it resolves
+    the options whose default depends on the job and deals the first ring.
+
+    Attributes:
+        settings: The ring's options.
+        shape: The job's shape: ``min_gap``'s and ``min_gap_s``' defaults and, for an
+            elastic job, the reducer slots the job starts with.
+    """
+
+    settings: RingSettings = field(default_factory=RingSettings)
+
+    @property
+    def min_gap(self) -> int:
+        """``settings.min_gap`` in records, by default one block's share per mapper
+        (:attr:`~dpa.routing.policy.JobShape.block_share`)."""
+        gap = self.settings.min_gap
+        return self.shape.block_share if gap is None else gap
+
+    @property
+    def min_gap_s(self) -> float:
+        """``settings.min_gap_s`` in seconds, by default :data:`MIN_GAP_STEPS` reducer steps
+        (:attr:`~dpa.routing.policy.JobShape.step_time_s`)."""
+        gap = self.settings.min_gap_s
+        return MIN_GAP_STEPS * self.shape.step_time_s if gap is None else gap
+
+    @property
+    def active_reducers(self) -> int:
+        """Elastic jobs: the first ring gives tokens to reducer slots
+        ``0 .. active_reducers - 1`` only; 0 = all slots."""
+        active = int(self.shape.active_reducers)
+        return active if 0 < active < self.shape.num_reducers else 0
+
+    @property
+    def elastic(self) -> bool:
+        """The planner may activate and retire slots during the job (``JobShape.elastic``)."""
+        return bool(self.shape.elastic)
+
     def ring(self, num_reducers: int, active: int | None = None) -> HashRing:
         """The initial ring for ``num_reducers`` reducers (slots).
 
         Args:
             num_reducers: Reducers, or reducer slots of an elastic job.
             active: Only the first ``active`` slots get tokens (the others none, see
-                :mod:`dpa.routing.ring`); None, 0 or ``num_reducers`` and more = all.
+                :mod:`dpa.routing.ring`); None = :attr:`active_reducers`; 0 or
+                ``num_reducers`` and more = all.
         """
+        active = self.active_reducers if active is None else active
         first = active if active and 0 < active < num_reducers else None
-        return HashRing.for_method(self.method, num_reducers, self.initial_tokens, self.token_spacing == "even",
-                                   first)
+        s = self.settings
+        return HashRing.for_method(s.method, num_reducers, s.initial_tokens, s.token_spacing == "even", first)
+
+    def tokens(self, snapshot: Snapshot, reducer: int) -> int | None:
+        return int(snapshot.token_counts[reducer])
 
 
 @dataclass(frozen=True)
-class DPAPolicy(RingSettings, PolicySpec):
-    """The DPA load balancer: consistent-hash ring with token halving or doubling.
+class DPAPolicy(RingPolicy):
+    """The DPA load balancer: consistent-hash ring with token halving or doubling, built
+    from :class:`RingSettings` and the job's shape (see :class:`RingPolicy`).
 
-    Its fields are :class:`RingSettings`' with ``min_gap`` resolved to a number of
-    records (default 0, the paper's rule) and ``min_gap_s`` to seconds (default 0), and the
-    job's elastic shape.
-
-    Args:
-        active_reducers: Elastic jobs: the first ring gives tokens to reducer slots
-            ``0 .. active_reducers - 1`` only (0 = all slots).
-        elastic: The planner may activate and retire slots during the job
-            (:meth:`DPAPlanner.scale_out`, :meth:`DPAPlanner.scale_in`): there is always a
-            planner, and keys move.
+    With ``max_rounds=0`` it has no planner and never moves a key, unless the job is
+    elastic: then there is always a planner (:meth:`DPAPlanner.scale_out`,
+    :meth:`DPAPlanner.scale_in`), and keys move.
     """
 
     routes_by_key = True
@@ -533,41 +576,20 @@ class DPAPolicy(RingSettings, PolicySpec):
     key_stats_when_backlogged = True
     supports_elastic = True
 
-    min_gap: int = 0
-    min_gap_s: float = 0.0
-    active_reducers: int = 0
-    elastic: bool = False
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.min_gap is None or self.min_gap_s is None:
-            raise ConfigError("DPAPolicy.min_gap and min_gap_s must be numbers; build it with build_ring_policy")
-        check_elastic_fields(self.active_reducers, self.elastic, self.name)
-
-    def ring(self, num_reducers: int, active: int | None = None) -> HashRing:
-        """The initial ring: ``active`` (default :attr:`active_reducers`) slots get tokens."""
-        return super().ring(num_reducers, self.active_reducers if active is None else active)
-
     @property
     def moves_keys(self) -> bool:  # type: ignore[override]
-        return self.max_rounds > 0 or self.elastic
+        return self.settings.max_rounds > 0 or self.elastic
 
     @property
     def wants_key_stats(self) -> bool:  # type: ignore[override]
-        return self.lookahead and self.max_rounds > 0
+        return self.settings.lookahead and self.settings.max_rounds > 0
 
     @property
     def wants_block_stats(self) -> bool:  # type: ignore[override]
-        return self.lookahead and self.max_rounds > 0
-
-    def _ring(self, num_reducers: int) -> HashRing:
-        return self.ring(num_reducers)
-
-    def tokens(self, snapshot: Snapshot, reducer: int) -> int | None:
-        return int(snapshot.token_counts[reducer])
+        return self.settings.lookahead and self.settings.max_rounds > 0
 
     def initial_snapshot(self, num_reducers: int) -> RingSnapshot:
-        return self._ring(num_reducers).snapshot()
+        return self.ring(num_reducers).snapshot()
 
     def make_router(self, mapper_id: int, num_reducers: int) -> SnapshotRouter:
         return RingRouter()
@@ -576,38 +598,13 @@ class DPAPolicy(RingSettings, PolicySpec):
         return snapshot.lookup_batch(hashes) if self.moves_keys else None
 
     def make_planner(self, num_reducers: int) -> Planner | None:
-        if self.max_rounds == 0 and not self.elastic:
+        s = self.settings
+        if s.max_rounds == 0 and not self.elastic:
             return None
-        return DPAPlanner(self.method, self.tau, self.max_rounds, self._ring(num_reducers), self.patience,
-                          self.min_gap, self.balance_on, self.min_gap_s, self.lookahead)
-
-
-def check_elastic_fields(active_reducers: object, elastic: object, policy: str) -> None:
-    """Validates a ring policy's ``active_reducers`` (an integer >= 0) and ``elastic`` (a bool).
-
-    Raises:
-        ConfigError: If either is invalid.
-    """
-    check_int_option("active_reducers", active_reducers, 0, policy)
-    if not isinstance(elastic, bool):
-        raise ConfigError(f"policy {policy!r}: elastic must be True or False, got {elastic!r}")
-
-
-def resolved_fields(settings: RingSettings, shape: JobShape) -> dict[str, Any]:
-    """The settings' fields with ``min_gap`` and ``min_gap_s`` resolved against the job's
-    shape, plus its elastic shape: ``active_reducers`` (0 when every slot starts active)
-    and ``elastic``."""
-    fields = asdict(settings)
-    if fields["min_gap"] is None:
-        fields["min_gap"] = shape.block_share
-    if fields["min_gap_s"] is None:
-        fields["min_gap_s"] = MIN_GAP_STEPS * shape.step_time_s
-    active = int(shape.active_reducers)
-    fields["active_reducers"] = active if 0 < active < shape.num_reducers else 0
-    fields["elastic"] = bool(shape.elastic)
-    return fields
+        return DPAPlanner(s.method, s.tau, s.max_rounds, self.ring(num_reducers), s.patience,
+                          self.min_gap, s.balance_on, self.min_gap_s, s.lookahead)
 
 
 def build_ring_policy(settings: RingSettings, shape: JobShape) -> DPAPolicy:
     """The registry factory of ``halving`` and ``doubling``."""
-    return DPAPolicy(**resolved_fields(settings, shape))
+    return DPAPolicy(settings, shape)

@@ -14,6 +14,7 @@ from dpa.engine.plan import build_plan
 from dpa.input.sources import normalize_source
 from dpa.keys.columns import hash_key_columns
 from dpa.routing.policies.hybrid.policy import HybridPolicy
+from dpa.routing.policy import JobShape
 
 
 def test_block_forecast_counts_the_most_frequent_keys_and_scales_a_sample_up():
@@ -62,7 +63,7 @@ def test_a_mapper_forecasts_its_first_block_only_and_only_if_the_policy_wants_it
 
 
 def test_a_key_hot_in_the_forecast_is_split_over_every_reducer_before_any_report():
-    policy = HybridPolicy(num_mappers=2)
+    policy = HybridPolicy(shape=JobShape(num_mappers=2))
     planner = policy.make_planner(8)
     planner.observe_forecast(0, np.array([42], np.uint32), np.array([10_000]), 10_000)
     (decision,) = planner.check(0.0)
@@ -74,7 +75,7 @@ def test_a_key_hot_in_the_forecast_is_split_over_every_reducer_before_any_report
 
 
 def test_the_forecast_fades_as_the_reducers_count_what_it_announced():
-    planner = HybridPolicy(num_mappers=1).make_planner(4)
+    planner = HybridPolicy().make_planner(4)
     assert not planner._forecasting()
     planner.observe_forecast(0, np.array([42, 43], np.uint32), np.array([500, 10]), 1000)
     assert planner._forecast_weight() == 1.0 and planner._forecasting()
@@ -87,7 +88,7 @@ def test_the_forecast_fades_as_the_reducers_count_what_it_announced():
 
 
 def test_a_forecast_without_a_hot_key_changes_nothing():
-    planner = HybridPolicy(num_mappers=1).make_planner(4)
+    planner = HybridPolicy().make_planner(4)
     keys = np.arange(100, dtype=np.uint32)
     planner.observe_forecast(0, keys, np.full(100, 10), 1000)  # 1% each, theta is 1 / 32
     assert not planner._forecasting() and planner.check(0.0) == []

@@ -12,7 +12,7 @@ from dpa.engine.mapper import MapperLogic
 from dpa.engine.plan import build_plan
 from dpa.engine.reducer import ReducerLogic
 from dpa.input.sources import normalize_source
-from dpa.routing.policies.ring.policy import DPAPolicy
+from dpa.routing.policies.ring.policy import DPAPolicy, RingSettings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +32,7 @@ def _plan(policy):
 
 
 def test_batches_routed_under_the_current_ring_skip_the_ownership_check():
-    policy = CountingPolicy("doubling", 0.2, 1)
+    policy = CountingPolicy(RingSettings("doubling", 0.2, 1))
     plan, table = _plan(policy)
     snap = policy.initial_snapshot(plan.num_reducers)
     mapper = MapperLogic(0, plan, snap)
@@ -48,7 +48,7 @@ def test_batches_routed_under_the_current_ring_skip_the_ownership_check():
 
 
 def test_unknown_or_stale_routing_is_checked_and_forwarded():
-    policy = CountingPolicy("doubling", 0.2, 1)
+    policy = CountingPolicy(RingSettings("doubling", 0.2, 1))
     plan, table = _plan(policy)
     snap = policy.initial_snapshot(plan.num_reducers)
     red = ReducerLogic(0, plan, snap)
@@ -84,7 +84,7 @@ class HandingPolicy(DPAPolicy):
 
 
 def test_held_counts_the_chunk_being_processed_and_adoption_applies_the_handover():
-    policy = HandingPolicy("doubling", 0.2, 1)
+    policy = HandingPolicy(RingSettings("doubling", 0.2, 1))
     plan, table = _plan(policy)
     snap = policy.initial_snapshot(plan.num_reducers)
     red = ReducerLogic(0, plan, snap)
@@ -104,7 +104,7 @@ def test_held_counts_the_chunk_being_processed_and_adoption_applies_the_handover
 
 
 def _queued_reducer(step_time_s=0.03, chunk_size=65_536):
-    policy = DPAPolicy("doubling", 0.2, 1)
+    policy = DPAPolicy(RingSettings("doubling", 0.2, 1))
     plan, table = _plan(policy)
     plan = dataclasses.replace(plan, step_time_s=step_time_s, chunk_size=chunk_size)
     snap = policy.initial_snapshot(plan.num_reducers)

@@ -96,8 +96,11 @@ def test_factories_get_the_job_shape():
     assert shape == dpa.JobShape(3, 4, 100, 7) and shape.block_share == 75
     assert make_policy(cfg).min_gap == 75
     assert make_policy(local(policy=dpa.RingSettings(min_gap=0), num_mappers=3)).min_gap == 0
-    assert make_policy(local(policy="shuffle", seed=7)) == ShufflePolicy(seed=7)
-    assert make_policy(local(policy="potc", num_mappers=3)) == PoTCPolicy(mappers=3)
+    shuffle = make_policy(local(policy="shuffle", seed=7))
+    assert shuffle == ShufflePolicy(dpa.ShuffleSettings(), job_shape(local(policy="shuffle", seed=7)))
+    assert shuffle.seed == 7 and shuffle.settings == dpa.ShuffleSettings() and shuffle.shape.seed == 7
+    potc = make_policy(local(policy="potc", num_mappers=3))
+    assert isinstance(potc, PoTCPolicy) and potc.settings == dpa.PoTCSettings() and potc.shape.num_mappers == 3 and potc.splits_keys
     assert make_policy(local(policy="hybrid", num_mappers=3, batch_size=8)).num_mappers == 3
     assert isinstance(make_policy(local(policy="hybrid")), HybridPolicy)
     assert isinstance(make_policy(local(policy=dpa.PKGSettings(d=4))), PKGPolicy)
@@ -136,6 +139,40 @@ def test_external_registration():
         import dpa.routing.registry as registry
 
         registry._REGISTRY.pop("test-echo", None)
+
+
+@dataclasses.dataclass(frozen=True)
+class OffsetSettings(dpa.PolicySettings):
+    name = "test-offset"
+    offset: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class OffsetPolicy(dpa.PolicySpec):
+    """A policy of one's own built from its settings: the class is its own factory."""
+
+    settings: OffsetSettings
+    shape: dpa.JobShape
+
+    routes_by_key = True
+
+    def initial_snapshot(self, num_reducers):
+        return ModSnapshot(num_reducers)
+
+    def make_router(self, mapper_id, num_reducers):
+        return ModRouter()
+
+
+def test_a_policy_holding_its_settings_and_shape_is_its_own_factory():
+    dpa.register_policy("test-offset", OffsetPolicy, "offset", OffsetSettings)
+    try:
+        spec = make_policy(local(policy="test-offset", num_reducers=3, policy_options={"offset": 2}))
+        assert spec == OffsetPolicy(OffsetSettings(offset=2), job_shape(local(policy="test-offset", num_reducers=3)))
+        assert spec.settings.offset == 2 and spec.shape.num_reducers == 3
+    finally:
+        import dpa.routing.registry as registry
+
+        registry._REGISTRY.pop("test-offset", None)
 
 
 def test_a_policy_registered_without_settings_is_selected_by_its_name():

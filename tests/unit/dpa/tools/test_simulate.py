@@ -7,7 +7,7 @@ import pytest
 
 from dpa.errors import ConfigError
 from dpa.keys.encoding import hash_key
-from dpa.routing.policies import PKGPolicy
+from dpa.routing.policies import PKGPolicy, PKGSettings
 from dpa.tools.simulate import _replication, simulate
 from workloads.generators import zipf
 
@@ -114,7 +114,7 @@ def test_queue_model_without_a_planner_only_measures_queues():
 
 
 def test_a_policy_spec_can_be_passed_directly():
-    r = simulate(np.arange(100), PKGPolicy(d=3), num_workers=4)
+    r = simulate(np.arange(100), PKGPolicy(PKGSettings(d=3)), num_workers=4)
     assert r.policy == "pkg" and r.loads.sum() == 100
 
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import dpa
 from dpa.errors import ConfigError
-from dpa.routing.policies import DKGPolicy, dkg_max_machines, dkg_threshold
+from dpa.routing.policies import DKGPolicy, DKGSettings, dkg_max_machines, dkg_threshold
 from dpa.routing.policies.dkg import DKGRouter, KeySpace, dkg_ideal_load
 from dpa.routing.registry import make_policy
 
@@ -79,7 +79,7 @@ def test_lookup_order_and_counts():
 
 def router(R=10, **kw):
     opts = {"expected_keys": 10, "promote_every": 100, "old_every": 200, "warmup": 100, **kw}
-    return DKGPolicy(**opts).make_router(0, R)
+    return DKGPolicy(DKGSettings(**opts)).make_router(0, R)
 
 
 def test_default_candidates_are_two_consecutive_reducers():
@@ -151,12 +151,12 @@ def test_choose_scales_down_when_two_candidates_are_below_the_threshold():
 
 def test_options_through_jobconfig_and_validation():
     s = make_policy(dpa.JobConfig(runtime="local", policy="dkg", policy_options={"expected_keys": 1000}))
-    assert isinstance(s, DKGPolicy) and s.expected_keys == 1000 and s.splits_keys
-    assert s.make_router(0, 4).old_every == 4 * s.promote_every
+    assert isinstance(s, DKGPolicy) and s.settings.expected_keys == 1000 and s.splits_keys
+    assert s.make_router(0, 4).old_every == 4 * s.settings.promote_every
     with pytest.raises(ConfigError):
-        DKGPolicy(promote_every=0)
+        DKGSettings(promote_every=0)
     with pytest.raises(ConfigError, match="max_machines"):
-        DKGPolicy(max_machines=1)
+        DKGSettings(max_machines=1)
 
 
 class PerRecordRouter(DKGRouter):
@@ -182,8 +182,8 @@ class PerRecordRouter(DKGRouter):
 )
 @settings(max_examples=40, deadline=None)
 def test_fast_path_agrees_with_the_per_record_algorithm(batches, R):
-    policy = DKGPolicy(expected_keys=10, promote_every=16, old_every=32, warmup=16)
-    fast, slow = policy.make_router(0, R), PerRecordRouter(policy, R)
+    policy = DKGPolicy(DKGSettings(expected_keys=10, promote_every=16, old_every=32, warmup=16))
+    fast, slow = policy.make_router(0, R), PerRecordRouter(policy.settings, R)
     for b in batches:
         hs = np.array(b, dtype=np.uint32)
         np.testing.assert_array_equal(fast.route(hs, None), slow.route(hs, None))

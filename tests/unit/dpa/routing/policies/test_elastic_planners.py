@@ -11,10 +11,11 @@ import dpa
 from dpa.routing.hash_ring import HashRing
 from dpa.routing.policies.hybrid.planner import HybridPlanner
 from dpa.routing.policies.hybrid.policy import HybridPolicy
+from dpa.routing.policies.hybrid.settings import HybridSettings
 from dpa.routing.policies.hybrid.snapshot import HybridSnapshot
 from dpa.routing.policies.ring.lookahead import KeyLoads, plan_rounds, predicted_loads
 from dpa.routing.policies.ring.policy import DPAPlanner, DPAPolicy
-from dpa.routing.policy import Planner, PolicySpec
+from dpa.routing.policy import JobShape, Planner, PolicySpec
 from dpa.routing.registry import job_shape, make_policy
 from dpa.routing.ring import RingSnapshot
 
@@ -374,7 +375,7 @@ def test_hybrid_scale_out_keeps_the_hot_keys_and_moves_the_tail_with_the_arcs():
 
 
 def test_hybrid_hand_overs_level_active_slots_only():
-    policy = HybridPolicy(max_rounds=0, min_width=3, active_reducers=3, elastic=True)
+    policy = HybridPolicy(HybridSettings(max_rounds=0, min_width=3), JobShape(num_reducers=6, active_reducers=3, elastic=True))
     planner = policy.make_planner(6)
     key = 4242
     planner.observe_keys(0, np.array([key], np.uint32), np.array([90]), 90)

@@ -20,7 +20,7 @@ from dpa.routing.policies.fang.plan import (
     priority_index,
     workload_skewness,
 )
-from dpa.routing.policies.fang.policy import FangPlanner, FangPolicy, TableSnapshot
+from dpa.routing.policies.fang.policy import FangPlanner, FangPolicy, FangSettings, TableSnapshot
 from dpa.routing.registry import make_policy
 
 FAST = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -264,7 +264,7 @@ def test_snapshot_lookup_is_table_then_hash(table, R, extra):
     assert got.tolist() == [table.get(int(h), int(h) % R) for h in hs]
     assert snap.table_size == sum(1 for k, d in table.items() if d != k % R)
     assert np.all(np.diff(snap.keys.astype(np.int64)) > 0)
-    spec = FangPolicy("mixed")
+    spec = FangPolicy(FangSettings("mixed", table_limit=None))
     np.testing.assert_array_equal(spec.owners(snap, hs), got)
     np.testing.assert_array_equal(spec.make_router(0, R).route(hs, snap), got)  # deterministic, same owner
     assert snap.lookup_batch(np.zeros(0, np.uint32)).shape == (0,)
@@ -280,10 +280,10 @@ def test_registered_policies_and_options():
         spec = build(mode)
         assert isinstance(spec, FangPolicy) and spec.name == mode
         assert spec.routes_by_key and spec.moves_keys and spec.wants_key_stats and spec.needs_merge
-    assert build("mixed").table_limit == fang.MIXED_DEFAULT_TABLE_LIMIT
-    assert build("mixed", table_limit=None).table_limit is None
-    assert build("minmig").table_limit is None
-    assert build("mintable", theta=0.2, interval=10, window=3, beta=2.0).window == 3
+    assert build("mixed").settings.table_limit == fang.MIXED_DEFAULT_TABLE_LIMIT
+    assert build("mixed", table_limit=None).settings.table_limit is None
+    assert build("minmig").settings.table_limit is None
+    assert build("mintable", theta=0.2, interval=10, window=3, beta=2.0).settings.window == 3
     for bad in ({"theta": -0.1}, {"interval": 0}, {"window": 0}, {"state": "lots"}, {"table_limit": -1},
                 {"beta": float("nan")}, {"discretize": 0}):
         with pytest.raises(ConfigError):
@@ -311,7 +311,7 @@ def owner_reports(planner, counts):
 
 
 def test_planner_publishes_a_higher_version_when_skewed_and_none_when_balanced():
-    spec = FangPolicy("mixed", theta=0.2, table_limit=10, interval=1000)
+    spec = FangPolicy(FangSettings("mixed", theta=0.2, table_limit=10, interval=1000))
     p = spec.make_planner(4)
     assert isinstance(p, FangPlanner) and p.snapshot.version == 0
     # reducers 0, 2, 3 get 260 records of light keys, reducer 1 gets 200; key 0 (hash % 4 = 0) is hot
@@ -339,7 +339,7 @@ def test_planner_publishes_a_higher_version_when_skewed_and_none_when_balanced()
 
 
 def test_planner_balanced_stream_never_rebalances():
-    p = FangPolicy("minmig", theta=0.1, interval=500).make_planner(4)
+    p = FangPolicy(FangSettings("minmig", theta=0.1, interval=500)).make_planner(4)
     for _ in range(5):
         owner_reports(p, {h: 10 for h in range(400)})
         assert p.check(0.0) == []
@@ -347,7 +347,7 @@ def test_planner_balanced_stream_never_rebalances():
 
 
 def test_planner_counts_unlisted_records_at_the_reporting_reducer():
-    p = FangPolicy("mintable", theta=0.1, interval=100).make_planner(2)
+    p = FangPolicy(FangSettings("mintable", theta=0.1, interval=100)).make_planner(2)
     # reducer 0 reports 30 listed records of key 0 and 70 unlisted ones; reducer 1 reports 20
     p.observe_keys(0, np.array([0], np.uint32), np.array([30], np.int64), 100)
     p.observe_keys(1, np.array([1], np.uint32), np.array([20], np.int64), 20)
@@ -358,7 +358,7 @@ def test_planner_counts_unlisted_records_at_the_reporting_reducer():
 
 
 def test_planner_unit_state_and_window():
-    p = FangPolicy("minmig", theta=0.0, interval=10, state="unit", window=2).make_planner(2)
+    p = FangPolicy(FangSettings("minmig", theta=0.0, interval=10, state="unit", window=2)).make_planner(2)
     owner_reports(p, {0: 8, 2: 4, 1: 2})
     [d] = p.check(0.0)
     assert p.last_stats["migration_cost"] == pytest.approx(1 / 3)  # one key of three moves
@@ -372,7 +372,7 @@ def test_simulated_job_rebalances_a_skewed_stream():
     keys = zipf(1.0, 5_000, 120_000, seed=1)["key"].to_numpy()
     base = simulate(keys, "hash", num_sources=2, num_workers=8)
     for mode in fang.MODES:
-        res = simulate(keys, FangPolicy(mode, table_limit=100, interval=15_000), num_sources=2, num_workers=8,
+        res = simulate(keys, FangPolicy(FangSettings(mode, table_limit=100, interval=15_000)), num_sources=2, num_workers=8,
                        service_rate=1.0, rebalance_interval=4096)
         assert res.events and all(e.action == mode for e in res.events)
         assert res.max_over_avg < base.max_over_avg - 0.1

@@ -421,7 +421,7 @@ def test_registered_with_descriptions():
     for alg in ("scan", "redist", "readj"):
         assert f"gedik-{alg}" in names and "Gedik" in names[f"gedik-{alg}"]
         spec = make(f"gedik-{alg}")
-        assert isinstance(spec, GedikPolicy) and spec.algorithm == alg and spec.name == f"gedik-{alg}"
+        assert isinstance(spec, GedikPolicy) and spec.settings.algorithm == alg and spec.name == f"gedik-{alg}"
         assert spec.routes_by_key and spec.moves_keys and spec.wants_key_stats and not spec.splits_keys
 
 

@@ -9,12 +9,15 @@ import dpa
 from dpa.errors import ConfigError
 from dpa.routing.policies import (
     OffGreedyPolicy,
+    OffGreedySettings,
     OnGreedyPolicy,
     PoTCPolicy,
     ShufflePolicy,
+    ShuffleSettings,
     candidates,
     lpt_assignment,
 )
+from dpa.routing.policy import JobShape
 from dpa.routing.registry import make_policy
 
 
@@ -29,7 +32,7 @@ def test_shuffle_is_round_robin_across_batches_with_per_mapper_offsets():
     assert r0.route(hs, None).tolist() == [0, 1, 2, 0]
     assert r0.route(hs[:2], None).tolist() == [1, 2]
     assert r1.route(hs, None).tolist() == [1, 2, 0, 1]
-    assert ShufflePolicy(seed=2).make_router(0, 3).route(hs, None).tolist() == [2, 0, 1, 2]
+    assert ShufflePolicy(ShuffleSettings(seed=2)).make_router(0, 3).route(hs, None).tolist() == [2, 0, 1, 2]
     s = spec("shuffle", seed=5)
     assert s.seed == 5 and s.splits_keys and s.owners(None, hs) is None
 
@@ -71,7 +74,7 @@ def test_lpt_assigns_by_decreasing_frequency_to_the_least_loaded():
 
 def test_off_greedy_shares_one_table_across_mappers_when_frequencies_are_known():
     freqs = {100: 50, 200: 30, 300: 20, 400: 1}
-    s = OffGreedyPolicy(frequencies=freqs, mappers=3)
+    s = OffGreedyPolicy(OffGreedySettings(frequencies=freqs), JobShape(num_mappers=3))
     routers = [s.make_router(m, 3) for m in range(3)]
     hs = np.array([100, 200, 300, 400, 100], dtype=np.uint32)
     outs = [r.route(hs, None).tolist() for r in routers]
@@ -89,12 +92,12 @@ def test_off_greedy_without_frequencies_samples_the_first_batch():
 
 
 def test_off_greedy_frequency_pairs_and_validation():
-    s = OffGreedyPolicy(frequencies=(np.array([1, 2, 1]), np.array([1, 5, 1])))
+    s = OffGreedyPolicy(OffGreedySettings(frequencies=(np.array([1, 2, 1]), np.array([1, 5, 1]))))
     assert s.make_router(0, 2).route(np.array([2, 1], dtype=np.uint32), None).tolist() == [0, 1]
     with pytest.raises(ConfigError, match="32-bit key hashes"):
-        OffGreedyPolicy(frequencies={-1: 3})
+        OffGreedySettings(frequencies={-1: 3})
     with pytest.raises(ConfigError, match="mapping"):
-        OffGreedyPolicy(frequencies=5)
+        OffGreedySettings(frequencies=5)
 
 
 @pytest.mark.parametrize("name", ["potc", "on-greedy", "off-greedy"])
@@ -107,6 +110,6 @@ def test_binding_policies_split_only_across_mappers(name):
 
 
 def test_potc_d_option_and_validation():
-    assert spec("potc", policy_options={"d": 3}).d == 3
+    assert spec("potc", policy_options={"d": 3}).settings.d == 3
     with pytest.raises(ConfigError):
         spec("potc", policy_options={"d": -1})

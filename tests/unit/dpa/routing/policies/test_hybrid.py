@@ -13,6 +13,7 @@ import dpa
 from dpa.errors import ConfigError
 from dpa.routing.policies.hybrid.planner import fill
 from dpa.routing.policies.hybrid.policy import HybridPolicy
+from dpa.routing.policies.hybrid.settings import HybridSettings
 from dpa.routing.policies.hybrid.snapshot import HybridSnapshot
 from workloads import paper
 
@@ -82,7 +83,7 @@ def test_destinations_keep_spread_and_return():
 
 
 def test_planner_splits_a_hot_key_and_levels_loads():
-    policy = HybridPolicy(max_rounds=0)
+    policy = HybridPolicy(HybridSettings(max_rounds=0))
     planner = policy.make_planner(4)
     hot_key = 12345
     home = int(policy.initial_snapshot(4).lookup_batch(np.array([hot_key], np.uint32))[0])
@@ -113,7 +114,7 @@ def test_planner_splits_a_hot_key_and_levels_loads():
 def test_the_hot_key_rule_keeps_a_forecasts_most_frequent_keys_only():
     from dpa.routing.policies.hybrid.planner import FORECAST_KEYS
 
-    planner = HybridPolicy(max_rounds=0).make_planner(4)
+    planner = HybridPolicy(HybridSettings(max_rounds=0)).make_planner(4)
     hashes = np.arange(1, 513, dtype=np.uint32)
     counts = np.arange(512, 0, -1, dtype=np.int64) * 10  # most frequent first, as mappers send them
     planner.observe_forecast(0, hashes, counts, int(counts.sum()) + 1000)
@@ -123,7 +124,7 @@ def test_the_hot_key_rule_keeps_a_forecasts_most_frequent_keys_only():
 
 def _hot_planner(R: int, cands: list[int], held: list[int], queues: list[int], arrived: int | None = None):
     """A planner with one hot key split over ``cands`` (published), then the given reports."""
-    policy = HybridPolicy(max_rounds=0, min_width=len(cands))
+    policy = HybridPolicy(HybridSettings(max_rounds=0, min_width=len(cands)))
     planner = policy.make_planner(R)
     key = 4242
     total = sum(held) if arrived is None else arrived
@@ -222,9 +223,9 @@ def test_handover_takes_hot_records_from_the_back_for_candidates_only():
 
 def test_bad_options_are_config_errors():
     with pytest.raises(ConfigError, match="theta"):
-        HybridPolicy(theta=2.0)
+        HybridSettings(theta=2.0)
     with pytest.raises(ConfigError, match="method"):
-        HybridPolicy(method="tripling")
+        HybridSettings(method="tripling")
 
 
 @settings(deadline=None, max_examples=5)
@@ -290,7 +291,7 @@ def test_a_restarted_planner_resumes_from_a_published_state():
     planner = _hot_planner(4, [1, 2, 3], held=[0, 600, 0, 0], queues=[0, 500, 0, 0])
     (decision,) = planner.check(1.0)
     published = decision.snapshot
-    fresh = HybridPolicy(max_rounds=0, min_width=3).make_planner(4)
+    fresh = HybridPolicy(HybridSettings(max_rounds=0, min_width=3)).make_planner(4)
     assert fresh.resume(published)
     assert fresh.snapshot is published and fresh.hot == planner.hot
     for h, shares in planner.shares.items():

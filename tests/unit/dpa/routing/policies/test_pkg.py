@@ -14,7 +14,7 @@ import dpa
 from dpa.errors import ConfigError
 from dpa.keys.encoding import hash_key
 from dpa.keys.murmur3 import murmur3_32_batch
-from dpa.routing.policies import PKGPolicy, candidates, seeded_hash32
+from dpa.routing.policies import PKGPolicy, PKGSettings, candidates, seeded_hash32
 from dpa.routing.registry import make_policy
 
 
@@ -50,7 +50,7 @@ def key_with(R, same):
 
 
 def router(R=5, d=2):
-    return PKGPolicy(d=d).make_router(0, R)
+    return PKGPolicy(PKGSettings(d=d)).make_router(0, R)
 
 
 def test_picks_the_less_loaded_of_its_two_choices_and_ties_go_to_the_first():
@@ -139,7 +139,7 @@ def test_local_load_estimation_is_per_mapper():
 
 def test_options_through_jobconfig():
     spec = make_policy(dpa.JobConfig(runtime="local", policy="pkg", policy_options={"d": 3}))
-    assert isinstance(spec, PKGPolicy) and spec.d == 3
+    assert isinstance(spec, PKGPolicy) and spec.settings.d == 3
     assert spec.splits_keys and spec.needs_merge and spec.owners(None, np.zeros(0)) is None
     with pytest.raises(ConfigError, match="d must be an integer >= 1"):
         make_policy(dpa.JobConfig(runtime="local", policy="pkg", policy_options={"d": 0}))

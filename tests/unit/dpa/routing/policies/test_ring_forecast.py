@@ -241,7 +241,7 @@ def test_a_ring_changed_only_before_the_first_push_needs_no_final_merge():
     assert needs_final_merge(ring, v0, v2, routed_from=1)
     assert not needs_final_merge(ring, v0, v2, routed_from=2)  # every record was routed under the final ring
     assert not needs_final_merge(ring, v0, v0, routed_from=0)
-    hybrid = HybridPolicy(num_mappers=1)
+    hybrid = HybridPolicy()
 
     class Split:  # a hybrid snapshot with one hot key
         version, hot = 2, [7]

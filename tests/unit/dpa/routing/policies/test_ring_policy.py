@@ -132,7 +132,7 @@ def test_patience_needs_the_same_straggler_on_consecutive_checks():
 def test_patience_option_is_validated():
     with pytest.raises(ConfigError, match="patience"):
         make_policy(dpa.JobConfig(policy="halving", policy_options={"patience": 0}))
-    assert make_policy(dpa.JobConfig(policy="halving", policy_options={"patience": 4})).patience == 4
+    assert make_policy(dpa.JobConfig(policy="halving", policy_options={"patience": 4})).settings.patience == 4
 
 
 # --------------------------------------------------------------------------- the rule on work
@@ -175,9 +175,9 @@ def test_records_rule_without_work_reports_and_on_request():
 
 def test_settings_resolve_min_gap_s_from_the_step_time():
     policy = make_policy(dpa.JobConfig(policy="halving", step_time_s=0.04))
-    assert policy.balance_on == "work" and policy.min_gap_s == pytest.approx(0.08)
+    assert policy.settings.balance_on == "work" and policy.min_gap_s == pytest.approx(0.08)
     paper = make_policy(dpa.JobConfig(policy="halving", policy_options={"balance_on": "records", "min_gap": 0}))
-    assert paper.balance_on == "records" and paper.min_gap == 0
+    assert paper.settings.balance_on == "records" and paper.min_gap == 0
     with pytest.raises(ConfigError, match="balance_on"):
         make_policy(dpa.JobConfig(policy="halving", policy_options={"balance_on": "seconds"}))
     with pytest.raises(ConfigError, match="min_gap_s"):
@@ -199,7 +199,7 @@ def test_ring_settings_default_to_an_even_ring_with_lookahead_and_keep_the_paper
     from dpa.routing.policies.ring.lookahead import arc_shares
 
     policy = make_policy(dpa.JobConfig(policy="doubling", num_reducers=8))
-    assert policy.token_spacing == "even" and policy.lookahead and policy.wants_key_stats
+    assert policy.settings.token_spacing == "even" and policy.settings.lookahead and policy.wants_key_stats
     assert arc_shares(policy.initial_snapshot(8)) == pytest.approx(np.full(8, 1 / 8), abs=1e-6)
     paper = make_policy(dpa.JobConfig(policy="doubling", initial_tokens=1,
                                       policy_options={"token_spacing": "hashed", "lookahead": False}))
