@@ -113,8 +113,17 @@ def _start(plan: JobPlan, reuse: bool, deadline: _Deadline) -> Pool:
     raise JobFailedError("could not start dpa's actors: the coordinator died twice while starting")
 
 
-def _input_items(blocks: Any, dataset: Any) -> Any:
-    """``(block ref, row slice or None)`` for every input block."""
+def shipped_columns(plan: JobPlan) -> set[str] | None:
+    """The source columns a job reads (its key and reducer columns), or None for every
+    column (a ``map_fn`` or key function sees whole records, a reducer that reads records)."""
+    if plan.map_fn is not None or plan.key_fn is not None or plan.keep_cols is None:
+        return None
+    return set(plan.key_cols) | set(plan.keep_cols)
+
+
+def _input_items(blocks: Any, dataset: Any, columns: set[str] | None = None) -> Any:
+    """``(block ref, row slice or None)`` for every input block; a block read on the driver
+    goes to the object store with only ``columns`` (None: all)."""
     if isinstance(dataset, ArrowRefs):
         return ((ref, None) for ref in dataset.refs)
     if isinstance(dataset, tuple):  # ParquetPiece descriptions: each mapper reads its own
@@ -126,7 +135,14 @@ def _input_items(blocks: Any, dataset: Any) -> Any:
             for bundle in dataset.iter_internal_ref_bundles()
             for ref, sl in zip(bundle.block_refs, bundle.slices)
         )
-    return ((ray.put(_for_put(block)), None) for block in blocks)
+    return ((ray.put(_for_put(_project(block, columns))), None) for block in blocks)
+
+
+def _project(block: Any, columns: set[str] | None) -> Any:
+    """``block`` with only ``columns`` (unread columns need not be copied to the object store)."""
+    if columns is None or not isinstance(block, pa.Table) or set(block.column_names) <= columns:
+        return block
+    return block.select([c for c in block.column_names if c in columns])
 
 
 def _for_put(block: Any) -> Any:
@@ -250,7 +266,7 @@ def run_ray(plan: JobPlan, blocks: Any, dataset: Any, config: Any, progress: Any
         job = pool.coordinator.run_job.remote(plan, snapshot, pool.members_key())
         poll = _progress_poller(pool.coordinator, progress)
         try:
-            _feed(pool, plan.job_id, _input_items(blocks if blocks is not None else (), dataset), job, deadline, poll)
+            _feed(pool, plan.job_id, _input_items(blocks if blocks is not None else (), dataset, shipped_columns(plan)), job, deadline, poll)
         except (DPAError, ray.exceptions.RayError):
             raise  # the job's own failure, or bad input found while reading it
         except Exception as exc:  # the source itself raised
