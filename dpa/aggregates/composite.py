@@ -8,8 +8,13 @@ combines each member's partial state with that member's own merge:
 
 * :class:`Aggregates` when every member is a columnar built-in: a batch is pre-aggregated
   with one Arrow hash group-by holding every member whose partial state is plain Arrow
-  aggregates (count, sum, min, max, mean); members with their own Arrow code (lists,
-  sets, sketches) run on the same groups, aligned by a group id;
+  aggregates (count, sum, min, max, mean, variance), each (column, function) computed once
+  however many members ask for it (``Mean("x")`` and ``Std("x")`` count ``x`` once);
+  members with their own Arrow code (lists, sets, sketches, NaN-ordered float min/max)
+  run on the same groups, aligned by a group id. Partial states merge the same way; a
+  member with its own merge by group id (:meth:`~dpa.aggregates.contract.ColumnarReducer.merge_groups`,
+  e.g. :class:`~dpa.aggregates.moments.Var`'s parallel combination) takes the composite's
+  group ids rather than grouping again;
 * :class:`RecordAggregates` when a member is user-defined: a tuple of the members'
   accumulators per key, through the scalar contract.
 
