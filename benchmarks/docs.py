@@ -257,7 +257,8 @@ BENCHMARKS: dict[str, Entry] = {
         "Aggregations: several aggregates in one pass",
         "10M rows, Zipf(1.1) keys over 100,000 values: five aggregates per key in one dpa job "
         "against a single `Count` job, five separate dpa jobs, pyarrow's `group_by().aggregate` "
-        "and DuckDB, same run (`x_count` = time / the Count job's). `stragglers`: the 40,000-record "
+        "and DuckDB, each peer's own count beside, same run (`x_count` = time / dpa's Count job's; "
+        "`x_own_count` = time / the same engine's count). `stragglers`: the 40,000-record "
         "Zipf job at 1 ms per record, 8 reducers, with `[WithCost(Count()), CountDistinct(v)]` "
         "beside `WithCost(Count())` alone (`x_ideal` = time / (work / 8)).",
     ),
