@@ -174,6 +174,10 @@ def group_ids(table: pa.Table, key_cols: Sequence[str]) -> tuple[np.ndarray, int
     """``(id per row, number of groups)``: rows with equal key tuples share an id in ``[0, n)``."""
     from dpa.keys.columns import _codes
 
+    if list(key_cols) == [GID_COL]:  # numbered by a composite already: every id in [0, n) is used
+        gid = np.asarray(table[GID_COL], dtype=np.int64)
+        return gid, int(gid.max()) + 1 if len(gid) else 0
+
     codes, values = _codes(table[key_cols[0]].combine_chunks())
     combined, size = codes, len(values)
     for name in key_cols[1:]:
@@ -268,14 +272,12 @@ class Aggregates(_Members, ColumnarReducer):
         base = table
         for name, column in extra.items():
             base = base.append_column(name, column)
-        out = base.group_by(group_cols, use_threads=False).aggregate(aggs).rename_columns(list(group_cols) + names)
-        for name, same_as in aliases.items():
-            out = out.append_column(name, out[same_as])
-        if special:
-            out = self._aligned(out, group_cols, [(i, table.select(list(dict.fromkeys(
-                list(group_cols) + (self.members[i].input_columns() or []))))) for i in special], merge=False)
-        if out is not None:
+        if not special:
+            out = base.group_by(group_cols, use_threads=False).aggregate(aggs).rename_columns(list(group_cols) + names)
+            for name, same_as in aliases.items():
+                out = out.append_column(name, out[same_as])
             return out.select(self._order(group_cols, weight_col))
+        # Members with their own step run on the same groups, numbered once here.
         gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
         base = base.append_column(GID_COL, pa.array(gid)).append_column(ROW_COL, pa.array(np.arange(table.num_rows)))
         fused = base.group_by([GID_COL], use_threads=False).aggregate(aggs + [(ROW_COL, "min")])
@@ -297,23 +299,6 @@ class Aggregates(_Members, ColumnarReducer):
             out_names.append(weight_col)
         return pa.table(columns, names=out_names)
 
-    def _aligned(self, fused: pa.Table, group_cols: list[str], subs: list[tuple[int, pa.Table]],
-                 merge: bool) -> pa.Table | None:
-        """``fused`` with the special members' states appended, when each member's own step
-        over ``group_cols`` returns the groups in ``fused``'s order (Arrow's group-by lists
-        groups in order of first appearance, as the members' do); None when one does not
-        (then the caller aligns by group id). Key columns are compared exactly (a NaN key
-        never compares equal, so it takes the group-id path)."""
-        keys = fused.select(group_cols)
-        for i, sub in subs:
-            m = self.members[i]
-            part = m.merge_partials(sub, list(group_cols)) if merge else m.partial_from_batch(sub, list(group_cols))
-            if part.num_rows != fused.num_rows or not part.select(group_cols).equals(keys):
-                return None
-            for s in m.state_columns():
-                fused = fused.append_column(_prefix(i, s), part[s])
-        return fused
-
     def _order(self, group_cols: list[str], weight_col: str | None) -> list[str]:
         return list(group_cols) + self.state_columns() + ([weight_col] if weight_col is not None else [])
 
@@ -328,18 +313,9 @@ class Aggregates(_Members, ColumnarReducer):
             for s, fn in m.merge_aggregations():
                 aggs.append((_prefix(i, s), fn))
                 names.append(_prefix(i, s))
-        by_gid = any(type(self.members[i]).merge_groups is not ColumnarReducer.merge_groups for i in special)
-        out = None if by_gid else table.group_by(group_cols, use_threads=False).aggregate(aggs).rename_columns(
-            list(group_cols) + names)
-        if special and not by_gid:
-            subs = []
-            for i in special:
-                states = self.members[i].state_columns()
-                subs.append((i, pa.table([table[c] for c in group_cols] + [table[_prefix(i, s)] for s in states],
-                                         names=[*group_cols, *states])))
-            out = self._aligned(out, group_cols, subs, merge=True)
-        if out is not None:
-            return out.select(self._order(group_cols, None))
+        if not special:
+            out = table.group_by(group_cols, use_threads=False).aggregate(aggs)
+            return out.rename_columns(list(group_cols) + names).select(self._order(group_cols, None))
         gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
         base = table.append_column(GID_COL, pa.array(gid)).append_column(ROW_COL, pa.array(np.arange(table.num_rows)))
         fused = base.group_by([GID_COL], use_threads=False).aggregate(aggs + [(ROW_COL, "min")])
