@@ -463,7 +463,7 @@ def run_bridge(table: pa.Table, args: argparse.Namespace, refs: dict[str, pa.Tab
                 la = os.getloadavg()[0]
                 t = time.perf_counter()
                 out, res = apply_in_pandas_with_result(spark.read.parquet(path), "key", fn, SCHEMAS[workload],
-                                                       config=dpa.JobConfig(num_reducers=WORKERS))
+                                                       config=dpa.JobConfig(shape=dpa.ShapeConfig(num_reducers=WORKERS)))
                 got = pa.Table.from_pandas(out.toPandas(), preserve_index=False)
                 runs.append(report({"workload": workload, "engine": "dpa-bridge", "rep": rep,
                                     "s": time.perf_counter() - t, "load_avg_1m": la,
