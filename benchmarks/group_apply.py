@@ -36,7 +36,7 @@ Engines (``--engines``), all on this machine:
   repetition at a time, so that its runs alternate with the Ray engines' and meet the same
   machine load.
 * ``dpa-bridge``: ``spark_bridge.apply_in_pandas(df, "key", fn, schema,
-  config=JobConfig(num_reducers=8)).toPandas()`` on Spark on Ray (RayDP,
+  config=JobConfig(shape=ShapeConfig(num_reducers=8))).toPandas()`` on Spark on Ray (RayDP,
   ``spark_bridge.spark_session``), ``df`` read from a parquet file (in its time), after the
   Ray engines.
 
