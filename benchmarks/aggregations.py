@@ -22,7 +22,7 @@ the single Count job.
 **Costly skewed keys** (``--stragglers``): the stragglers workload (``benchmarks.stragglers``:
 N=40k records, Zipf(1.1) over 10k keys, a 1 ms sleep per record on 8 reducers, ideal
 makespan ``N * c / 8`` = 5 s) with ``[WithCost(Count(), c), CountDistinct("v")]`` and
-``JobConfig(num_reducers=8)`` otherwise defaults, interleaved with ``WithCost(Count(), c)``
+``num_reducers=8``, otherwise defaults, interleaved with ``WithCost(Count(), c)``
 alone as the peer. Target: <= 1.15x ideal.
 
 Run (small, about a minute)::

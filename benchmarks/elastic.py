@@ -81,8 +81,8 @@ def compare(name: str, table: pa.Table, configs: dict[str, dpa.JobConfig], reps:
 def scale(args: argparse.Namespace) -> None:
     keys = np.arange(args.scale_rows) % 4000
     table = pa.table({"key": np.random.default_rng(3).permutation(keys)})
-    configs = {"fixed-2": dpa.JobConfig(num_reducers=2),
-               "elastic": dpa.JobConfig(num_reducers=2, max_reducers=8)}
+    configs = {"fixed-2": dpa.JobConfig(shape=dpa.ShapeConfig(num_reducers=2)),
+               "elastic": dpa.JobConfig(shape=dpa.ShapeConfig(num_reducers=2, max_reducers=8))}
     print(f"## scale: {args.scale_rows} uniform records x {COST_S * 1e3:g} ms, 2 reducers fixed vs "
           f"max_reducers=8 (ideal 2 / 8 reducers: {args.scale_rows * COST_S / 2:.1f} / "
           f"{args.scale_rows * COST_S / 8:.1f} s)", flush=True)
@@ -104,7 +104,8 @@ def migrate(args: argparse.Namespace) -> None:
     from workloads.generators import zipf
 
     table = zipf(1.1, 10_000, args.rows, seed=1)
-    configs = {mode: dpa.JobConfig(num_reducers=8, policy="doubling", migrate=mode) for mode in ("records", "state")}
+    configs = {mode: dpa.JobConfig(shape=dpa.ShapeConfig(num_reducers=8), balance=dpa.BalanceConfig(policy="doubling"),
+                                   semantics=dpa.SemanticsConfig(migrate=mode)) for mode in ("records", "state")}
     print(f"## migrate: {args.rows} Zipf(1.1) records over 10k keys x {COST_S * 1e3:g} ms, 8 reducers, doubling",
           flush=True)
 

@@ -44,7 +44,8 @@ def planned_share(table: Any, method: str, num_reducers: int, other_sizes: bool)
     )
     from dpa.routing.registry import make_policy
 
-    policy = make_policy(dpa.JobConfig(policy=method, num_reducers=num_reducers))
+    policy = make_policy(dpa.JobConfig(shape=dpa.ShapeConfig(num_reducers=num_reducers),
+                                        balance=dpa.BalanceConfig(policy=method)))
     ring = policy.make_planner(num_reducers).ring
     loads = forecast_loads(*block_forecast(hash_key_columns(table, ["key"])))  # as the planner takes it
     sizes = first_ring_sizes(method, policy.settings.initial_tokens) if other_sizes else ()

@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     ensure_ray(logging_level="ERROR")
     rng = np.random.default_rng(0)
     table = pa.table({"key": rng.zipf(1.3, args.records) % 1000})
-    config = dpa.JobConfig(batch_size=2_000, chunk_size=1_000,
-                           **({} if args.policy is None else {"policy": args.policy}))
+    config = dpa.JobConfig().with_options(batch_size=2_000, chunk_size=1_000,
+                                          **({} if args.policy is None else {"policy": args.policy}))
     for _ in range(args.warmup):
         dpa.run(table, key="key", config=config)
     samples: list[tuple[int, float]] = [(0, gcs_rss_mb())]

@@ -36,7 +36,7 @@ Engines (``--engines``), all on this machine:
   repetition at a time, so that its runs alternate with the Ray engines' and meet the same
   machine load.
 * ``dpa-bridge``: ``spark_bridge.apply_in_pandas(df, "key", fn, schema,
-  config=JobConfig(num_reducers=8)).toPandas()`` on Spark on Ray (RayDP,
+  config=JobConfig(shape=ShapeConfig(num_reducers=8))).toPandas()`` on Spark on Ray (RayDP,
   ``spark_bridge.spark_session``), ``df`` read from a parquet file (in its time), after the
   Ray engines.
 
@@ -463,7 +463,7 @@ def run_bridge(table: pa.Table, args: argparse.Namespace, refs: dict[str, pa.Tab
                 la = os.getloadavg()[0]
                 t = time.perf_counter()
                 out, res = apply_in_pandas_with_result(spark.read.parquet(path), "key", fn, SCHEMAS[workload],
-                                                       config=dpa.JobConfig(num_reducers=WORKERS))
+                                                       config=dpa.JobConfig(shape=dpa.ShapeConfig(num_reducers=WORKERS)))
                 got = pa.Table.from_pandas(out.toPandas(), preserve_index=False)
                 runs.append(report({"workload": workload, "engine": "dpa-bridge", "rep": rep,
                                     "s": time.perf_counter() - t, "load_avg_1m": la,

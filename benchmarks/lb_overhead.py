@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     base = {"num_mappers": args.mappers, "num_reducers": args.reducers, "policy": args.policy,
             "tau": args.tau, "policy_options": {"patience": args.patience}, **config_overrides(args)}
     modes = HYBRID_MODES if args.policy == "hybrid" else MODES
-    configs = {mode: dpa.JobConfig(**{**base, **extra}) for mode, extra in modes.items()}
+    configs = {mode: dpa.JobConfig().with_options(**{**base, **extra}) for mode, extra in modes.items()}
     startup = {"ray_init_s": init_ray()}
     runs: list[dict[str, Any]] = []
     try:

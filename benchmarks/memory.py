@@ -114,8 +114,8 @@ def quiet_ray_data() -> None:
 def run_one(n: int, args: Any) -> dict[str, Any]:
     import dpa
 
-    cfg = dpa.JobConfig(num_mappers=args.mappers, num_reducers=args.reducers, max_rounds=args.max_rounds,
-                        **({} if args.policy is None else {"policy": args.policy}), **config_overrides(args))
+    cfg = dpa.JobConfig().with_options(num_mappers=args.mappers, num_reducers=args.reducers,
+                                       max_rounds=args.max_rounds, **({} if args.policy is None else {"policy": args.policy}), **config_overrides(args))
     if args.source == "dataset":
         source = make_dataset(n, args.block_rows, args.z, args.keys, args.seed)
     else:
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     quiet_ray_data()
     t0 = time.perf_counter()  # warm-up: start the pooled actors outside the measurements
     dpa.run(pa.table({"key": np.arange(1000, dtype=np.int64)}), key="key",
-            config=dpa.JobConfig(num_mappers=args.mappers, num_reducers=args.reducers))
+            config=dpa.JobConfig(shape=dpa.ShapeConfig(num_mappers=args.mappers, num_reducers=args.reducers)))
     startup["actor_start_s"] = time.perf_counter() - t0
     rows = []
     try:

@@ -163,8 +163,7 @@ def kills(args: argparse.Namespace) -> None:
     ref = reference(table)
     reducer = dpa.WithCost(dpa.Count(), COST_S)
     for policy in ("default", "doubling"):
-        config = dpa.JobConfig(num_reducers=8) if policy == "default" else dpa.JobConfig(num_reducers=8,
-                                                                                          policy=policy)
+        config = dpa.JobConfig().with_options(num_reducers=8, **({} if policy == "default" else {"policy": policy}))
         timed(table, reducer, config)  # warm the pool
         base = [timed(table, reducer, config)[0] for _ in range(args.reps)]
         base_med = statistics.median(base)
@@ -201,7 +200,8 @@ def cost(args: argparse.Namespace) -> None:
 
 def cost_of(rows: int, reps: int) -> None:
     table = zipf_table(rows, 100_000)
-    on, off = dpa.JobConfig(batch_size=1 << 20), dpa.JobConfig(batch_size=1 << 20, checkpoint_interval_s=0)
+    on = dpa.JobConfig(flow=dpa.FlowConfig(batch_size=1 << 20))
+    off = on.with_options(checkpoint_interval_s=0)
     timed(table, dpa.Count(), on)
     timed(table, dpa.Count(), off)
     times: dict[str, list[float]] = {"on": [], "off": []}
@@ -232,8 +232,9 @@ def overhead(args: argparse.Namespace) -> None:
     table = zipf_table(args.rows, 10_000)
     reducer = dpa.WithCost(dpa.Count(), COST_S)
     for interval in (0.5, 1.0):
-        on = dpa.JobConfig(num_reducers=8, checkpoint_interval_s=interval)
-        off = dpa.JobConfig(num_reducers=8, checkpoint_interval_s=0)
+        on = dpa.JobConfig(shape=dpa.ShapeConfig(num_reducers=8),
+                           recovery=dpa.RecoveryConfig(checkpoint_interval_s=interval))
+        off = on.with_options(checkpoint_interval_s=0)
         timed(table, reducer, on)
         times: dict[str, list[float]] = {"on": [], "off": []}
         for _ in range(args.reps):
@@ -263,8 +264,8 @@ def cluster(args: argparse.Namespace) -> int:
         ref = reference(table)
         reducer = dpa.WithCost(dpa.Count(), COST_S)
         for policy in ("default", "doubling"):
-            config = dpa.JobConfig(num_reducers=8, timeout_s=300) if policy == "default" else dpa.JobConfig(
-                num_reducers=8, policy=policy, timeout_s=300)
+            config = dpa.JobConfig().with_options(num_reducers=8, timeout_s=300,
+                                                  **({} if policy == "default" else {"policy": policy}))
             timed(table, reducer, config)
             base, res = timed(table, reducer, config)
             print(f"cluster {policy:9s} fault-free makespan {base:.2f} s exact={exact(res, ref)}", flush=True)
@@ -325,7 +326,8 @@ def random_kills(seed: int) -> int:
     failed = 0
     for i, role in enumerate(["reducer-0", "mapper", "balancer", "reducer-3", "mapper", "reducer-2"]):
         policy = "doubling" if i % 2 else "hybrid"
-        config = dpa.JobConfig(num_mappers=2, num_reducers=4, batch_size=300, policy=policy, timeout_s=300)
+        config = dpa.JobConfig().with_options(num_mappers=2, num_reducers=4, batch_size=300, policy=policy,
+                                              timeout_s=300)
         delay = rnd.uniform(0.2, 1.5)
         dpa.run(table.slice(0, 100), key="key", reducer=dpa.Count(), config=config)  # the pool repaired and warm
         seconds, res, ok = killed_run(table, reducer, config, role, delay, ref)

@@ -31,8 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     ensure_ray(logging_level="ERROR")
     init_s = time.perf_counter() - t
     print(f"ray.init: {init_s:.2f}s  (load average {os.getloadavg()[0]:.1f})")
-    cfg = dpa.JobConfig(num_mappers=args.mappers, num_reducers=args.reducers,
-                        **({} if args.policy is None else {"policy": args.policy})).resolved()
+    cfg = dpa.JobConfig().with_options(num_mappers=args.mappers, num_reducers=args.reducers,
+                                      **({} if args.policy is None else {"policy": args.policy})).resolved()
     t = time.perf_counter()
     res = dpa.run(words, config=cfg)
     cold_s = time.perf_counter() - t

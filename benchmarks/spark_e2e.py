@@ -321,7 +321,7 @@ def run_all(spark: Any, args: Any, configs: list[tuple[str, dict[str, Any]]], da
     for i in range(2):
         t, _ = run_spark_once(spark, warm, mode, out_path, **wl)
         startup[f"spark warm-up run {i + 1} (small file)"] = t
-    cfgs = {name: dpa.JobConfig(**{k: v for k, v in fields.items() if k not in BRIDGE_OPTIONS})
+    cfgs = {name: dpa.JobConfig().with_options(**{k: v for k, v in fields.items() if k not in BRIDGE_OPTIONS})
             for name, fields in configs}
     bridge = {name: {k: v if isinstance(v, str) else bool(v) for k, v in fields.items() if k in BRIDGE_OPTIONS}
               for name, fields in configs}

@@ -292,7 +292,7 @@ def run_defaults_once(table: pa.Table, policy: str | None, reducer: Any, ref: di
     fields: dict[str, Any] = {"num_reducers": 8}
     if policy is not None:
         fields["policy"] = policy
-    cfg = dpa.JobConfig(**fields)
+    cfg = dpa.JobConfig().with_options(**fields)
     t0 = time.perf_counter()
     res = dpa.run(table, key="key", reducer=reducer, config=cfg)
     out = res.to_arrow()
@@ -378,7 +378,7 @@ def job_config(args: Any, fields: dict[str, Any], chunk_size: int | None = None,
     base = {"num_mappers": args.mappers, "num_reducers": args.reducers, "tau": args.tau,
             "batch_size": batch_size or args.batch_size, "chunk_size": chunk_size or args.chunk_size,
             "timeout_s": max(120.0, 10 * args.rows * args.cost_ms / 1000.0)}
-    return dpa.JobConfig(**{**base, **fields})
+    return dpa.JobConfig().with_options(**{**base, **fields})
 
 
 def run_dpa_once(table: pa.Table, cfg: Any, cost: float, ref: dict[int, int]) -> dict[str, Any]:

@@ -103,7 +103,7 @@ def run_dpa(table: pa.Table, args: Any, ref: Any) -> tuple[list[dict[str, Any]],
     rows_out = []
     first = True
     for name in args.policies:
-        cfg = dpa.JobConfig(**base, **POLICIES[name])
+        cfg = dpa.JobConfig().with_options(**base, **POLICIES[name])
         t0 = time.perf_counter()
         count_keys(table, cfg)
         elapsed = time.perf_counter() - t0

@@ -33,7 +33,14 @@ from dpa.aggregates.builtins import Collect, Count, Max, Mean, Min, Sum, TopK
 from dpa.aggregates.contract import Reducer, WithCost
 from dpa.aggregates.group_apply import GroupApply
 from dpa.api import run
-from dpa.config import JobConfig
+from dpa.config import (
+    BalanceConfig,
+    FlowConfig,
+    JobConfig,
+    RecoveryConfig,
+    SemanticsConfig,
+    ShapeConfig,
+)
 from dpa.engine.elastic import ScalingEvent
 from dpa.engine.epochs import Recovery
 from dpa.errors import (
@@ -71,7 +78,8 @@ from dpa.routing.registry import policies, register_policy
 from dpa.routing.ring import RingSnapshot
 
 __all__ = [
-    "run", "groupby", "GroupedDataset", "Result", "Stats", "Recovery", "ScalingEvent", "JobConfig", "BatchMap", "ArrowRefs", "ParquetFiles",
+    "run", "groupby", "GroupedDataset", "Result", "Stats", "Recovery", "ScalingEvent", "JobConfig", "ShapeConfig", "BalanceConfig",
+    "FlowConfig", "RecoveryConfig", "SemanticsConfig", "BatchMap", "ArrowRefs", "ParquetFiles",
     "Reducer", "Count", "Sum", "Min", "Max", "Mean", "Collect", "TopK", "WithCost",
     "CountDistinct", "CollectSet", "ApproxCountDistinct", "ApproxQuantile", "Median", "Var", "Std",
     "CountIf", "Any", "All", "GroupApply", "GroupTooLargeError",

@@ -40,14 +40,13 @@ def _progress_reporter(progress: Callable[[int, int | None], None], total: int |
 
 
 def _config_from_dict(fields: dict[str, Any]) -> JobConfig:
-    """``JobConfig(**fields)``, with unknown field names reported as :class:`ConfigError`."""
-    from dataclasses import fields as dataclass_fields
+    """The config ``fields`` describe: groups (``shape=...``), ``runtime``, ``reuse_actors``
+    and group fields by their own names (``num_reducers=8``), over the defaults.
 
-    known = {f.name for f in dataclass_fields(JobConfig)}
-    unknown = sorted(set(fields) - known)
-    if unknown:
-        raise ConfigError(f"unknown JobConfig field(s) {unknown}; valid fields: {', '.join(sorted(known))}")
-    return JobConfig(**fields)
+    Raises:
+        ConfigError: An unknown name (the message lists the valid ones) or a bad value.
+    """
+    return JobConfig().with_options(**fields)
 
 
 def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: Any = None,
@@ -68,13 +67,17 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
             it returned, without key columns added).
         map_fn: Optional ``record -> iterable of records``, or ``dpa.BatchMap(fn)`` to map
             whole Arrow/pandas batches.
-        config: A :class:`JobConfig` (or a dict of its fields); keyword ``overrides``
-            replace its fields.
+        config: A :class:`JobConfig` (or a dict of its fields, like ``overrides``).
         progress: Optional ``progress(records_processed, total)``, called on the driver
             about every 0.5 s while the job runs and once at the end. ``total`` is the
             number of input records when known (sized source, no ``map_fn``), else None.
             If it raises, the error is logged and it is not called again. Not used for
             Spark input.
+        overrides: Shortcuts for the config's fields, by their own names: any group field
+            (``num_reducers=8``, ``policy="hash"``, ``tau=0.3``, ``batch_size=...``,
+            ``timeout_s=...``, ``migrate="state"``, ...), a whole group (``shape=dpa.ShapeConfig(...)``),
+            ``runtime`` or ``reuse_actors``; they replace ``config``'s
+            (:meth:`JobConfig.with_options`). An unknown name is a :class:`ConfigError`.
 
     Returns:
         A :class:`Result` (a Spark DataFrame for Spark input).
@@ -92,10 +95,7 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
     elif not isinstance(config, JobConfig):
         raise ConfigError(f"config must be a dpa.JobConfig or a dict of its fields, got {type(config).__name__}")
     elif overrides:
-        from dataclasses import fields
-
-        # Field by field, not asdict(): that would turn a policy settings object into a dict.
-        config = _config_from_dict({**{f.name: getattr(config, f.name) for f in fields(config)}, **overrides})
+        config = config.with_options(**overrides)
     config = config.resolved()  # the default width: the CPUs dpa can use now
     reducer = Count() if reducer is None else reducer
     if isinstance(reducer, (list, tuple)):  # several aggregates in one pass

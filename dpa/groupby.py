@@ -34,7 +34,8 @@ class GroupedDataset:
         dataset: The input (a ``ray.data.Dataset``; anything :func:`dpa.run` takes works).
         key: Key column name or list of names.
         config: A :class:`dpa.JobConfig` (default ``JobConfig()``, on the Ray runtime).
-        overrides: :class:`dpa.JobConfig` fields replacing ``config``'s.
+        overrides: Shortcuts for ``config``'s fields by their own names (``num_reducers=8``,
+            ``policy="hash"``, ...), as :func:`dpa.run` takes them.
     """
 
     def __init__(self, dataset: Any, key: str | list[str], config: JobConfig | None = None,
@@ -120,6 +121,7 @@ def groupby(dataset: Any, key: str | list[str], config: JobConfig | None = None,
     Args:
         dataset: A ``ray.data.Dataset`` (or any source :func:`dpa.run` takes).
         key: Key column name or list of names.
-        config: A :class:`dpa.JobConfig`; ``overrides`` replace its fields.
+        config: A :class:`dpa.JobConfig`; ``overrides`` (shortcuts for its fields by their
+            own names, as :func:`dpa.run` takes them) replace its fields.
     """
     return GroupedDataset(dataset, key, config, **overrides)

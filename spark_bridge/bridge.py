@@ -261,7 +261,6 @@ def run_with_result(
                 f"precombine={precombine!r} needs a built-in reducer without cost, no map_fn, "
                 "map_side_combine=True and a policy that accepts map-side combined rows (e.g. hybrid, doubling, halving, hash)"
             )
-        from dataclasses import replace
 
         native = None if precombine == "arrow" else native_partials(df, key_columns, reducer)
         if native is None and precombine == "sql":
@@ -270,7 +269,7 @@ def run_with_result(
                 "(see spark_bridge.partials); use precombine=True to fall back to mapInArrow"
             )
         source, finish = native if native is not None else (precombined(df, key_columns, reducer), None)
-        config = replace(config, input_combined=True)
+        config = config.with_options(input_combined=True)
     else:
         source = df
     if source is None:

@@ -139,8 +139,6 @@ def run_staged(df: DataFrame, key_columns: list[str], reducer: Any, map_fn: Any,
         ``(DataFrame, dpa.Result)``; ``result.stats.extra`` has ``spark_path="staged"``
         and ``spark_staging`` (the directory the DataFrame reads).
     """
-    from dataclasses import replace
-
     import dpa
 
     from .bridge import can_precombine, output_schema, precombined
@@ -169,7 +167,7 @@ def run_staged(df: DataFrame, key_columns: list[str], reducer: Any, map_fn: Any,
         narrow = df
     if use_pre:
         narrow = precombined(narrow, key_columns, reducer)
-        config = replace(config, input_combined=True)
+        config = config.with_options(input_combined=True)
 
     staging = _new_staging(staging_dir)
     in_dir = os.path.join(staging, "in")

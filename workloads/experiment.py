@@ -118,23 +118,26 @@ def job_config(method: str, max_rounds: int, runtime: str, settings: Settings,
                policy_options: dict[str, Any] | None = None) -> dpa.JobConfig:
     """The :class:`dpa.JobConfig` of one reproduction job (``policy_options`` added to the policy's)."""
     return dpa.JobConfig(
-        num_mappers=settings.num_mappers,
-        num_reducers=settings.num_reducers,
-        policy=method,
-        # The paper's straggler rule exactly (eq. 1, no minimum gap between queues), on its
-        # hashed ring, one round per trigger.
-        policy_options={**(PAPER_RING_OPTIONS if method in RING_POLICIES else {}), **(policy_options or {})},
-        tau=settings.tau,
-        max_rounds=max_rounds,
-        initial_tokens=1 if method == "doubling" else 16,  # the paper's first rings
-        batch_size=settings.batch_size,
-        chunk_size=settings.chunk_size,
-        lb_interval_s=settings.lb_interval_s,
-        report_interval_s=settings.report_interval_s,
-        queue_capacity=settings.queue_capacity,
-        queue_time_s=math.inf,  # the paper's queues: bounded in records only
+        shape=dpa.ShapeConfig(num_mappers=settings.num_mappers, num_reducers=settings.num_reducers),
+        balance=dpa.BalanceConfig(
+            policy=method,
+            # The paper's straggler rule exactly (eq. 1, no minimum gap between queues), on its
+            # hashed ring, one round per trigger.
+            policy_options={**(PAPER_RING_OPTIONS if method in RING_POLICIES else {}), **(policy_options or {})},
+            tau=settings.tau,
+            max_rounds=max_rounds,
+            initial_tokens=1 if method == "doubling" else 16,  # the paper's first rings
+            lb_interval_s=settings.lb_interval_s,
+        ),
+        flow=dpa.FlowConfig(
+            batch_size=settings.batch_size,
+            chunk_size=settings.chunk_size,
+            report_interval_s=settings.report_interval_s,
+            queue_capacity=settings.queue_capacity,
+            queue_time_s=math.inf,  # the paper's queues: bounded in records only
+        ),
+        recovery=dpa.RecoveryConfig(timeout_s=120.0 if runtime == "ray" else None),
         runtime=runtime,
-        timeout_s=120.0 if runtime == "ray" else None,
     )
 
 

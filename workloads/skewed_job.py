@@ -294,8 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     cost_s = args.cost_ms / 1000
-    config = dpa.JobConfig() if args.policy is None else dpa.JobConfig(policy=args.policy)
-    baseline = dpa.JobConfig(policy="hash")
+    config = dpa.JobConfig() if args.policy is None else dpa.JobConfig(balance=dpa.BalanceConfig(policy=args.policy))
+    baseline = dpa.JobConfig(balance=dpa.BalanceConfig(policy="hash"))
     with spark_session(SparkConfig(log_level="WARN" if args.verbose else "ERROR")) as spark:
         df = read_table(spark, str(source))
         for name in (args.key, args.value):

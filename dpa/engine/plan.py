@@ -21,7 +21,7 @@ import itertools
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -217,7 +217,7 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
         raise ConfigError(f"config must be a dpa.JobConfig, got {type(config).__name__}")
     config = config.resolved()  # the default width, as of now
     if config.batch_size is None:  # sized from the input (the policy's record-based defaults use it)
-        config = replace(config, batch_size=source.block_rows)
+        config = config.with_options(batch_size=source.block_rows)
     policy = make_policy(config)  # the policy's settings are validated here, once per job
     if map_fn is not None and not callable(map_fn):
         raise ConfigError(f"map_fn must be callable (record -> iterable of records) or dpa.BatchMap, got {type(map_fn).__name__}")
@@ -301,7 +301,7 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
     if policy.needs_merge and not bound.can_merge and isinstance(config.policy, DefaultPolicyName):
         logger.info("%r does not implement merge(): the default policy %r falls back to 'hash' (each key on "
                     "one reducer, no load balancing); implement merge() to balance", bound, str(config.policy))
-        config = replace(config, policy="hash", policy_options={})
+        config = config.with_options(policy="hash", policy_options={})
         policy = make_policy(config)
     if config.elastic and not bound.can_merge:
         raise ConfigError(

@@ -49,7 +49,9 @@ from dpa.routing.policy import JobShape, PolicyFactory, PolicySettings, PolicySp
 
 class PolicyConfig(Protocol):
     """What the registry reads of a job's configuration (:class:`dpa.config.JobConfig` is
-    one): the policy and its options, the shortcuts, and the job's shape. A dataclass."""
+    one): the policy and its options, the shortcuts, and the job's shape, each by its own
+    name. A dataclass whose fields (or whose dataclass-valued fields' fields, like
+    ``JobConfig``'s groups) hold the defaults."""
 
     policy: Any
     policy_options: dict[str, Any] | None
@@ -208,10 +210,9 @@ def policy_settings(config: PolicyConfig) -> PolicySettings:
                 f"policy_options {sorted(options)} are for a policy given by name; set them on the "
                 f"{type(policy).__name__} object instead"
             )
-        defaults = {f.name: f.default for f in dataclasses.fields(config)}
         for name in SHORTCUTS:
             value = getattr(config, name)
-            if hasattr(policy, name) and value != defaults[name] and value != getattr(policy, name):
+            if hasattr(policy, name) and value != _default(config, name) and value != getattr(policy, name):
                 raise ConfigError(
                     f"JobConfig.{name}={value!r} conflicts with {type(policy).__name__}.{name}="
                     f"{getattr(policy, name)!r}; set it in one place"
@@ -239,6 +240,21 @@ def policy_settings(config: PolicyConfig) -> PolicySettings:
         return entry.settings(**entry.preset, **shortcuts, **options)
     except TypeError as exc:  # a settings class with required fields
         raise ConfigError(f"bad policy_options for {policy!r}: {exc}") from exc
+
+
+def _default(config: PolicyConfig, name: str) -> Any:
+    """The default of ``config``'s field ``name``: a field of the config dataclass itself,
+    or of one of its dataclass-valued fields (:class:`dpa.config.JobConfig`'s groups)."""
+    for f in dataclasses.fields(config):  # type: ignore[arg-type]
+        if f.name == name:
+            return f.default
+    for f in dataclasses.fields(config):  # type: ignore[arg-type]
+        group = getattr(config, f.name)
+        if dataclasses.is_dataclass(group) and not isinstance(group, (type, PolicySettings)):
+            for inner in dataclasses.fields(group):
+                if inner.name == name:
+                    return inner.default
+    raise KeyError(f"{type(config).__name__} has no field {name!r}")
 
 
 def job_shape(config: PolicyConfig) -> JobShape:

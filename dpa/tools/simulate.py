@@ -244,8 +244,9 @@ def _build_policy(policy: str | PolicySettings | PolicySpec, num_sources: int, n
     if policy == "off-greedy" and "frequencies" not in opts:
         # The paper's Off-Greedy knows the key distribution of the whole stream.
         opts["frequencies"] = tuple(np.unique(hashes, return_counts=True))
-    cfg = JobConfig(num_mappers=num_sources, num_reducers=num_workers, policy=policy,
-                    runtime="local", seed=seed, policy_options=opts, batch_size=batch_size, **cfg_kw)
+    cfg = JobConfig(runtime="local").with_options(
+        num_mappers=num_sources, num_reducers=num_workers, policy=policy, seed=seed, policy_options=opts,
+        batch_size=batch_size, **cfg_kw)
     return make_policy(cfg)
 
 

@@ -114,7 +114,7 @@ def _config(args: argparse.Namespace, **changes: Any) -> Any:
     if args.token_spacing is not None:
         fields["policy_options"] = {"token_spacing": args.token_spacing}
     fields.update(changes)
-    return dpa.JobConfig(**fields)
+    return dpa.JobConfig().with_options(**fields)
 
 
 def _describe_stats(stats: Any, baseline: Any = None, num_keys: int | None = None) -> list[str]:

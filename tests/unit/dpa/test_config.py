@@ -8,8 +8,8 @@ import sys
 import pytest
 
 import dpa
-from dpa import config as config_module
 from dpa.config import LOCAL_DEFAULT_WIDTH, MAX_DEFAULT_WIDTH, available_cpus, default_width
+from dpa.config import width as config_module
 from dpa.errors import ConfigError
 
 
