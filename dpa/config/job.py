@@ -38,8 +38,7 @@ if TYPE_CHECKING:
 #: ``JobConfig.runtime`` values.
 RUNTIMES = ("ray", "local")
 
-#: The order of ``JobConfig``'s positional arguments when it was one flat list of fields
-#: (positional calls keep working through the deprecated flat spelling).
+#: The order in which the deprecated flat spelling takes positional arguments.
 FLAT_ORDER = (
     "num_mappers", "num_reducers", "policy", "tau", "max_rounds", "initial_tokens", "lb_interval_s",
     "report_interval_s", "queue_capacity", "queue_time_s", "batch_size", "step_time_s", "chunk_size",
