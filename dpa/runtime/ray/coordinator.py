@@ -35,6 +35,7 @@ from dpa.engine.output import finalize_at_stop, needs_final_merge
 from dpa.engine.plan import JobPlan
 from dpa.errors import JobFailedError
 from dpa.runtime.ray.group_apply import run_apply_phase
+from dpa.runtime.ray.host import kill_member
 from dpa.runtime.ray.member import (
     ActorFailure,
     await_ref,
@@ -520,8 +521,7 @@ class CoordinatorActor(PoolMembers):
             except Exception as exc:  # (e.g. no node can place it): the job goes on at its width
                 for i in slots:
                     if self.reducers[i] is not None and i not in self.job_slots:
-                        with contextlib.suppress(Exception):
-                            ray.kill(self.reducers[i], no_restart=True)
+                        kill_member(self.reducers[i])  # (its host of its own: see PoolMembers._create)
                         self.reducers[i] = None
                 return [], [], f"the new reducers did not start within {SCALE_OUT_WAIT_S:.0f} s ({describe(exc)})"
             if run_id != self.run_id:
