@@ -55,7 +55,7 @@ def trial(startup_concurrency: int, warm: int, rows: int) -> dict[str, Any]:
     me = os.getpid()
     rss, pss = [], []
     for proc in psutil.Process().children(recursive=True):
-        if role_of(proc, me) in ("coordinator", "balancer", "mapper", "reducer"):
+        if role_of(proc, me) in ("coordinator", "host"):
             m = _memory(proc.pid)
             if m:
                 rss.append(m[0] / 2**20)
