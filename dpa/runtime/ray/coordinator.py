@@ -41,6 +41,7 @@ from dpa.runtime.ray.member import (
     await_ref,
     describe,
     quiet_method,
+    retrieved,
 )
 from dpa.runtime.ray.members import (
     Members,
@@ -60,6 +61,8 @@ ABORT_TIMEOUT_S = 1.0
 CHECKPOINT_WAIT_S = 10.0
 #: How long a scale-out waits for its new reducers to start before it gives up.
 SCALE_OUT_WAIT_S = 30.0
+
+
 @ray.remote(num_cpus=0)
 class CoordinatorActor(PoolMembers):
     """Holds one pool's actors (started by the driver with it, or by itself when ``members``
@@ -430,6 +433,8 @@ class CoordinatorActor(PoolMembers):
                 raise self._fail(f"dpa:{self.pool_id}:checkpoint", self.checkpoint_error)
         if self.checkpoint_error is not None:
             raise self._fail(f"dpa:{self.pool_id}:checkpoint", self.checkpoint_error)
+        for fut in set(tasks) - seen:  # (a loop still returning when its host is killed: not an error)
+            fut.add_done_callback(retrieved)
         try:
             # The balancer stops first: the reducers end on its final routing (and hand
             # over the states it moves) with no newer one on the way.

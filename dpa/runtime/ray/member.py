@@ -159,3 +159,9 @@ def ready(ref: Any) -> bool:
 
 async def await_ref(ref: Any) -> Any:
     return await ref
+
+
+def retrieved(fut: asyncio.Future) -> None:
+    """Marks a finished future's exception as seen (asyncio logs those never retrieved)."""
+    if not fut.cancelled():
+        fut.exception()
