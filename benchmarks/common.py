@@ -23,8 +23,9 @@ from typing import Any
 
 import psutil
 
-#: Actor classes of dpa, as they appear in a worker's process title (``ray::MapperActor...``).
-DPA_ACTOR_CLASSES = ("CoordinatorActor", "BalancerActor", "MapperActor", "ReducerActor")
+#: Actor classes of dpa, as they appear in a worker's process title (``ray::HostActor...``):
+#: the coordinator, and the hosts that run the balancer, mappers and reducers.
+DPA_ACTOR_CLASSES = ("CoordinatorActor", "HostActor")
 
 #: JVM flags Spark 3.5 needs on Java 17 (same list as ``spark_bridge.session``).
 _ADD_OPENS = (
@@ -226,13 +227,13 @@ def _title(proc: psutil.Process) -> str:
 
 
 def role_of(proc: psutil.Process, driver_pid: int) -> str:
-    """``driver``, ``coordinator``, ``balancer``, ``mapper``, ``reducer``, ``raylet``, ``gcs``,
-    ``ray-worker`` (other Ray workers: idle pool, data tasks) or ``other``."""
+    """``driver``, ``coordinator``, ``host`` (a process running balancer, mappers and
+    reducers), ``raylet``, ``gcs``, ``ray-worker`` (other Ray workers: idle pool, data tasks)
+    or ``other``."""
     if proc.pid == driver_pid:
         return "driver"
     title = _title(proc)
-    for cls, role in (("CoordinatorActor", "coordinator"), ("BalancerActor", "balancer"),
-                      ("MapperActor", "mapper"), ("ReducerActor", "reducer")):
+    for cls, role in (("CoordinatorActor", "coordinator"), ("HostActor", "host")):
         if title.startswith(f"ray::{cls}"):
             return role
     base = os.path.basename(title.split()[0]) if title else ""

@@ -266,7 +266,8 @@ BENCHMARKS: dict[str, Entry] = {
         "First job of a wide pool: cold against warm",
         "4 mappers and 8 reducers, 20,000 Zipf records at 1 ms each, each trial in a fresh process "
         "with a fresh Ray: the first (cold) job, which starts the actors, against the same job "
-        "warm; RSS and PSS per actor process.",
+        "warm; RSS and PSS per actor process (the coordinator and the hosts running the members), "
+        "and the PSS summed over them.",
     ),
     "spark_paths": Entry(
         "Spark bridge paths: RayDP and Parquet staging",

@@ -1,14 +1,16 @@
 """The first job of a wide pool: cold makespan against warm, and the actors' memory.
 
 Job: 20k records with Zipf(1.1) keys over 10k, 1 ms (sleep) per record at the reducer,
-``num_mappers=4, num_reducers=8`` (14 actor processes with the coordinator and balancer).
-Each trial is a fresh Python process with a fresh Ray (as a batch script that runs one job):
-it times ``ray.init``, the first job (which starts the pool), then ``--warm`` more jobs on
-the warm pool, and reads the RSS and PSS of every dpa actor process. ``--startup-concurrency``
+``num_mappers=4, num_reducers=8`` (a coordinator and 13 members, run by one host process per
+CPU). Each trial is a fresh Python process with a fresh Ray (as a batch script that runs one
+job): it times ``ray.init``, the first job (which starts the pool), then ``--warm`` more jobs
+on the warm pool, and reads the RSS and PSS of every dpa actor process (coordinator and
+hosts), per process and summed. ``--startup-concurrency``
 sets Ray's ``worker_maximum_startup_concurrency`` (worker processes the raylet starts at
 once; Ray's default is the number of CPUs), ``0`` leaving dpa's default.
 
-Run: ``python -m benchmarks.first_job [--trials 3] [--startup-concurrency 0,2] [--out FILE]``
+Run: ``python -m benchmarks.first_job [--trials 3] [--startup-concurrency 0,2] [--mappers 0 --reducers 0]
+[--out FILE]`` (``0``: dpa's default shape).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 from benchmarks.common import print_table, write_json
 
 
-def trial(startup_concurrency: int, warm: int, rows: int) -> dict[str, Any]:
+def trial(startup_concurrency: int, warm: int, rows: int, mappers: int = 4, reducers: int = 8) -> dict[str, Any]:
     """One fresh-Ray trial in this process (run by the parent in a child process)."""
     import psutil
 
@@ -45,7 +47,7 @@ def trial(startup_concurrency: int, warm: int, rows: int) -> dict[str, Any]:
                                     "worker_maximum_startup_concurrency": startup_concurrency}
     ensure_ray(**kwargs)
     init_s = time.perf_counter() - t0
-    cfg = dpa.JobConfig(num_mappers=4, num_reducers=8, timeout_s=600)
+    cfg = dpa.JobConfig(num_mappers=mappers or None, num_reducers=reducers or None, timeout_s=600)
     reducer = dpa.WithCost(dpa.Count(), 0.001)
     times = []
     for _ in range(1 + warm):
@@ -55,7 +57,7 @@ def trial(startup_concurrency: int, warm: int, rows: int) -> dict[str, Any]:
     me = os.getpid()
     rss, pss = [], []
     for proc in psutil.Process().children(recursive=True):
-        if role_of(proc, me) in ("coordinator", "balancer", "mapper", "reducer"):
+        if role_of(proc, me) in ("coordinator", "host"):
             m = _memory(proc.pid)
             if m:
                 rss.append(m[0] / 2**20)
@@ -66,7 +68,8 @@ def trial(startup_concurrency: int, warm: int, rows: int) -> dict[str, Any]:
     ray.shutdown()
     return {"load": load, "init_s": init_s, "cold_s": times[0], "warm_s": statistics.median(times[1:]),
             "actors": len(rss), "rss_mb_per_actor": statistics.median(rss) if rss else None,
-            "pss_mb_per_actor": statistics.median(pss) if pss else None}
+            "pss_mb_per_actor": statistics.median(pss) if pss else None,
+            "rss_mb_total": sum(rss), "pss_mb_total": sum(pss)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,19 +77,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trials", type=int, default=3, help="fresh processes per setting (default 3)")
     p.add_argument("--warm", type=int, default=3, help="warm jobs after the first (default 3)")
     p.add_argument("--rows", type=int, default=20_000)
+    p.add_argument("--mappers", type=int, default=4, help="num_mappers (0: dpa's default shape)")
+    p.add_argument("--reducers", type=int, default=8, help="num_reducers (0: dpa's default shape)")
     p.add_argument("--startup-concurrency", default="0", help="comma-separated settings (0 = dpa's default)")
     p.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     if args.child is not None:
-        print("RESULT " + json.dumps(trial(args.child, args.warm, args.rows)))
+        print("RESULT " + json.dumps(trial(args.child, args.warm, args.rows, args.mappers, args.reducers)))
         return 0
     rows = []
     for setting in (int(s) for s in args.startup_concurrency.split(",")):
         trials = []
         for i in range(args.trials):
             out = subprocess.run([sys.executable, "-m", "benchmarks.first_job", "--child", str(setting),
-                                  "--warm", str(args.warm), "--rows", str(args.rows)],
+                                  "--warm", str(args.warm), "--rows", str(args.rows),
+                                  "--mappers", str(args.mappers), "--reducers", str(args.reducers)],
                                  capture_output=True, text=True, timeout=1800)
             line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
             if line is None:
@@ -96,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
             trials.append(t)
             print(f"startup_concurrency={setting or 'default'} trial {i}: init {t['init_s']:.2f}s cold {t['cold_s']:.2f}s "
                   f"warm {t['warm_s']:.2f}s ({t['cold_s'] / t['warm_s']:.2f}x) {t['actors']} actors "
-                  f"RSS {t['rss_mb_per_actor']:.0f} MB PSS {t['pss_mb_per_actor']:.0f} MB  load {t['load']:.1f}",
+                  f"RSS {t['rss_mb_per_actor']:.0f} MB PSS {t['pss_mb_per_actor']:.0f} MB (total {t['pss_mb_total']:.0f} MB)  "
+                  f"load {t['load']:.1f}",
                   flush=True)
         ratios = [t["cold_s"] / t["warm_s"] for t in trials]
         rows.append({"startup_concurrency": setting or "default",
@@ -106,10 +113,13 @@ def main(argv: list[str] | None = None) -> int:
                      "init_s": statistics.median(t["init_s"] for t in trials),
                      "rss_mb_per_actor": statistics.median(t["rss_mb_per_actor"] for t in trials),
                      "pss_mb_per_actor": statistics.median(t["pss_mb_per_actor"] for t in trials),
+                     "actors": statistics.median(t["actors"] for t in trials),
+                     "pss_mb_total": statistics.median(t["pss_mb_total"] for t in trials),
                      "load": statistics.median(t["load"] for t in trials), "trials": trials})
     print_table(rows, ["startup_concurrency", "cold_s", "warm_s", "cold_over_warm", "ratio_spread", "init_s",
-                       "rss_mb_per_actor", "pss_mb_per_actor", "load"],
-                title=f"first job, 4 mappers x 8 reducers, {args.rows:,} records x 1 ms; median of {args.trials} trials")
+                       "rss_mb_per_actor", "pss_mb_per_actor", "actors", "pss_mb_total", "load"],
+                title=f"first job, {args.mappers or 'default'} mappers x {args.reducers or 'default'} reducers, "
+                      f"{args.rows:,} records x 1 ms; median of {args.trials} trials")
     write_json(args.out, {"command": "python -m benchmarks.first_job " + " ".join(sys.argv[1:]), "results": rows})
     return 0
 

@@ -6,8 +6,9 @@ Three parts (all with the default ``JobConfig`` except ``num_reducers=8`` and th
   records, Zipf(1.1) over 10k keys, 1 ms of sleep per record, 4 mappers x 8 reducers) for
   the default policy and ``doubling``. Each is run fault-free ``--reps`` times; then, per
   victim (``reducer-3``; ``mapper``: the first mapper seen routing a block from a
-  quarter of the fault-free median on), ``--reps`` runs in which the victim is killed
-  with ``ray.kill(no_restart=True)`` at half the fault-free median. Printed: makespan, its ratio
+  quarter of the fault-free median on), ``--reps`` runs in which the host running the
+  victim (with the members it shares the host with) is killed with
+  ``ray.kill(no_restart=True)`` at half the fault-free median. Printed: makespan, its ratio
   to the fault-free median, the seconds from the kill's detection until the job ran again
   (``recover_s``), the checkpoint rolled back to, records replayed, and exactness against
   pyarrow's ``group_by``. Targets: ratio <= 1.5, recover_s <= 5.
@@ -67,37 +68,37 @@ def exact(result: dpa.Result, ref: dict[Any, int]) -> bool:
 
 
 def member(role: str) -> Any:
-    """The running job's actor ``role`` (``reducer-3``, ``mapper-1``...), by its name."""
-    import ray
+    """The host running the running job's member ``role`` (``reducer-3``, ``mapper-1``...):
+    killing it kills every member it runs."""
+    from dpa.runtime.ray.host import find_member
 
-    for entry in ray.util.list_named_actors(all_namespaces=True):
-        name = entry["name"]
-        if name.startswith("dpa:") and (name.endswith(f":{role}") or f":{role}." in name):
-            return ray.get_actor(name, namespace=entry["namespace"])
-    return None
+    found = find_member(role)
+    return None if found is None else found[0]
 
 
 def routing_mapper() -> Any:
-    """A mapper routing a block now (with one input block the others are idle), or None."""
+    """The host of a mapper routing a block now (with one input block the others are idle), or None."""
     import ray
 
     for i in range(16):
-        actor = member(f"mapper-{i}")
-        if actor is None:
+        host = member(f"mapper-{i}")
+        if host is None:
             break
         try:
-            routing = ray.get(actor.__ray_call__.remote(lambda self: self.machine is not None and self.machine.routing))
+            routing = ray.get(host.__ray_call__.remote(
+                lambda self, role: self.members[role].machine is not None and self.members[role].machine.routing,
+                f"mapper-{i}"))
         except ray.exceptions.RayActorError:  # (one killed before, still listed)
             continue
         if routing:
-            return actor
+            return host
     return None
 
 
 def kill_later(victim: str, delay: float) -> threading.Thread:
-    """Kills ``victim`` with ``ray.kill`` after ``delay`` seconds: a member by its role, or
-    for ``mapper`` the first mapper seen routing a block from ``delay / 2`` on (else
-    ``mapper-1`` at ``delay``)."""
+    """Kills the host of ``victim`` with ``ray.kill`` after ``delay`` seconds: a member by its
+    role, or for ``mapper`` the first mapper seen routing a block from ``delay / 2`` on (else
+    ``mapper-1`` at ``delay``). The members it shares its host with are lost with it."""
     import ray
 
     def kill() -> None:
@@ -281,7 +282,7 @@ def cluster(args: argparse.Namespace) -> int:
             where: collections.Counter = collections.Counter()
             keep = {here}
             for pool in idle_pools():
-                for actor in pool.all_actors():
+                for actor in pool.processes():  # (the coordinator and the members' hosts)
                     try:
                         node = ray.get(actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()))
                     except ray.exceptions.RayActorError:  # killed after its job ended: replaced by the next
@@ -318,7 +319,7 @@ def random_kills(seed: int) -> int:
     member killed at a seeded random moment; returns how many results were not exact."""
     import random
 
-    dpa.shutdown()  # only this part's pool is left: the victims are found by name
+    dpa.shutdown()  # only this part's pool is left: the victims are found by their roles
     rnd = random.Random(seed)
     table = zipf_table(6_000, 200, seed=seed)
     ref = reference(table)

@@ -215,7 +215,7 @@ def kill_actors(names: list[str]) -> None:
 
 
 # ----------------------------------------------------------------------------- memory
-DPA_ROLES = ("coordinator", "balancer", "mapper", "reducer")
+DPA_ROLES = ("coordinator", "host")
 
 
 def memory_sample(after_job: int) -> dict[str, Any]:

@@ -7,8 +7,6 @@ import asyncio
 import time
 from typing import Any
 
-import ray
-
 from dpa.engine import events as ev
 from dpa.engine.balancer import BalancerLogic
 from dpa.engine.instructions import Publish, ScaleOut
@@ -17,9 +15,9 @@ from dpa.runtime.ray.member import JobMember, describe, quiet_method
 from dpa.runtime.ray.telemetry import metric
 
 
-@ray.remote(num_cpus=0)
 class BalancerActor(JobMember):
-    """Thin shell over :class:`~dpa.engine.balancer.BalancerLogic`."""
+    """Thin shell over :class:`~dpa.engine.balancer.BalancerLogic` (run by a
+    :class:`~dpa.runtime.ray.host.HostActor`, called through a :class:`~dpa.runtime.ray.host.MemberRef`)."""
 
     def __init__(self, name: str) -> None:
         self.name = name

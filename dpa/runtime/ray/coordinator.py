@@ -35,11 +35,13 @@ from dpa.engine.output import finalize_at_stop, needs_final_merge
 from dpa.engine.plan import JobPlan
 from dpa.errors import JobFailedError
 from dpa.runtime.ray.group_apply import run_apply_phase
+from dpa.runtime.ray.host import kill_member
 from dpa.runtime.ray.member import (
     ActorFailure,
     await_ref,
     describe,
     quiet_method,
+    retrieved,
 )
 from dpa.runtime.ray.members import (
     Members,
@@ -59,6 +61,8 @@ ABORT_TIMEOUT_S = 1.0
 CHECKPOINT_WAIT_S = 10.0
 #: How long a scale-out waits for its new reducers to start before it gives up.
 SCALE_OUT_WAIT_S = 30.0
+
+
 @ray.remote(num_cpus=0)
 class CoordinatorActor(PoolMembers):
     """Holds one pool's actors (started by the driver with it, or by itself when ``members``
@@ -429,6 +433,8 @@ class CoordinatorActor(PoolMembers):
                 raise self._fail(f"dpa:{self.pool_id}:checkpoint", self.checkpoint_error)
         if self.checkpoint_error is not None:
             raise self._fail(f"dpa:{self.pool_id}:checkpoint", self.checkpoint_error)
+        for fut in set(tasks) - seen:  # (a loop still returning when its host is killed: not an error)
+            fut.add_done_callback(retrieved)
         try:
             # The balancer stops first: the reducers end on its final routing (and hand
             # over the states it moves) with no newer one on the way.
@@ -520,8 +526,7 @@ class CoordinatorActor(PoolMembers):
             except Exception as exc:  # (e.g. no node can place it): the job goes on at its width
                 for i in slots:
                     if self.reducers[i] is not None and i not in self.job_slots:
-                        with contextlib.suppress(Exception):
-                            ray.kill(self.reducers[i], no_restart=True)
+                        kill_member(self.reducers[i])  # (its host of its own: see PoolMembers._create)
                         self.reducers[i] = None
                 return [], [], f"the new reducers did not start within {SCALE_OUT_WAIT_S:.0f} s ({describe(exc)})"
             if run_id != self.run_id:

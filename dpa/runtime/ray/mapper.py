@@ -12,8 +12,6 @@ import logging
 import time
 from typing import Any
 
-import ray
-
 from dpa.engine import events as ev
 from dpa.engine import instructions as op
 from dpa.engine.epochs import Rest
@@ -25,15 +23,15 @@ from dpa.runtime.ray.telemetry import metric
 logger = logging.getLogger(__name__)
 
 
-@ray.remote(num_cpus=0)
 class MapperActor(JobMember):
-    """A mapper on Ray: a :class:`~dpa.engine.mapper_machine.MapperMachine` and the calls that feed it."""
+    """A mapper on Ray: a :class:`~dpa.engine.mapper_machine.MapperMachine` and the calls that feed it
+    (run by a :class:`~dpa.runtime.ray.host.HostActor`, called through a
+    :class:`~dpa.runtime.ray.host.MemberRef`)."""
 
     def __init__(self, mapper_id: int, name: str) -> None:
         self.mapper_id = mapper_id
         self.name = name
         self.machine: MapperMachine | None = None
-        self._start_warm_up()
 
     async def start_job(self, plan: JobPlan, snapshot: Any, peers: Any, job_id: str | None = None) -> None:
         """Starts serving ``job_id`` (default ``plan.job_id``; a recovered job's run id).

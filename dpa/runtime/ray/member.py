@@ -1,15 +1,19 @@
-"""Ray actor shells over the state machines of :mod:`dpa.engine`.
+"""Ray shells over the state machines of :mod:`dpa.engine`.
 
-Actors (all async, ``num_cpus=0`` so a laptop can host many):
+The members (all async; their hosts take ``num_cpus=0`` so a laptop can run many):
 
-* ``CoordinatorActor`` (in :mod:`dpa.runtime.ray.coordinator`) creates and owns the others and
-  runs the job.
+* ``CoordinatorActor`` (in :mod:`dpa.runtime.ray.coordinator`, an actor of its own) owns the
+  others and runs the job.
 * ``MapperActor`` pulls blocks, maps and routes them with its local ring snapshot, and
   pushes per-reducer batches (waiting while the target queue is full: backpressure).
 * ``ReducerActor`` owns its bounded queue, consumes it chunk by chunk, forwards records
   it no longer owns, pays the configured per-record cost, and reports its queue length.
 * ``BalancerActor`` evaluates the policy every ``lb_interval_s`` and publishes new ring
   snapshots to every mapper and reducer.
+
+The balancer, mappers and reducers are plain objects that a few
+:class:`~dpa.runtime.ray.host.HostActor` processes run (several each); the runtime calls
+them through :class:`~dpa.runtime.ray.host.MemberRef`, as it would actor handles.
 
 Every message carries the job id, and every actor drops messages of a job it is not
 serving: an aborted job's late pushes, reports and ring updates cannot leak into the next
@@ -44,10 +48,15 @@ PEERS_UNCHANGED = "dpa:peers-unchanged"
 
 
 def handles_key(*handles: Any) -> tuple:
-    """Actor handles by actor id (lists of them as tuples; None for an empty slot): what
-    tells whether two sets of handles name the same actors."""
+    """Member refs (or actor handles) by id (lists of them as tuples; None for an empty
+    slot): what tells whether two sets of handles name the same members."""
     return tuple(tuple(handles_key(*h)) if isinstance(h, (list, tuple)) else
-                 None if h is None else h._actor_id.hex() for h in handles)
+                 None if h is None else _handle_id(h) for h in handles)
+
+
+def _handle_id(handle: Any) -> str:
+    key = getattr(handle, "key", None)  # a MemberRef (dpa.runtime.ray.host)
+    return key if isinstance(key, str) else handle._actor_id.hex()
 
 
 #: Decorator for frequent small actor methods: Ray's GCS keeps no task event for their calls.
@@ -150,3 +159,9 @@ def ready(ref: Any) -> bool:
 
 async def await_ref(ref: Any) -> Any:
     return await ref
+
+
+def retrieved(fut: asyncio.Future) -> None:
+    """Marks a finished future's exception as seen (asyncio logs those never retrieved)."""
+    if not fut.cancelled():
+        fut.exception()

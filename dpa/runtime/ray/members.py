@@ -5,24 +5,20 @@ dead or hung members between jobs and runs.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
 import ray
 
 from dpa.errors import JobFailedError
-from dpa.runtime.ray.balancer import BalancerActor
-from dpa.runtime.ray.mapper import MapperActor
+from dpa.runtime.ray.host import default_width, host_id, kill_member, start_hosts
 from dpa.runtime.ray.member import (
-    NAMESPACE,
     PEERS_UNCHANGED,
     ActorFailure,
     await_ref,
     describe,
     handles_key,
 )
-from dpa.runtime.ray.reducer import ReducerActor
 
 logger = logging.getLogger(__name__)
 
@@ -68,35 +64,17 @@ class RunLost(Exception):
 Members = tuple[Any, list[Any], list[Any]]
 
 
-def start_member(pool_id: str, role: str, generation: int = 0, reducer_num_cpus: float = 0.0) -> Any:
-    """Starts the member ``role`` (``balancer``, ``reducer-3``, ``mapper-0``) of a pool.
-
-    ``generation`` > 0 names a replacement (the dead actor's name may not be released yet).
-    """
-    name = f"dpa:{pool_id}:{role}"
-    if generation:
-        name = f"{name}.{generation}"
-    # Spread over the cluster's nodes (on one machine this changes nothing): a job uses
-    # every node, and losing one loses a few members, which recovery replaces.
-    opts = {"name": name, "namespace": NAMESPACE, "lifetime": None, "scheduling_strategy": "SPREAD"}
-    if role == "balancer":
-        return BalancerActor.options(**opts).remote(name)
-    kind, index = role.split("-")
-    if kind == "reducer":
-        return ReducerActor.options(**opts, num_cpus=reducer_num_cpus).remote(int(index), name)
-    return MapperActor.options(**opts).remote(int(index), name)
-
-
 def start_members(pool_id: str, num_mappers: int, num_reducers: int, initial_reducers: int | None = None,
                   reducer_num_cpus: float = 0.0) -> Members:
-    """Starts a pool's members: the balancer, the first ``initial_reducers`` (default all)
-    of ``num_reducers`` reducer slots, and the mappers. The driver calls it together with
-    the coordinator's start, so that all the pool's processes start at once."""
+    """Starts a pool's members in hosts (:func:`~dpa.runtime.ray.host.start_hosts`, one per
+    CPU): the balancer, the first ``initial_reducers`` (default all) of ``num_reducers``
+    reducer slots, and the mappers. The driver calls it together with the coordinator's
+    start, so that all the pool's processes start at once."""
     first = num_reducers if initial_reducers is None else initial_reducers
-    return (start_member(pool_id, "balancer"),
-            [start_member(pool_id, f"reducer-{i}", 0, reducer_num_cpus) if i < first else None
-             for i in range(num_reducers)],
-            [start_member(pool_id, f"mapper-{i}") for i in range(num_mappers)])
+    roles = ["balancer", *[f"reducer-{i}" for i in range(first)], *[f"mapper-{i}" for i in range(num_mappers)]]
+    refs = start_hosts(pool_id, roles, default_width(len(roles)), 0, reducer_num_cpus)
+    return (refs["balancer"], [refs.get(f"reducer-{i}") for i in range(num_reducers)],
+            [refs[f"mapper-{i}"] for i in range(num_mappers)])
 
 
 class PoolMembers:
@@ -105,8 +83,13 @@ class PoolMembers:
     :class:`~dpa.runtime.ray.coordinator.CoordinatorActor`)."""
 
     def _create(self, role: str) -> Any:
-        """Starts the member ``role`` (a replacement or an elastic job's new reducer)."""
-        return start_member(self.pool_id, role, self.generation, self.reducer_num_cpus)
+        """Starts the member ``role`` in a host of its own (an elastic job's new reducer)."""
+        return self._create_together([role])[role]
+
+    def _create_together(self, roles: list[str]) -> dict[str, Any]:
+        """Starts ``roles`` in one new host (a lost host's members; with
+        ``reducer_num_cpus`` > 0 each reducer in a host of its own)."""
+        return start_hosts(self.pool_id, roles, 1, self.generation, self.reducer_num_cpus)
 
     def _members(self) -> list[tuple[str, Any]]:
         return ([("balancer", self.balancer)]
@@ -176,21 +159,30 @@ class PoolMembers:
                     f"dpa pool {self.pool_id}: {roles} died {REPAIR_ATTEMPTS + 1} times in a row while starting "
                     f"(last: {describe(dead[0][2]).splitlines()[0]}); check the cluster's nodes and the actors' logs")
             self.generation += 1
+            # A host runs several members: it is killed (if alive: one of them hung it) and
+            # each of its members is replaced, in one new host per lost one.
+            lost_hosts: dict[str, list[str]] = {}
             for role, actor, why in dead:
                 hung = isinstance(why, asyncio.TimeoutError)
                 state = f"unresponsive for {PING_TIMEOUT_S:.0f} s" if hung else f"dead ({type(why).__name__})"
                 logger.warning("dpa pool %s: member %s is %s; replacing it", self.pool_id, role, state)
-                with contextlib.suppress(Exception):
-                    ray.kill(actor, no_restart=True)
-                self.answered.discard(role)
-                fresh = self._create(role)
-                if role == "balancer":
-                    self.balancer = fresh
-                else:
-                    kind, index = role.split("-")
-                    (self.reducers if kind == "reducer" else self.mappers)[int(index)] = fresh
-                if role not in replaced:
-                    replaced.append(role)
+                lost_hosts.setdefault(host_id(actor), [])
+            for role, actor in self._members():
+                if host_id(actor) in lost_hosts:
+                    if not lost_hosts[host_id(actor)]:
+                        kill_member(actor)  # (the host, once)
+                    lost_hosts[host_id(actor)].append(role)
+            for roles in lost_hosts.values():
+                for role, fresh in self._create_together(roles).items():
+                    self.answered.discard(role)
+                    if role == "balancer":
+                        self.balancer = fresh
+                    else:
+                        kind, index = role.split("-")
+                        (self.reducers if kind == "reducer" else self.mappers)[int(index)] = fresh
+                    if role not in replaced:
+                        replaced.append(role)
+            dead = [(role, None, None) for roles in lost_hosts.values() for role in roles]
             current = dict(self._members())
             members = [(role, current[role]) for role, _, _ in dead]
         return self.balancer, self.reducers, self.mappers, replaced

@@ -1,16 +1,15 @@
 """Warm actor pools: one pool per running job, idle pools kept for the next job.
 
-Starting a pool (a coordinator plus its balancer, reducers and mappers: ten Python
-processes by default) costs seconds on a small machine, so a finished job hands its pool
-back and the next job of the same shape takes it. Jobs running at the same time, e.g.
-from two threads of one driver, each check out a pool of their own, so their actors and
-data never mix. A pool is checked for dead members when a job takes it (the coordinator
+Starting a pool (a coordinator plus its balancer, reducers and mappers, run by one host
+process per CPU: :mod:`dpa.runtime.ray.host`) costs a second or more on a small machine,
+so a finished job hands its pool back and the next job of the same shape takes it. Jobs
+running at the same time, e.g. from two threads of one driver, each check out a pool of
+their own, so their actors and data never mix. A pool is checked for dead members when a job takes it (the coordinator
 replaces only those); a pool whose coordinator died is dropped and a new one started.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import uuid
@@ -21,6 +20,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from dpa.runtime.ray.coordinator import CoordinatorActor
+from dpa.runtime.ray.host import MemberRef, host_id, kill_member
 from dpa.runtime.ray.member import NAMESPACE, handles_key
 from dpa.runtime.ray.members import start_members
 
@@ -46,7 +46,16 @@ class Pool:
     reducer_num_cpus: float = 0.0
 
     def all_actors(self) -> list[Any]:
+        """The coordinator and the members (member refs; None for an empty reducer slot)."""
         return [self.coordinator, self.balancer, *self.reducers, *self.mappers]
+
+    def processes(self) -> list[Any]:
+        """The pool's Ray actors, one per process: the coordinator and its members' hosts."""
+        seen: dict[str, Any] = {}
+        for actor in self.all_actors():
+            if actor is not None:
+                seen.setdefault(host_id(actor), actor.host if isinstance(actor, MemberRef) else actor)
+        return list(seen.values())
 
     def members_key(self) -> tuple:
         """The members' handles as :func:`~dpa.runtime.ray.member.handles_key` gives them: the
@@ -125,14 +134,12 @@ def release(pool: Pool, keep: bool) -> None:
 
 
 def kill(pool: Pool) -> None:
-    """Kills every actor of ``pool`` (those already dead are skipped)."""
+    """Kills every process of ``pool``: its coordinator and its members' hosts (those
+    already dead are skipped)."""
     if not ray.is_initialized():
         return
-    for actor in pool.all_actors():
-        if actor is None:
-            continue
-        with contextlib.suppress(Exception):
-            ray.kill(actor, no_restart=True)
+    for actor in pool.processes():
+        kill_member(actor)
 
 
 def shutdown_pools() -> None:

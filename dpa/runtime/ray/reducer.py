@@ -26,17 +26,16 @@ from dpa.runtime.ray.member import ActorFailure, JobMember, quiet_method, ready
 from dpa.runtime.ray.telemetry import ReducerTelemetry
 
 
-@ray.remote(num_cpus=0)
 class ReducerActor(JobMember):
     """A reducer on Ray: a :class:`~dpa.engine.reducer_machine.ReducerMachine` and the calls
-    that feed it."""
+    that feed it (run by a :class:`~dpa.runtime.ray.host.HostActor`, called through a
+    :class:`~dpa.runtime.ray.host.MemberRef`)."""
 
     def __init__(self, reducer_id: int, name: str) -> None:
         self.reducer_id = reducer_id
         self.name = name
         self.machine: ReducerMachine | None = None
         self.result: pa.Table | None = None
-        self._start_warm_up()
 
     async def start_job(self, plan: JobPlan, snapshot: Any, handles: Any, job_id: str | None = None,
                         state: Any = None, records: int = 0, epoch: int = -1, pending: Any = None) -> None:

@@ -16,6 +16,7 @@ import pytest
 import ray
 
 import dpa
+from dpa.runtime.ray.host import find_member
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -33,21 +34,26 @@ def _config(**kw):
 
 
 def _member(role: str):
-    """The running job's member ``role`` (``reducer-1``...), by its actor name."""
-    for entry in ray.util.list_named_actors(all_namespaces=True):
-        name = entry["name"]
-        if name.startswith("dpa:") and (name.endswith(f":{role}") or f":{role}." in name):
-            return ray.get_actor(name, namespace=entry["namespace"])
-    return None
+    """The process running the running job's member ``role`` (``reducer-1``...,
+    ``coordinator``) and the roles it runs (a host runs several members)."""
+    if role == "coordinator":
+        for entry in ray.util.list_named_actors(all_namespaces=True):
+            if entry["name"].startswith("dpa:") and entry["name"].endswith(":coordinator"):
+                return ray.get_actor(entry["name"], namespace=entry["namespace"]), [role]
+        return None
+    found = find_member(role)
+    return None if found is None else (found[0], sorted(found[1]))
 
 
 def _kill_later(role: str, delay: float, killed: list) -> threading.Thread:
+    """Kills the process running ``role`` after ``delay`` seconds; ``killed`` gets the
+    roles that process ran (every one of them is lost with it)."""
     def kill():
         time.sleep(delay)
-        actor = _member(role)
-        if actor is not None:
-            ray.kill(actor, no_restart=True)
-            killed.append(role)
+        found = _member(role)
+        if found is not None:
+            ray.kill(found[0], no_restart=True)
+            killed.append(found[1])
 
     thread = threading.Thread(target=kill, daemon=True)
     thread.start()
@@ -76,7 +82,8 @@ def test_members_killed_at_random_moments_across_many_jobs_never_change_the_resu
         if killed and res.stats.recoveries:
             recovered += 1
             rec = res.stats.recoveries[0]
-            assert rec.actors == [role] and rec.nodes and rec.recover_s < 10
+            # exactly the members of the killed process were lost (and replaced)
+            assert role in killed[0] and rec.actors == killed[0] and rec.nodes and rec.recover_s < 10
     assert recovered >= 3  # most kills landed mid-job
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import subprocess
 import sys
 import textwrap
@@ -17,6 +18,7 @@ import dpa
 import dpa.runtime.ray.pool as ray_pool
 from dpa.runtime.ray.balancer import BalancerActor
 from dpa.runtime.ray.coordinator import CoordinatorActor
+from dpa.runtime.ray.host import HostActor
 from dpa.runtime.ray.reducer import ReducerActor
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -58,19 +60,37 @@ def test_two_threads_run_isolated_exact_jobs_with_different_shapes():
         assert results["b"] == dict(collections.Counter(b))
 
 
+def hosts_of(pool_id: str) -> dict[str, list[str]]:
+    """The live hosts of a pool: ``{name: the roles it runs}``."""
+    out = {}
+    for name in live_dpa_actors():
+        if name.startswith(f"dpa:{pool_id}:host-"):
+            with contextlib.suppress(Exception):
+                out[name] = sorted(ray.get(ray.get_actor(name, namespace="dpa").serving.remote()))
+    return out
+
+
 def test_a_pooled_member_killed_between_jobs_is_replaced():
     words = [f"w{i % 50}" for i in range(5000)]
     dpa.shutdown()  # one warm pool: the one the next job takes
     dpa.run(words[:10])
-    (victim,) = [n for n in live_dpa_actors() if n.endswith(":reducer-1")][:1]
+    pool_id = ray_pool.idle_pools()[-1].pool_id
+    before = hosts_of(pool_id)
+    shape = dpa.JobConfig().resolved()  # the pool of the default shape: one host per CPU
+    members = shape.num_mappers + shape.num_reducers + 1
+    assert len(before) == min(int(ray.cluster_resources()["CPU"]), members)
+    assert sorted(r for roles in before.values() for r in roles) == sorted(
+        ["balancer", *[f"reducer-{i}" for i in range(shape.num_reducers)],
+         *[f"mapper-{i}" for i in range(shape.num_mappers)]])
+    (victim,) = [n for n, roles in before.items() if "reducer-1" in roles]
     kill(victim)
     res = dpa.run(words, config=dpa.JobConfig(timeout_s=60))
     assert res.to_dict() == dict(collections.Counter(words))
-    names = live_dpa_actors()
-    assert victim not in names and any(":reducer-1." in n for n in names)  # only the dead one was rebuilt
-    shape = dpa.JobConfig().resolved()  # the pool of the default shape: its members and a coordinator
-    pool = [n for n in names if n.rsplit(":", 1)[0] == victim.rsplit(":", 1)[0]]
-    assert len(pool) == shape.num_mappers + shape.num_reducers + 2
+    after = hosts_of(pool_id)
+    # only the dead host was rebuilt: one new host runs exactly the members it ran
+    assert victim not in after and len(after) == len(before)
+    assert {n: r for n, r in after.items() if n in before} == {n: r for n, r in before.items() if n != victim}
+    assert [r for n, r in after.items() if n not in before] == [before[victim]]
 
 
 def test_a_pool_whose_coordinator_died_is_replaced():
@@ -152,7 +172,8 @@ def test_a_late_message_of_an_aborted_job_is_dropped():
     reducer = pool.reducers[0]
     table = pa.table({"value": ["stale"], "__dpa_h": pa.array([1], pa.uint32())})
     ray.get(reducer.push.remote("not-this-job", table, 0))  # must be ignored, not queued
-    assert ray.get(reducer.__ray_call__.remote(lambda self: self.machine.logic.queued)) == 0
+    queued = reducer.host.__ray_call__.remote(lambda self, role: self.members[role].machine.logic.queued, reducer.role)
+    assert ray.get(queued) == 0
     assert dpa.run(["y"]).to_dict() == {"y": 1}
 
 
@@ -165,7 +186,7 @@ def test_config_as_a_dict():
 
 
 def test_frequent_calls_do_not_fill_rays_task_event_buffer():
-    quiet = [ReducerActor.push, ReducerActor.update_ring, BalancerActor.report,
+    quiet = [HostActor.call, ReducerActor.push, ReducerActor.update_ring, BalancerActor.report,
              CoordinatorActor.next_block, CoordinatorActor.offer,
              CoordinatorActor.progress]
     for method in quiet:

@@ -34,15 +34,40 @@ def wait_no_dpa_actors(timeout=20.0):
     return False
 
 
+#: (Lambdas, shipped to the actors by value: they cannot import test modules.)
+#: The job each member of an actor serves, ``{role: job}`` (a host runs several; the
+#: coordinator is one).
+_jobs = lambda actor: (  # noqa: E731
+    {role: m.job_id for role, m in actor.members.items()} if hasattr(actor, "members")
+    else {"coordinator": actor.job_id})
+#: ``{role: member name}`` of a host (a replacement's name ends in its generation).
+_member_names = lambda actor: {role: m.name for role, m in actor.members.items()}  # noqa: E731
+
+
+def hosted_members() -> dict:
+    """Every live hosted member: ``{member name: role}``."""
+    out = {}
+    for a in dpa_actors_alive():
+        if ":host-" in a["name"]:
+            try:
+                handle = ray.get_actor(a["name"], namespace=a["namespace"])
+                names = ray.get(handle.__ray_call__.remote(_member_names), timeout=30)
+            except (ray.exceptions.RayActorError, ValueError):
+                continue
+            out.update({name: role for role, name in names.items()})
+    return out
+
+
 def assert_pool_idle_and_reusable():
-    """After a failed job: every live dpa actor answers and serves no job; the next job is exact."""
+    """After a failed job: every live dpa actor answers and none of its members serves a
+    job; the next job is exact."""
     for a in dpa_actors_alive():
         try:
             handle = ray.get_actor(a["name"], namespace=a["namespace"])
-            job = ray.get(handle.__ray_call__.remote(lambda self: self.job_id), timeout=30)
+            jobs = ray.get(handle.__ray_call__.remote(_jobs), timeout=30)
         except (ray.exceptions.RayActorError, ValueError):
             continue  # died since it was listed (a killed pool) or dead: the next job replaces it
-        assert job is None, f"{a['name']} still serves job {job}"
+        assert all(job is None for job in jobs.values()), f"{a['name']} still serves {jobs}"
     words = skewed_words(500)
     assert dpa.run(words).to_dict() == dict(collections.Counter(words))
 
@@ -155,10 +180,11 @@ def test_actor_death_mid_job_without_recoveries_fails_fast_and_the_next_job_repa
         # Idle pools of earlier tests may be alive too: kill a reducer of the running job only.
         time.sleep(1.0)
         for a in dpa_actors_alive():
-            if "reducer-" in a["name"]:
+            if ":host-" in a["name"]:
                 handle = ray.get_actor(a["name"], namespace=a["namespace"])
-                job, pid = ray.get(handle.__ray_call__.remote(lambda self: (self.job_id, os.getpid())))
-                if job is not None:
+                jobs, pid = ray.get(handle.__ray_call__.remote(
+                    lambda self: ({r: m.job_id for r, m in self.members.items()}, os.getpid())))
+                if any(job is not None for role, job in jobs.items() if role.startswith("reducer-")):
                     os.kill(pid, signal.SIGKILL)
                     return
 
@@ -170,7 +196,7 @@ def test_actor_death_mid_job_without_recoveries_fails_fast_and_the_next_job_repa
     killer.join()
     assert time.time() - started < 30
     assert_pool_idle_and_reusable()
-    assert any(":reducer-" in a["name"] and "." in a["name"].rsplit(":", 1)[1] for a in dpa_actors_alive())
+    assert any(role.startswith("reducer-") and "." in name.rsplit(":", 1)[1] for name, role in hosted_members().items())
 
 
 def test_failure_with_reuse_actors_false_leaves_no_actor():
@@ -207,11 +233,15 @@ def test_bad_input_raises_before_any_actor_starts():
 def test_actors_are_named_in_the_dpa_namespace():
     dpa.run(["a", "b"])
     names = {a["name"] for a in dpa_actors_alive()}
-    assert any(n.endswith(":coordinator") for n in names) and any(n.endswith(":balancer") for n in names)
+    roles = list(hosted_members().values())
+    assert any(n.endswith(":coordinator") for n in names) and roles.count("balancer") == 1
     shape = dpa.JobConfig().resolved()  # the default: one mapper and one reducer per CPU of the session
-    assert shape.num_mappers == int(ray.cluster_resources()["CPU"])
-    assert sum(":reducer-" in n for n in names) == shape.num_reducers
-    assert sum(":mapper-" in n for n in names) == shape.num_mappers
+    cpus = int(ray.cluster_resources()["CPU"])
+    assert shape.num_mappers == cpus
+    assert sum(r.startswith("reducer-") for r in roles) == shape.num_reducers
+    assert sum(r.startswith("mapper-") for r in roles) == shape.num_mappers
+    # the members run in one host per CPU (at most one per member)
+    assert sum(":host-" in n for n in names) == min(cpus, len(roles))
     dpa.shutdown()
     assert wait_no_dpa_actors()
 

@@ -1,0 +1,221 @@
+"""Hosts: Ray worker processes that each run several members of a pool.
+
+A pool's balancer, reducers and mappers are logical members; a :class:`HostActor` (one Ray
+actor, one process) runs several of them as plain objects on its event loop, as a Flink
+task slot runs several subtasks. A pool starts one host per CPU of the cluster (at most
+one per member), so the first job of a wide pool waits for a few processes to start
+instead of one per member, and the pool holds a few interpreters' memory, not one per member.
+
+A :class:`MemberRef` names one member: ``ref.method.remote(...)`` calls it through its host
+(``ref.result.options(num_returns=2)`` too), as an actor handle would; refs pickle, so
+members and the driver pass them around as they would handles. Every call is a Ray call,
+also between members of one host: arguments are copied and top-level object refs
+resolved exactly as for a call to an actor of its own.
+
+Failures: a host's death (its process, its node) loses all its members; the coordinator's
+repair finds each of them dead and replaces them together in a new host
+(:class:`~dpa.runtime.ray.members.PoolMembers`). A member that blocks its host's event loop
+makes its co-hosted members unresponsive too; the repair kills the host and replaces them all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from typing import Any
+
+import ray
+
+from dpa.runtime.ray.balancer import BalancerActor
+from dpa.runtime.ray.mapper import MapperActor
+from dpa.runtime.ray.member import NAMESPACE, JobMember, quiet_method
+from dpa.runtime.ray.reducer import ReducerActor
+
+logger = logging.getLogger(__name__)
+
+#: Member classes by role kind (``reducer-3`` is a ``reducer``).
+KINDS: dict[str, type] = {"balancer": BalancerActor, "reducer": ReducerActor, "mapper": MapperActor}
+
+#: Calls a host runs at once, per member it hosts (Ray's default for an async actor is 1000).
+CONCURRENCY_PER_MEMBER = 1000
+
+_QUIET: dict[tuple[str, str], bool] = {}
+
+
+def kind_of(role: str) -> str:
+    """``balancer``, ``reducer`` or ``mapper`` for a role like ``reducer-3``."""
+    return role.split("-", 1)[0]
+
+
+def _quiet(kind: str, method: str) -> bool:
+    """Whether ``method`` of a member of ``kind`` is a frequent small call (no task events)."""
+    key = (kind, method)
+    if key not in _QUIET:
+        func = getattr(KINDS[kind], method, None)
+        _QUIET[key] = getattr(func, "__ray_enable_task_events__", True) is False
+    return _QUIET[key]
+
+
+def _build(role: str, name: str) -> Any:
+    kind = kind_of(role)
+    if kind == "balancer":
+        return BalancerActor(name)
+    return KINDS[kind](int(role.split("-", 1)[1]), name)
+
+
+@ray.remote(num_cpus=0)
+class HostActor:
+    """One process running several members (``{role: member}``) on its event loop."""
+
+    def __init__(self, name: str, members: list[tuple[str, str]]) -> None:
+        """Builds the members: ``(role, member name)`` pairs (the name is what errors say)."""
+        self.name = name
+        self.members: dict[str, Any] = {role: _build(role, member) for role, member in members}
+        JobMember._start_warm_up()  # (once per process)
+
+    @quiet_method
+    async def call(self, role: str, method: str, *args: Any) -> Any:
+        """Calls ``method`` of the member ``role`` (a frequent small call: no task event)."""
+        member = self.members[role]
+        # The class's method, as Ray would call it (a member's attribute may share its name:
+        # a reducer's ``result`` table).
+        return await getattr(type(member), method)(member, *args)
+
+    async def call_traced(self, role: str, method: str, *args: Any) -> Any:
+        """Calls ``method`` of the member ``role`` (Ray keeps a task event for it)."""
+        member = self.members[role]
+        return await getattr(type(member), method)(member, *args)
+
+    async def serving(self) -> dict[str, str | None]:
+        """The members this host runs: ``{role: the job (run) it serves, or None}``."""
+        return {role: member.job_id for role, member in self.members.items()}
+
+
+class _Method:
+    """``ref.method`` of a :class:`MemberRef`: ``.remote(*args)`` and ``.options(**opts)``."""
+
+    __slots__ = ("_call", "_role", "_method")
+
+    def __init__(self, call: Any, role: str, method: str) -> None:
+        self._call, self._role, self._method = call, role, method
+
+    def remote(self, *args: Any) -> Any:
+        return self._call.remote(self._role, self._method, *args)
+
+    def options(self, **options: Any) -> _Method:
+        return _Method(self._call.options(**options), self._role, self._method)
+
+
+class MemberRef:
+    """A member of a pool as the runtime calls it: its host's handle and its role.
+
+    ``ref.push.remote(...)`` is ``host.call.remote(role, "push", ...)``. ``key`` is stable
+    across pickling and names the member (for :func:`~dpa.runtime.ray.member.handles_key`);
+    ``host_key`` names its host.
+    """
+
+    __slots__ = ("host", "role", "key", "host_key")
+
+    def __init__(self, host: Any, role: str) -> None:
+        self.host = host
+        self.role = role
+        self.host_key = host._actor_id.hex()
+        self.key = f"{self.host_key}/{role}"
+
+    def __getattr__(self, method: str) -> _Method:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        quiet = _quiet(kind_of(self.role), method)
+        return _Method(self.host.call if quiet else self.host.call_traced, self.role, method)
+
+    def __reduce__(self) -> tuple:
+        return (MemberRef, (self.host, self.role))
+
+    def __repr__(self) -> str:
+        return f"MemberRef({self.role} on {self.host_key[:8]})"
+
+
+def member_id(handle: Any) -> str:
+    """The id that names a member (a :class:`MemberRef`) or an actor (a Ray actor handle)."""
+    if isinstance(handle, MemberRef):
+        return handle.key
+    return handle._actor_id.hex()
+
+
+def host_id(handle: Any) -> str:
+    """The id of the process ``handle`` runs in: its host's actor id, or its own."""
+    if isinstance(handle, MemberRef):
+        return handle.host_key
+    return handle._actor_id.hex()
+
+
+def kill_member(handle: Any) -> None:
+    """Kills ``handle``'s process (for a hosted member: its host, with every member in it)."""
+    if handle is None:
+        return
+    with contextlib.suppress(Exception):
+        ray.kill(handle.host if isinstance(handle, MemberRef) else handle, no_restart=True)
+
+
+def find_member(role: str) -> tuple[Any, dict[str, str | None]] | None:
+    """The live host running a member ``role`` (``reducer-3``) of a pool of this Ray session,
+    one whose member serves a job if any does (for diagnostics and fault drills).
+
+    Returns:
+        ``(host handle, {role: job or None} of every member it runs)``, or None.
+    """
+    found = None
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        if entry["namespace"] != NAMESPACE or ":host-" not in entry["name"]:
+            continue
+        try:
+            host = ray.get_actor(entry["name"], namespace=NAMESPACE)
+            members = ray.get(host.serving.remote(), timeout=30)
+        except Exception:  # (died since it was listed)
+            continue
+        if role in members:
+            if members[role] is not None:
+                return host, members
+            found = found or (host, members)
+    return found
+
+
+def default_width(members: int) -> int:
+    """Hosts a pool of ``members`` members starts: one per CPU of the cluster, at most one
+    per member."""
+    cpus = int(ray.cluster_resources().get("CPU", 1) or 1)
+    return max(1, min(cpus, members))
+
+
+def pack(roles: list[str], width: int, reducer_num_cpus: float = 0.0) -> list[list[str]]:
+    """The roles each host runs: ``roles`` dealt round-robin over ``width`` hosts (each gets
+    a share of the reducers and of the mappers). With ``reducer_num_cpus`` > 0 each reducer
+    gets a host of its own, which holds those CPUs (a reservation is per process)."""
+    alone: list[list[str]] = []
+    shared = roles
+    if reducer_num_cpus > 0:
+        alone = [[r] for r in roles if kind_of(r) == "reducer"]
+        shared = [r for r in roles if kind_of(r) != "reducer"]
+    width = max(1, min(width, len(shared)))
+    return [shared[i::width] for i in range(width) if shared[i::width]] + alone
+
+
+def start_hosts(pool_id: str, roles: list[str], width: int, generation: int = 0,
+                reducer_num_cpus: float = 0.0) -> dict[str, MemberRef]:
+    """Starts ``roles`` in ``width`` hosts (see :func:`pack`); returns each role's ref.
+
+    ``generation`` > 0 names replacements (a dead member's name may not be released yet).
+    """
+    suffix = f".{generation}" if generation else ""
+    refs: dict[str, MemberRef] = {}
+    for group in pack(roles, width, reducer_num_cpus):
+        cpus = reducer_num_cpus if reducer_num_cpus > 0 and kind_of(group[0]) == "reducer" else 0
+        name = f"dpa:{pool_id}:host-{uuid.uuid4().hex[:6]}"
+        # Spread over the cluster's nodes (on one machine this changes nothing): a job uses
+        # every node, and losing one loses a few members, which recovery replaces.
+        host = HostActor.options(name=name, namespace=NAMESPACE, lifetime=None, scheduling_strategy="SPREAD",
+                                 num_cpus=cpus, max_concurrency=CONCURRENCY_PER_MEMBER * len(group)).remote(
+            name, [(role, f"dpa:{pool_id}:{role}{suffix}") for role in group])
+        refs.update({role: MemberRef(host, role) for role in group})
+    return refs

@@ -1,0 +1,63 @@
+"""Hosts without Ray: how members are packed into hosts, and how a member ref calls its host."""
+
+from __future__ import annotations
+
+import pickle
+from types import SimpleNamespace
+
+from dpa.runtime.ray.host import MemberRef, host_id, member_id, pack
+from dpa.runtime.ray.member import handles_key
+
+
+class FakeMethod:
+    def __init__(self, name: str, options: dict | None = None) -> None:
+        self.name, self.opts = name, options or {}
+
+    def remote(self, *args):
+        return (self.name, self.opts, args)
+
+    def options(self, **options):
+        return FakeMethod(self.name, options)
+
+
+class FakeHost:
+    """Stands for a HostActor's handle (pickles by value, as Ray pickles handles)."""
+
+    def __init__(self, hex_id: str) -> None:
+        self._actor_id = SimpleNamespace(hex=lambda: hex_id)
+        self.hex_id = hex_id
+        self.call, self.call_traced = FakeMethod("call"), FakeMethod("call_traced")
+
+    def __reduce__(self):
+        return (FakeHost, (self.hex_id,))
+
+
+def test_members_are_dealt_round_robin_so_every_host_gets_reducers_and_mappers():
+    roles = ["balancer", *[f"reducer-{i}" for i in range(8)], *[f"mapper-{i}" for i in range(4)]]
+    hosts = pack(roles, 2)
+    assert hosts == [["balancer", "reducer-1", "reducer-3", "reducer-5", "reducer-7", "mapper-1", "mapper-3"],
+                     ["reducer-0", "reducer-2", "reducer-4", "reducer-6", "mapper-0", "mapper-2"]]
+    assert pack(roles, 99) == [[r] for r in roles]  # at most one host per member
+    assert pack(["reducer-5"], 4) == [["reducer-5"]]
+
+
+def test_reducers_that_reserve_cpus_get_a_host_each():
+    roles = ["balancer", "reducer-0", "reducer-1", "mapper-0", "mapper-1"]
+    assert pack(roles, 2, reducer_num_cpus=1.0) == [["balancer", "mapper-1"], ["mapper-0"], ["reducer-0"], ["reducer-1"]]
+
+
+def test_a_member_ref_calls_its_host_quietly_for_frequent_calls():
+    ref = MemberRef(FakeHost("h1"), "reducer-3")
+    assert ref.push.remote("job", "batch") == ("call", {}, ("reducer-3", "push", "job", "batch"))
+    assert ref.start_job.remote("plan") == ("call_traced", {}, ("reducer-3", "start_job", "plan"))
+    assert ref.result.options(num_returns=2).remote("run") == (
+        "call_traced", {"num_returns": 2}, ("reducer-3", "result", "run"))
+
+
+def test_a_member_ref_keeps_its_id_across_pickling_and_names_its_host():
+    ref = MemberRef(FakeHost("h1"), "mapper-0")
+    again = pickle.loads(pickle.dumps(ref))
+    assert member_id(again) == member_id(ref) == "h1/mapper-0" and host_id(again) == "h1"
+    other = MemberRef(FakeHost("h1"), "mapper-1")
+    assert handles_key(ref, [other, None]) == ("h1/mapper-0", ("h1/mapper-1", None))
+    assert host_id(other) == host_id(ref) and member_id(other) != member_id(ref)
