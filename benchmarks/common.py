@@ -67,7 +67,7 @@ def parse_shaped(p: argparse.ArgumentParser, argv: Sequence[str] | None) -> argp
     import dpa
 
     args = p.parse_args(argv)
-    shape = dpa.JobConfig(num_mappers=args.mappers, num_reducers=args.reducers).resolved()
+    shape = dpa.JobConfig(shape=dpa.ShapeConfig(num_mappers=args.mappers, num_reducers=args.reducers)).resolved()
     args.mappers, args.reducers = shape.num_mappers, shape.num_reducers
     return args
 

@@ -47,7 +47,8 @@ def trial(startup_concurrency: int, warm: int, rows: int, mappers: int = 4, redu
                                     "worker_maximum_startup_concurrency": startup_concurrency}
     ensure_ray(**kwargs)
     init_s = time.perf_counter() - t0
-    cfg = dpa.JobConfig(num_mappers=mappers or None, num_reducers=reducers or None, timeout_s=600)
+    cfg = dpa.JobConfig(shape=dpa.ShapeConfig(num_mappers=mappers or None, num_reducers=reducers or None),
+                        recovery=dpa.RecoveryConfig(timeout_s=600))
     reducer = dpa.WithCost(dpa.Count(), 0.001)
     times = []
     for _ in range(1 + warm):

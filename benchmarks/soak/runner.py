@@ -70,7 +70,7 @@ def _config(spec: JobSpec, timeout_s: float, runtime: str) -> dpa.JobConfig:
     if spec.checkpoint_interval_s is not None:
         fields["checkpoint_interval_s"] = spec.checkpoint_interval_s
     fields.update(spec.bad_config)
-    return dpa.JobConfig(**fields)
+    return dpa.JobConfig().with_options(**fields)
 
 
 def _attempt(spec: JobSpec, timeout_s: float, runtime: str) -> tuple[str, str, BaseException | None, int | None]:
@@ -380,7 +380,7 @@ def start_ray_from_short_lived_thread(timeout_s: float) -> None:
 
     def first_job() -> None:
         try:
-            dpa.run(["a", "b", "a"], config=dpa.JobConfig(timeout_s=timeout_s)).to_dict()
+            dpa.run(["a", "b", "a"], config=dpa.JobConfig().with_options(timeout_s=timeout_s)).to_dict()
         except BaseException as exc:  # handed to the main thread
             errors.append(exc)
 

@@ -157,7 +157,8 @@ def needs_merge(policy: str, max_rounds: int, num_mappers: int, num_reducers: in
     """Whether ``policy`` may process one key on several reducers (so reducers need ``merge``)."""
     from dpa.routing.registry import make_policy
 
-    config = dpa.JobConfig(policy=policy, max_rounds=max_rounds, num_mappers=num_mappers, num_reducers=num_reducers)
+    config = dpa.JobConfig().with_options(policy=policy, max_rounds=max_rounds, num_mappers=num_mappers,
+                                          num_reducers=num_reducers)
     return bool(make_policy(config).needs_merge)
 
 

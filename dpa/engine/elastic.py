@@ -1,6 +1,6 @@
 """Elastic reducers: when a job adds a reducer or retires one (pure logic, no Ray).
 
-A job with ``JobConfig(max_reducers=..., min_reducers=...)`` runs on reducer *slots*
+A job with ``ShapeConfig(max_reducers=..., min_reducers=...)`` runs on reducer *slots*
 ``0 .. max_reducers - 1``; the first ``num_reducers`` are active at the start, the others
 own no tokens on the ring. The balancer feeds the reducers' backlogs (seconds of queued
 work) to a :class:`ScalingRule`, which decides:

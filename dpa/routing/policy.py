@@ -365,7 +365,7 @@ class PolicySettings:
     (raising :class:`~dpa.errors.ConfigError` with what to do), and name the registered
     policy they select with ``name`` (a class attribute, or a property when one settings
     class serves several names, e.g. ``RingSettings(method="halving").name == "halving"``).
-    Pass one as ``JobConfig(policy=...)``. Settings only hold options: the registered
+    Pass one as ``policy=...`` (to ``dpa.run`` or ``dpa.BalanceConfig``). Settings only hold options: the registered
     factory builds the policy from them, and the policy holds them (``policy.settings``)
     rather than subclassing them. Settings may extend other settings (``HybridSettings``
     extends ``RingSettings``).

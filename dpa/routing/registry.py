@@ -145,7 +145,7 @@ def register_policy(name: str, factory: Callable[[Any, JobShape], PolicySpec], d
     """Registers (or replaces) a policy under ``name``.
 
     Args:
-        name: The name ``JobConfig(policy=...)`` selects it by.
+        name: The name ``policy=...`` (of ``dpa.run`` or ``dpa.BalanceConfig``) selects it by.
         factory: ``factory(settings, shape) -> PolicySpec``: ``settings`` is an instance of
             ``settings``, ``shape`` the job's :class:`~dpa.routing.policy.JobShape`.
         description: One line for :func:`policies`.

@@ -22,8 +22,8 @@ the job's :class:`~dpa.routing.policy.JobShape`; the policy holds both (``policy
 settings class.
 
 Importing this package registers nothing: the table of names is :mod:`dpa.routing.registry`. Use
-a policy by name (``dpa.JobConfig(policy="pkg", policy_options={"d": 3})``) or by its
-settings (``dpa.JobConfig(policy=dpa.PKGSettings(d=3))``). The algorithms and the choices
+a policy by name (``dpa.run(..., policy="pkg", policy_options={"d": 3})``) or by its
+settings (``dpa.run(..., policy=dpa.PKGSettings(d=3))``). The algorithms and the choices
 made where the papers are vague are in ``docs/policies/``. Policies can be replayed
 without Ray, on a key stream, with :func:`dpa.tools.simulate.simulate`.
 """

@@ -1,6 +1,6 @@
 """Stream groupings from the Partial Key Grouping paper (Nasir et al.) as dpa policies.
 
-Registered names (``JobConfig(policy=...)`` with a name and ``policy_options={...}``, or a
+Registered names (``dpa.run(..., policy=...)`` with a name and ``policy_options={...}``, or a
 settings object such as ``PKGSettings(d=3)``):
 
 * ``shuffle`` — shuffle grouping (SG): each mapper sends its records round-robin over the
