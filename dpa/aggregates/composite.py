@@ -36,16 +36,16 @@ import numpy as np
 import pyarrow as pa
 
 from dpa.aggregates.builtins import Count, Min, Sum, bind_reducer
-from dpa.aggregates.contract import GROUP_ID_COL, ColumnarReducer, Reducer, WithCost, unwrap
+from dpa.aggregates.contract import GROUP_ID_COL as GID_COL
+from dpa.aggregates.contract import ColumnarReducer, Reducer, WithCost, by_group_id, unwrap
 from dpa.aggregates.int_sums import sum_may_overflow
-from dpa.errors import ConfigError, SchemaError
+from dpa.errors import ConfigError
 from dpa.input.records import HASH_COL
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Aggregates", "RecordAggregates", "combine", "output_names", "spark_name"]
 
-GID_COL = GROUP_ID_COL
 ROW_COL = "__dpa_row"
 
 _SPARK_NAMES = {"sum": "sum({c})", "mean": "avg({c})", "min": "min({c})", "max": "max({c})",
@@ -188,16 +188,6 @@ def group_ids(table: pa.Table, key_cols: Sequence[str]) -> tuple[np.ndarray, int
     return combined.astype(np.int64), size
 
 
-def _by_gid(table: pa.Table, size: int) -> pa.Table:
-    """``table`` (one row per group id in :data:`GID_COL`) in group-id order."""
-    gid = table[GID_COL].to_numpy()
-    if len(gid) != size:
-        raise SchemaError(f"internal: an aggregate returned {len(gid)} partial rows for {size} groups")
-    order = np.empty(size, dtype=np.int64)
-    order[gid] = np.arange(size, dtype=np.int64)
-    return table.take(pa.array(order))
-
-
 class Aggregates(_Members, ColumnarReducer):
     """Columnar composite of built-in (columnar) reducers; see the module docstring.
 
@@ -281,7 +271,7 @@ class Aggregates(_Members, ColumnarReducer):
         gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
         base = base.append_column(GID_COL, pa.array(gid)).append_column(ROW_COL, pa.array(np.arange(table.num_rows)))
         fused = base.group_by([GID_COL], use_threads=False).aggregate(aggs + [(ROW_COL, "min")])
-        fused = _by_gid(fused.rename_columns([GID_COL, *names, ROW_COL]), size)
+        fused = by_group_id(fused.rename_columns([GID_COL, *names, ROW_COL]), size)
         parts = {n: fused[n] for n in names}
         parts.update({name: fused[same_as] for name, same_as in aliases.items()})
         keys = table.select(group_cols).take(fused[ROW_COL])
@@ -289,7 +279,7 @@ class Aggregates(_Members, ColumnarReducer):
         for i in special:
             m = self.members[i]
             cols = [GID_COL] + [c for c in (m.input_columns() or []) if c != GID_COL]
-            part = _by_gid(m.partial_from_batch(with_gid.select(cols), [GID_COL]), size)
+            part = by_group_id(m.partial_from_batch(with_gid.select(cols), [GID_COL]), size)
             for s in m.state_columns():
                 parts[_prefix(i, s)] = part[s]
         columns = [keys[c] for c in group_cols] + [parts[n] for n in self.state_columns()]
@@ -319,7 +309,7 @@ class Aggregates(_Members, ColumnarReducer):
         gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
         base = table.append_column(GID_COL, pa.array(gid)).append_column(ROW_COL, pa.array(np.arange(table.num_rows)))
         fused = base.group_by([GID_COL], use_threads=False).aggregate(aggs + [(ROW_COL, "min")])
-        fused = _by_gid(fused.rename_columns([GID_COL, *names, ROW_COL]), size)
+        fused = by_group_id(fused.rename_columns([GID_COL, *names, ROW_COL]), size)
         parts = {n: fused[n] for n in names}
         keys = table.select(group_cols).take(fused[ROW_COL])
         for i in special:

@@ -38,6 +38,21 @@ from dpa.errors import ConfigError, SchemaError
 GROUP_ID_COL = "__dpa_gid"
 
 
+def by_group_id(table: pa.Table, size: int) -> pa.Table:
+    """``table`` (one row per group id in :data:`GROUP_ID_COL`, ids ``0..size-1``) in
+    group-id order.
+
+    Raises:
+        SchemaError: the table does not hold one row per group (an aggregate's bug).
+    """
+    gid = table[GROUP_ID_COL].to_numpy()
+    if len(gid) != size:
+        raise SchemaError(f"internal: an aggregate returned {len(gid)} partial rows for {size} groups")
+    order = np.empty(size, dtype=np.int64)
+    order[gid] = np.arange(size, dtype=np.int64)
+    return table.take(pa.array(order))
+
+
 class Reducer:
     """Base class of reducers (the combine contract).
 
@@ -198,14 +213,8 @@ class ColumnarReducer(Reducer):
         Returns:
             The merged state columns, row ``g`` for group ``g``.
         """
-        ids = pa.array(gid)
-        merged = self.merge_partials(table.append_column(GROUP_ID_COL, ids), [GROUP_ID_COL])
-        if merged.num_rows != size:
-            raise SchemaError(f"internal: {self!r} merged {table.num_rows} partial rows into {merged.num_rows} "
-                              f"groups, not {size}")
-        order = np.empty(size, dtype=np.int64)
-        order[merged[GROUP_ID_COL].to_numpy()] = np.arange(merged.num_rows, dtype=np.int64)
-        return merged.take(pa.array(order)).select(self.state_columns())
+        merged = self.merge_partials(table.append_column(GROUP_ID_COL, pa.array(gid)), [GROUP_ID_COL])
+        return by_group_id(merged, size).select(self.state_columns())
 
     def finalize_table(self, table: pa.Table, key_cols: list[str]) -> pa.Table:
         """Turns partial states into the output columns (key columns first)."""

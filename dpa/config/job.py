@@ -62,6 +62,13 @@ def _check_known(names: Any) -> None:
         raise ConfigError(f"unknown JobConfig field(s) {unknown}; valid fields: {', '.join(known_fields())}")
 
 
+def _check_groups(groups: dict[str, Any]) -> None:
+    """Raises :class:`ConfigError` for a group given as something else than its class."""
+    for name, group in groups.items():
+        if not isinstance(group, GROUPS[name]):
+            raise ConfigError(f"JobConfig.{name} must be a dpa.{_CLASS_NAMES[name]}, got {type(group).__name__}")
+
+
 def _grouped_spelling(flat: dict[str, Any]) -> str:
     """``shape=dpa.ShapeConfig(num_reducers=...), balance=dpa.BalanceConfig(tau=...)``."""
     by_group: dict[str, list[str]] = {}
@@ -124,7 +131,7 @@ class JobConfig:
             (actor start-up costs seconds); ``dpa.shutdown()`` releases them. They are
             always torn down when a job fails.
         *args, **flat: Deprecated: the group fields by their own names (positionally in
-            their former order), e.g. ``num_reducers=8``.
+            the order of :data:`FLAT_ORDER`), e.g. ``num_reducers=8``.
 
     Raises:
         ConfigError: A bad value (the message names the group and the field), a field
@@ -182,9 +189,7 @@ class JobConfig:
             reuse_actors = flat.pop("reuse_actors", reuse_actors)
         _check_known(flat)
         given = {"shape": shape, "balance": balance, "flow": flow, "recovery": recovery, "semantics": semantics}
-        for name, group in given.items():
-            if group is not None and not isinstance(group, GROUPS[name]):
-                raise ConfigError(f"JobConfig.{name} must be a dpa.{_CLASS_NAMES[name]}, got {type(group).__name__}")
+        _check_groups({name: group for name, group in given.items() if group is not None})
         groups = {name: GROUPS[name]() if group is None else group for name, group in given.items()}
         if flat:
             warnings.warn(
@@ -215,10 +220,7 @@ class JobConfig:
         flat = {name: value for name, value in changes.items() if name in FLAT_FIELDS}
         given = {name for name in changes if name in GROUPS}
         groups = {name: changes[name] if name in given else getattr(self, name) for name in GROUPS}
-        for name in given:
-            if not isinstance(groups[name], GROUPS[name]):
-                raise ConfigError(
-                    f"JobConfig.{name} must be a dpa.{_CLASS_NAMES[name]}, got {type(groups[name]).__name__}")
+        _check_groups({name: groups[name] for name in given})
         groups = _fill_groups(groups, given, flat)
         return JobConfig(**groups, runtime=changes.get("runtime", self.runtime),
                          reuse_actors=changes.get("reuse_actors", self.reuse_actors))

@@ -115,6 +115,15 @@ class JobPlan:
         return state
 
     @property
+    def source_columns(self) -> set[str] | None:
+        """The source columns the job reads (its key and reducer columns), or None for
+        every column (a ``map_fn`` or key function sees whole records, and so does a
+        reducer that reads records)."""
+        if self.map_fn is not None or self.key_fn is not None or self.keep_cols is None:
+            return None
+        return set(self.key_cols) | set(self.keep_cols)
+
+    @property
     def applies_groups(self) -> bool:
         """Whether the job runs a per-group function (:class:`~dpa.aggregates.group_apply.GroupApply`):
         its reducers collect rows, and an apply phase runs the function."""

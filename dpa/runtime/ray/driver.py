@@ -113,14 +113,6 @@ def _start(plan: JobPlan, reuse: bool, deadline: _Deadline) -> Pool:
     raise JobFailedError("could not start dpa's actors: the coordinator died twice while starting")
 
 
-def shipped_columns(plan: JobPlan) -> set[str] | None:
-    """The source columns a job reads (its key and reducer columns), or None for every
-    column (a ``map_fn`` or key function sees whole records, a reducer that reads records)."""
-    if plan.map_fn is not None or plan.key_fn is not None or plan.keep_cols is None:
-        return None
-    return set(plan.key_cols) | set(plan.keep_cols)
-
-
 def _input_items(blocks: Any, dataset: Any, columns: set[str] | None = None) -> Any:
     """``(block ref, row slice or None)`` for every input block; a block read on the driver
     goes to the object store with only ``columns`` (None: all)."""
@@ -266,7 +258,7 @@ def run_ray(plan: JobPlan, blocks: Any, dataset: Any, config: Any, progress: Any
         job = pool.coordinator.run_job.remote(plan, snapshot, pool.members_key())
         poll = _progress_poller(pool.coordinator, progress)
         try:
-            _feed(pool, plan.job_id, _input_items(blocks if blocks is not None else (), dataset, shipped_columns(plan)), job, deadline, poll)
+            _feed(pool, plan.job_id, _input_items(blocks if blocks is not None else (), dataset, plan.source_columns), job, deadline, poll)
         except (DPAError, ray.exceptions.RayError):
             raise  # the job's own failure, or bad input found while reading it
         except Exception as exc:  # the source itself raised

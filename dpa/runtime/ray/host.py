@@ -77,14 +77,16 @@ class HostActor:
     @quiet_method
     async def call(self, role: str, method: str, *args: Any) -> Any:
         """Calls ``method`` of the member ``role`` (a frequent small call: no task event)."""
-        member = self.members[role]
-        # The class's method, as Ray would call it (a member's attribute may share its name:
-        # a reducer's ``result`` table).
-        return await getattr(type(member), method)(member, *args)
+        return await self._invoke(role, method, args)
 
     async def call_traced(self, role: str, method: str, *args: Any) -> Any:
         """Calls ``method`` of the member ``role`` (Ray keeps a task event for it)."""
+        return await self._invoke(role, method, args)
+
+    async def _invoke(self, role: str, method: str, args: tuple) -> Any:
         member = self.members[role]
+        # The class's method, as Ray would call it (a member's attribute may share its name:
+        # a reducer's ``result`` table).
         return await getattr(type(member), method)(member, *args)
 
     async def serving(self) -> dict[str, str | None]:
@@ -134,13 +136,6 @@ class MemberRef:
 
     def __repr__(self) -> str:
         return f"MemberRef({self.role} on {self.host_key[:8]})"
-
-
-def member_id(handle: Any) -> str:
-    """The id that names a member (a :class:`MemberRef`) or an actor (a Ray actor handle)."""
-    if isinstance(handle, MemberRef):
-        return handle.key
-    return handle._actor_id.hex()
 
 
 def host_id(handle: Any) -> str:

@@ -51,11 +51,13 @@ def handles_key(*handles: Any) -> tuple:
     """Member refs (or actor handles) by id (lists of them as tuples; None for an empty
     slot): what tells whether two sets of handles name the same members."""
     return tuple(tuple(handles_key(*h)) if isinstance(h, (list, tuple)) else
-                 None if h is None else _handle_id(h) for h in handles)
+                 None if h is None else member_id(h) for h in handles)
 
 
-def _handle_id(handle: Any) -> str:
-    key = getattr(handle, "key", None)  # a MemberRef (dpa.runtime.ray.host)
+def member_id(handle: Any) -> str:
+    """The id that names a member (a :class:`~dpa.runtime.ray.host.MemberRef`: its ``key``)
+    or an actor (a Ray actor handle: its actor id)."""
+    key = getattr(handle, "key", None)
     return key if isinstance(key, str) else handle._actor_id.hex()
 
 

@@ -8,7 +8,7 @@ import dpa
 from dpa.aggregates.composite import combine
 from dpa.engine.plan import build_plan
 from dpa.input.sources import normalize_source
-from dpa.runtime.ray.driver import _project, shipped_columns
+from dpa.runtime.ray.driver import _project
 
 
 def _plan(table: pa.Table, key, reducer, map_fn=None):
@@ -19,7 +19,7 @@ def _plan(table: pa.Table, key, reducer, map_fn=None):
 def test_a_job_ships_its_key_and_reducer_columns_only():
     table = pa.table({"k": [1, 2], "x": [1.0, 2.0], "unread": ["a", "b"], "y": [3, 4]})
     plan = _plan(table, key="k", reducer=combine([dpa.Count(), dpa.Sum("x"), dpa.Max("y")]))
-    columns = shipped_columns(plan)
+    columns = plan.source_columns
     assert columns == {"k", "x", "y"}
     assert _project(table, columns).column_names == ["k", "x", "y"]
     assert _project(table, None) is table
@@ -27,5 +27,5 @@ def test_a_job_ships_its_key_and_reducer_columns_only():
 
 def test_a_map_fn_or_key_function_sees_whole_records():
     table = pa.table({"k": [1, 2], "x": [1.0, 2.0]})
-    assert shipped_columns(_plan(table, key=lambda r: r["k"], reducer=dpa.Sum("x"))) is None
-    assert shipped_columns(_plan(table, key="k", reducer=dpa.Count(), map_fn=lambda r: [r])) is None
+    assert _plan(table, key=lambda r: r["k"], reducer=dpa.Sum("x")).source_columns is None
+    assert _plan(table, key="k", reducer=dpa.Count(), map_fn=lambda r: [r]).source_columns is None

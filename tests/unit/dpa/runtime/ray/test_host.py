@@ -5,8 +5,8 @@ from __future__ import annotations
 import pickle
 from types import SimpleNamespace
 
-from dpa.runtime.ray.host import MemberRef, host_id, member_id, pack
-from dpa.runtime.ray.member import handles_key
+from dpa.runtime.ray.host import MemberRef, host_id, pack
+from dpa.runtime.ray.member import handles_key, member_id
 
 
 class FakeMethod:
