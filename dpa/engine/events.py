@@ -286,3 +286,163 @@ class WorkAsked:
     worker: int
     rows: int = 0
     seconds: float = 0.0
+
+
+# -- coordinator ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobStarted:
+    """The job starts from routing ``snapshot`` (the checkpoint before any block)."""
+
+    snapshot: Any
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    """A run of the job (the first, or one after a recovery) has every member serving it,
+    ``at_s`` seconds after the job started."""
+
+    at_s: float
+
+
+@dataclass(frozen=True)
+class BlocksOffered:
+    """Input items to hand out, in order (on Ray block refs the driver sends ahead)."""
+
+    items: list[Any]
+
+
+@dataclass(frozen=True)
+class InputExhausted:
+    """The input has no block left to offer."""
+
+
+@dataclass(frozen=True)
+class BlockWanted:
+    """``mapper`` waits for its next item."""
+
+    mapper: int
+
+
+@dataclass(frozen=True)
+class BlockFinished:
+    """``mapper`` pushed every record of a block of ``epoch``: ``emitted`` records."""
+
+    mapper: int
+    epoch: int
+    emitted: int
+
+
+@dataclass(frozen=True)
+class BlockCut:
+    """``mapper`` pushed ``emitted`` records of item ``parent`` (of ``epoch``) and hands the
+    ``rest`` (a :class:`~dpa.engine.epochs.Rest`, kept for replay) back as an item of its own."""
+
+    mapper: int
+    epoch: int
+    emitted: int
+    rest: Any
+    parent: int
+
+
+@dataclass(frozen=True)
+class MapperFinished:
+    """``mapper`` routed all its items; ``first_routed`` is the snapshot version of its
+    first push (None: it pushed nothing)."""
+
+    mapper: int
+    first_routed: int | None = None
+
+
+@dataclass(frozen=True)
+class ProgressReported:
+    """Reducer ``reducer`` has absorbed ``processed`` records (its checkpoint's included)."""
+
+    reducer: int
+    processed: int
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Time passed: a checkpoint may be due (the coordinator's clock says how long it was)."""
+
+
+@dataclass(frozen=True)
+class CheckpointOpened:
+    """The runtime can run the checkpoint it was told to start (no scale-out is under way):
+    the round begins over the job's reducers now."""
+
+
+@dataclass(frozen=True)
+class CheckpointSnapshot:
+    """The balancer's routing snapshot as the checkpoint round ended."""
+
+    snapshot: Any
+
+
+@dataclass(frozen=True)
+class CheckpointStored:
+    """The runtime stored the checkpoint (on Ray: its states in the coordinator's object
+    store), in the form it restores it from."""
+
+    checkpoint: Any
+
+
+@dataclass(frozen=True)
+class CheckpointLost:
+    """A member was lost while the checkpoint was taken: it is abandoned."""
+
+
+@dataclass(frozen=True)
+class MemberLost:
+    """The run lost a member (or its node, or an object it needed), detected ``at_s`` seconds
+    after the job started; ``error`` says how it looked, ``suspect`` is the member whose
+    call failed first (often not the dead one: a mapper pushing to a dead reducer). No item
+    is handed out until :class:`MembersReplaced` says who died."""
+
+    at_s: float
+    error: str
+    suspect: str
+
+
+@dataclass(frozen=True)
+class MembersReplaced:
+    """The runtime stopped the lost run and replaced the dead members: their ``roles``
+    (``"balancer"``, ``"reducer-2"``, ...) and the node ids they ran on (where known)."""
+
+    roles: list[str]
+    nodes: list[str]
+
+
+@dataclass(frozen=True)
+class ScaleOutRequested:
+    """The balancer asks for reducers in the free ``slots``; ``free_cpus`` is what the
+    cluster has free now."""
+
+    slots: list[int]
+    free_cpus: float
+
+
+@dataclass(frozen=True)
+class ScaleOutStarted:
+    """The reducers of ``slots`` run and every member has their handles; ``refused`` says why
+    other requested slots did not start (None: all did)."""
+
+    slots: list[int]
+    refused: str | None = None
+
+
+@dataclass(frozen=True)
+class ScaleOutFailed:
+    """The reducers of ``slots`` did not start: ``reason``."""
+
+    slots: list[int]
+    reason: str
+
+
+@dataclass(frozen=True)
+class BalancingEnded:
+    """The balancer stopped; ``final`` is the routing snapshot the job ends on."""
+
+    final: Any

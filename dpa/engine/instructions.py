@@ -294,3 +294,181 @@ class WorkerDone:
     """No unit is left for ``worker``."""
 
     worker: int
+
+
+# -- what the coordinator machine (dpa.engine.coordinator_machine) tells its runtime
+
+
+@dataclass(frozen=True)
+class GiveBlock:
+    """Coordinator -> ``mapper``: its next item (a block, or a
+    :class:`~dpa.engine.epochs.Rest` to route as it is), of ``epoch`` with ledger ``token``."""
+
+    mapper: int
+    item: Any
+    epoch: int
+    token: int
+
+
+@dataclass(frozen=True)
+class NoMoreBlocks:
+    """Coordinator -> ``mapper``: no item is left for it."""
+
+    mapper: int
+
+
+@dataclass(frozen=True)
+class ReadInput:
+    """Coordinator -> runtime: a mapper waits and no item is queued: offer the next input
+    block (:class:`~dpa.engine.events.BlocksOffered`) or say there is none
+    (:class:`~dpa.engine.events.InputExhausted`). A runtime whose input is offered ahead
+    (Ray's driver) has nothing to do."""
+
+
+@dataclass(frozen=True)
+class InputProgress:
+    """The share of the input handed out so far (known once the input is exhausted)."""
+
+    fraction: float
+
+
+@dataclass(frozen=True)
+class AnswerSplit:
+    """Coordinator -> ``mapper``: the ``(epoch, token)`` of the rest it handed back."""
+
+    mapper: int
+    split: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class TellBalancerMapped:
+    """Coordinator -> balancer: every input record is in a reducer's queue."""
+
+
+@dataclass(frozen=True)
+class TellReducersMapped:
+    """Coordinator -> the reducers of ``slots``: every input record is in a reducer's queue."""
+
+    slots: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class StartCheckpoint:
+    """Coordinator -> runtime: take a checkpoint of the epochs up to ``epoch``; hand back
+    :class:`~dpa.engine.events.CheckpointOpened` once no scale-out is under way."""
+
+    epoch: int
+
+
+@dataclass(frozen=True)
+class FetchCheckpointSnapshot:
+    """Coordinator -> runtime: the round is over; hand back the balancer's snapshot
+    (:class:`~dpa.engine.events.CheckpointSnapshot`)."""
+
+
+@dataclass(frozen=True)
+class StoreCheckpoint:
+    """Coordinator -> runtime: keep this :class:`~dpa.engine.epochs.Checkpoint` (its states
+    and pending batches as the reducers handed them over) and hand back the stored form
+    (:class:`~dpa.engine.events.CheckpointStored`)."""
+
+    checkpoint: Any
+
+
+@dataclass(frozen=True)
+class FailJob:
+    """Coordinator -> runtime: the job fails with ``error``."""
+
+    error: BaseException
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Coordinator -> runtime: run the job again from ``checkpoint``: every reducer restarts
+    from it, the balancer from ``balancer_snapshot`` (``new_balancer``: the balancer was
+    replaced and resumes from the checkpoint's snapshot; otherwise it keeps its own)."""
+
+    checkpoint: Any
+    balancer_snapshot: Any
+    new_balancer: bool
+
+
+@dataclass(frozen=True)
+class StartReducers:
+    """Coordinator -> runtime: start reducers in ``slots`` for the running job and give every
+    member their handles (:class:`~dpa.engine.events.ScaleOutStarted` or ``ScaleOutFailed``);
+    ``refused`` says why other requested slots are not started."""
+
+    slots: tuple[int, ...]
+    refused: str | None
+
+
+@dataclass(frozen=True)
+class ServeReducers:
+    """Coordinator -> runtime: the new reducers of ``slots`` serve the job; it has ``width``
+    reducers now."""
+
+    slots: tuple[int, ...]
+    width: int
+
+
+@dataclass(frozen=True)
+class DropReducers:
+    """Coordinator -> runtime: the reducers started in ``slots`` do not serve the job: stop them."""
+
+    slots: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class AnswerScaleOut:
+    """Coordinator -> balancer: the reducers of ``started`` run; ``refused`` says why the
+    others did not."""
+
+    started: tuple[int, ...]
+    refused: str | None
+
+
+@dataclass(frozen=True)
+class StopBalancer:
+    """Coordinator -> runtime: every record is absorbed: stop the balancer and hand back its
+    final snapshot (:class:`~dpa.engine.events.BalancingEnded`)."""
+
+
+@dataclass(frozen=True)
+class StopReducers:
+    """Coordinator -> the reducers of ``slots``: end the loop under ``snapshot`` (the final
+    routing); ``finalize``: each finalizes as its loop ends. The runtime waits for the loops."""
+
+    slots: tuple[int, ...]
+    snapshot: Any
+    finalize: bool
+
+
+@dataclass(frozen=True)
+class FinalMerge:
+    """Coordinator -> the reducers of ``slots``: the partitioned final merge."""
+
+    slots: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ApplyGroups:
+    """Coordinator -> runtime: run the per-group function's apply phase over the reducers."""
+
+
+@dataclass(frozen=True)
+class FinalizeReducers:
+    """Coordinator -> every reducer of the job: finalize your share of the result."""
+
+
+@dataclass(frozen=True)
+class TakeFinalized:
+    """Coordinator -> runtime: the reducers finalized as their loops ended (their counters
+    hold the merged keys)."""
+
+
+@dataclass(frozen=True)
+class EndJob:
+    """Coordinator -> runtime: the job is over; ``merged``: the final merge ran."""
+
+    merged: bool

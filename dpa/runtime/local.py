@@ -29,12 +29,11 @@ from dpa.aggregates.rows import unit_size
 from dpa.engine import events as ev
 from dpa.engine import instructions as op
 from dpa.engine.balancer import BalancerLogic
-from dpa.engine.checkpoint_round import CheckpointRound
-from dpa.engine.coordinator import CoordinatorLogic
-from dpa.engine.epochs import Checkpoint, Recovery, Rest
+from dpa.engine.coordinator_machine import CoordinatorMachine
+from dpa.engine.epochs import Checkpoint, Rest
 from dpa.engine.group_schedule import GroupScheduler, unit_target_rows
 from dpa.engine.mapper_machine import MapperMachine
-from dpa.engine.output import DRIVER_PROGRESS_INTERVAL_S, RunOutput, needs_final_merge
+from dpa.engine.output import DRIVER_PROGRESS_INTERVAL_S, RunOutput
 from dpa.engine.plan import JobPlan
 from dpa.engine.reducer_machine import ReducerMachine
 from dpa.input.records import unify
@@ -69,12 +68,9 @@ class LocalRun:
         self.now = 0.0
         self.initial = plan.policy.initial_snapshot(self.R)
         self.balancer = BalancerLogic(plan, self.initial)
-        self.coord = CoordinatorLogic(self.M, self.R, plan.checkpoint_interval_s)
-        self.checkpoint = Checkpoint(-1, [None] * self.R, [0] * self.R, self.initial)
-        self.checkpoints = 0
-        self.recoveries: list[Recovery] = []
-        self.recovered = False
-        self.replay: deque[Any] = deque()  # items to hand out again after a rollback
+        # Every reducer slot has a machine from the start (an elastic job's new ones start
+        # at once); reducers are asked to finalize (messages cost nothing here).
+        self.coord = CoordinatorMachine(plan, self.clock, range(self.R), finalize_at_stop=False)
         self.block_iter = iter(blocks)
         self.seq = itertools.count()
         self.ids = itertools.count()
@@ -83,8 +79,12 @@ class LocalRun:
             heapq.heappush(self.heap, (float(at), next(self.seq), "fault", i))
         self.mail: deque[tuple[str, int, Any]] = deque()  # instructions to carry out, in order
         self.replies: dict[int, Any] = {}
-        self.first_routed: dict[int, int] = {}
         self.counters: dict[int, dict[str, int]] = {}  # per reducer, its loop's counters at the end
+        self.complete = False  # every record is absorbed (the coordinator stops the balancer)
+        self.results: list[tuple[pa.Table | None, int]] = []
+        self.applied: dict[str, Any] | None = None
+        self.merged = False
+        self._coordinate(ev.JobStarted(self.initial))
         self._start_members(self.initial, None)
 
     def clock(self) -> float:
@@ -101,13 +101,12 @@ class LocalRun:
         self.answers: list[dict[int, tuple[int, int | None]]] = [{} for _ in range(self.M)]
         self.push_owner: dict[int, tuple[int, int]] = {}  # push id -> (mapper, batch index)
         self.push_size = [0] * self.M
-        self.told_mapped = False
-        self.first_routed = {}
         for r in range(self.R):
             self._to_reducer(r, ev.ReducerStarted())
         for m in range(self.M):
             self._to_mapper(m, ev.MapperStarted())
         self._deliver()
+        self._coordinate(ev.RunStarted(self.now))
 
     def _to_reducer(self, r: int, event: Any) -> None:
         for ins in self.reducers[r].handle(event):
@@ -116,6 +115,11 @@ class LocalRun:
     def _to_mapper(self, m: int, event: Any) -> None:
         for ins in self.mappers[m].handle(event):
             self.mail.append(("mapper", m, ins))
+
+    def _coordinate(self, *events: Any) -> None:
+        """Hands the coordinator machine events; carries out its instructions at once."""
+        for ins in self.coord.handle(*events):
+            self._coordinator_does(ins)
 
     def _deliver(self) -> None:
         """Carries out the instructions in the mail, in order, until none is left."""
@@ -142,7 +146,7 @@ class LocalRun:
         elif isinstance(ins, op.Report):
             self.balancer.handle(ev.QueueReported(r, ins.queue_length, ins.version, ins.keys, ins.backlog_s))
         elif isinstance(ins, op.Progress):
-            self.coord.on_progress(r, ins.processed)
+            self._coordinate(ev.ProgressReported(r, ins.processed))
         elif isinstance(ins, op.SendState):
             self._to_reducer(ins.move.dest, ev.StateArrived(ins.move))
         elif isinstance(ins, op.FetchSnapshot):
@@ -170,15 +174,11 @@ class LocalRun:
                 self._publish(published.snapshot)
             self._to_mapper(m, ev.ForecastAnswered(self.balancer.snapshot))
         elif isinstance(ins, op.SplitBlock):
-            split = self.coord.on_block_split(m, ins.epoch, ins.emitted, Rest(ins.rest), ins.token, self.now)
-            self._to_mapper(m, ev.BlockSplit(split))
+            self._coordinate(ev.BlockCut(m, ins.epoch, ins.emitted, Rest(ins.rest), ins.token))
         elif isinstance(ins, op.BlockDone):
-            self.coord.on_block_done(m, ins.epoch, ins.emitted)
+            self._coordinate(ev.BlockFinished(m, ins.epoch, ins.emitted))
         elif isinstance(ins, op.MapperDone):
-            if ins.first_routed is not None:
-                self.first_routed[m] = ins.first_routed
-            self.coord.on_mapper_done(m)
-            self._input_mapped()
+            self._coordinate(ev.MapperFinished(m, ins.first_routed))
         elif not isinstance(ins, op.RequestBlock):  # (items are handed out when a mapper waits)
             raise TypeError(f"the local runtime cannot carry out {ins!r}")
 
@@ -200,144 +200,144 @@ class LocalRun:
             self.mail.extend(("reducer", r, ins) for ins in self.reducers[r].handle(ev.SnapshotArrived(snapshot)))
         self._deliver()
 
-    def _input_mapped(self) -> None:
-        if self.coord.mapping_done and not self.told_mapped:
-            self.told_mapped = True
-            for r in range(self.R):
-                self._to_reducer(r, ev.InputMapped())
+    def _balancer_does(self, ins: Any) -> None:
+        if isinstance(ins, op.ScaleOut):  # (the coordinator decides which slots start)
+            self._coordinate(ev.ScaleOutRequested(list(ins.slots), 0.0))
+        else:
+            self._publish(ins.snapshot)
 
-    # -- the coordinator's part -----------------------------------------------------
+    # -- the coordinator's instructions -----------------------------------------------
+    def _coordinator_does(self, ins: Any) -> None:
+        """Carries out one instruction of the coordinator machine (every answer comes at
+        once here: forwards arrive at once, new reducers start at once)."""
+        if isinstance(ins, op.GiveBlock):
+            prepared = isinstance(ins.item, Rest)
+            self._to_mapper(ins.mapper, ev.BlockArrived(ins.item.table if prepared else ins.item, ins.epoch,
+                                                        ins.token, prepared))
+        elif isinstance(ins, op.NoMoreBlocks):
+            self._to_mapper(ins.mapper, ev.NoMoreBlocks())
+        elif isinstance(ins, op.ReadInput):
+            block = next(self.block_iter, None)
+            self._coordinate(ev.InputExhausted() if block is None else ev.BlocksOffered([block]))
+        elif isinstance(ins, op.AnswerSplit):
+            self._to_mapper(ins.mapper, ev.BlockSplit(ins.split))
+        elif isinstance(ins, op.TellReducersMapped):
+            for r in ins.slots:
+                self._to_reducer(r, ev.InputMapped())
+        elif isinstance(ins, op.TellBalancerMapped):
+            self.balancer.handle(ev.InputDone())
+        elif isinstance(ins, op.StartCheckpoint):
+            self._coordinate(ev.CheckpointOpened())
+        elif isinstance(ins, op.AskPrepare):
+            self._coordinate(ev.Prepared(ins.slot, self._ask(ins.slot, ev.PrepareCheckpoint(next(self.ids),
+                                                                                             ins.epoch))))
+        elif isinstance(ins, op.AskCut):
+            share = self._ask(ins.slot, ev.CutCheckpoint(next(self.ids), ins.epoch, ins.expected))
+            self._coordinate(ev.CutTaken(ins.slot, share))
+        elif isinstance(ins, op.AskRelease):
+            self._to_reducer(ins.slot, ev.ReleaseCheckpoint())
+            self._deliver()
+        elif isinstance(ins, op.FetchCheckpointSnapshot):
+            self._coordinate(ev.CheckpointSnapshot(self.balancer.snapshot))
+        elif isinstance(ins, op.StoreCheckpoint):
+            self._coordinate(ev.CheckpointStored(ins.checkpoint))
+        elif isinstance(ins, op.CheckpointFailed):
+            raise ins.error
+        elif isinstance(ins, op.FailJob):
+            raise ins.error
+        elif isinstance(ins, op.Restart):
+            self._restart(ins)
+        elif isinstance(ins, op.StartReducers):
+            self._coordinate(ev.ScaleOutStarted(list(ins.slots), ins.refused))
+        elif isinstance(ins, op.AnswerScaleOut):
+            for published in self.balancer.handle(ev.ScaledOut(self.now, list(ins.started), ins.refused)):
+                self._balancer_does(published)
+        elif isinstance(ins, op.StopBalancer):
+            self.complete = True  # (the run loop ends; _finish goes on)
+        elif isinstance(ins, op.StopReducers):
+            # Every state hand-over under the final routing is done before the merge
+            # (nothing is queued any more: only states move).
+            for r in ins.slots:
+                self._to_reducer(r, ev.Stop(ins.snapshot, ins.finalize))
+            self._deliver()
+        elif isinstance(ins, op.FinalMerge):
+            for r in ins.slots:
+                self._ask(r, ev.Exchange(next(self.ids), list(ins.slots)))
+        elif isinstance(ins, op.ApplyGroups):
+            self.results, self.applied = self._apply_groups(sum(c["processed"] for c in self.counters.values()))
+        elif isinstance(ins, op.FinalizeReducers):
+            self.results = [self._ask(r, ev.Finalize(next(self.ids))) for r in range(self.R)]
+        elif isinstance(ins, op.EndJob):
+            self.merged = ins.merged
+        elif not isinstance(ins, op.InputProgress | op.ServeReducers):  # (nothing to do here)
+            raise TypeError(f"the local runtime cannot carry out {ins!r}")
+
+    def _restart(self, ins: op.Restart) -> None:
+        """Every member rolls back to the checkpoint (a lost balancer restarts from its
+        snapshot); the coordinator hands its later items out again."""
+        if ins.new_balancer:
+            self.balancer = BalancerLogic(self.plan, ins.balancer_snapshot, resume=True)
+        self.heap = [e for e in self.heap if e[2] != "paid"]
+        heapq.heapify(self.heap)
+        self.mail.clear()
+        self._start_members(self.balancer.snapshot, ins.checkpoint)
+
+    # -- time -----------------------------------------------------------------------
     def _feed(self) -> None:
-        """Hands the next items to the mappers that wait for one, round-robin."""
-        coord = self.coord
-        while any(self.awaiting) and not coord.mapping_done:
+        """The mappers that wait for an item ask for it, round-robin."""
+        while any(self.awaiting):
             for m in range(self.M):
                 if not self.awaiting[m]:
                     continue
                 self.awaiting[m] = False
-                item = self.replay.popleft() if self.replay else next(self.block_iter, None)
-                if item is None:
-                    coord.input_done = True
-                    self._to_mapper(m, ev.NoMoreBlocks())
-                else:
-                    epoch, token = coord.on_block_taken(m, item, self.now)
-                    prepared = isinstance(item, Rest)
-                    self._to_mapper(m, ev.BlockArrived(item.table if prepared else item, epoch, token, prepared))
+                self._coordinate(ev.BlockWanted(m))
                 self._deliver()
-
-    def _take_checkpoint(self) -> None:
-        """Carries out a :class:`~dpa.engine.checkpoint_round.CheckpointRound` when an epoch
-        can close (forwards arrive at once here: every answer comes at once)."""
-        coord = self.coord
-        epoch = coord.checkpoint_due(self.now)
-        if epoch is None:
-            return
-        round_ = CheckpointRound(epoch, range(self.R))
-        todo = deque(round_.start())
-        while todo:
-            ins = todo.popleft()
-            if isinstance(ins, op.AskPrepare):
-                todo += round_.handle(ev.Prepared(ins.slot, self._ask(ins.slot, ev.PrepareCheckpoint(next(self.ids), epoch))))
-            elif isinstance(ins, op.AskCut):
-                share = self._ask(ins.slot, ev.CutCheckpoint(next(self.ids), epoch, ins.expected))
-                todo += round_.handle(ev.CutTaken(ins.slot, share))
-            elif isinstance(ins, op.AskRelease):
-                self._to_reducer(ins.slot, ev.ReleaseCheckpoint())
-                self._deliver()
-            elif isinstance(ins, op.CheckpointFailed):
-                raise ins.error
-            elif isinstance(ins, op.CheckpointTaken):
-                if coord.on_checkpoint(epoch, ins.absorbed, ins.pending):
-                    shares = [ins.shares[r] for r in range(self.R)]
-                    self.checkpoint = Checkpoint(epoch, [s[0] for s in shares], [s[1] for s in shares],
-                                                 self.balancer.snapshot, coord.ledger.blocks_closed,
-                                                 [s[2] for s in shares])
-                    self.checkpoints += 1
-            else:  # CheckpointGivenUp
-                coord.ledger.abandon_close()
-
-    def _recover(self, role: str) -> None:
-        """Every member rolls back to the last checkpoint; its later items go out again."""
-        self.recovered = True
-        ck = self.checkpoint
-        replayed = max(0, sum(self.coord.processed) - sum(ck.processed))
-        items = self.coord.rollback(ck.processed)
-        self.replay.extendleft(reversed(items))
-        if role == "balancer":
-            self.balancer = BalancerLogic(self.plan, ck.snapshot, resume=True)
-        self.heap = [e for e in self.heap if e[2] != "paid"]
-        heapq.heapify(self.heap)
-        self.mail.clear()
-        self._start_members(self.balancer.snapshot, ck)
-        self.recoveries.append(Recovery(self.now, [role], [], "injected", ck.epoch, len(items), replayed, 0.0))
 
     def _tick(self) -> None:
         for r in range(self.R):
             self._to_reducer(r, ev.ReportDue())
         self._deliver()
-        if self.coord.mapping_done:
-            self.balancer.handle(ev.InputDone())
-        todo = self.balancer.handle(ev.BalancerTick(self.now))
-        while todo:
-            instruction = todo.pop(0)
-            if isinstance(instruction, op.ScaleOut):  # slots start at once here
-                todo += self.balancer.handle(ev.ScaledOut(self.now, list(instruction.slots)))
-            else:
-                self._publish(instruction.snapshot)
+        for ins in self.balancer.handle(ev.BalancerTick(self.now)):
+            self._balancer_does(ins)
 
     # -- the loop -------------------------------------------------------------------
     def run(self) -> RunOutput:
         started = last_progress = time.perf_counter()
-        plan, coord = self.plan, self.coord
+        plan = self.plan
         self._feed()
         heapq.heappush(self.heap, (plan.lb_interval_s, next(self.seq), "tick", -1))
-        while not coord.complete():
+        while not self.complete:
             if not self.heap:
                 self._feed()
-                if not self.heap and not coord.complete():
+                if not self.heap and not self.complete:
                     raise RuntimeError("local runtime stalled: queues full and no reducer running (bug)")
                 continue
             self.now, _, kind, arg = heapq.heappop(self.heap)
             if kind == "paid":
                 self._to_reducer(arg, ev.StepPaid())
                 self._deliver()
-                self._take_checkpoint()
+                self._coordinate(ev.Tick())
                 self._feed()
                 if self.progress_cb is not None and time.perf_counter() - last_progress >= DRIVER_PROGRESS_INTERVAL_S:
                     last_progress = time.perf_counter()
-                    self.progress_cb(sum(coord.processed))
+                    self.progress_cb(self.coord.processed)
             elif kind == "tick":
                 self._tick()
-                if not coord.complete() and any(red.busy is not None for red in self.reducers):
+                if not self.complete and any(red.busy is not None for red in self.reducers):
                     heapq.heappush(self.heap, (self.now + plan.lb_interval_s, next(self.seq), "tick", -1))
             elif kind == "fault":
-                self._recover(self.faults[arg][1])
+                role = self.faults[arg][1]
+                self._coordinate(ev.MemberLost(self.now, "injected", role), ev.MembersReplaced([role], []))
                 self._feed()
                 if not any(e[2] == "tick" for e in self.heap):
                     heapq.heappush(self.heap, (self.now + plan.lb_interval_s, next(self.seq), "tick", -1))
         return self._finish(started)
 
     def _finish(self, started: float) -> RunOutput:
-        plan, balancer = self.plan, self.balancer
-        # Every state hand-over under the final routing is done before the merge (nothing is
-        # queued any more: only states move).
-        for r in range(self.R):
-            self._to_reducer(r, ev.Stop(balancer.snapshot))
-        self._deliver()
-        # After a rollback a key's records may have been absorbed under several routings (with
-        # migrate="state" its state follows it whatever happened).
-        merged = ((self.recovered and plan.migrate != "state")
-                  or needs_final_merge(plan.policy, self.initial, balancer.snapshot, plan.migrate,
-                                       min(self.first_routed.values(), default=None)))
-        if merged:
-            for r in range(self.R):
-                self._ask(r, ev.Exchange(next(self.ids)))
+        balancer, coord = self.balancer, self.coord
+        self._coordinate(ev.BalancingEnded(balancer.snapshot))
         counters = [self.counters[r] for r in range(self.R)]
-        applied = None
-        if plan.applies_groups:
-            results, applied = self._apply_groups(sum(c["processed"] for c in counters))
-        else:
-            results = [self._ask(r, ev.Finalize(next(self.ids))) for r in range(self.R)]
+        results = self.results
         # (an elastic job: the slots that took part; a replaced balancer knows only its own)
         width = max(balancer.width, max((i + 1 for i, c in enumerate(counters) if c["processed"] or c["forwarded"]),
                                         default=0))
@@ -345,21 +345,21 @@ class LocalRun:
             tables=[table for table, _ in results[:width]],
             processed=[c["processed"] for c in counters[:width]],
             forwarded=[c["forwarded"] for c in counters[:width]],
-            emitted=self.coord.emitted,
-            blocks_per_mapper=list(self.coord.blocks_per_mapper),
+            emitted=coord.emitted,
+            blocks_per_mapper=coord.blocks_per_mapper,
             events=list(balancer.events),
             timeline=list(balancer.timeline),
             final_snapshot=balancer.snapshot,
-            merged=merged,
+            merged=self.merged,
             wall_time_s=time.perf_counter() - started,
             virtual_time_s=self.now,
             peak_queue=[c["peak_queue"] for c in counters[:width]],
-            recoveries=self.recoveries,
-            checkpoints=self.checkpoints,
+            recoveries=coord.recoveries,
+            checkpoints=coord.checkpoints,
             merged_keys=sum(merged_keys for _, merged_keys in results),
             state_moves=sum(c["keys_moved"] for c in counters),
             scaling=list(balancer.scaling),
-            group_apply=applied,
+            group_apply=self.applied,
         )
 
     def _apply_groups(self, total_rows: int) -> tuple[list[tuple[pa.Table | None, int]], dict[str, Any]]:

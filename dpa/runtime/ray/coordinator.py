@@ -1,10 +1,12 @@
 """The coordinator actor: owns one pool's members and runs its jobs, one at a time.
 
 It creates the balancer, reducers and mappers (it owns them), replaces members that died
-or hung between jobs, hands input blocks to mappers when they ask, decides termination by
-conservation (:class:`~dpa.engine.coordinator.CoordinatorLogic`), drives the partitioned final merge
-and the finalize step, and fails the job, aborting it on every member, if any of them
-raises.
+or hung between jobs, and carries out what the job's
+:class:`~dpa.engine.coordinator_machine.CoordinatorMachine` decides: it hands input blocks to
+mappers when they ask, runs checkpoint rounds, starts an elastic job's new reducers, ends the
+job (balancer, reducers, the partitioned final merge, finalize), and fails the job, aborting
+it on every member, if any of them raises. Waiting (for members' answers, for a lock, for a
+member to start) is its own; every protocol decision is the machine's.
 
 Fault recovery (:mod:`dpa.engine.epochs`): it hands blocks out in epochs, keeps the refs of the
 blocks after the last checkpoint, and stores each checkpoint's reducer states in its own
@@ -19,19 +21,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
-from collections import deque
 from typing import Any
 
 import ray
 
 from dpa.engine import events as ev
 from dpa.engine import instructions as op
-from dpa.engine.checkpoint_round import CheckpointRound
-from dpa.engine.coordinator import CoordinatorLogic
-from dpa.engine.epochs import Checkpoint, Recovery, Rest
-from dpa.engine.output import finalize_at_stop, needs_final_merge
+from dpa.engine.coordinator_machine import CoordinatorMachine
+from dpa.engine.epochs import Rest
 from dpa.engine.plan import JobPlan
 from dpa.errors import JobFailedError
 from dpa.runtime.ray.group_apply import run_apply_phase
@@ -61,6 +61,13 @@ ABORT_TIMEOUT_S = 1.0
 CHECKPOINT_WAIT_S = 10.0
 #: How long a scale-out waits for its new reducers to start before it gives up.
 SCALE_OUT_WAIT_S = 30.0
+#: What one step of a checkpoint round asks of the members.
+ROUND_ASKS = (op.AskPrepare, op.AskCut, op.AskRelease, op.FetchCheckpointSnapshot)
+
+
+def _finished(mapper: int, done: tuple[int, int] | None) -> list[Any]:
+    """The block a mapper's call says it finished (``(epoch, emitted)``), as an event."""
+    return [] if done is None else [ev.BlockFinished(mapper, *done)]
 
 
 @ray.remote(num_cpus=0)
@@ -81,17 +88,14 @@ class CoordinatorActor(PoolMembers):
         self.reducer_num_cpus = float(reducer_num_cpus)
         self.generation = 0
         self.answered: set[str] = set()  # members that answered a ping at least once
-        self.first_routed: dict[int, int] = {}  # per mapper, this run: the version of its first push
         if members is None:
             members = start_members(pool_id, num_mappers, num_reducers, initial_reducers, reducer_num_cpus)
         self.balancer, reducers, mappers = members
         # Slots without an actor yet are None: an elastic job starts them when it scales out.
         self.reducers: list[Any] = list(reducers)
-        self.job_slots: list[int] = []  # the reducer slots started for the current job
-        self.told_done: str | None = None  # the run whose balancer heard that mapping is done
         self.scale_lock = asyncio.Lock()  # a scale-out and a checkpoint never overlap
         self.mappers: list[Any] = list(mappers)
-        self.logic: CoordinatorLogic | None = None
+        self.machine: CoordinatorMachine | None = None  # the current job's protocol
         self.nodes: dict[str, str] = {}  # role -> Ray node id (as its last ping said)
         self.job_id: str | None = None
         self.run_id: str | None = None  # the run members serve now (None while recovering)
@@ -101,10 +105,66 @@ class CoordinatorActor(PoolMembers):
         self.members_changed = asyncio.Event()  # (a run's own, from its start)
         self.checkpoint_error: BaseException | None = None  # user code raised in a checkpoint
         self.cond = asyncio.Condition()
-        self.blocks: deque[Any] = deque()
+        self.waiters: dict[int, asyncio.Future] = {}  # per mapper, its next_block's answer
+        self.splits: dict[int, asyncio.Future] = {}  # per mapper, its split_block's answer
         # Per member (by actor id), the peers' handles (by actor id) its last start_job
         # was sent: a member whose peers did not change is told so instead (PEERS_UNCHANGED).
         self.peers_sent: dict[tuple, tuple] = {}
+
+    @property
+    def job_slots(self) -> list[int]:
+        """The reducer slots serving the current job."""
+        return self.machine.job_slots if self.machine is not None else []
+
+    # -- the machine ----------------------------------------------------------------
+    def _handle(self, *events: Any) -> None:
+        """Hands the machine ``events`` (and the time: a checkpoint may be due) and carries
+        out what it says at once."""
+        for ins in self.machine.handle(*events, ev.Tick()):
+            self._do(ins)
+
+    def _do(self, ins: Any) -> None:
+        """Carries out an instruction that needs no waiting."""
+        if isinstance(ins, op.GiveBlock):
+            self._answer(self.waiters, ins.mapper, [ins.item, ins.epoch, ins.token])
+        elif isinstance(ins, op.NoMoreBlocks):
+            self._answer(self.waiters, ins.mapper, None)
+        elif isinstance(ins, op.AnswerSplit):
+            self._answer(self.splits, ins.mapper, ins.split)
+        elif isinstance(ins, op.InputProgress):
+            metric("dpa_job_progress").set(ins.fraction, tags=self.job_tags)
+        elif isinstance(ins, op.TellBalancerMapped):
+            self.balancer.input_done.remote(self.run_id)
+        elif isinstance(ins, op.TellReducersMapped):
+            for slot in ins.slots:  # (an idle one reports its progress at once from now on)
+                self.reducers[slot].input_mapped.remote(self.run_id)
+        elif isinstance(ins, op.StartCheckpoint):
+            asyncio.ensure_future(self._checkpoint(self.run_id))
+        elif isinstance(ins, op.StoreCheckpoint):
+            ck = ins.checkpoint  # (its states go into this actor's object store: it outlives the reducers)
+            ck.states = [None if state is None else ray.put(state) for state in ck.states]
+            ck.pending = [ray.put(held) if held else None for held in ck.pending]
+            metric("dpa_checkpoints").inc(1, tags=self.job_tags)
+            self._handle(ev.CheckpointStored(ck))
+        elif isinstance(ins, op.CheckpointFailed):
+            self.checkpoint_error = ins.error
+            self.members_changed.set()
+        elif isinstance(ins, op.StopBalancer):
+            self.done.set()
+        elif not isinstance(ins, op.ReadInput):  # (the driver offers its blocks ahead)
+            raise TypeError(f"the Ray coordinator cannot carry out {ins!r} here")
+
+    @staticmethod
+    def _answer(futures: dict[int, asyncio.Future], mapper: int, value: Any) -> None:
+        fut = futures.pop(mapper, None)
+        if fut is not None and not fut.done():
+            fut.set_result(value)
+
+    def _release_waiters(self) -> None:
+        """The mappers waiting for an item get none (the run ended)."""
+        for futures in (self.waiters, self.splits):
+            for mapper in list(futures):
+                self._answer(futures, mapper, None)
 
     # -- block hand-out (driver -> coordinator -> mappers) --------------------------
     @quiet_method
@@ -113,22 +173,17 @@ class CoordinatorActor(PoolMembers):
         if job_id != self.job_id:
             return False
         async with self.cond:
-            await self.cond.wait_for(lambda: len(self.blocks) < self.max_pending or self.failed is not None
+            await self.cond.wait_for(lambda: self.machine.queued < self.max_pending or self.failed is not None
                                      or job_id != self.job_id)
             if self.failed is not None or job_id != self.job_id:
                 return False
-            self.blocks.extend(refs)
-            self.logic.blocks_offered += len(refs)
-            self.cond.notify_all()
+            self._handle(ev.BlocksOffered(list(refs)))
         return True
 
     async def input_done(self, job_id: str) -> None:
         if job_id != self.job_id:
             return
-        async with self.cond:
-            self.logic.input_done = True
-            self.cond.notify_all()
-        self._check()
+        self._handle(ev.InputExhausted())
 
     @quiet_method
     async def next_block(self, run_id: str, mapper: int, done: tuple[int, int] | None = None) -> list[Any] | None:
@@ -141,28 +196,17 @@ class CoordinatorActor(PoolMembers):
         """
         if run_id != self.run_id:
             return None
-        if done is not None:
-            self.logic.on_block_done(mapper, *done)
-            self._check()
-        async with self.cond:
-            await self.cond.wait_for(lambda: self.blocks or self.logic.input_done or self.failed is not None
-                                     or run_id != self.run_id)
-            if self.failed is not None or run_id != self.run_id or not self.blocks:
-                return None
-            item = self.blocks.popleft()
-            epoch, token = self.logic.on_block_taken(mapper, item, time.monotonic())
-            if self.logic.input_done:
-                taken = sum(self.logic.blocks_per_mapper)
-                metric("dpa_job_progress").set(taken / max(1, taken + len(self.blocks)), tags=self.job_tags)
+        answer = self.waiters[mapper] = asyncio.get_running_loop().create_future()
+        self._handle(*_finished(mapper, done), ev.BlockWanted(mapper))
+        async with self.cond:  # (an offer may wait for the room this made)
             self.cond.notify_all()
-            return [item, epoch, token]
+        return await answer
 
     @quiet_method
     async def block_done(self, run_id: str, mapper: int, epoch: int, emitted: int) -> None:
         """``mapper`` pushed every record of a block of ``epoch``."""
         if run_id == self.run_id:
-            self.logic.on_block_done(mapper, epoch, emitted)
-            self._check()
+            self._handle(ev.BlockFinished(mapper, epoch, emitted))
 
     @quiet_method
     async def split_block(self, run_id: str, mapper: int, epoch: int, emitted: int, rest: Any,
@@ -172,106 +216,71 @@ class CoordinatorActor(PoolMembers):
         rest's ``(epoch, token)``, or None if the run ended."""
         if run_id != self.run_id:
             return None
-        item = Rest(ray.put(rest))  # owned here: it outlives the mapper
-        split = self.logic.on_block_split(mapper, epoch, emitted, item, parent, time.monotonic())
-        self._check()
-        return split
+        answer = self.splits[mapper] = asyncio.get_running_loop().create_future()
+        self._handle(ev.BlockCut(mapper, epoch, emitted, Rest(ray.put(rest)), parent))  # (owned here: it outlives the mapper)
+        return await answer
 
     async def mapper_done(self, run_id: str, mapper: int, done: tuple[int, int] | None = None,
                           first_routed: int | None = None) -> None:
         """``mapper`` routed all its items; ``done`` as :meth:`next_block` takes it;
         ``first_routed``: the snapshot version of its first push (None: it pushed nothing)."""
         if run_id == self.run_id:
-            if first_routed is not None:
-                self.first_routed[mapper] = int(first_routed)
-            if done is not None:
-                self.logic.on_block_done(mapper, *done)
-            self.logic.on_mapper_done(mapper)
-            self._check()
+            self._handle(*_finished(mapper, done), ev.MapperFinished(mapper, first_routed))
 
     @quiet_method
     async def processed_total(self) -> int:
         """Records processed by all reducers so far (the driver's progress callback)."""
-        return sum(self.logic.processed) if self.logic is not None else 0
+        return self.machine.processed if self.machine is not None else 0
 
     @quiet_method
     async def progress(self, run_id: str, reducer: int, processed: int) -> None:
-        if self.logic is not None and run_id == self.run_id:
-            self.logic.on_progress(reducer, processed)
-            metric("dpa_job_records_processed").set(sum(self.logic.processed), tags=self.job_tags)
-            self._check()
+        if self.machine is not None and run_id == self.run_id:
+            self._handle(ev.ProgressReported(reducer, processed))
+            metric("dpa_job_records_processed").set(self.machine.processed, tags=self.job_tags)
 
-    def _check(self) -> None:
-        """Ends the run when it is complete; starts a checkpoint when an epoch can close;
-        tells the balancer once every record is pushed."""
-        if self.logic.complete():
-            self.done.set()
-            return
-        if self.run_id is not None and self.logic.mapping_done and self.told_done != self.run_id:
-            self.told_done = self.run_id
-            self.balancer.input_done.remote(self.run_id)
-            for reducer in self.job_reducers:  # (an idle one reports its progress at once from now on)
-                reducer.input_mapped.remote(self.run_id)
-        epoch = None if self.run_id is None else self.logic.checkpoint_due(time.monotonic())
-        if epoch is not None:
-            asyncio.ensure_future(self._checkpoint(self.run_id, epoch))
-
-    async def _checkpoint(self, run_id: str, epoch: int) -> None:
-        """Carries out the :class:`~dpa.engine.checkpoint_round.CheckpointRound` of ``epoch``
-        over the job's reducers. The shares are put in this actor's object store (it
-        outlives the reducers). A member lost meanwhile abandons it (the run is recovered
+    async def _checkpoint(self, run_id: str) -> None:
+        """Carries out the checkpoint round the machine started, over the job's reducers
+        (:class:`~dpa.engine.checkpoint_round.CheckpointRound`); the shares go into this
+        actor's object store. A member lost meanwhile abandons it (the run is recovered
         from the previous one)."""
         async with self.scale_lock:  # (the job's reducers do not change meanwhile)
-            round_ = CheckpointRound(epoch, self.job_slots)
-            instructions, verdict = round_.start(), None
+            if run_id != self.run_id:
+                return
+            todo = self.machine.handle(ev.CheckpointOpened())
             try:
-                while instructions:
-                    asks = [i for i in instructions if isinstance(i, (op.AskPrepare, op.AskCut, op.AskRelease))]
-                    verdict = next((i for i in instructions if i not in asks), verdict)
-                    instructions = []
-                    if asks and isinstance(asks[0], op.AskPrepare):
-                        sent = await asyncio.gather(*[self.reducers[a.slot].prepare_checkpoint.remote(run_id, a.epoch)
-                                                      for a in asks])
-                        instructions = round_.handle(*[ev.Prepared(a.slot, s) for a, s in zip(asks, sent)])
-                    elif asks and isinstance(asks[0], op.AskCut):
-                        shares = await asyncio.gather(*[self.reducers[a.slot].checkpoint.remote(
-                            run_id, a.epoch, a.expected, CHECKPOINT_WAIT_S) for a in asks], return_exceptions=True)
-                        lost = next((s for s in shares if isinstance(s, Exception) and member_lost(s)), None)
-                        if lost is not None:
-                            raise lost
-                        instructions = round_.handle(*[ev.CutTaken(a.slot, s) for a, s in zip(asks, shares)])
-                    elif asks:
-                        await asyncio.gather(*[self.reducers[a.slot].release_checkpoint.remote(run_id) for a in asks])
-                snapshot = await self.balancer.snapshot.remote(run_id)
+                while todo:
+                    answers: list[Any] = []
+                    for kind, group in itertools.groupby(todo, key=type):
+                        if kind in ROUND_ASKS:  # (one phase's asks go out together)
+                            answers += await self._round_asks(run_id, list(group))
+                        else:
+                            for ins in group:
+                                self._do(ins)
+                    if run_id != self.run_id:
+                        return
+                    todo = self.machine.handle(*answers) if answers else []
             except Exception:  # a member died: the run is recovered from the previous checkpoint
                 if run_id == self.run_id:
-                    self.logic.ledger.abandon_close()
-                return
-        if run_id != self.run_id:
-            return
-        if isinstance(verdict, op.CheckpointFailed):
-            # User code raised while a share was cut (a reducer's merge() folding the
-            # epochs): that reducer's state is no longer whole, so the job fails.
-            self.logic.ledger.abandon_close()
-            self.checkpoint_error = verdict.error
-            self.members_changed.set()
-            return
-        if not isinstance(verdict, op.CheckpointTaken):
-            logger.warning("dpa checkpoint of epoch %d given up: %s", epoch, verdict.reason)
-            self.logic.ledger.abandon_close()
-            return
-        if not self.logic.on_checkpoint(epoch, verdict.absorbed, verdict.pending):
-            return
-        R = self.num_reducers
-        states, processed, batches = [None] * R, [0] * R, [None] * R
-        for slot, (state, records, held) in verdict.shares.items():
-            states[slot] = None if state is None else ray.put(state)
-            processed[slot] = records
-            batches[slot] = ray.put(held) if held else None
-        self.checkpoint = Checkpoint(epoch, states, processed, snapshot, self.logic.ledger.blocks_closed, batches)
-        self.checkpoints += 1
-        metric("dpa_checkpoints").inc(1, tags=self.job_tags)
-        self._check()
+                    self._handle(ev.CheckpointLost())
+
+    async def _round_asks(self, run_id: str, asks: list[Any]) -> list[Any]:
+        """Carries out one step of a checkpoint round (the asks of one phase, together);
+        returns the answers as events."""
+        if isinstance(asks[0], op.AskPrepare):
+            sent = await asyncio.gather(*[self.reducers[a.slot].prepare_checkpoint.remote(run_id, a.epoch)
+                                          for a in asks])
+            return [ev.Prepared(a.slot, s) for a, s in zip(asks, sent)]
+        if isinstance(asks[0], op.AskCut):
+            shares = await asyncio.gather(*[self.reducers[a.slot].checkpoint.remote(
+                run_id, a.epoch, a.expected, CHECKPOINT_WAIT_S) for a in asks], return_exceptions=True)
+            lost = next((s for s in shares if isinstance(s, Exception) and member_lost(s)), None)
+            if lost is not None:
+                raise lost
+            return [ev.CutTaken(a.slot, s) for a, s in zip(asks, shares)]
+        if isinstance(asks[0], op.AskRelease):
+            await asyncio.gather(*[self.reducers[a.slot].release_checkpoint.remote(run_id) for a in asks])
+            return []
+        return [ev.CheckpointSnapshot(await self.balancer.snapshot.remote(run_id))]  # FetchCheckpointSnapshot
 
     # -- the job --------------------------------------------------------------------
     async def prepare_job(self, plan: JobPlan, max_pending: int,
@@ -290,13 +299,11 @@ class CoordinatorActor(PoolMembers):
                 self.reducers[i] = self._create(f"reducer-{i}")
         *_, replaced = await self.repair()
         async with self.cond:
-            self.job_slots = list(range(first))
             self.job_id = plan.job_id
-            self.logic = CoordinatorLogic(plan.num_mappers, plan.num_reducers, plan.checkpoint_interval_s)
+            self.machine = CoordinatorMachine(plan, time.monotonic, range(first), self.reducer_num_cpus)
             self.run_id = self.member_run = None
             self.job_tags = {"job_id": plan.job_id}
             metric("dpa_job_progress").set(0.0, tags=self.job_tags)
-            self.blocks = deque()
             self.done = asyncio.Event()
             self.failed = None
             self.max_pending = max_pending
@@ -318,12 +325,8 @@ class CoordinatorActor(PoolMembers):
             raise JobFailedError(f"job {job_id} was cancelled before it started")
         self.job_task = asyncio.current_task()
         started = self.job_started = time.monotonic()
-        R = plan.num_reducers
-        initial = snapshot
-        self.checkpoint = Checkpoint(-1, [None] * R, [0] * R, snapshot)
-        self.checkpoints = 0
-        recoveries: list[Recovery] = []
-        failures: list[str] = []
+        machine = self.machine
+        machine.handle(ev.JobStarted(snapshot))
         tasks: dict[asyncio.Future, str] = {}
         attempt, resume = 0, False
         try:
@@ -331,34 +334,23 @@ class CoordinatorActor(PoolMembers):
                 run_id = job_id if attempt == 0 else f"{job_id}.{attempt}"
                 tasks = {}
                 try:
-                    summary = await self._run(plan, snapshot, run_id, tasks, resume, recoveries)
+                    summary = await self._run(plan, snapshot, run_id, tasks, resume)
                     break
-                except RunLost as lost:
-                    detected = time.monotonic()
-                    self.run_id = None  # the lost run's late messages are dropped from now on
-                    # The member whose call failed first is often not the dead one (a mapper
-                    # pushing to a dead reducer): the repair finds out who died.
-                    snapshot, lost_nodes = await self._recover(plan, run_id, tasks, initial)
-                    dead = sorted(lost_nodes) or [lost.actor]
-                    failures.append(f"{', '.join(dead)} lost ({lost})")
-                    if len(recoveries) >= plan.max_recoveries:
-                        raise JobFailedError(
-                            f"dpa job failed: {len(failures)} failure(s), more than max_recoveries="
-                            f"{plan.max_recoveries}: " + "; ".join(failures), actor=dead[0]) from None
-                    logger.warning("dpa job %s lost %s (%s); recovering from checkpoint epoch %d",
-                                   job_id, ", ".join(dead), lost, self.checkpoint.epoch)
-                    resume = True
-                    replayed = max(0, sum(self.logic.processed) - sum(self.checkpoint.processed))  # (reports lag)
-                    items = self.logic.rollback(self.checkpoint.processed)
-                    async with self.cond:
-                        self.blocks.extendleft(reversed(items))
-                        self.done.clear()
-                        self.cond.notify_all()
-                    recoveries.append(Recovery(
-                        detected - started, sorted(lost_nodes), sorted({n for n in lost_nodes.values() if n}),
-                        str(lost), self.checkpoint.epoch, len(items), replayed, 0.0))
-                    metric("dpa_recoveries").inc(1, tags=self.job_tags)
-                    attempt += 1
+                except RunLost as exc:
+                    lost = exc
+                self.run_id = None  # the lost run's late messages are dropped from now on
+                machine.handle(ev.MemberLost(time.monotonic() - started, str(lost), lost.actor))
+                # The member whose call failed first is often not the dead one (a mapper
+                # pushing to a dead reducer): the repair finds out who died.
+                lost_nodes = await self._recover(run_id, tasks)
+                (ins,) = machine.handle(ev.MembersReplaced(sorted(lost_nodes),
+                                                           sorted({n for n in lost_nodes.values() if n})))
+                if isinstance(ins, op.FailJob):
+                    raise ins.error
+                snapshot, resume = ins.balancer_snapshot, True  # (op.Restart)
+                self.done.clear()
+                metric("dpa_recoveries").inc(1, tags=self.job_tags)
+                attempt += 1
         except asyncio.CancelledError:
             await self._abort_members(tasks)
             raise
@@ -373,18 +365,17 @@ class CoordinatorActor(PoolMembers):
             async with self.cond:
                 self.cond.notify_all()
         self.job_id = self.run_id = None  # done: late progress reports of this job are dropped
-        return {**summary, "recoveries": recoveries, "checkpoints": self.checkpoints,
+        return {**summary, "recoveries": machine.recoveries, "checkpoints": machine.checkpoints,
                 "run_id": run_id, "handles": (*self._for_driver(known), []),
                 "job_reducers": self.job_reducers}
 
     async def _run(self, plan: JobPlan, snapshot: Any, run_id: str, tasks: dict[asyncio.Future, str],
-                   resume: bool, recoveries: list[Recovery]) -> dict[str, Any]:
+                   resume: bool) -> dict[str, Any]:
         """One run of the job, from the last checkpoint to the end; raises :class:`RunLost`
         if a member, a node or an object is lost on the way."""
         me = ray.get_runtime_context().current_actor
-        ck = self.checkpoint
+        ck = self.machine.checkpoint
         self.member_run = run_id
-        self.first_routed = {}
         balancer_peers = self._peers_for(self.balancer, (self.mappers, self.job_reducers, me))
         try:
             if resume:  # a recovered run starts from the snapshot the balancer (kept or new) has
@@ -406,15 +397,13 @@ class CoordinatorActor(PoolMembers):
         async with self.cond:
             self.run_id = run_id
             self.cond.notify_all()
-        if recoveries:
-            recoveries[-1].recover_s = time.monotonic() - recoveries[-1].at_s - self.job_started
         self.tasks = tasks  # (a scale-out adds its reducers' loops)
         self.members_changed = asyncio.Event()
         self.checkpoint_error = None
         for role, actor in self._job_members():
             method = actor.run if role.startswith("mapper") else actor.serve
             tasks[asyncio.ensure_future(await_ref(method.remote(run_id)))] = f"dpa:{self.pool_id}:{role}"
-        self._check()  # (a restored run may have nothing left to do)
+        self._handle(ev.RunStarted(time.monotonic() - self.job_started))  # (a restored run may have nothing left to do)
         done_waiter = asyncio.ensure_future(self.done.wait())
         seen: set[asyncio.Future] = set()  # member loops that ended well
         while not self.done.is_set():
@@ -439,34 +428,12 @@ class CoordinatorActor(PoolMembers):
             # The balancer stops first: the reducers end on its final routing (and hand
             # over the states it moves) with no newer one on the way.
             events, final, timeline, scaling = await self.balancer.stop.remote(run_id)
-            # Merge unless every key stayed on one reducer (after a rollback: always, unless
-            # states followed their keys).
-            merged = ((run_id != plan.job_id and plan.migrate != "state")
-                      or needs_final_merge(plan.policy, snapshot, final, plan.migrate,
-                                           min(self.first_routed.values(), default=None)))
-            early = finalize_at_stop(plan, merged)  # (ReducerActor.stop)
-            await asyncio.gather(*[r.stop.remote(run_id, final, early) for r in self.job_reducers])
-            counters = await asyncio.gather(*[t for t, name in tasks.items() if "reducer" in name])
-            if self.logic.ledger.blocks_done != self.logic.blocks_offered:
-                # conservation of input blocks: never lose one silently
-                raise RuntimeError(f"{self.logic.blocks_offered} input blocks offered but "
-                                   f"{self.logic.ledger.blocks_done} mapped")
-            metric("dpa_job_progress").set(1.0, tags=self.job_tags)
-            if merged:
-                await asyncio.gather(*[r.exchange.remote(run_id, self.job_slots) for r in self.job_reducers])
-            applied = None
-            if plan.applies_groups:
-                combined, applied = await run_apply_phase(self.job_reducers, run_id,
-                                                          sum(c["processed"] for c in counters), self.job_tags)
-                merged_keys = [combined]
-            elif early:
-                merged_keys = [c["merged_keys"] for c in counters]
-            else:
-                merged_keys = await asyncio.gather(*[r.finalize.remote(run_id) for r in self.job_reducers])
+            end = await self._end(run_id, tasks, self.machine.handle(ev.BalancingEnded(final)))
         except Exception as exc:
             if member_lost(exc):
                 raise RunLost("coordinator", exc) from exc
             raise
+        counters = end["counters"]
         width = max(self.job_slots) + 1  # (slots are taken lowest first: every one that existed)
         per_slot = {c["reducer"]: c for c in counters}
         zero = {"processed": 0, "forwarded": 0, "peak_queue": 0}
@@ -475,95 +442,125 @@ class CoordinatorActor(PoolMembers):
             "processed": [c["processed"] for c in counters_by_slot],
             "forwarded": [c["forwarded"] for c in counters_by_slot],
             "peak_queue": [c["peak_queue"] for c in counters_by_slot],
-            "emitted": list(self.logic.emitted),
-            "blocks_per_mapper": list(self.logic.blocks_per_mapper),
+            "emitted": self.machine.emitted,
+            "blocks_per_mapper": self.machine.blocks_per_mapper,
             "events": events,
             "timeline": timeline,
             "final_snapshot": final,
-            "merged": merged,
-            "merged_keys": sum(merged_keys),
+            "merged": end["merged"],
+            "merged_keys": sum(end["merged_keys"]),
             "state_moves": sum(c["keys_moved"] for c in counters),
             "scaling": scaling,
-            "group_apply": applied,
+            "group_apply": end["applied"],
         }
+
+    async def _end(self, run_id: str, tasks: dict[asyncio.Future, str], todo: list[Any]) -> dict[str, Any]:
+        """Carries out the job's end as the machine lays it out (stop the reducers, the final
+        merge, finalize); returns the reducers' counters, the merged keys, the apply phase's
+        stats and whether the final merge ran."""
+        end: dict[str, Any] = {"applied": None}
+        for ins in todo:
+            if isinstance(ins, op.StopReducers):
+                await asyncio.gather(*[self.reducers[i].stop.remote(run_id, ins.snapshot, ins.finalize)
+                                       for i in ins.slots])
+                end["counters"] = await asyncio.gather(*[t for t, name in tasks.items() if "reducer" in name])
+            elif isinstance(ins, op.FailJob):
+                raise ins.error
+            elif isinstance(ins, op.InputProgress):
+                metric("dpa_job_progress").set(ins.fraction, tags=self.job_tags)
+            elif isinstance(ins, op.FinalMerge):
+                await asyncio.gather(*[self.reducers[i].exchange.remote(run_id, list(ins.slots)) for i in ins.slots])
+            elif isinstance(ins, op.ApplyGroups):
+                combined, end["applied"] = await run_apply_phase(
+                    self.job_reducers, run_id, sum(c["processed"] for c in end["counters"]), self.job_tags)
+                end["merged_keys"] = [combined]
+            elif isinstance(ins, op.TakeFinalized):
+                end["merged_keys"] = [c["merged_keys"] for c in end["counters"]]
+            elif isinstance(ins, op.FinalizeReducers):
+                end["merged_keys"] = await asyncio.gather(*[r.finalize.remote(run_id) for r in self.job_reducers])
+            elif isinstance(ins, op.EndJob):
+                end["merged"] = ins.merged
+            else:
+                raise TypeError(f"the Ray coordinator cannot carry out {ins!r} at the job's end")
+        return end
 
     async def scale_out(self, run_id: str, slots: list[int], plan: JobPlan,
                         snapshot: Any) -> tuple[list[int], list[Any], str | None]:
         """Starts reducers in the free ``slots`` for the running job (the balancer asks, see
-        :class:`~dpa.engine.instructions.ScaleOut`): each starts empty, and every member learns
-        its handle before the balancer routes keys to it.
+        :class:`~dpa.engine.instructions.ScaleOut`) if the machine says so: each starts empty,
+        and every member learns its handle before the balancer routes keys to it.
 
         Returns:
             ``(started slots, their handles, why the others did not start or None)``.
         """
         if run_id != self.run_id:
             return [], [], "the run ended"
-        why = None
-        if self.reducer_num_cpus > 0:
-            free = float(ray.available_resources().get("CPU", 0.0))
-            fits = int(free // self.reducer_num_cpus)
-            if fits < len(slots):
-                why = (f"no free CPU: {free:g} free, each reducer takes reducer_num_cpus="
-                       f"{self.reducer_num_cpus:g}")
-                slots = slots[:fits]
-        if not slots:
-            return [], [], why
-        me = ray.get_runtime_context().current_actor
+        todo = self.machine.handle(ev.ScaleOutRequested(list(slots), float(ray.available_resources().get("CPU", 0.0))))
+        if isinstance(todo[0], op.AnswerScaleOut):
+            return [], [], todo[0].refused
+        start = todo[0]  # (op.StartReducers)
         async with self.scale_lock:
             if run_id != self.run_id:
                 return [], [], "the run ended"
-            for i in slots:
-                if self.reducers[i] is None:
-                    self.reducers[i] = self._create(f"reducer-{i}")
-            fresh = [self.reducers[i] for i in slots]
-            try:
-                await asyncio.wait_for(asyncio.gather(*[await_ref(r.ping.remote()) for r in fresh]), SCALE_OUT_WAIT_S)
-                await asyncio.gather(*[
-                    r.start_job.remote(plan, snapshot, self._peers_for(r, (self.reducers, self.balancer, me)), run_id,
-                                       None, 0, self.checkpoint.epoch) for r in fresh])
-                others = [m for _, m in self._job_members()[1:]]
-                await asyncio.gather(*[m.add_peers.remote(run_id, dict(zip(slots, fresh))) for m in others])
-            except Exception as exc:  # (e.g. no node can place it): the job goes on at its width
-                for i in slots:
-                    if self.reducers[i] is not None and i not in self.job_slots:
-                        kill_member(self.reducers[i])  # (its host of its own: see PoolMembers._create)
-                        self.reducers[i] = None
-                return [], [], f"the new reducers did not start within {SCALE_OUT_WAIT_S:.0f} s ({describe(exc)})"
-            if run_id != self.run_id:
+            event = await self._start_reducers(run_id, list(start.slots), plan, snapshot, start.refused)
+            if event is None:
                 return [], [], "the run ended"
-            self.job_slots = sorted(set(self.job_slots) | set(slots))
-            for i, r in zip(slots, fresh):
-                self.answered.add(f"reducer-{i}")
-                self.tasks[asyncio.ensure_future(await_ref(r.serve.remote(run_id)))] = f"dpa:{self.pool_id}:reducer-{i}"
-                if self.told_done == run_id:
-                    r.input_mapped.remote(run_id)
-            self.members_changed.set()
-        metric("dpa_reducers").set(len(self.job_slots), tags=self.job_tags)
-        return list(slots), fresh, why
+            for ins in self.machine.handle(event):
+                if isinstance(ins, op.ServeReducers):
+                    for i in ins.slots:
+                        self.answered.add(f"reducer-{i}")
+                        self.tasks[asyncio.ensure_future(await_ref(self.reducers[i].serve.remote(run_id)))] = \
+                            f"dpa:{self.pool_id}:reducer-{i}"
+                    self.members_changed.set()
+                    metric("dpa_reducers").set(ins.width, tags=self.job_tags)
+                elif isinstance(ins, op.TellReducersMapped):
+                    self._do(ins)
+                elif isinstance(ins, op.DropReducers):
+                    for i in ins.slots:
+                        if self.reducers[i] is not None:
+                            kill_member(self.reducers[i])  # (its host of its own: see PoolMembers._create)
+                            self.reducers[i] = None
+                else:  # op.AnswerScaleOut
+                    return list(ins.started), [self.reducers[i] for i in ins.started], ins.refused
+        raise RuntimeError("the coordinator machine did not answer a scale-out (bug)")
 
-    async def _recover(self, plan: JobPlan, run_id: str, tasks: dict[asyncio.Future, str],
-                       initial: Any) -> tuple[Any, dict[str, str]]:
-        """Stops the lost run on every member and replaces the dead ones.
+    async def _start_reducers(self, run_id: str, slots: list[int], plan: JobPlan, snapshot: Any,
+                              refused: str | None) -> Any:
+        """Starts reducers in ``slots`` and gives every member their handles; the outcome as an
+        event, or None if the run ended meanwhile."""
+        me = ray.get_runtime_context().current_actor
+        for i in slots:
+            if self.reducers[i] is None:
+                self.reducers[i] = self._create(f"reducer-{i}")
+        fresh = [self.reducers[i] for i in slots]
+        try:
+            await asyncio.wait_for(asyncio.gather(*[await_ref(r.ping.remote()) for r in fresh]), SCALE_OUT_WAIT_S)
+            await asyncio.gather(*[
+                r.start_job.remote(plan, snapshot, self._peers_for(r, (self.reducers, self.balancer, me)), run_id,
+                                   None, 0, self.machine.checkpoint.epoch) for r in fresh])
+            others = [m for _, m in self._job_members()[1:]]
+            await asyncio.gather(*[m.add_peers.remote(run_id, dict(zip(slots, fresh))) for m in others])
+        except Exception as exc:  # (e.g. no node can place it): the job goes on at its width
+            return ev.ScaleOutFailed(slots, f"the new reducers did not start within {SCALE_OUT_WAIT_S:.0f} s "
+                                            f"({describe(exc)})")
+        if run_id != self.run_id:
+            return None
+        return ev.ScaleOutStarted(slots, refused)
 
-        Returns:
-            ``(snapshot, lost)``: the routing snapshot the balancer resumes from (one that
-            survived keeps its own planner and snapshot; a new one continues from the
-            checkpoint's), and the replaced members with the node each ran on ("" if
-            unknown).
-        """
+    async def _recover(self, run_id: str, tasks: dict[asyncio.Future, str]) -> dict[str, str]:
+        """Stops the lost run on every member and replaces the dead ones; returns the
+        replaced members with the node each ran on ("" if unknown)."""
         await self._stop_members(run_id, tasks)
         nodes = dict(self.nodes)
         _, _, _, replaced = await self.repair()
-        lost = {role: nodes.get(role, "") for role in replaced}
-        if "balancer" in replaced:  # a new one continues from the checkpoint's snapshot
-            return self.checkpoint.snapshot, lost
-        return initial, lost
+        return {role: nodes.get(role, "") for role in replaced}
 
     async def cancel_job(self, job_id: str, reason: str) -> None:
         """Fails ``job_id`` from outside (the driver's timeout, a broken source) and aborts it."""
         if job_id != self.job_id:
             return
         self.failed = self.failed or reason
+        self._release_waiters()
         async with self.cond:
             self.cond.notify_all()
         task = self.job_task
@@ -585,6 +582,7 @@ class CoordinatorActor(PoolMembers):
 
     async def _stop_members(self, run_id: str | None, tasks: dict[asyncio.Future, str]) -> None:
         """Stops every member's work on ``run_id`` (bounded wait)."""
+        self._release_waiters()
         async with self.cond:
             self.cond.notify_all()
         for fut in tasks:

@@ -20,10 +20,10 @@ KEYS = (_RNG.zipf(1.3, 30_000) % 300).astype(np.int64)
 EXPECTED = collections.Counter(KEYS.tolist())
 
 
-def _run(policy, faults, interval=0.5, reducer=None, batch_size=400):
+def _run(policy, faults, interval=0.5, reducer=None, batch_size=400, max_recoveries=4):
     table = pa.table({"k": KEYS})
     config = dpa.JobConfig(num_reducers=6, policy=policy, batch_size=batch_size, runtime="local",
-                           checkpoint_interval_s=interval)
+                           checkpoint_interval_s=interval, max_recoveries=max_recoveries)
     plan, blocks = build_plan(normalize_source(table, batch_size), "k",
                               reducer or dpa.WithCost(dpa.Count(), 1e-3), None, config)
     return run_local(plan, blocks, faults=faults)
@@ -153,3 +153,11 @@ def test_a_reducer_without_merge_takes_no_checkpoints_and_a_failure_replays_the_
     assert out.checkpoints == 0
     assert len(out.recoveries) == len(faults)
     assert all(rec.epoch == -1 for rec in out.recoveries)
+
+
+def test_more_failures_than_max_recoveries_fail_the_job_as_on_ray():
+    with pytest.raises(dpa.JobFailedError) as err:
+        _run("doubling", [(0.5, "reducer-3"), (1.0, "mapper-0")], max_recoveries=1)
+    message = str(err.value)
+    assert message.startswith("dpa job failed: 2 failure(s), more than max_recoveries=1: ")
+    assert "reducer-3 lost (injected); mapper-0 lost (injected)" in message
