@@ -1,8 +1,10 @@
-"""The in-process runtime: the engine's mapper and reducer machines, carried out without Ray.
+"""The in-process runtime: the engine's machines, carried out without Ray.
 
 It is a deterministic discrete-event simulation in *virtual* time over the same state
 machines the Ray actors run (:class:`~dpa.engine.mapper_machine.MapperMachine`,
-:class:`~dpa.engine.reducer_machine.ReducerMachine`): it only delivers their instructions.
+:class:`~dpa.engine.reducer_machine.ReducerMachine`, :class:`~dpa.engine.balancer.BalancerLogic`
+and :class:`~dpa.engine.coordinator_machine.CoordinatorMachine`): it only delivers their
+instructions.
 Mappers are infinitely fast (blocks go to the mappers that wait for one, round-robin),
 reducers pay their :class:`~dpa.aggregates.contract.WithCost` cost in virtual seconds,
 messages arrive at once, and the balancer ticks (and every reducer's report timer fires)
@@ -51,7 +53,10 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
     ``"mapper-0"``, ``"balancer"``) dies, and the job recovers as on Ray: every member
     rolls back to the last checkpoint (:mod:`dpa.engine.epochs`; a dead balancer restarts
     from the checkpoint's snapshot, a live one keeps its own) and the blocks after it are
-    handed out again.
+    handed out again; more failures than ``plan.max_recoveries`` fail the job.
+
+    Raises:
+        JobFailedError: More failures than ``plan.max_recoveries``.
     """
     return LocalRun(plan, blocks, progress, faults).run()
 
@@ -70,7 +75,7 @@ class LocalRun:
         self.balancer = BalancerLogic(plan, self.initial)
         # Every reducer slot has a machine from the start (an elastic job's new ones start
         # at once); reducers are asked to finalize (messages cost nothing here).
-        self.coord = CoordinatorMachine(plan, self.clock, range(self.R), finalize_at_stop=False)
+        self.coordinator = CoordinatorMachine(plan, self.clock, range(self.R), finalize_at_stop=False)
         self.block_iter = iter(blocks)
         self.seq = itertools.count()
         self.ids = itertools.count()
@@ -80,7 +85,7 @@ class LocalRun:
         self.mail: deque[tuple[str, int, Any]] = deque()  # instructions to carry out, in order
         self.replies: dict[int, Any] = {}
         self.counters: dict[int, dict[str, int]] = {}  # per reducer, its loop's counters at the end
-        self.complete = False  # every record is absorbed (the coordinator stops the balancer)
+        self.ended = False  # every record is absorbed (the coordinator stops the balancer)
         self.results: list[tuple[pa.Table | None, int]] = []
         self.applied: dict[str, Any] | None = None
         self.merged = False
@@ -117,8 +122,8 @@ class LocalRun:
             self.mail.append(("mapper", m, ins))
 
     def _coordinate(self, *events: Any) -> None:
-        """Hands the coordinator machine events; carries out its instructions at once."""
-        for ins in self.coord.handle(*events):
+        """Hands the coordinator's machine events; carries out its instructions at once."""
+        for ins in self.coordinator.handle(*events):
             self._coordinator_does(ins)
 
     def _deliver(self) -> None:
@@ -253,7 +258,7 @@ class LocalRun:
             for published in self.balancer.handle(ev.ScaledOut(self.now, list(ins.started), ins.refused)):
                 self._balancer_does(published)
         elif isinstance(ins, op.StopBalancer):
-            self.complete = True  # (the run loop ends; _finish goes on)
+            self.ended = True  # (the run loop ends; _finish goes on)
         elif isinstance(ins, op.StopReducers):
             # Every state hand-over under the final routing is done before the merge
             # (nothing is queued any more: only states move).
@@ -306,10 +311,10 @@ class LocalRun:
         plan = self.plan
         self._feed()
         heapq.heappush(self.heap, (plan.lb_interval_s, next(self.seq), "tick", -1))
-        while not self.complete:
+        while not self.ended:
             if not self.heap:
                 self._feed()
-                if not self.heap and not self.complete:
+                if not self.heap and not self.ended:
                     raise RuntimeError("local runtime stalled: queues full and no reducer running (bug)")
                 continue
             self.now, _, kind, arg = heapq.heappop(self.heap)
@@ -320,10 +325,10 @@ class LocalRun:
                 self._feed()
                 if self.progress_cb is not None and time.perf_counter() - last_progress >= DRIVER_PROGRESS_INTERVAL_S:
                     last_progress = time.perf_counter()
-                    self.progress_cb(self.coord.processed)
+                    self.progress_cb(self.coordinator.processed)
             elif kind == "tick":
                 self._tick()
-                if not self.complete and any(red.busy is not None for red in self.reducers):
+                if not self.ended and any(red.busy is not None for red in self.reducers):
                     heapq.heappush(self.heap, (self.now + plan.lb_interval_s, next(self.seq), "tick", -1))
             elif kind == "fault":
                 role = self.faults[arg][1]
@@ -334,7 +339,7 @@ class LocalRun:
         return self._finish(started)
 
     def _finish(self, started: float) -> RunOutput:
-        balancer, coord = self.balancer, self.coord
+        balancer, coordinator = self.balancer, self.coordinator
         self._coordinate(ev.BalancingEnded(balancer.snapshot))
         counters = [self.counters[r] for r in range(self.R)]
         results = self.results
@@ -345,8 +350,8 @@ class LocalRun:
             tables=[table for table, _ in results[:width]],
             processed=[c["processed"] for c in counters[:width]],
             forwarded=[c["forwarded"] for c in counters[:width]],
-            emitted=coord.emitted,
-            blocks_per_mapper=coord.blocks_per_mapper,
+            emitted=coordinator.emitted,
+            blocks_per_mapper=coordinator.blocks_per_mapper,
             events=list(balancer.events),
             timeline=list(balancer.timeline),
             final_snapshot=balancer.snapshot,
@@ -354,8 +359,8 @@ class LocalRun:
             wall_time_s=time.perf_counter() - started,
             virtual_time_s=self.now,
             peak_queue=[c["peak_queue"] for c in counters[:width]],
-            recoveries=coord.recoveries,
-            checkpoints=coord.checkpoints,
+            recoveries=coordinator.recoveries,
+            checkpoints=coordinator.checkpoints,
             merged_keys=sum(merged_keys for _, merged_keys in results),
             state_moves=sum(c["keys_moved"] for c in counters),
             scaling=list(balancer.scaling),

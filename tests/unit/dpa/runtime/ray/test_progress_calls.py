@@ -1,5 +1,5 @@
-"""The calls that end a job (no Ray): the coordinator tells the reducers once that every
-input record is queued (their progress protocol is tested on the machine:
+"""The calls that end a job (no Ray): the coordinator actor, carrying out its machine's
+instructions, tells the reducers once that every input record is queued (their progress protocol is tested on the machine:
 ``tests/unit/dpa/engine/test_reducer_machine.py``); a mapper's finished block may ride on
 its next ``next_block`` request or on ``mapper_done``; a reducer's loop finalizes as it
 ends when nothing can reach the reducer after that."""
@@ -7,7 +7,6 @@ ends when nothing can reach the reducer after that."""
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from types import SimpleNamespace
 
 import pyarrow as pa
@@ -15,7 +14,8 @@ import pyarrow as pa
 import dpa
 import dpa.runtime.ray.coordinator as ray_coordinator
 import dpa.runtime.ray.reducer as ray_reducer
-from dpa.engine.coordinator import CoordinatorLogic
+from dpa.engine import events as ev
+from dpa.engine.coordinator_machine import CoordinatorMachine
 from dpa.engine.mapper import MapperLogic
 from dpa.engine.output import finalize_at_stop
 from dpa.engine.plan import build_plan
@@ -34,30 +34,36 @@ class Recorder:
 
 
 def coordinator() -> object:
+    """A coordinator actor without Ray, its job prepared and its first run started."""
     cls = ray_coordinator.CoordinatorActor.__ray_metadata__.modified_class
     coord = cls("pool", 2, 2, None, 0.0, (Recorder("balancer"), [Recorder("r0"), Recorder("r1")],
                                           [Recorder("m0"), Recorder("m1")]))
-    coord.logic = CoordinatorLogic(2, 2, 0.0)
-    coord.job_slots, coord.run_id, coord.done = [0, 1], "run", asyncio.Event()
+    config = dpa.JobConfig(runtime="local", num_mappers=2, num_reducers=2)
+    plan, _ = build_plan(normalize_source(pa.table({"k": [1, 2]}), None), "k", dpa.Count(), None, config)
+    coord.machine = CoordinatorMachine(plan, lambda: 0.0)
+    coord.job_id = coord.run_id = "run"
+    coord.job_tags, coord.done, coord.max_pending = {"job_id": "run"}, asyncio.Event(), 4
+    coord.machine.handle(ev.JobStarted(None), ev.RunStarted(0.0))
     return coord
 
 
 def test_the_reducers_hear_once_that_every_record_is_queued():
     async def scenario() -> None:
         coord = coordinator()
-        coord.logic.input_done = True
-        coord.logic.on_block_taken(0, "block")
-        await coord.mapper_done("run", 0)  # (mapper 1 is still at work)
+        assert await coord.offer("run", ["block"])
+        await coord.input_done("run")
+        taken = asyncio.ensure_future(coord.next_block("run", 0))
+        assert (await taken)[0] == "block"
+        assert await coord.next_block("run", 1) is None  # (the input is exhausted)
+        await coord.mapper_done("run", 1)  # (mapper 0 is still at work)
         assert all(not r.calls for r in coord.reducers)
-        await coord.mapper_done("run", 1, (0, 10))  # the last block's end rides along
-        assert coord.logic.ledger.blocks_done == 1 and coord.logic.mapping_done
+        await coord.mapper_done("run", 0, (0, 10))  # the last block's end rides along
         assert [r.calls for r in coord.reducers] == [[("input_mapped", "run")]] * 2
         assert ("input_done", "run") in coord.balancer.calls
-        coord._check()  # (later checks do not repeat it)
-        assert [len(r.calls) for r in coord.reducers] == [1, 1]
-        coord.logic.on_progress(0, 10)
-        coord._check()
-        assert coord.done.is_set()
+        await coord.progress("run", 0, 4)  # (later calls do not repeat it)
+        assert [len(r.calls) for r in coord.reducers] == [1, 1] and not coord.done.is_set()
+        await coord.progress("run", 1, 6)
+        assert coord.done.is_set()  # every record absorbed: the run ends
 
     asyncio.run(scenario())
 
@@ -65,12 +71,28 @@ def test_the_reducers_hear_once_that_every_record_is_queued():
 def test_next_block_takes_the_last_blocks_end_along():
     async def scenario() -> None:
         coord = coordinator()
-        coord.blocks, coord.cond, coord.failed = deque(["b1"]), asyncio.Condition(), None
-        epoch, _ = coord.logic.on_block_taken(0, "b0")
+        await coord.offer("run", ["b0", "b1"])
+        epoch, _ = (await coord.next_block("run", 0))[1:]
         got = await coord.next_block("run", 0, (epoch, 4))
-        assert got[0] == "b1" and coord.logic.ledger.blocks_done == 1
+        assert got[0] == "b1" and coord.machine.logic.ledger.blocks_done == 1
         assert await coord.next_block("old run", 0, (epoch, 4)) is None  # a lost run's news is dropped
-        assert coord.logic.ledger.blocks_done == 1
+        assert coord.machine.logic.ledger.blocks_done == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_mapper_waiting_for_a_block_gets_the_next_one_offered_or_none_when_the_run_stops():
+    async def scenario() -> None:
+        coord = coordinator()
+        waiting = asyncio.ensure_future(coord.next_block("run", 0))
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        await coord.offer("run", ["b0"])
+        assert (await waiting)[0] == "b0"
+        waiting = asyncio.ensure_future(coord.next_block("run", 1))
+        await asyncio.sleep(0)
+        await coord._stop_members(None, {})  # (a lost run, a cancelled job)
+        assert await waiting is None
 
     asyncio.run(scenario())
 
