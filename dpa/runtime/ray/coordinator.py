@@ -1,6 +1,7 @@
 """The coordinator actor: owns one pool's members and runs its jobs, one at a time.
 
-It creates the balancer, reducers and mappers (it owns them), replaces members that died
+It runs the pool's balancer in its own process (so a lost host never takes the routing
+and its planner's history with it), owns the reducers and mappers, replaces members that died
 or hung between jobs, hands input blocks to mappers when they ask, decides termination by
 conservation (:class:`~dpa.engine.coordinator.CoordinatorLogic`), drives the partitioned final merge
 and the finalize step, and fails the job, aborting it on every member, if any of them
@@ -35,7 +36,7 @@ from dpa.engine.output import finalize_at_stop, needs_final_merge
 from dpa.engine.plan import JobPlan
 from dpa.errors import JobFailedError
 from dpa.runtime.ray.group_apply import run_apply_phase
-from dpa.runtime.ray.host import kill_member
+from dpa.runtime.ray.host import MemberHost, MemberRef, build_member, kill_member
 from dpa.runtime.ray.member import (
     ActorFailure,
     await_ref,
@@ -63,11 +64,16 @@ CHECKPOINT_WAIT_S = 10.0
 SCALE_OUT_WAIT_S = 30.0
 
 
+def own_handle() -> Any:
+    """This actor's own handle (the host of the balancer it runs)."""
+    return ray.get_runtime_context().current_actor
+
+
 @ray.remote(num_cpus=0)
-class CoordinatorActor(PoolMembers):
-    """Holds one pool's actors (started by the driver with it, or by itself when ``members``
-    is not given; replacements and an elastic job's new reducers it starts itself); runs
-    the pool's jobs one at a time.
+class CoordinatorActor(PoolMembers, MemberHost):
+    """Holds one pool's members (the reducers' and mappers' hosts started by the driver with
+    it, or by itself when ``members`` is not given; replacements and an elastic job's new
+    reducers it starts itself) and runs the balancer itself; runs the pool's jobs one at a time.
 
     Hands out input blocks, decides termination, fails the job (and aborts its members) if
     any of them raises or dies, and replaces members that died between jobs.
@@ -84,7 +90,10 @@ class CoordinatorActor(PoolMembers):
         self.first_routed: dict[int, int] = {}  # per mapper, this run: the version of its first push
         if members is None:
             members = start_members(pool_id, num_mappers, num_reducers, initial_reducers, reducer_num_cpus)
-        self.balancer, reducers, mappers = members
+        reducers, mappers = members
+        # The balancer runs here (MemberHost): a lost host never takes its routing with it.
+        self.members = {"balancer": build_member("balancer", f"dpa:{pool_id}:balancer")}
+        self.balancer = MemberRef(own_handle(), "balancer")
         # Slots without an actor yet are None: an elastic job starts them when it scales out.
         self.reducers: list[Any] = list(reducers)
         self.job_slots: list[int] = []  # the reducer slots started for the current job

@@ -35,8 +35,8 @@ class Recorder:
 
 def coordinator() -> object:
     cls = ray_coordinator.CoordinatorActor.__ray_metadata__.modified_class
-    coord = cls("pool", 2, 2, None, 0.0, (Recorder("balancer"), [Recorder("r0"), Recorder("r1")],
-                                          [Recorder("m0"), Recorder("m1")]))
+    coord = cls("pool", 2, 2, None, 0.0, ([Recorder("r0"), Recorder("r1")], [Recorder("m0"), Recorder("m1")]))
+    coord.balancer = Recorder("balancer")  # (a stand-in for the ref to the balancer it runs)
     coord.logic = CoordinatorLogic(2, 2, 0.0)
     coord.job_slots, coord.run_id, coord.done = [0, 1], "run", asyncio.Event()
     return coord
