@@ -325,7 +325,7 @@ def random_kills(seed: int) -> int:
     ref = reference(table)
     reducer = dpa.WithCost(dpa.Count(), COST_S)
     failed = 0
-    for i, role in enumerate(["reducer-0", "mapper", "balancer", "reducer-3", "mapper", "reducer-2"]):
+    for i, role in enumerate(["reducer-0", "mapper", "reducer-1", "reducer-3", "mapper", "reducer-2"]):
         policy = "doubling" if i % 2 else "hybrid"
         config = dpa.JobConfig().with_options(num_mappers=2, num_reducers=4, batch_size=300, policy=policy,
                                               timeout_s=300)

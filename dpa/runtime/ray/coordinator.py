@@ -1,7 +1,8 @@
 """The coordinator actor: owns one pool's members and runs its jobs, one at a time.
 
-It creates the balancer, reducers and mappers (it owns them), replaces members that died
-or hung between jobs, and carries out what the job's
+It runs the pool's balancer in its own process (so a lost host never takes the routing
+and its planner's history with it), owns the reducers and mappers, replaces members that
+died or hung between jobs, and carries out what the job's
 :class:`~dpa.engine.coordinator_machine.CoordinatorMachine` decides: it hands input blocks to
 mappers when they ask, runs checkpoint rounds, starts an elastic job's new reducers, ends the
 job (balancer, reducers, the partitioned final merge, finalize), and fails the job, aborting
@@ -35,7 +36,7 @@ from dpa.engine.epochs import Rest
 from dpa.engine.plan import JobPlan
 from dpa.errors import JobFailedError
 from dpa.runtime.ray.group_apply import run_apply_phase
-from dpa.runtime.ray.host import kill_member
+from dpa.runtime.ray.host import MemberHost, MemberRef, build_member, kill_member
 from dpa.runtime.ray.member import (
     ActorFailure,
     await_ref,
@@ -70,11 +71,16 @@ def _finished(mapper: int, done: tuple[int, int] | None) -> list[Any]:
     return [] if done is None else [ev.BlockFinished(mapper, *done)]
 
 
+def own_handle() -> Any:
+    """This actor's own handle (the host of the balancer it runs)."""
+    return ray.get_runtime_context().current_actor
+
+
 @ray.remote(num_cpus=0)
-class CoordinatorActor(PoolMembers):
-    """Holds one pool's actors (started by the driver with it, or by itself when ``members``
-    is not given; replacements and an elastic job's new reducers it starts itself); runs
-    the pool's jobs one at a time.
+class CoordinatorActor(PoolMembers, MemberHost):
+    """Holds one pool's members (the reducers' and mappers' hosts started by the driver with
+    it, or by itself when ``members`` is not given; replacements and an elastic job's new
+    reducers it starts itself) and runs the balancer itself; runs the pool's jobs one at a time.
 
     Hands out input blocks, decides termination, fails the job (and aborts its members) if
     any of them raises or dies, and replaces members that died between jobs.
@@ -90,7 +96,10 @@ class CoordinatorActor(PoolMembers):
         self.answered: set[str] = set()  # members that answered a ping at least once
         if members is None:
             members = start_members(pool_id, num_mappers, num_reducers, initial_reducers, reducer_num_cpus)
-        self.balancer, reducers, mappers = members
+        reducers, mappers = members
+        # The balancer runs here (MemberHost): a lost host never takes its routing with it.
+        self.members = {"balancer": build_member("balancer", f"dpa:{pool_id}:balancer")}
+        self.balancer = MemberRef(own_handle(), "balancer")
         # Slots without an actor yet are None: an elastic job starts them when it scales out.
         self.reducers: list[Any] = list(reducers)
         self.scale_lock = asyncio.Lock()  # a scale-out and a checkpoint never overlap

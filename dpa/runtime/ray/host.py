@@ -57,22 +57,20 @@ def _quiet(kind: str, method: str) -> bool:
     return _QUIET[key]
 
 
-def _build(role: str, name: str) -> Any:
+def build_member(role: str, name: str) -> Any:
+    """The member ``role`` (``reducer-3``) as a plain object named ``name``."""
     kind = kind_of(role)
     if kind == "balancer":
         return BalancerActor(name)
     return KINDS[kind](int(role.split("-", 1)[1]), name)
 
 
-@ray.remote(num_cpus=0)
-class HostActor:
-    """One process running several members (``{role: member}``) on its event loop."""
+class MemberHost:
+    """What runs members in a process: ``self.members`` (``{role: member}``) and the calls
+    that reach them. :class:`HostActor` is one; the coordinator is one for the balancer
+    (see :func:`~dpa.runtime.ray.members.start_members`)."""
 
-    def __init__(self, name: str, members: list[tuple[str, str]]) -> None:
-        """Builds the members: ``(role, member name)`` pairs (the name is what errors say)."""
-        self.name = name
-        self.members: dict[str, Any] = {role: _build(role, member) for role, member in members}
-        JobMember._start_warm_up()  # (once per process)
+    members: dict[str, Any]
 
     @quiet_method
     async def call(self, role: str, method: str, *args: Any) -> Any:
@@ -90,8 +88,19 @@ class HostActor:
         return await getattr(type(member), method)(member, *args)
 
     async def serving(self) -> dict[str, str | None]:
-        """The members this host runs: ``{role: the job (run) it serves, or None}``."""
+        """The members this process runs: ``{role: the job (run) it serves, or None}``."""
         return {role: member.job_id for role, member in self.members.items()}
+
+
+@ray.remote(num_cpus=0)
+class HostActor(MemberHost):
+    """One process running several members (``{role: member}``) on its event loop."""
+
+    def __init__(self, name: str, members: list[tuple[str, str]]) -> None:
+        """Builds the members: ``(role, member name)`` pairs (the name is what errors say)."""
+        self.name = name
+        self.members = {role: build_member(role, member) for role, member in members}
+        JobMember._start_warm_up()  # (once per process)
 
 
 class _Method:
@@ -154,15 +163,16 @@ def kill_member(handle: Any) -> None:
 
 
 def find_member(role: str) -> tuple[Any, dict[str, str | None]] | None:
-    """The live host running a member ``role`` (``reducer-3``) of a pool of this Ray session,
-    one whose member serves a job if any does (for diagnostics and fault drills).
+    """The live process running a member ``role`` (``reducer-3``) of a pool of this Ray
+    session, one whose member serves a job if any does (for diagnostics and fault drills):
+    a host, or for the balancer its pool's coordinator.
 
     Returns:
         ``(host handle, {role: job or None} of every member it runs)``, or None.
     """
     found = None
     for entry in ray.util.list_named_actors(all_namespaces=True):
-        if entry["namespace"] != NAMESPACE or ":host-" not in entry["name"]:
+        if entry["namespace"] != NAMESPACE or not (":host-" in entry["name"] or entry["name"].endswith(":coordinator")):
             continue
         try:
             host = ray.get_actor(entry["name"], namespace=NAMESPACE)

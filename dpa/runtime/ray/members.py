@@ -59,22 +59,30 @@ class RunLost(Exception):
         self.actor = actor
 
 
-#: A pool's members as the coordinator holds them: ``(balancer, reducer slots, mappers)``;
-#: a reducer slot without an actor yet is None.
-Members = tuple[Any, list[Any], list[Any]]
+#: A pool's hosted members as the driver starts them: ``(reducer slots, mappers)``; a
+#: reducer slot without an actor yet is None.
+Members = tuple[list[Any], list[Any]]
 
 
 def start_members(pool_id: str, num_mappers: int, num_reducers: int, initial_reducers: int | None = None,
-                  reducer_num_cpus: float = 0.0) -> Members:
-    """Starts a pool's members in hosts (:func:`~dpa.runtime.ray.host.start_hosts`, one per
-    CPU): the balancer, the first ``initial_reducers`` (default all) of ``num_reducers``
-    reducer slots, and the mappers. The driver calls it together with the coordinator's
-    start, so that all the pool's processes start at once."""
+                  reducer_num_cpus: float = 0.0) -> tuple[list[Any], list[Any]]:
+    """Starts a pool's reducers and mappers in hosts (:func:`~dpa.runtime.ray.host.start_hosts`,
+    one per CPU): the first ``initial_reducers`` (default all) of ``num_reducers`` reducer
+    slots, and the mappers. The driver calls it together with the coordinator's start, so
+    that all the pool's processes start at once.
+
+    The balancer is not among them: the coordinator runs it in its own process
+    (:class:`~dpa.runtime.ray.host.MemberHost`), so that losing a host never loses the
+    balancer's routing and its planner's history, and a recovered run goes on balancing
+    where the lost one stopped.
+
+    Returns:
+        ``(reducer slots, mappers)``: member refs (None for a slot not started).
+    """
     first = num_reducers if initial_reducers is None else initial_reducers
-    roles = ["balancer", *[f"reducer-{i}" for i in range(first)], *[f"mapper-{i}" for i in range(num_mappers)]]
+    roles = [*[f"reducer-{i}" for i in range(first)], *[f"mapper-{i}" for i in range(num_mappers)]]
     refs = start_hosts(pool_id, roles, default_width(len(roles)), 0, reducer_num_cpus)
-    return (refs["balancer"], [refs.get(f"reducer-{i}") for i in range(num_reducers)],
-            [refs[f"mapper-{i}"] for i in range(num_mappers)])
+    return [refs.get(f"reducer-{i}") for i in range(num_reducers)], [refs[f"mapper-{i}"] for i in range(num_mappers)]
 
 
 class PoolMembers:
@@ -136,7 +144,8 @@ class PoolMembers:
         Raises:
             JobFailedError: A member's replacements kept dying.
         """
-        members = self._members()
+        # (The balancer runs in this process: it lives as long as this coordinator does.)
+        members = [(role, actor) for role, actor in self._members() if role != "balancer"]
         replaced: list[str] = []
         for attempt in range(REPAIR_ATTEMPTS + 1):
             # A member that never answered may still be starting (seconds on a busy machine):

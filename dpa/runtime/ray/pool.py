@@ -1,7 +1,7 @@
 """Warm actor pools: one pool per running job, idle pools kept for the next job.
 
-Starting a pool (a coordinator plus its balancer, reducers and mappers, run by one host
-process per CPU: :mod:`dpa.runtime.ray.host`) costs a second or more on a small machine,
+Starting a pool (a coordinator, which also runs the balancer, and the reducers and mappers,
+run by one host process per CPU: :mod:`dpa.runtime.ray.host`) costs a second or more on a small machine,
 so a finished job hands its pool back and the next job of the same shape takes it. Jobs
 running at the same time, e.g. from two threads of one driver, each check out a pool of
 their own, so their actors and data never mix. A pool is checked for dead members when a job takes it (the coordinator
@@ -103,14 +103,14 @@ def acquire(num_mappers: int, num_reducers: int, reuse: bool, initial_reducers: 
     # On the driver's node (alive while the driver is): losing another node loses members the
     # coordinator recovers, never the coordinator and the checkpoints it holds.
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    # The members start here, with the coordinator, not from its constructor: every process
-    # of the pool then starts at once (a cold start waited for the coordinator's process to
-    # start before the others began). The driver owns them; kill() ends them with the pool.
-    balancer, reducers, mappers = start_members(pool_id, num_mappers, num_reducers, initial_reducers,
-                                                reducer_num_cpus)
+    # The hosts start here, with the coordinator, not from its constructor: every process of
+    # the pool starts at once, none waits for another to start. The driver owns them;
+    # kill() ends them with the pool.
+    reducers, mappers = start_members(pool_id, num_mappers, num_reducers, initial_reducers, reducer_num_cpus)
     coordinator = CoordinatorActor.options(name=f"dpa:{pool_id}:coordinator", namespace=NAMESPACE,
                                            scheduling_strategy=here).remote(
-        pool_id, num_mappers, num_reducers, initial_reducers, reducer_num_cpus, (balancer, reducers, mappers))
+        pool_id, num_mappers, num_reducers, initial_reducers, reducer_num_cpus, (reducers, mappers))
+    balancer = MemberRef(coordinator, "balancer")  # (run by the coordinator: see start_members)
     pool = Pool(pool_id, session, num_mappers, num_reducers, coordinator, balancer=balancer, reducers=reducers,
                 mappers=mappers, epoch=epoch, reducer_num_cpus=reducer_num_cpus)
     with _LOCK:

@@ -69,7 +69,7 @@ def test_members_killed_at_random_moments_across_many_jobs_never_change_the_resu
     dpa.shutdown()  # other tests' pools: the victims are found by name
     rnd = random.Random(11)
     dpa.run(pa.table({"k": KEYS[:100]}), key="k", reducer=dpa.Count(), config=_config())  # warm pool
-    roles = ["reducer-0", "reducer-3", "mapper-0", "mapper-1", "balancer", "reducer-2"]
+    roles = ["reducer-0", "reducer-3", "mapper-0", "mapper-1", "reducer-1", "reducer-2"]
     recovered = 0
     for i, role in enumerate(roles):
         policy = "doubling" if i % 2 else "hybrid"
@@ -85,6 +85,21 @@ def test_members_killed_at_random_moments_across_many_jobs_never_change_the_resu
             # exactly the members of the killed process were lost (and replaced)
             assert role in killed[0] and rec.actors == killed[0] and rec.nodes and rec.recover_s < 10
     assert recovered >= 3  # most kills landed mid-job
+
+
+def test_a_lost_host_never_takes_the_balancer_which_keeps_balancing_where_it_was():
+    """The balancer runs in the coordinator's process: killing the host of a mapper and of
+    reducers loses those members only, and the recovered run goes on with the balancer's
+    own routing and planner (its log spans both runs)."""
+    dpa.run(pa.table({"k": KEYS[:100]}), key="k", reducer=dpa.Count(), config=_config(policy="doubling"))
+    (host, _), (coordinator, _) = find_member("mapper-0"), _member("coordinator")
+    assert find_member("balancer")[0]._actor_id == coordinator._actor_id != host._actor_id
+    killed: list = []
+    thread = _kill_later("mapper-0", 0.6, killed)
+    res = dpa.run(pa.table({"k": KEYS}), key="k", reducer=COST, config=_config(policy="doubling"))
+    thread.join()
+    assert _counts(res) == EXPECTED
+    assert killed and res.stats.recoveries and all("balancer" not in rec.actors for rec in res.stats.recoveries)
 
 
 def test_one_big_block_is_checkpointed_in_parts_and_a_late_kill_replays_only_its_tail():

@@ -19,7 +19,9 @@ def fake(name: str) -> SimpleNamespace:
 
 def coordinator() -> object:
     cls = ray_coordinator.CoordinatorActor.__ray_metadata__.modified_class
-    return cls("pool", 2, 2, None, 0.0, (fake("balancer"), [fake("reducer-0"), None], [fake("m0"), fake("m1")]))
+    coord = cls("pool", 2, 2, None, 0.0, ([fake("reducer-0"), None], [fake("m0"), fake("m1")]))
+    coord.balancer = fake("balancer")  # (a stand-in for the ref to the balancer it runs)
+    return coord
 
 
 def test_a_member_gets_its_peers_once_until_they_change():

@@ -1,6 +1,7 @@
 """CoordinatorActor.repair on fake members (no Ray): dead members are replaced, a
-replacement that dies before it answers (its node went away too) is replaced again, and the
-members of a lost host are replaced together."""
+replacement that dies before it answers (its node went away too) is replaced again, the
+members of a lost host are replaced together, and the balancer (run by the coordinator
+itself) is never pinged nor replaced."""
 
 from __future__ import annotations
 
@@ -42,42 +43,45 @@ def killed(monkeypatch) -> list[str]:
     return names
 
 
-def coordinator(balancer_alive: bool = True) -> object:
+def coordinator(reducer_alive: bool = True) -> object:
     cls = ray_coordinator.CoordinatorActor.__ray_metadata__.modified_class
-    members = (fake("balancer", balancer_alive), [fake("reducer-0", True)], [fake("mapper-0", True)])
+    members = ([fake("reducer-0", reducer_alive)], [fake("mapper-0", True)])
     return cls("pool", 1, 1, None, 0.0, members)
 
 
 def test_a_replacement_that_dies_before_it_answers_is_replaced_again(killed):
-    coord = coordinator(balancer_alive=False)
-    fresh = iter([fake("balancer.1", False), fake("balancer.2", True)])
+    coord = coordinator(reducer_alive=False)
+    fresh = iter([fake("reducer-0.1", False), fake("reducer-0.2", True)])
     coord._create_together = one_each(lambda role: next(fresh))
     balancer, reducers, mappers, replaced = asyncio.run(coord.repair())
-    assert balancer.name == "balancer.2" and replaced == ["balancer"]
-    assert [r.name for r in reducers] == ["reducer-0"] and [m.name for m in mappers] == ["mapper-0"]
-    assert coord.generation == 2 and coord.nodes["balancer"] == "node-of-balancer.2"
-    assert killed == ["balancer", "balancer.1"]
+    assert [r.name for r in reducers] == ["reducer-0.2"] and replaced == ["reducer-0"]
+    assert [m.name for m in mappers] == ["mapper-0"] and balancer.role == "balancer"
+    assert coord.generation == 2 and coord.nodes["reducer-0"] == "node-of-reducer-0.2"
+    assert killed == ["reducer-0", "reducer-0.1"]
 
 
 def test_replacements_that_keep_dying_fail_the_job_naming_the_member():
-    coord = coordinator(balancer_alive=False)
+    coord = coordinator(reducer_alive=False)
     coord._create_together = one_each(lambda role: fake(role, False))
-    with pytest.raises(JobFailedError, match=r"balancer died 4 times in a row while starting .*balancer died"):
+    with pytest.raises(JobFailedError, match=r"reducer-0 died 4 times in a row while starting .*reducer-0 died"):
         asyncio.run(coord.repair())
     assert coord.generation == ray_members.REPAIR_ATTEMPTS
 
 
-def test_live_members_are_left_alone():
+def test_live_members_are_left_alone_and_the_balancer_is_not_pinged():
     coord = coordinator()
     coord._create_together = lambda roles: pytest.fail(f"{roles} replaced")
-    *_, replaced = asyncio.run(coord.repair())
-    assert replaced == [] and coord.answered == {"balancer", "reducer-0", "mapper-0"}
+    balancer, *_, replaced = asyncio.run(coord.repair())
+    assert replaced == [] and coord.answered == {"reducer-0", "mapper-0"}
+    # The balancer runs in the coordinator's process: its ref names the coordinator as host.
+    assert balancer.role == "balancer" and balancer.host_key == "id-coordinator"
+    assert set(coord.members) == {"balancer"}
 
 
 def test_the_members_of_a_lost_host_are_replaced_together_in_one_host(killed):
     cls = ray_coordinator.CoordinatorActor.__ray_metadata__.modified_class
     # reducer-0 died with its host; mapper-1 shares that host (alive until the host is killed).
-    members = (fake("balancer", True, "h0"), [fake("reducer-0", False, "h1"), fake("reducer-1", True, "h0")],
+    members = ([fake("reducer-0", False, "h1"), fake("reducer-1", True, "h0")],
                [fake("mapper-0", True, "h0"), fake("mapper-1", True, "h1")])
     coord = cls("pool", 2, 2, None, 0.0, members)
     started: list[list[str]] = []
@@ -90,5 +94,5 @@ def test_the_members_of_a_lost_host_are_replaced_together_in_one_host(killed):
     balancer, reducers, mappers, replaced = asyncio.run(coord.repair())
     assert started == [["reducer-0", "mapper-1"]] and replaced == ["reducer-0", "mapper-1"]
     assert [r.name for r in reducers] == ["reducer-0.1", "reducer-1"]
-    assert [m.name for m in mappers] == ["mapper-0", "mapper-1.1"] and balancer.name == "balancer"
+    assert [m.name for m in mappers] == ["mapper-0", "mapper-1.1"] and balancer.role == "balancer"
     assert killed == ["reducer-0"]  # (the host h1, once, through one of its members)

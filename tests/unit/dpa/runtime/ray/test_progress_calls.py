@@ -36,8 +36,8 @@ class Recorder:
 def coordinator() -> object:
     """A coordinator actor without Ray, its job prepared and its first run started."""
     cls = ray_coordinator.CoordinatorActor.__ray_metadata__.modified_class
-    coord = cls("pool", 2, 2, None, 0.0, (Recorder("balancer"), [Recorder("r0"), Recorder("r1")],
-                                          [Recorder("m0"), Recorder("m1")]))
+    coord = cls("pool", 2, 2, None, 0.0, ([Recorder("r0"), Recorder("r1")], [Recorder("m0"), Recorder("m1")]))
+    coord.balancer = Recorder("balancer")  # (a stand-in for the ref to the balancer it runs)
     config = dpa.JobConfig(runtime="local", num_mappers=2, num_reducers=2)
     plan, _ = build_plan(normalize_source(pa.table({"k": [1, 2]}), None), "k", dpa.Count(), None, config)
     coord.machine = CoordinatorMachine(plan, lambda: 0.0)
