@@ -36,7 +36,7 @@ from dpa.engine.epochs import Rest
 from dpa.engine.plan import JobPlan
 from dpa.errors import JobFailedError
 from dpa.runtime.ray.group_apply import run_apply_phase
-from dpa.runtime.ray.host import MemberHost, MemberRef, build_member, kill_member
+from dpa.runtime.ray.host import MemberHost, MemberRef, build_member
 from dpa.runtime.ray.member import (
     ActorFailure,
     await_ref,
@@ -51,6 +51,7 @@ from dpa.runtime.ray.members import (
     member_lost,
     start_members,
 )
+from dpa.runtime.ray.scale_out import ElasticReducers
 from dpa.runtime.ray.telemetry import metric
 
 logger = logging.getLogger(__name__)
@@ -60,8 +61,6 @@ logger = logging.getLogger(__name__)
 ABORT_TIMEOUT_S = 1.0
 #: How long a reducer waits for the forwards a checkpoint counts before it gives it up.
 CHECKPOINT_WAIT_S = 10.0
-#: How long a scale-out waits for its new reducers to start before it gives up.
-SCALE_OUT_WAIT_S = 30.0
 #: What one step of a checkpoint round asks of the members.
 ROUND_ASKS = (op.AskPrepare, op.AskCut, op.AskRelease, op.FetchCheckpointSnapshot)
 
@@ -77,7 +76,7 @@ def own_handle() -> Any:
 
 
 @ray.remote(num_cpus=0)
-class CoordinatorActor(PoolMembers, MemberHost):
+class CoordinatorActor(PoolMembers, ElasticReducers, MemberHost):
     """Holds one pool's members (the reducers' and mappers' hosts started by the driver with
     it, or by itself when ``members`` is not given; replacements and an elastic job's new
     reducers it starts itself) and runs the balancer itself; runs the pool's jobs one at a time.
@@ -492,69 +491,6 @@ class CoordinatorActor(PoolMembers, MemberHost):
             else:
                 raise TypeError(f"the Ray coordinator cannot carry out {ins!r} at the job's end")
         return end
-
-    async def scale_out(self, run_id: str, slots: list[int], plan: JobPlan,
-                        snapshot: Any) -> tuple[list[int], list[Any], str | None]:
-        """Starts reducers in the free ``slots`` for the running job (the balancer asks, see
-        :class:`~dpa.engine.instructions.ScaleOut`) if the machine says so: each starts empty,
-        and every member learns its handle before the balancer routes keys to it.
-
-        Returns:
-            ``(started slots, their handles, why the others did not start or None)``.
-        """
-        if run_id != self.run_id:
-            return [], [], "the run ended"
-        todo = self.machine.handle(ev.ScaleOutRequested(list(slots), float(ray.available_resources().get("CPU", 0.0))))
-        if isinstance(todo[0], op.AnswerScaleOut):
-            return [], [], todo[0].refused
-        start = todo[0]  # (op.StartReducers)
-        async with self.scale_lock:
-            if run_id != self.run_id:
-                return [], [], "the run ended"
-            event = await self._start_reducers(run_id, list(start.slots), plan, snapshot, start.refused)
-            if event is None:
-                return [], [], "the run ended"
-            for ins in self.machine.handle(event):
-                if isinstance(ins, op.ServeReducers):
-                    for i in ins.slots:
-                        self.answered.add(f"reducer-{i}")
-                        self.tasks[asyncio.ensure_future(await_ref(self.reducers[i].serve.remote(run_id)))] = \
-                            f"dpa:{self.pool_id}:reducer-{i}"
-                    self.members_changed.set()
-                    metric("dpa_reducers").set(ins.width, tags=self.job_tags)
-                elif isinstance(ins, op.TellReducersMapped):
-                    self._do(ins)
-                elif isinstance(ins, op.DropReducers):
-                    for i in ins.slots:
-                        if self.reducers[i] is not None:
-                            kill_member(self.reducers[i])  # (its host of its own: see PoolMembers._create)
-                            self.reducers[i] = None
-                else:  # op.AnswerScaleOut
-                    return list(ins.started), [self.reducers[i] for i in ins.started], ins.refused
-        raise RuntimeError("the coordinator machine did not answer a scale-out (bug)")
-
-    async def _start_reducers(self, run_id: str, slots: list[int], plan: JobPlan, snapshot: Any,
-                              refused: str | None) -> Any:
-        """Starts reducers in ``slots`` and gives every member their handles; the outcome as an
-        event, or None if the run ended meanwhile."""
-        me = ray.get_runtime_context().current_actor
-        for i in slots:
-            if self.reducers[i] is None:
-                self.reducers[i] = self._create(f"reducer-{i}")
-        fresh = [self.reducers[i] for i in slots]
-        try:
-            await asyncio.wait_for(asyncio.gather(*[await_ref(r.ping.remote()) for r in fresh]), SCALE_OUT_WAIT_S)
-            await asyncio.gather(*[
-                r.start_job.remote(plan, snapshot, self._peers_for(r, (self.reducers, self.balancer, me)), run_id,
-                                   None, 0, self.machine.checkpoint.epoch) for r in fresh])
-            others = [m for _, m in self._job_members()[1:]]
-            await asyncio.gather(*[m.add_peers.remote(run_id, dict(zip(slots, fresh))) for m in others])
-        except Exception as exc:  # (e.g. no node can place it): the job goes on at its width
-            return ev.ScaleOutFailed(slots, f"the new reducers did not start within {SCALE_OUT_WAIT_S:.0f} s "
-                                            f"({describe(exc)})")
-        if run_id != self.run_id:
-            return None
-        return ev.ScaleOutStarted(slots, refused)
 
     async def _recover(self, run_id: str, tasks: dict[asyncio.Future, str]) -> dict[str, str]:
         """Stops the lost run on every member and replaces the dead ones; returns the
