@@ -3,10 +3,10 @@
 Phase one asks every reducer of the job to hold its forwards of the epochs up to ``epoch``
 and to count those it sent to each peer; phase two asks each for its share once the
 forwards counted for it have arrived (a consistent cut, no barrier: :mod:`dpa.engine.epochs`);
-phase three lets the held forwards go, whatever came of the round. The coordinator of each
-runtime starts a round when :meth:`~dpa.engine.coordinator.CoordinatorLogic.checkpoint_due`
-says so, carries out its ``Ask*`` instructions and hands back the answers; the round's
-verdict is one of :class:`~dpa.engine.instructions.CheckpointTaken`,
+phase three lets the held forwards go, whatever came of the round. The
+:class:`~dpa.engine.coordinator_machine.CoordinatorMachine` starts a round when a checkpoint
+is due and passes its ``Ask*`` instructions to the runtime, which hands back the answers;
+the round's verdict is one of :class:`~dpa.engine.instructions.CheckpointTaken`,
 :class:`~dpa.engine.instructions.CheckpointGivenUp` or
 :class:`~dpa.engine.instructions.CheckpointFailed`.
 """

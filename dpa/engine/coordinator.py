@@ -1,5 +1,5 @@
 """The coordinator's bookkeeping: block hand-out, epochs and termination by conservation,
-plain Python.
+plain Python (the protocol over it is :class:`~dpa.engine.coordinator_machine.CoordinatorMachine`'s).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""What happens to a mapper or a reducer: the events their state machines take.
+"""What happens to a role (mapper, reducer, balancer, coordinator): the events its state
+machine takes.
 
 A runtime turns what reaches an actor (a call, a reply, a paid cost, a timer) into one of
 these and hands it to the machine's ``handle``; it carries out the instructions

@@ -1,7 +1,7 @@
 """What the state machines of :mod:`dpa.engine` tell their runtime to do.
 
-The mapper, reducer and balancer logic never send anything themselves: they return these
-instructions, and each runtime (Ray actors, or the in-process simulation) carries them out
+The mapper, reducer, balancer and coordinator machines never send anything themselves: they
+return these instructions, and each runtime (Ray actors, or the in-process simulation) carries them out
 its own way. Tests feed events to the logic and check the instructions that come back.
 """
 
@@ -250,7 +250,8 @@ class AskRelease:
 class CheckpointTaken:
     """Every share of the checkpoint of ``epoch`` is in: per slot ``(state, records,
     pending batches)``; ``absorbed`` and ``pending`` records in all, for the conservation
-    check (:meth:`~dpa.engine.coordinator.CoordinatorLogic.on_checkpoint`)."""
+    check (:meth:`~dpa.engine.coordinator.CoordinatorLogic.on_checkpoint`). The coordinator
+    machine takes the verdicts; only :class:`CheckpointFailed` reaches a runtime (the job fails)."""
 
     epoch: int
     shares: dict[int, Any]
