@@ -1,8 +1,9 @@
 """What the state machines of :mod:`dpa.engine` tell their runtime to do.
 
 The mapper, reducer, balancer and coordinator machines never send anything themselves: they
-return these instructions, and each runtime (Ray actors, or the in-process simulation) carries them out
-its own way. Tests feed events to the logic and check the instructions that come back.
+return these instructions, and each runtime (Ray actors, or the in-process simulation)
+carries them out its own way. Tests feed events to the machines and check the instructions
+that come back.
 """
 
 from __future__ import annotations
