@@ -36,7 +36,7 @@ from dpa.engine.output import finalize_at_stop, needs_final_merge
 from dpa.engine.plan import JobPlan
 from dpa.errors import JobFailedError
 from dpa.runtime.ray.group_apply import run_apply_phase
-from dpa.runtime.ray.host import MemberHost, MemberRef, build_member, kill_member
+from dpa.runtime.ray.host import MemberHost, MemberRef, build_member, kill_member, own_handle
 from dpa.runtime.ray.member import (
     ActorFailure,
     await_ref,
@@ -62,11 +62,6 @@ ABORT_TIMEOUT_S = 1.0
 CHECKPOINT_WAIT_S = 10.0
 #: How long a scale-out waits for its new reducers to start before it gives up.
 SCALE_OUT_WAIT_S = 30.0
-
-
-def own_handle() -> Any:
-    """This actor's own handle (the host of the balancer it runs)."""
-    return ray.get_runtime_context().current_actor
 
 
 @ray.remote(num_cpus=0)
