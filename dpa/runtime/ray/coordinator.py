@@ -36,7 +36,7 @@ from dpa.engine.epochs import Rest
 from dpa.engine.plan import JobPlan
 from dpa.errors import JobFailedError
 from dpa.runtime.ray.group_apply import run_apply_phase
-from dpa.runtime.ray.host import MemberHost, MemberRef, build_member
+from dpa.runtime.ray.host import MemberHost, MemberRef, build_member, own_handle
 from dpa.runtime.ray.member import (
     ActorFailure,
     await_ref,
@@ -68,11 +68,6 @@ ROUND_ASKS = (op.AskPrepare, op.AskCut, op.AskRelease, op.FetchCheckpointSnapsho
 def _finished(mapper: int, done: tuple[int, int] | None) -> list[Any]:
     """The block a mapper's call says it finished (``(epoch, emitted)``), as an event."""
     return [] if done is None else [ev.BlockFinished(mapper, *done)]
-
-
-def own_handle() -> Any:
-    """This actor's own handle (the host of the balancer it runs)."""
-    return ray.get_runtime_context().current_actor
 
 
 @ray.remote(num_cpus=0)

@@ -103,6 +103,11 @@ class HostActor(MemberHost):
         JobMember._start_warm_up()  # (once per process)
 
 
+def own_handle() -> Any:
+    """The handle of the actor this runs in (the coordinator names itself the balancer's host)."""
+    return ray.get_runtime_context().current_actor
+
+
 class _Method:
     """``ref.method`` of a :class:`MemberRef`: ``.remote(*args)`` and ``.options(**opts)``."""
 
