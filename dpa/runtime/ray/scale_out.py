@@ -35,16 +35,19 @@ class ElasticReducers:
         """
         if run_id != self.run_id:
             return [], [], "the run ended"
-        todo = self.machine.handle(ev.ScaleOutRequested(list(slots), float(ray.available_resources().get("CPU", 0.0))))
-        if isinstance(todo[0], op.AnswerScaleOut):
-            return [], [], todo[0].refused
-        start = todo[0]  # (op.StartReducers)
-        async with self.scale_lock:
+        free = float(ray.available_resources().get("CPU", 0.0))
+        decided, *others = self.machine.handle(ev.ScaleOutRequested(list(slots), free))
+        for ins in others:
+            self._do(ins)
+        if isinstance(decided, op.AnswerScaleOut):  # (none fits)
+            return [], [], decided.refused
+        async with self.scale_lock:  # (op.StartReducers)
             if run_id != self.run_id:
                 return [], [], "the run ended"
-            event = await self._start_reducers(run_id, list(start.slots), plan, snapshot, start.refused)
+            event = await self._start_reducers(run_id, list(decided.slots), plan, snapshot, decided.refused)
             if event is None:
                 return [], [], "the run ended"
+            answer = None
             for ins in self.machine.handle(event):
                 if isinstance(ins, op.ServeReducers):
                     for i in ins.slots:
@@ -53,16 +56,16 @@ class ElasticReducers:
                             f"dpa:{self.pool_id}:reducer-{i}"
                     self.members_changed.set()
                     metric("dpa_reducers").set(ins.width, tags=self.job_tags)
-                elif isinstance(ins, op.TellReducersMapped):
-                    self._do(ins)
                 elif isinstance(ins, op.DropReducers):
                     for i in ins.slots:
                         if self.reducers[i] is not None:
                             kill_member(self.reducers[i])  # (its host of its own: see PoolMembers._create)
                             self.reducers[i] = None
-                else:  # op.AnswerScaleOut
-                    return list(ins.started), [self.reducers[i] for i in ins.started], ins.refused
-        raise RuntimeError("the coordinator machine did not answer a scale-out (bug)")
+                elif isinstance(ins, op.AnswerScaleOut):
+                    answer = ins
+                else:
+                    self._do(ins)
+        return list(answer.started), [self.reducers[i] for i in answer.started], answer.refused
 
     async def _start_reducers(self, run_id: str, slots: list[int], plan: JobPlan, snapshot: Any,
                               refused: str | None) -> Any:
