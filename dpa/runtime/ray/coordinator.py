@@ -400,13 +400,13 @@ class CoordinatorActor(PoolMembers, ElasticReducers, MemberHost):
         async with self.cond:
             self.run_id = run_id
             self.cond.notify_all()
+        self._handle(ev.RunStarted(time.monotonic() - self.job_started))  # (a restored run may have nothing left to do)
         self.tasks = tasks  # (a scale-out adds its reducers' loops)
         self.members_changed = asyncio.Event()
         self.checkpoint_error = None
         for role, actor in self._job_members():
             method = actor.run if role.startswith("mapper") else actor.serve
             tasks[asyncio.ensure_future(await_ref(method.remote(run_id)))] = f"dpa:{self.pool_id}:{role}"
-        self._handle(ev.RunStarted(time.monotonic() - self.job_started))  # (a restored run may have nothing left to do)
         done_waiter = asyncio.ensure_future(self.done.wait())
         seen: set[asyncio.Future] = set()  # member loops that ended well
         while not self.done.is_set():
