@@ -121,9 +121,10 @@ class CoordinatorActor(PoolMembers, ElasticReducers, MemberHost):
 
     # -- the machine ----------------------------------------------------------------
     def _handle(self, *events: Any) -> None:
-        """Hands the machine ``events`` (and the time: a checkpoint may be due) and carries
-        out what it says at once."""
-        for ins in self.machine.handle(*events, ev.Tick()):
+        """Hands the machine ``events`` and carries out what it says at once. A
+        :class:`~dpa.engine.events.Tick` goes with every event that ends some work (a
+        checkpoint may be due then), before the next block goes out."""
+        for ins in self.machine.handle(*events):
             self._do(ins)
 
     def _do(self, ins: Any) -> None:
@@ -148,7 +149,7 @@ class CoordinatorActor(PoolMembers, ElasticReducers, MemberHost):
             ck.states = [None if state is None else ray.put(state) for state in ck.states]
             ck.pending = [ray.put(held) if held else None for held in ck.pending]
             metric("dpa_checkpoints").inc(1, tags=self.job_tags)
-            self._handle(ev.CheckpointStored(ck))
+            self._handle(ev.CheckpointStored(ck), ev.Tick())
         elif isinstance(ins, op.CheckpointFailed):
             self.checkpoint_error = ins.error
             self.members_changed.set()
@@ -186,7 +187,7 @@ class CoordinatorActor(PoolMembers, ElasticReducers, MemberHost):
     async def input_done(self, job_id: str) -> None:
         if job_id != self.job_id:
             return
-        self._handle(ev.InputExhausted())
+        self._handle(ev.InputExhausted(), ev.Tick())
 
     @quiet_method
     async def next_block(self, run_id: str, mapper: int, done: tuple[int, int] | None = None) -> list[Any] | None:
@@ -200,7 +201,7 @@ class CoordinatorActor(PoolMembers, ElasticReducers, MemberHost):
         if run_id != self.run_id:
             return None
         answer = self.waiters[mapper] = asyncio.get_running_loop().create_future()
-        self._handle(*_finished(mapper, done), ev.BlockWanted(mapper))
+        self._handle(*_finished(mapper, done), ev.Tick(), ev.BlockWanted(mapper))
         async with self.cond:  # (an offer may wait for the room this made)
             self.cond.notify_all()
         return await answer
@@ -209,7 +210,7 @@ class CoordinatorActor(PoolMembers, ElasticReducers, MemberHost):
     async def block_done(self, run_id: str, mapper: int, epoch: int, emitted: int) -> None:
         """``mapper`` pushed every record of a block of ``epoch``."""
         if run_id == self.run_id:
-            self._handle(ev.BlockFinished(mapper, epoch, emitted))
+            self._handle(ev.BlockFinished(mapper, epoch, emitted), ev.Tick())
 
     @quiet_method
     async def split_block(self, run_id: str, mapper: int, epoch: int, emitted: int, rest: Any,
@@ -220,7 +221,8 @@ class CoordinatorActor(PoolMembers, ElasticReducers, MemberHost):
         if run_id != self.run_id:
             return None
         answer = self.splits[mapper] = asyncio.get_running_loop().create_future()
-        self._handle(ev.BlockCut(mapper, epoch, emitted, Rest(ray.put(rest)), parent))  # (owned here: it outlives the mapper)
+        rest = Rest(ray.put(rest))  # (owned here: it outlives the mapper)
+        self._handle(ev.BlockCut(mapper, epoch, emitted, rest, parent), ev.Tick())
         return await answer
 
     async def mapper_done(self, run_id: str, mapper: int, done: tuple[int, int] | None = None,
@@ -228,7 +230,7 @@ class CoordinatorActor(PoolMembers, ElasticReducers, MemberHost):
         """``mapper`` routed all its items; ``done`` as :meth:`next_block` takes it;
         ``first_routed``: the snapshot version of its first push (None: it pushed nothing)."""
         if run_id == self.run_id:
-            self._handle(*_finished(mapper, done), ev.MapperFinished(mapper, first_routed))
+            self._handle(*_finished(mapper, done), ev.MapperFinished(mapper, first_routed), ev.Tick())
 
     @quiet_method
     async def processed_total(self) -> int:
@@ -238,7 +240,7 @@ class CoordinatorActor(PoolMembers, ElasticReducers, MemberHost):
     @quiet_method
     async def progress(self, run_id: str, reducer: int, processed: int) -> None:
         if self.machine is not None and run_id == self.run_id:
-            self._handle(ev.ProgressReported(reducer, processed))
+            self._handle(ev.ProgressReported(reducer, processed), ev.Tick())
             metric("dpa_job_records_processed").set(self.machine.processed, tags=self.job_tags)
 
     async def _checkpoint(self, run_id: str) -> None:
@@ -400,7 +402,7 @@ class CoordinatorActor(PoolMembers, ElasticReducers, MemberHost):
         async with self.cond:
             self.run_id = run_id
             self.cond.notify_all()
-        self._handle(ev.RunStarted(time.monotonic() - self.job_started))  # (a restored run may have nothing left to do)
+        self._handle(ev.RunStarted(time.monotonic() - self.job_started), ev.Tick())  # (a restored run may have nothing left to do)
         self.tasks = tasks  # (a scale-out adds its reducers' loops)
         self.members_changed = asyncio.Event()
         self.checkpoint_error = None
