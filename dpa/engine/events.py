@@ -366,7 +366,9 @@ class ProgressReported:
 
 @dataclass(frozen=True)
 class Tick:
-    """Time passed: a checkpoint may be due (the coordinator's clock says how long it was)."""
+    """Time passed: a checkpoint may be due (the coordinator's clock says how long it was).
+    A runtime sends it where work ends (a block done, a reducer's progress, a step paid),
+    before the next block goes out."""
 
 
 @dataclass(frozen=True)
