@@ -15,6 +15,8 @@ import pytest
 import ray
 
 import dpa
+from dpa.runtime.ray.host import find_member
+from dpa.runtime.ray.member import NAMESPACE
 from workloads.paper import workload
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -36,19 +38,20 @@ def wait_no_dpa_actors(timeout=20.0):
 
 #: (Lambdas, shipped to the actors by value: they cannot import test modules.)
 #: The job each member of an actor serves, ``{role: job}`` (a host runs several; the
-#: coordinator is one).
-_jobs = lambda actor: (  # noqa: E731
-    {role: m.job_id for role, m in actor.members.items()} if hasattr(actor, "members")
-    else {"coordinator": actor.job_id})
+#: coordinator serves one and runs the balancer).
+_jobs = lambda actor: {  # noqa: E731
+    **{role: m.job_id for role, m in getattr(actor, "members", {}).items()},
+    **({"coordinator": actor.job_id} if hasattr(actor, "pool_id") else {})}
 #: ``{role: member name}`` of a host (a replacement's name ends in its generation).
 _member_names = lambda actor: {role: m.name for role, m in actor.members.items()}  # noqa: E731
 
 
 def hosted_members() -> dict:
-    """Every live hosted member: ``{member name: role}``."""
+    """Every live member, run by a host or (the balancer) by its coordinator: ``{member
+    name: role}``."""
     out = {}
     for a in dpa_actors_alive():
-        if ":host-" in a["name"]:
+        if ":host-" in a["name"] or a["name"].endswith(":coordinator"):
             try:
                 handle = ray.get_actor(a["name"], namespace=a["namespace"])
                 names = ray.get(handle.__ray_call__.remote(_member_names), timeout=30)
@@ -240,8 +243,11 @@ def test_actors_are_named_in_the_dpa_namespace():
     assert shape.num_mappers == cpus
     assert sum(r.startswith("reducer-") for r in roles) == shape.num_reducers
     assert sum(r.startswith("mapper-") for r in roles) == shape.num_mappers
-    # the members run in one host per CPU (at most one per member)
-    assert sum(":host-" in n for n in names) == min(cpus, len(roles))
+    # the reducers and mappers run in one host per CPU (at most one per member); the
+    # coordinator runs the balancer
+    assert sum(":host-" in n for n in names) == min(cpus, len(roles) - 1)
+    (coordinator,) = [n for n in names if n.endswith(":coordinator")]
+    assert find_member("balancer")[0]._actor_id == ray.get_actor(coordinator, namespace=NAMESPACE)._actor_id
     dpa.shutdown()
     assert wait_no_dpa_actors()
 
