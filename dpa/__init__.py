@@ -9,7 +9,8 @@ those below it):
 * :mod:`dpa.aggregates` — the combine contract, the built-in aggregates, keyed state;
 * :mod:`dpa.routing` — the policy contract, the ring, the registry and the policies;
 * :mod:`dpa.engine` — the plan and one state machine per role, ``handle(event) ->
-  instructions`` (:mod:`dpa.engine.mapper_machine`, :mod:`dpa.engine.reducer_machine`);
+  instructions`` (:mod:`dpa.engine.mapper_machine`, :mod:`dpa.engine.reducer_machine`,
+  :mod:`dpa.engine.balancer`, :mod:`dpa.engine.coordinator_machine`);
 * :mod:`dpa.runtime` — the executors: :mod:`dpa.runtime.local` (virtual time, the oracle)
   and :mod:`dpa.runtime.ray` (actors, pools, the driver's side);
 * :mod:`dpa.tools` — the ``dpa`` command line, reports, policy replay without Ray.

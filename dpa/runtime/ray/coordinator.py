@@ -35,8 +35,9 @@ from dpa.engine.coordinator_machine import CoordinatorMachine
 from dpa.engine.epochs import Rest
 from dpa.engine.plan import JobPlan
 from dpa.errors import JobFailedError
+from dpa.runtime.ray import host
 from dpa.runtime.ray.group_apply import run_apply_phase
-from dpa.runtime.ray.host import MemberHost, MemberRef, build_member, own_handle
+from dpa.runtime.ray.host import MemberHost, MemberRef, build_member
 from dpa.runtime.ray.member import (
     ActorFailure,
     await_ref,
@@ -93,7 +94,7 @@ class CoordinatorActor(PoolMembers, ElasticReducers, MemberHost):
         reducers, mappers = members
         # The balancer runs here (MemberHost): a lost host never takes its routing with it.
         self.members = {"balancer": build_member("balancer", f"dpa:{pool_id}:balancer")}
-        self.balancer = MemberRef(own_handle(), "balancer")
+        self.balancer = MemberRef(host.own_handle(), "balancer")
         # Slots without an actor yet are None: an elastic job starts them when it scales out.
         self.reducers: list[Any] = list(reducers)
         self.scale_lock = asyncio.Lock()  # a scale-out and a checkpoint never overlap

@@ -7,11 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 
-import dpa.runtime.ray.coordinator as ray_coordinator
+import dpa.runtime.ray.host as ray_host
 
 
 @pytest.fixture(autouse=True)
 def coordinator_handle(monkeypatch) -> SimpleNamespace:
     handle = SimpleNamespace(_actor_id=SimpleNamespace(hex=lambda: "id-coordinator"))
-    monkeypatch.setattr(ray_coordinator, "own_handle", lambda: handle)
+    monkeypatch.setattr(ray_host, "own_handle", lambda: handle)
     return handle
