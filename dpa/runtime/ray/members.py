@@ -90,6 +90,8 @@ class PoolMembers:
     the handles each member was sent, and the repair of dead or hung ones (a base of
     :class:`~dpa.runtime.ray.coordinator.CoordinatorActor`)."""
 
+    members: dict[str, Any]  # the members this process runs itself (MemberHost): the balancer
+
     def _create(self, role: str) -> Any:
         """Starts the member ``role`` in a host of its own (an elastic job's new reducer)."""
         return self._create_together([role])[role]
@@ -144,8 +146,8 @@ class PoolMembers:
         Raises:
             JobFailedError: A member's replacements kept dying.
         """
-        # (The balancer runs in this process: it lives as long as this coordinator does.)
-        members = [(role, actor) for role, actor in self._members() if role != "balancer"]
+        # (Members this process runs itself, the balancer, live as long as it does.)
+        members = [(role, actor) for role, actor in self._members() if role not in self.members]
         replaced: list[str] = []
         for attempt in range(REPAIR_ATTEMPTS + 1):
             # A member that never answered may still be starting (seconds on a busy machine):
@@ -184,11 +186,8 @@ class PoolMembers:
             for roles in lost_hosts.values():
                 for role, fresh in self._create_together(roles).items():
                     self.answered.discard(role)
-                    if role == "balancer":
-                        self.balancer = fresh
-                    else:
-                        kind, index = role.split("-")
-                        (self.reducers if kind == "reducer" else self.mappers)[int(index)] = fresh
+                    kind, index = role.split("-")
+                    (self.reducers if kind == "reducer" else self.mappers)[int(index)] = fresh
                     if role not in replaced:
                         replaced.append(role)
             dead = [(role, None, None) for roles in lost_hosts.values() for role in roles]
