@@ -29,6 +29,10 @@ setup() {
     "$VENV/bin/python" -m pip install -q -e ".[test]"
     touch "$VENV/.dpa-installed"
   fi
+  # Bytecode for the project's packages (pip does this for an installed package; an editable
+  # install under PYTHONDONTWRITEBYTECODE=1 would compile them again in every process,
+  # every Ray worker among them). Only changed files are compiled.
+  "$VENV/bin/python" -m compileall -q dpa spark_bridge workloads benchmarks
 }
 
 cmd=${1:-main}

@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any
 
-from benchmarks.common import print_table, write_json
+from benchmarks.common import bytecode_cached, print_table, write_json
 
 
 def trial(startup_concurrency: int, warm: int, rows: int, mappers: int = 4, reducers: int = 8) -> dict[str, Any]:
@@ -121,7 +121,12 @@ def main(argv: list[str] | None = None) -> int:
                        "rss_mb_per_actor", "pss_mb_per_actor", "actors", "pss_mb_total", "load"],
                 title=f"first job, {args.mappers or 'default'} mappers x {args.reducers or 'default'} reducers, "
                       f"{args.rows:,} records x 1 ms; median of {args.trials} trials")
-    write_json(args.out, {"command": "python -m benchmarks.first_job " + " ".join(sys.argv[1:]), "results": rows})
+    cached = bytecode_cached()
+    if cached < 1.0:
+        print(f"note: only {cached:.0%} of dpa's modules have cached bytecode, so every process compiles the "
+              "rest again (run ./run.sh setup, or python -m compileall dpa)")
+    write_json(args.out, {"command": "python -m benchmarks.first_job " + " ".join(sys.argv[1:]),
+                          "dpa_bytecode_cached": cached, "results": rows})
     return 0
 
 
