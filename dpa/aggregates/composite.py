@@ -170,6 +170,26 @@ def _prefix(i: int, state: str) -> str:
     return f"__a{i}_{state}"
 
 
+_FLOAT_BITS = {16: pa.int16(), 32: pa.int32(), 64: pa.int64()}
+
+
+def _same_values(a: pa.ChunkedArray, b: pa.ChunkedArray) -> bool:
+    """Whether two columns hold the same values, bit for bit: the same buffers (a view that
+    changed nothing), or equal values of one type (floats compared as their bits, so that
+    -0.0 is not 0.0 and NaNs are told apart as a member's view may tell them)."""
+    if not a.type.equals(b.type) or len(a) != len(b) or a.null_count != b.null_count:
+        return False
+    if a.num_chunks == b.num_chunks and all(
+            x.offset == y.offset and [buf and buf.address for buf in x.buffers()] == [buf and buf.address for buf in y.buffers()]
+            for x, y in zip(a.chunks, b.chunks)):
+        return True
+    if pa.types.is_floating(a.type):
+        bits = _FLOAT_BITS[a.type.bit_width]
+        return pa.chunked_array([c.view(bits) for c in a.chunks], bits).equals(
+            pa.chunked_array([c.view(bits) for c in b.chunks], bits))
+    return a.equals(b)
+
+
 def group_ids(table: pa.Table, key_cols: Sequence[str]) -> tuple[np.ndarray, int]:
     """``(id per row, number of groups)``: rows with equal key tuples share an id in ``[0, n)``."""
     from dpa.keys.columns import _codes
@@ -239,9 +259,15 @@ class Aggregates(_Members, ColumnarReducer):
             col = m.column
             if col is not None and type(m).prepare is not ColumnarReducer.prepare:
                 # The member's own view of its column (a cast, -0.0 made 0.0, ...), beside the
-                # column itself, which other members may read as it is.
-                extra[f"__in{i}"] = m.prepare(pa.table({col: table[col]}))[col]
-                col = f"__in{i}"
+                # column itself, which other members may read as it is. A view equal to the
+                # column, or to another member's view, is read under that name, so that the
+                # aggregates on it are computed once (Mean's and Std's count of one column).
+                view = m.prepare(pa.table({col: table[col]}))[col]
+                same = next((name for name, other in [(col, table[col]), *extra.items()] if _same_values(view, other)),
+                            None)
+                if same is None:
+                    extra[same := f"__in{i}"] = view
+                col = same
             fused = m.fused_partial() if hasattr(m, "fused_partial") else [(c, f, st, None) for c, f, st in
                                                                            m.state_aggregations()]
             for c, fn, s, options in fused:

@@ -147,6 +147,42 @@ def test_members_share_one_aggregate_and_merge_by_group_id(table):
         assert (std is None and want is None) or np.isclose(std, want), k
 
 
+@pytest.mark.parametrize(("x", "sums"), [(pa.array([1.5, -0.0, 2.0, None, 7.25, 3.0]), 1),
+                                         (pa.array([1, 5, 2, None, 7, 3]), 2)], ids=["float64", "int64"])
+def test_members_reading_one_column_alike_compute_each_aggregate_once(monkeypatch, x, sums):
+    """Mean and Std both read x as float64 (a cast of an int column, the column itself if it
+    is float64): the shared group-by counts x once. Sum reads x as it is: one sum with
+    Mean's of a float64 column, a sum of its own of an int column."""
+    table = pa.table({"k": ["a", "b", "a", "a", "b", "c"], "x": x})
+    asked: list[list] = []
+    original = pa.TableGroupBy.aggregate
+
+    def spy(self, aggregations):
+        asked.append(list(aggregations))
+        return original(self, aggregations)
+
+    monkeypatch.setattr(pa.TableGroupBy, "aggregate", spy)
+    reducer = combine([dpa.Count(), dpa.Mean("x"), dpa.Std("x"), dpa.Sum("x")])
+    out = reducer.finalize_table(reducer.partial_from_batch(table, ["k"]), ["k"]).sort_by("k").to_pydict()
+    (aggs,) = asked
+    counts = [a for a in aggs if a[1] == "count"]
+    assert len(counts) == 1, aggs
+    assert sum(1 for a in aggs if a[1] == "sum") == sums
+    values = [v for v in x.to_pylist()]
+    assert out["avg(x)"][0] == pytest.approx(np.mean([values[0], values[2]]))  # (a's null is skipped)
+    assert out["stddev_samp(x)"][0] == pytest.approx(np.std([values[0], values[2]], ddof=1))
+    assert out["sum(x)"] == [values[0] + values[2], values[1] + values[4], values[5]]
+
+
+def test_a_view_that_changes_values_is_kept_beside_the_column():
+    """CountDistinct reads -0.0 as 0.0: its view differs from x bit for bit (though -0.0 ==
+    0.0), so Sum beside it still reads x itself and CountDistinct its own view."""
+    table = pa.table({"k": ["a"] * 4, "x": [-0.0, 0.0, 1.0, 1.0]})
+    out = dpa.run(table, key="k", reducer=[dpa.CountDistinct("x"), dpa.Sum("x"), dpa.Min("x")],
+                  runtime="local").to_dict()
+    assert out == {"a": (2, 2.0, -0.0)}
+
+
 def test_default_merge_by_group_id_orders_groups_by_id():
     states = pa.table({"count": pa.array([2, 5, 1, 4], pa.int64())})
     merged = dpa.Count().merge_groups(states, np.array([1, 0, 1, 2]), 3)
