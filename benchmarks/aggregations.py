@@ -25,6 +25,11 @@ makespan ``N * c / 8`` = 5 s) with ``[WithCost(Count(), c), CountDistinct("v")]`
 ``num_reducers=8``, otherwise defaults, interleaved with ``WithCost(Count(), c)``
 alone as the peer. Target: <= 1.15x ideal.
 
+**Kernels** (``--kernels``, ``--only-kernels``): Arrow's hash group-by on one block of the
+table (``--block-rows``, one of the six blocks the 10M table is cut into), in this process:
+the count per key, what each aggregate of the five adds to it, and all of them, at the
+table's keys and with the keys folded to 1,024 and 8 values.
+
 Run (small, about a minute)::
 
     python -m benchmarks.aggregations --rows 1M --reps 2
@@ -32,6 +37,7 @@ Run (small, about a minute)::
 Full::
 
     python -m benchmarks.aggregations --rows 10M --reps 3 --sketches --stragglers --out benchmarks/results/aggregations.json
+    python -m benchmarks.aggregations --only-kernels --out benchmarks/results/aggregations_kernels.json
 """
 
 from __future__ import annotations
@@ -155,6 +161,37 @@ def run_aggregates(args: Any) -> dict[str, Any]:
     return out
 
 
+#: Arrow hash aggregates of the five, as the one pass asks for them (Mean's sum and count of
+#: latency, Std's count, mean and variance of it: the count once).
+KERNELS = [("count", ([], "count_all")), ("sum(amount)", ("amount", "sum")), ("sum(latency)", ("latency", "sum")),
+           ("count(latency)", ("latency", "count")), ("mean(latency)", ("latency", "mean")),
+           ("variance(latency)", ("latency", "variance")), ("max(amount)", ("amount", "max"))]
+
+
+def run_kernels(args: Any) -> dict[str, Any]:
+    """Where a block's time goes: Arrow's hash group-by on one block of the table (what a
+    mapper combines), the count alone, the count with each other aggregate, and all of them;
+    at the table's keys and at fewer distinct keys (the same rows, keys folded)."""
+    table = make_table(args.block_rows, args.keys, args.z, args.seed)
+    rows = []
+    for keys in (table["key"], pa.compute.bit_wise_and(table["key"], 1023), pa.compute.bit_wise_and(table["key"], 7)):
+        block = table.set_column(0, "key", keys).combine_chunks()
+        groups = len(pa.compute.unique(keys))
+
+        def cost(aggs: list[Any], block: pa.Table = block) -> float:
+            return timed(lambda: block.group_by(["key"], use_threads=False).aggregate(aggs), args.kernel_reps)["median_s"]
+
+        count = cost([KERNELS[0][1]])
+        row: dict[str, Any] = {"groups": groups, "count_ms": 1000 * count}
+        for name, agg in KERNELS[1:]:
+            row[f"+{name}_ms"] = 1000 * (cost([KERNELS[0][1], agg]) - count)
+        row["all_ms"] = 1000 * cost([agg for _, agg in KERNELS])
+        rows.append(row)
+    print_table(rows, list(rows[0]), title=f"Arrow hash group-by on one {args.block_rows:,}-row block: the count, "
+                                           f"what each aggregate adds to it, all of them (ms, median of {args.kernel_reps})")
+    return {"block_rows": args.block_rows, "reps": args.kernel_reps, "rows": rows}
+
+
 def run_stragglers(args: Any) -> dict[str, Any]:
     import dpa
     from workloads.generators import zipf
@@ -199,10 +236,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--only-stragglers", action="store_true")
     p.add_argument("--straggler-rows", type=parse_int, default=40_000)
     p.add_argument("--cost-ms", type=float, default=1.0)
+    p.add_argument("--kernels", action="store_true", help="also time Arrow's group-by per aggregate on one block")
+    p.add_argument("--block-rows", type=parse_int, default=1_666_667, help="rows of the --kernels block (one of six "
+                   "blocks of the 10M table)")
+    p.add_argument("--kernel-reps", type=int, default=9)
+    p.add_argument("--only-kernels", action="store_true")
     args = p.parse_args(argv)
     payload: dict[str, Any] = {"command": "python -m benchmarks.aggregations " + " ".join(argv or sys.argv[1:])}
-    if not args.only_stragglers:
+    if not (args.only_stragglers or args.only_kernels):
         payload["aggregates"] = run_aggregates(args)
+    if args.kernels or args.only_kernels:
+        payload["kernels"] = run_kernels(args)
     if args.stragglers or args.only_stragglers:
         payload["stragglers"] = run_stragglers(args)
     write_json(args.out, payload)

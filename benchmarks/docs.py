@@ -262,6 +262,12 @@ BENCHMARKS: dict[str, Entry] = {
         "Zipf job at 1 ms per record, 8 reducers, with `[WithCost(Count()), CountDistinct(v)]` "
         "beside `WithCost(Count())` alone (`x_ideal` = time / (work / 8)).",
     ),
+    "aggregations_kernels": Entry(
+        "Aggregations: Arrow's group-by per aggregate on one block",
+        "One 1.67M-row block of the 10M-row table (what a mapper combines at once), in one process: "
+        "Arrow's hash group-by for the count per key, what each aggregate of the five adds to it, "
+        "and all of them (ms), at the table's keys and with the keys folded to 1,024 and 8 values.",
+    ),
     "first_job": Entry(
         "First job of a wide pool: cold against warm",
         "4 mappers and 8 reducers, 20,000 Zipf records at 1 ms each, each trial in a fresh process "
