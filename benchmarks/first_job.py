@@ -7,10 +7,13 @@ job): it times ``ray.init``, the first job (which starts the pool), then ``--war
 on the warm pool, and reads the RSS and PSS of every dpa actor process (coordinator and
 hosts), per process and summed. ``--startup-concurrency``
 sets Ray's ``worker_maximum_startup_concurrency`` (worker processes the raylet starts at
-once; Ray's default is the number of CPUs), ``0`` leaving dpa's default.
+once; Ray's default is the number of CPUs), ``0`` leaving dpa's default. ``--bytecode
+cached,none`` compares trials with dpa's compiled bytecode cached (as ``pip install`` and
+``./run.sh setup`` leave it) and removed, so that every process compiles dpa's sources.
+Settings are interleaved trial by trial.
 
-Run: ``python -m benchmarks.first_job [--trials 3] [--startup-concurrency 0,2] [--mappers 0 --reducers 0]
-[--out FILE]`` (``0``: dpa's default shape).
+Run: ``python -m benchmarks.first_job [--trials 3] [--startup-concurrency 0,2] [--bytecode cached,none]
+[--mappers 0 --reducers 0] [--out FILE]`` (``0``: dpa's default shape).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import sys
 import time
 from typing import Any
 
-from benchmarks.common import bytecode_cached, print_table, write_json
+from benchmarks.common import print_table, write_json
 
 
 def trial(startup_concurrency: int, warm: int, rows: int, mappers: int = 4, reducers: int = 8) -> dict[str, Any]:
@@ -73,6 +76,24 @@ def trial(startup_concurrency: int, warm: int, rows: int, mappers: int = 4, redu
             "rss_mb_total": sum(rss), "pss_mb_total": sum(pss)}
 
 
+def _bytecode(mode: str) -> None:
+    """Before a trial: dpa's bytecode compiled (``cached``) or removed (``none``: every
+    process then compiles dpa's sources, as a source checkout under
+    ``PYTHONDONTWRITEBYTECODE=1`` without ``./run.sh setup`` does)."""
+    import compileall
+    import shutil
+    from pathlib import Path
+
+    import dpa
+
+    root = Path(dpa.__file__).parent
+    if mode == "none":
+        for cache in root.rglob("__pycache__"):
+            shutil.rmtree(cache, ignore_errors=True)
+    else:
+        compileall.compile_dir(str(root), quiet=1)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, default=3, help="fresh processes per setting (default 3)")
@@ -81,16 +102,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mappers", type=int, default=4, help="num_mappers (0: dpa's default shape)")
     p.add_argument("--reducers", type=int, default=8, help="num_reducers (0: dpa's default shape)")
     p.add_argument("--startup-concurrency", default="0", help="comma-separated settings (0 = dpa's default)")
+    p.add_argument("--bytecode", default="cached",
+                   help="comma-separated: cached (dpa's bytecode compiled before each trial), none (removed)")
     p.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     if args.child is not None:
         print("RESULT " + json.dumps(trial(args.child, args.warm, args.rows, args.mappers, args.reducers)))
         return 0
-    rows = []
-    for setting in (int(s) for s in args.startup_concurrency.split(",")):
-        trials = []
-        for i in range(args.trials):
+    settings = [(int(c), b) for c in args.startup_concurrency.split(",") for b in args.bytecode.split(",")]
+    if any(b not in ("cached", "none") for _, b in settings):
+        raise SystemExit("--bytecode takes cached and/or none")
+    trials: dict[tuple[int, str], list[dict[str, Any]]] = {s: [] for s in settings}
+    for i in range(args.trials):  # settings interleaved, so that each sees the same load
+        for setting, bytecode in settings:
+            _bytecode(bytecode)
             out = subprocess.run([sys.executable, "-m", "benchmarks.first_job", "--child", str(setting),
                                   "--warm", str(args.warm), "--rows", str(args.rows),
                                   "--mappers", str(args.mappers), "--reducers", str(args.reducers)],
@@ -100,33 +126,31 @@ def main(argv: list[str] | None = None) -> int:
                 print(out.stdout[-2000:], out.stderr[-4000:], file=sys.stderr)
                 raise SystemExit(f"trial {i} failed")
             t = json.loads(line[7:])
-            trials.append(t)
-            print(f"startup_concurrency={setting or 'default'} trial {i}: init {t['init_s']:.2f}s cold {t['cold_s']:.2f}s "
-                  f"warm {t['warm_s']:.2f}s ({t['cold_s'] / t['warm_s']:.2f}x) {t['actors']} actors "
-                  f"RSS {t['rss_mb_per_actor']:.0f} MB PSS {t['pss_mb_per_actor']:.0f} MB (total {t['pss_mb_total']:.0f} MB)  "
-                  f"load {t['load']:.1f}",
+            trials[(setting, bytecode)].append(t)
+            print(f"startup_concurrency={setting or 'default'} bytecode={bytecode} trial {i}: init {t['init_s']:.2f}s "
+                  f"cold {t['cold_s']:.2f}s warm {t['warm_s']:.2f}s ({t['cold_s'] / t['warm_s']:.2f}x) "
+                  f"{t['actors']} actors RSS {t['rss_mb_per_actor']:.0f} MB PSS {t['pss_mb_per_actor']:.0f} MB "
+                  f"(total {t['pss_mb_total']:.0f} MB)  load {t['load']:.1f}",
                   flush=True)
-        ratios = [t["cold_s"] / t["warm_s"] for t in trials]
-        rows.append({"startup_concurrency": setting or "default",
-                     "cold_s": statistics.median(t["cold_s"] for t in trials),
-                     "warm_s": statistics.median(t["warm_s"] for t in trials),
+    _bytecode("cached")
+    rows = []
+    for (setting, bytecode), ts in trials.items():
+        ratios = [t["cold_s"] / t["warm_s"] for t in ts]
+        rows.append({"startup_concurrency": setting or "default", "bytecode": bytecode,
+                     "cold_s": statistics.median(t["cold_s"] for t in ts),
+                     "warm_s": statistics.median(t["warm_s"] for t in ts),
                      "cold_over_warm": statistics.median(ratios), "ratio_spread": max(ratios) - min(ratios),
-                     "init_s": statistics.median(t["init_s"] for t in trials),
-                     "rss_mb_per_actor": statistics.median(t["rss_mb_per_actor"] for t in trials),
-                     "pss_mb_per_actor": statistics.median(t["pss_mb_per_actor"] for t in trials),
-                     "actors": statistics.median(t["actors"] for t in trials),
-                     "pss_mb_total": statistics.median(t["pss_mb_total"] for t in trials),
-                     "load": statistics.median(t["load"] for t in trials), "trials": trials})
-    print_table(rows, ["startup_concurrency", "cold_s", "warm_s", "cold_over_warm", "ratio_spread", "init_s",
-                       "rss_mb_per_actor", "pss_mb_per_actor", "actors", "pss_mb_total", "load"],
+                     "init_s": statistics.median(t["init_s"] for t in ts),
+                     "rss_mb_per_actor": statistics.median(t["rss_mb_per_actor"] for t in ts),
+                     "pss_mb_per_actor": statistics.median(t["pss_mb_per_actor"] for t in ts),
+                     "actors": statistics.median(t["actors"] for t in ts),
+                     "pss_mb_total": statistics.median(t["pss_mb_total"] for t in ts),
+                     "load": statistics.median(t["load"] for t in ts), "trials": ts})
+    print_table(rows, ["startup_concurrency", "bytecode", "cold_s", "warm_s", "cold_over_warm", "ratio_spread",
+                       "init_s", "rss_mb_per_actor", "pss_mb_per_actor", "actors", "pss_mb_total", "load"],
                 title=f"first job, {args.mappers or 'default'} mappers x {args.reducers or 'default'} reducers, "
                       f"{args.rows:,} records x 1 ms; median of {args.trials} trials")
-    cached = bytecode_cached()
-    if cached < 1.0:
-        print(f"note: only {cached:.0%} of dpa's modules have cached bytecode, so every process compiles the "
-              "rest again (run ./run.sh setup, or python -m compileall dpa)")
-    write_json(args.out, {"command": "python -m benchmarks.first_job " + " ".join(sys.argv[1:]),
-                          "dpa_bytecode_cached": cached, "results": rows})
+    write_json(args.out, {"command": "python -m benchmarks.first_job " + " ".join(sys.argv[1:]), "results": rows})
     return 0
 
 

@@ -13,7 +13,7 @@ import statistics
 import time
 
 import dpa
-from benchmarks.common import bytecode_cached, write_json
+from benchmarks.common import write_json
 from dpa.runtime.ray.session import ensure_ray
 
 
@@ -47,7 +47,6 @@ def main(argv: list[str] | None = None) -> int:
           f"min {min(times):.3f}s, max {max(times):.3f}s over {args.reps} runs")
     write_json(args.out, {
         "records": args.records, "reps": args.reps, "mappers": cfg.num_mappers, "reducers": cfg.num_reducers,
-        "dpa_bytecode_cached": bytecode_cached(),
         "results": [
             {"what": "ray.init", "median_s": init_s, "runs": 1},
             {"what": "cold first job (starts the pool)", "median_s": cold_s, "runs": 1},
