@@ -126,6 +126,17 @@ def environment() -> dict[str, Any]:
     }
 
 
+def package_dir(package: str = "dpa") -> Any:
+    """The directory of ``package``'s sources (a ``pathlib.Path``), or None if it is not found."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
 def bytecode_cached(package: str = "dpa") -> float:
     """The share of ``package``'s modules whose compiled bytecode is cached and current.
 
@@ -138,10 +149,8 @@ def bytecode_cached(package: str = "dpa") -> float:
     import importlib.util
     from pathlib import Path
 
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        return 0.0
-    sources = list(Path(next(iter(spec.submodule_search_locations))).rglob("*.py"))
+    root = package_dir(package)
+    sources = list(root.rglob("*.py")) if root is not None else []
     fresh = 0
     for src in sources:
         cached = Path(importlib.util.cache_from_source(str(src)))

@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any
 
-from benchmarks.common import print_table, write_json
+from benchmarks.common import bytecode_cached, package_dir, print_table, write_json
 
 
 def trial(startup_concurrency: int, warm: int, rows: int, mappers: int = 4, reducers: int = 8) -> dict[str, Any]:
@@ -40,6 +40,7 @@ def trial(startup_concurrency: int, warm: int, rows: int, mappers: int = 4, redu
     from workloads.generators import zipf
 
     table = zipf(1.1, 10_000, rows, seed=7)
+    cached = bytecode_cached()  # (as the trial starts: its processes may write some)
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
     kwargs: dict[str, Any] = {"logging_level": "ERROR"}
@@ -73,7 +74,7 @@ def trial(startup_concurrency: int, warm: int, rows: int, mappers: int = 4, redu
     return {"load": load, "init_s": init_s, "cold_s": times[0], "warm_s": statistics.median(times[1:]),
             "actors": len(rss), "rss_mb_per_actor": statistics.median(rss) if rss else None,
             "pss_mb_per_actor": statistics.median(pss) if pss else None,
-            "rss_mb_total": sum(rss), "pss_mb_total": sum(pss)}
+            "rss_mb_total": sum(rss), "pss_mb_total": sum(pss), "dpa_bytecode_cached": cached}
 
 
 def _bytecode(mode: str) -> None:
@@ -82,11 +83,8 @@ def _bytecode(mode: str) -> None:
     ``PYTHONDONTWRITEBYTECODE=1`` without ``./run.sh setup`` does)."""
     import compileall
     import shutil
-    from pathlib import Path
 
-    import dpa
-
-    root = Path(dpa.__file__).parent
+    root = package_dir("dpa")
     if mode == "none":
         for cache in root.rglob("__pycache__"):
             shutil.rmtree(cache, ignore_errors=True)
@@ -117,10 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.trials):  # settings interleaved, so that each sees the same load
         for setting, bytecode in settings:
             _bytecode(bytecode)
+            # (none: no process of the trial, Ray's workers among them, may write the cache either)
+            env = {**os.environ, **({"PYTHONDONTWRITEBYTECODE": "1"} if bytecode == "none" else {})}
             out = subprocess.run([sys.executable, "-m", "benchmarks.first_job", "--child", str(setting),
                                   "--warm", str(args.warm), "--rows", str(args.rows),
                                   "--mappers", str(args.mappers), "--reducers", str(args.reducers)],
-                                 capture_output=True, text=True, timeout=1800)
+                                 capture_output=True, text=True, timeout=1800, env=env)
             line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
             if line is None:
                 print(out.stdout[-2000:], out.stderr[-4000:], file=sys.stderr)
