@@ -169,26 +169,36 @@ KERNELS = [("count", ([], "count_all")), ("sum(amount)", ("amount", "sum")), ("s
 
 
 def run_kernels(args: Any) -> dict[str, Any]:
-    """Where a block's time goes: Arrow's hash group-by on one block of the table (what a
-    mapper combines), the count alone, the count with each other aggregate, and all of them;
-    at the table's keys and at fewer distinct keys (the same rows, keys folded)."""
+    """Where a block's time goes: the group-by of one block of the table (what a mapper
+    combines), the count alone, the count with each other aggregate, and all of them; by
+    Arrow's hash group-by and by dpa's (:func:`dpa.aggregates.dense.group_aggregate`, which
+    indexes groups by key value when the key is a dense integer); at the table's keys and at
+    fewer distinct keys (the same rows, keys folded)."""
+    from dpa.aggregates.dense import group_aggregate
+
+    engines: dict[str, Callable[[pa.Table, list[Any]], Any]] = {
+        "arrow": lambda block, aggs: block.group_by(["key"], use_threads=False).aggregate(aggs),
+        "dpa": lambda block, aggs: group_aggregate(block, ["key"], aggs),
+    }
     table = make_table(args.block_rows, args.keys, args.z, args.seed)
     rows = []
     for keys in (table["key"], pa.compute.bit_wise_and(table["key"], 1023), pa.compute.bit_wise_and(table["key"], 7)):
         block = table.set_column(0, "key", keys).combine_chunks()
         groups = len(pa.compute.unique(keys))
+        for engine, group_by in engines.items():
 
-        def cost(aggs: list[Any], block: pa.Table = block) -> float:
-            return timed(lambda: block.group_by(["key"], use_threads=False).aggregate(aggs), args.kernel_reps)["median_s"]
+            def cost(aggs: list[Any], block: pa.Table = block, group_by: Any = group_by) -> float:
+                return timed(lambda: group_by(block, aggs), args.kernel_reps)["median_s"]
 
-        count = cost([KERNELS[0][1]])
-        row: dict[str, Any] = {"groups": groups, "count_ms": 1000 * count}
-        for name, agg in KERNELS[1:]:
-            row[f"+{name}_ms"] = 1000 * (cost([KERNELS[0][1], agg]) - count)
-        row["all_ms"] = 1000 * cost([agg for _, agg in KERNELS])
-        rows.append(row)
-    print_table(rows, list(rows[0]), title=f"Arrow hash group-by on one {args.block_rows:,}-row block: the count, "
-                                           f"what each aggregate adds to it, all of them (ms, median of {args.kernel_reps})")
+            count = cost([KERNELS[0][1]])
+            row: dict[str, Any] = {"groups": groups, "engine": engine, "count_ms": 1000 * count}
+            for name, agg in KERNELS[1:]:
+                row[f"+{name}_ms"] = 1000 * (cost([KERNELS[0][1], agg]) - count)
+            row["all_ms"] = 1000 * cost([agg for _, agg in KERNELS])
+            rows.append(row)
+    print_table(rows, list(rows[0]), title=f"group-by of one {args.block_rows:,}-row block (Arrow's hash group-by; dpa's, "
+                                           f"by key value): the count, what each aggregate adds to it, all of them "
+                                           f"(ms, median of {args.kernel_reps})")
     return {"block_rows": args.block_rows, "reps": args.kernel_reps, "rows": rows}
 
 

@@ -38,6 +38,7 @@ import pyarrow as pa
 from dpa.aggregates.builtins import Count, Min, Sum, bind_reducer
 from dpa.aggregates.contract import GROUP_ID_COL as GID_COL
 from dpa.aggregates.contract import ColumnarReducer, Reducer, WithCost, by_group_id, unwrap
+from dpa.aggregates.dense import dense_keys, group_aggregate
 from dpa.aggregates.int_sums import sum_may_overflow
 from dpa.errors import ConfigError
 from dpa.input.records import HASH_COL
@@ -198,6 +199,13 @@ def group_ids(table: pa.Table, key_cols: Sequence[str]) -> tuple[np.ndarray, int
         gid = np.asarray(table[GID_COL], dtype=np.int64)
         return gid, int(gid.max()) + 1 if len(gid) else 0
 
+    if len(key_cols) == 1:
+        dense = dense_keys(table[key_cols[0]])
+        if dense is not None:  # (ids of absent key values skipped: every id in [0, n) is used)
+            used = np.zeros(dense.size, dtype=np.int64)
+            used[dense.ids] = 1
+            present = np.cumsum(used) - 1
+            return present[dense.ids], int(present[-1]) + 1
     codes, values = _codes(table[key_cols[0]].combine_chunks())
     combined, size = codes, len(values)
     for name in key_cols[1:]:
@@ -289,14 +297,14 @@ class Aggregates(_Members, ColumnarReducer):
         for name, column in extra.items():
             base = base.append_column(name, column)
         if not special:
-            out = base.group_by(group_cols, use_threads=False).aggregate(aggs).rename_columns(list(group_cols) + names)
+            out = group_aggregate(base, group_cols, aggs).rename_columns(list(group_cols) + names)
             for name, same_as in aliases.items():
                 out = out.append_column(name, out[same_as])
             return out.select(self._order(group_cols, weight_col))
         # Members with their own step run on the same groups, numbered once here.
         gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
         base = base.append_column(GID_COL, pa.array(gid)).append_column(ROW_COL, pa.array(np.arange(table.num_rows)))
-        fused = base.group_by([GID_COL], use_threads=False).aggregate(aggs + [(ROW_COL, "min")])
+        fused = group_aggregate(base, [GID_COL], aggs + [(ROW_COL, "min")])
         fused = by_group_id(fused.rename_columns([GID_COL, *names, ROW_COL]), size)
         parts = {n: fused[n] for n in names}
         parts.update({name: fused[same_as] for name, same_as in aliases.items()})
@@ -330,11 +338,11 @@ class Aggregates(_Members, ColumnarReducer):
                 aggs.append((_prefix(i, s), fn))
                 names.append(_prefix(i, s))
         if not special:
-            out = table.group_by(group_cols, use_threads=False).aggregate(aggs)
+            out = group_aggregate(table, group_cols, aggs)
             return out.rename_columns(list(group_cols) + names).select(self._order(group_cols, None))
         gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
         base = table.append_column(GID_COL, pa.array(gid)).append_column(ROW_COL, pa.array(np.arange(table.num_rows)))
-        fused = base.group_by([GID_COL], use_threads=False).aggregate(aggs + [(ROW_COL, "min")])
+        fused = group_aggregate(base, [GID_COL], aggs + [(ROW_COL, "min")])
         fused = by_group_id(fused.rename_columns([GID_COL, *names, ROW_COL]), size)
         parts = {n: fused[n] for n in names}
         keys = table.select(group_cols).take(fused[ROW_COL])

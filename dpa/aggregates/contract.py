@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from dpa.aggregates.dense import group_aggregate
 from dpa.errors import ConfigError, SchemaError
 
 #: Column holding a group id while a composite's member merges by it.
@@ -191,7 +192,7 @@ class ColumnarReducer(Reducer):
         if weight_col is not None and same is None:
             aggs.append(([], "count_all"))
             names.append(weight_col)
-        out = table.group_by(group_cols, use_threads=False).aggregate(aggs).rename_columns(names)
+        out = group_aggregate(table, group_cols, aggs).rename_columns(names)
         if weight_col is not None and same is not None:
             out = out.append_column(weight_col, out.column(len(group_cols) + same))
         return out
@@ -199,7 +200,7 @@ class ColumnarReducer(Reducer):
     def merge_partials(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
         """Combines partial-state rows that share a key."""
         aggs = self.merge_aggregations()
-        out = table.group_by(group_cols, use_threads=False).aggregate(list(aggs))
+        out = group_aggregate(table, group_cols, list(aggs))
         return out.rename_columns(list(group_cols) + [state for state, _ in aggs])
 
     def merge_groups(self, table: pa.Table, gid: np.ndarray, size: int) -> pa.Table:

@@ -1,0 +1,180 @@
+"""The group-by by key value (dense integer-like keys) gives Arrow's hash group-by's answer."""
+
+from __future__ import annotations
+
+import datetime
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dpa.aggregates.composite import group_ids
+from dpa.aggregates.dense import DENSE_SPAN_ROWS, DENSE_SPAN_SLACK, dense_keys, group_aggregate
+from dpa.input.records import HASH_COL
+
+KEY_TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint32(), pa.uint64(), pa.date32(),
+             pa.date64(), pa.timestamp("us"), pa.timestamp("ns", tz="Europe/Paris"), pa.time32("s"),
+             pa.time64("us"), pa.duration("ms")]
+
+AGGS = [([], "count_all"), ("i", "count"), ("i", "sum"), ("i", "mean"), ("i", "min"), ("i", "max"),
+        ("x", "count"), ("x", "sum"), ("x", "mean"), ("x", "variance"), ("f", "sum"), ("f", "mean"),
+        ("u", "sum"), ("u", "min"), ("u", "max"), ("s", "count"), ("b", "min"), ("b", "max")]
+
+FLOATS = st.one_of(st.none(), st.just(math.nan), st.just(-0.0), st.just(math.inf),
+                   st.floats(-1e9, 1e9, allow_nan=False, width=64))
+
+
+def _key_array(offsets: list[int], dtype: pa.DataType) -> pa.Array:
+    """Keys of ``dtype`` near the top of its range for uint64 (so the ids must not wrap)."""
+    if pa.types.is_uint64(dtype):
+        return pa.array([2**64 - 200 + o for o in offsets], dtype)
+    if pa.types.is_date64(dtype):
+        return pa.array([o * 86_400_000 for o in offsets], pa.int64()).view(dtype)
+    width = 32 if pa.types.is_date32(dtype) or pa.types.is_time32(dtype) else 64
+    storage = dtype if pa.types.is_integer(dtype) else (pa.int32() if width == 32 else pa.int64())
+    return pa.array(offsets, storage).view(dtype) if storage != dtype else pa.array(offsets, dtype)
+
+
+@st.composite
+def tables(draw):
+    dtype = draw(st.sampled_from(KEY_TYPES))
+    n = draw(st.integers(1, 120))
+    offsets = draw(st.lists(st.integers(0, 127), min_size=n, max_size=n))
+    ints = draw(st.lists(st.one_of(st.none(), st.integers(-10**9, 10**9)), min_size=n, max_size=n))
+    floats = draw(st.lists(FLOATS, min_size=n, max_size=n))
+    small = draw(st.lists(st.one_of(st.none(), st.integers(0, 255)), min_size=n, max_size=n))
+    strings = draw(st.lists(st.one_of(st.none(), st.text(max_size=2)), min_size=n, max_size=n))
+    bools = draw(st.lists(st.one_of(st.none(), st.booleans()), min_size=n, max_size=n))
+    table = pa.table({"k": _key_array(offsets, dtype), "i": pa.array(ints, pa.int64()),
+                      "x": pa.array(floats, pa.float64()),
+                      "f": pa.array([None if v is None else v for v in floats], pa.float32()),
+                      "u": pa.array(small, pa.uint8()), "s": pa.array(strings, pa.string()),
+                      "b": pa.array(bools, pa.bool_())})
+    chunks = draw(st.integers(1, 3))  # (a table of several chunks reads the same)
+    if chunks > 1 and n >= chunks:
+        cut = n // chunks
+        table = pa.concat_tables([table.slice(0, cut), table.slice(cut)])
+    return table
+
+
+def _same(a: pa.ChunkedArray, b: pa.ChunkedArray, rel: float = 0.0) -> bool:
+    """Equal values and nulls, NaN equal to NaN, -0.0 told from 0.0 (by the bits); with
+    ``rel``, floats within that relative difference."""
+    if not a.type.equals(b.type):
+        return False
+    if rel and pa.types.is_floating(a.type):
+        x, y = (np.asarray(pc.fill_null(v, -1.0).to_numpy(), dtype=np.float64) for v in (a, b))
+        return (pc.is_null(a).equals(pc.is_null(b)) and bool(np.all(np.isnan(x) == np.isnan(y)))
+                and bool(np.allclose(x, y, rtol=rel, atol=0.0, equal_nan=True)))
+    if pa.types.is_floating(a.type):
+        a, b = pc.cast(a, pa.float64()), pc.cast(b, pa.float64())
+        bits = [pa.chunked_array([c.view(pa.int64()) for c in pa.chunked_array(x).chunks], pa.int64()) for x in (a, b)]
+        nan_a = pc.fill_null(pc.is_nan(a), False)
+        nan_b = pc.fill_null(pc.is_nan(b), False)
+        return nan_a.equals(nan_b) and pc.if_else(nan_a, 0, bits[0]).equals(pc.if_else(nan_b, 0, bits[1]))
+    return a.equals(b)
+
+
+def _arrow(table: pa.Table, group_cols: list[str], aggs: list) -> pa.Table:
+    return table.group_by(group_cols, use_threads=False).aggregate(aggs).sort_by(group_cols[0])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(table=tables())
+def test_equals_arrow_group_by_for_every_integer_like_key(table):
+    # (date64 holds milliseconds: whole days are too far apart to index, and go to Arrow)
+    assert (dense_keys(table["k"]) is None) == (pa.types.is_date64(table["k"].type) and len(set(table["k"].to_pylist())) > 1)
+    ours = group_aggregate(table, ["k"], AGGS).sort_by("k")
+    theirs = _arrow(table, ["k"], AGGS)
+    assert ours.schema.equals(theirs.schema)
+    for name in ours.column_names:
+        # Arrow merges the variances of its internal chunks (Chan et al.): last bits may differ.
+        rel = 1e-12 if name.endswith("variance") else 0.0
+        assert _same(ours[name], theirs[name], rel), (name, ours[name], theirs[name])
+
+
+def test_rows_come_ordered_by_key():
+    table = pa.table({"k": [5, 3, 5, 9, 3], "v": [1, 2, 3, 4, 5]})
+    out = group_aggregate(table, ["k"], [("v", "sum")])
+    assert out.to_pydict() == {"k": [3, 5, 9], "v_sum": [7, 4, 4]}
+
+
+def test_hash_column_is_carried_per_group():
+    table = pa.table({"k": [2, 1, 2, 7], HASH_COL: pa.array([20, 10, 20, 70], pa.uint32()), "c": [1, 1, 1, 1]})
+    out = group_aggregate(table, ["k", HASH_COL], [("c", "sum")])
+    assert out.column_names == ["k", HASH_COL, "c_sum"]
+    assert out.to_pydict() == {"k": [1, 2, 7], HASH_COL: [10, 20, 70], "c_sum": [1, 2, 1]}
+    assert out.schema.field(HASH_COL).type == pa.uint32()
+
+
+@pytest.mark.parametrize("table, reason", [
+    (pa.table({"k": pa.array([1, None, 1]), "v": [1, 2, 3]}), "a null key"),
+    (pa.table({"k": ["a", "b", "a"], "v": [1, 2, 3]}), "a string key"),
+    (pa.table({"k": [0.5, 1.5, 0.5], "v": [1, 2, 3]}), "a float key"),
+    (pa.table({"k": [0, 10**9, 0], "v": [1, 2, 3]}), "a key range far wider than the rows"),
+])
+def test_keys_that_are_not_dense_go_to_arrow(table, reason):
+    assert dense_keys(table["k"]) is None, reason
+    out = group_aggregate(table, ["k"], [("v", "sum")])
+    assert out.sort_by("k").equals(_arrow(table, ["k"], [("v", "sum")]))
+
+
+def test_span_limit():
+    rows = 10
+    limit = DENSE_SPAN_ROWS * rows + DENSE_SPAN_SLACK
+    inside = pa.array([0] * (rows - 1) + [limit - 1])
+    outside = pa.array([0] * (rows - 1) + [limit])
+    assert dense_keys(inside).size == limit
+    assert dense_keys(outside) is None
+
+
+def test_integer_sums_beyond_float_precision_are_arrow_exact_sums():
+    big = 2**62
+    table = pa.table({"k": [1, 1, 2], "v": pa.array([big, 3, -big], pa.int64())})
+    out = group_aggregate(table, ["k"], [("v", "sum"), ("v", "mean")])
+    assert out.sort_by("k").equals(_arrow(table, ["k"], [("v", "sum"), ("v", "mean")]))
+    assert out.sort_by("k")["v_sum"].to_pylist() == [big + 3, -big]
+
+
+def test_aggregations_with_options_or_other_functions_go_to_arrow():
+    table = pa.table({"k": [1, 2, 1], "v": [1.0, 2.0, 3.0], "s": ["a", "b", "c"]})
+    aggs = [("v", "variance", pc.VarianceOptions(ddof=1)), ("s", "min"), ("v", "list")]
+    out = group_aggregate(table, ["k"], aggs)
+    assert out.sort_by("k").equals(_arrow(table, ["k"], aggs))
+
+
+def test_dates_and_timestamps_keep_their_type():
+    days = pa.array([datetime.date(2024, 3, 1), datetime.date(2024, 2, 28), datetime.date(2024, 3, 1)])
+    stamps = pa.array([0, 3_600_000_000, 0], pa.int64()).view(pa.timestamp("us", tz="America/New_York"))
+    for keys in (days, stamps):
+        out = group_aggregate(pa.table({"k": keys, "v": [1, 2, 3]}), ["k"], [("v", "sum")])
+        assert out.schema.field("k").type == keys.type
+        assert out["v_sum"].to_pylist() == [2, 4] if keys is days else [4, 2]
+
+
+def test_group_ids_from_dense_keys_number_present_keys_densely():
+    table = pa.table({"k": pa.array([40, 7, 40, 12, 7, 7], pa.int32())})
+    gid, size = group_ids(table, ["k"])
+    assert size == 3
+    assert sorted(set(gid.tolist())) == [0, 1, 2]
+    keys = table["k"].to_pylist()
+    for a in range(len(keys)):
+        for b in range(len(keys)):
+            assert (gid[a] == gid[b]) == (keys[a] == keys[b])
+
+
+def test_large_batch_equals_arrow():
+    rng = np.random.default_rng(3)
+    n = 200_000
+    x = rng.exponential(20.0, n)
+    x[rng.random(n) < 0.001] = np.nan
+    table = pa.table({"k": rng.zipf(1.3, n) % 50_000, "i": pa.array(rng.integers(0, 10_000, n), mask=rng.random(n) < 0.01),
+                      "x": pa.array(x, mask=rng.random(n) < 0.01)})
+    aggs = [([], "count_all"), ("i", "sum"), ("i", "max"), ("x", "sum"), ("x", "count"), ("x", "mean"), ("x", "variance")]
+    ours, theirs = group_aggregate(table, ["k"], aggs), _arrow(table, ["k"], aggs)
+    for name in ours.column_names:
+        assert _same(ours[name], theirs[name], 1e-12 if name.endswith("variance") else 0.0), name
