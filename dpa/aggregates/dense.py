@@ -5,18 +5,20 @@ its cost grows with the number of groups (at 78k keys in a block of 1.7M rows, A
 grouped variance alone costs twice its count). When the key is one column of integers (or
 of dates, timestamps, times or durations, integers underneath) whose values span a range
 not much larger than the batch, the key itself numbers the groups: ``id = key - min``.
-The aggregates are then ``numpy.bincount`` and ``ufunc.at`` over that id, and the groups
-present are those with rows. DuckDB calls this a perfect hash aggregate.
+The aggregates are then ``numpy.bincount`` and ``numpy.add.at`` (``maximum.at``, ...) over
+that id, and the groups present are those with rows. DuckDB calls this a perfect hash
+aggregate.
 
 :func:`group_aggregate` is ``table.group_by(group_cols, use_threads=False).aggregate(aggs)``
 with Arrow's output (the same columns, types, nulls and values) computed this way when it
 can be, and by Arrow otherwise; rows come ordered by key rather than by first appearance.
-It computes ``count_all``, ``count`` (of valid values), ``sum`` and ``mean`` (integers
-only while every partial sum fits a float64 exactly, so the results equal Arrow's integer
-sums; floats), ``variance`` (float64, population, Arrow's two passes per batch), ``min`` and
-``max`` (integers, booleans), each without options. Anything else, a key with nulls, several key
-columns, or a key range wider than ``DENSE_SPAN_ROWS`` times the rows (plus
-``DENSE_SPAN_SLACK``) goes to Arrow's group-by unchanged.
+It computes ``count_all``, ``count`` (of valid values), ``sum`` (int64 or uint64, wrapping
+around as Arrow's does, or float64), ``mean`` (of integers only while every sum fits a
+float64 exactly, as Arrow's integer mean never wraps around), ``variance`` (float64,
+population, Arrow's two passes per batch), ``min`` and ``max`` (integers, booleans), each
+without options. Anything else, a key with nulls, several key columns, a key range wider
+than ``DENSE_SPAN_ROWS`` times the rows (plus ``DENSE_SPAN_SLACK``), or fewer groups than
+``DENSE_MIN_GROUPS`` with an aggregate other than a count goes to Arrow's group-by unchanged.
 """
 
 from __future__ import annotations
@@ -34,14 +36,19 @@ from dpa.input.records import HASH_COL
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DENSE_SPAN_ROWS", "DENSE_SPAN_SLACK", "DenseKeys", "dense_keys", "group_aggregate"]
+__all__ = ["DENSE_MIN_GROUPS", "DENSE_SPAN_ROWS", "DENSE_SPAN_SLACK", "DenseKeys", "dense_keys", "group_aggregate"]
 
 #: A key column is dense when ``max - min + 1 <= DENSE_SPAN_ROWS * rows + DENSE_SPAN_SLACK``:
 #: the per-group arrays then cost about as much as the rows themselves.
 DENSE_SPAN_ROWS = 2
 DENSE_SPAN_SLACK = 1 << 16
 
-#: Integer sums are computed as float64 sums, exact while every partial sum stays below this.
+#: Fewer groups than this go to Arrow unless only counts are asked for: Arrow's hash table
+#: is then small and its aggregates cheaper than numpy's passes over the rows (on a block of
+#: 1.7M rows the two break even at about 8k groups; counts are cheaper here at any number).
+DENSE_MIN_GROUPS = 8192
+
+#: An integer mean is computed from a float64 sum, exact while every sum stays below this.
 _EXACT_FLOAT = 2**53
 
 _FUNCTIONS = ("count_all", "count", "sum", "mean", "variance", "min", "max")
@@ -152,7 +159,8 @@ class _Column:
         return self._count
 
     def exact_int_sums(self) -> bool:
-        """Whether float64 sums of this integer column's values are exact."""
+        """Whether every sum of this integer column's values is exact as a float64 (and so
+        as an int64: a mean divides it exactly as Arrow's does)."""
         values = self.values
         if len(values) == 0:
             return True
@@ -160,10 +168,16 @@ class _Column:
         return bound * len(values) < _EXACT_FLOAT
 
     def sum(self) -> np.ndarray:
-        """The float64 sum per group (nulls add nothing)."""
+        """The sum per group as Arrow's hash sum has it (nulls add nothing): float64 for
+        floats, int64 (uint64 for unsigned integers) wrapping around on overflow for integers."""
         if self._sum is None:
-            self._sum = np.bincount(self._ids, weights=self.values.astype(np.float64, copy=False),
-                                    minlength=self._size)
+            if pa.types.is_floating(self.type):
+                acc = np.float64
+            else:
+                acc = np.uint64 if pa.types.is_unsigned_integer(self.type) else np.int64
+            out = np.zeros(self._size, dtype=acc)
+            np.add.at(out, self._ids, self.values.astype(acc, copy=False))
+            self._sum = out
         return self._sum
 
 
@@ -201,10 +215,10 @@ def _aggregate(col: _Column | None, fn: str, counts: np.ndarray, present: np.nda
         if pa.types.is_floating(dtype):
             return _masked(col.sum(), col.count(), present, pa.float64())
         out_type = pa.uint64() if pa.types.is_unsigned_integer(dtype) else pa.int64()
-        return _masked(col.sum().astype(out_type.to_pandas_dtype()), col.count(), present, out_type)
-    if fn == "mean":
+        return _masked(col.sum(), col.count(), present, out_type)
+    if fn == "mean":  # (of integers only when their sums are exact: see _dense_aggregate)
         with np.errstate(invalid="ignore", divide="ignore"):
-            return _masked(col.sum() / col.count(), col.count(), present, pa.float64())
+            return _masked(col.sum().astype(np.float64, copy=False) / col.count(), col.count(), present, pa.float64())
     if fn == "variance":
         n = col.count()
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -215,7 +229,9 @@ def _aggregate(col: _Column | None, fn: str, counts: np.ndarray, present: np.nda
             if col.valid is not None:
                 deviation[~col.valid] = 0.0
             np.multiply(deviation, deviation, out=deviation)
-            var = np.bincount(ids, weights=deviation, minlength=size) / n
+            m2 = np.zeros(size)
+            np.add.at(m2, ids, deviation)
+            var = m2 / n
         return _masked(var, n, present, pa.float64())
     # min / max of integers or booleans
     if pa.types.is_boolean(dtype):
@@ -271,15 +287,18 @@ def group_aggregate(table: pa.Table, group_cols: Sequence[str], aggs: Sequence[A
     plan = _plan(table, group_cols, aggs)
     dense = None if plan is None else dense_keys(table[plan[0]])
     if dense is not None:
-        out = _dense_aggregate(table, group_cols, plan[0], plan[1], dense)
-        if out is not None:
-            return out
+        min_groups = 0 if all(fn in ("count_all", "count") for _, fn in plan[1]) else DENSE_MIN_GROUPS
+        if dense.size >= min_groups:
+            out = _dense_aggregate(table, group_cols, plan[0], plan[1], dense, min_groups)
+            if out is not None:
+                return out
     return table.group_by(list(group_cols), use_threads=False).aggregate(list(aggs))
 
 
 def _dense_aggregate(table: pa.Table, group_cols: Sequence[str], key: str, wanted: list[tuple[str | None, str]],
-                     dense: DenseKeys) -> pa.Table | None:
-    """The group-by by key value; None if an integer sum could lose precision as float64."""
+                     dense: DenseKeys, min_groups: int) -> pa.Table | None:
+    """The group-by by key value; None if an integer mean could lose precision as float64,
+    or the batch has fewer than ``min_groups`` groups."""
     ids, size = dense.ids, dense.size
     counts = np.bincount(ids, minlength=size)
     columns: dict[str, _Column] = {}
@@ -287,10 +306,11 @@ def _dense_aggregate(table: pa.Table, group_cols: Sequence[str], key: str, wante
         if column is None or column in columns:
             continue
         col = columns[column] = _Column(table[column], ids, size, counts)
-        if pa.types.is_integer(col.type) and any(c == column and f in ("sum", "mean") for c, f in wanted) \
-                and not col.exact_int_sums():
+        if pa.types.is_integer(col.type) and (column, "mean") in wanted and not col.exact_int_sums():
             return None
     present = np.flatnonzero(counts)
+    if len(present) < min_groups:
+        return None
     out: list[pa.Array] = []
     names: list[str] = []
     for group in group_cols:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import math
+from unittest import mock
 
 import numpy as np
 import pyarrow as pa
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dpa.aggregates import dense
 from dpa.aggregates.composite import group_ids
 from dpa.aggregates.dense import DENSE_SPAN_ROWS, DENSE_SPAN_SLACK, dense_keys, group_aggregate
 from dpa.input.records import HASH_COL
@@ -83,12 +85,18 @@ def _arrow(table: pa.Table, group_cols: list[str], aggs: list) -> pa.Table:
     return table.group_by(group_cols, use_threads=False).aggregate(aggs).sort_by(group_cols[0])
 
 
+def every_batch_by_value():
+    """Batches of any number of groups are grouped by key value (small tests have few)."""
+    return mock.patch.object(dense, "DENSE_MIN_GROUPS", 0)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(table=tables())
 def test_equals_arrow_group_by_for_every_integer_like_key(table):
     # (date64 holds milliseconds: whole days are too far apart to index, and go to Arrow)
     assert (dense_keys(table["k"]) is None) == (pa.types.is_date64(table["k"].type) and len(set(table["k"].to_pylist())) > 1)
-    ours = group_aggregate(table, ["k"], AGGS).sort_by("k")
+    with every_batch_by_value():
+        ours = group_aggregate(table, ["k"], AGGS).sort_by("k")
     theirs = _arrow(table, ["k"], AGGS)
     assert ours.schema.equals(theirs.schema)
     for name in ours.column_names:
@@ -99,13 +107,24 @@ def test_equals_arrow_group_by_for_every_integer_like_key(table):
 
 def test_rows_come_ordered_by_key():
     table = pa.table({"k": [5, 3, 5, 9, 3], "v": [1, 2, 3, 4, 5]})
-    out = group_aggregate(table, ["k"], [("v", "sum")])
+    with every_batch_by_value():
+        out = group_aggregate(table, ["k"], [("v", "sum")])
     assert out.to_pydict() == {"k": [3, 5, 9], "v_sum": [7, 4, 4]}
+
+
+def test_few_groups_go_to_arrow_unless_only_counted():
+    table = pa.table({"k": [5, 3, 5, 9, 3], "v": [1, 2, 3, 4, 5]})
+    # Arrow keeps the keys in order of appearance; by key value they come sorted.
+    assert group_aggregate(table, ["k"], [("v", "sum")])["k"].to_pylist() == [5, 3, 9]
+    assert group_aggregate(table, ["k"], [([], "count_all"), ("v", "count")])["k"].to_pylist() == [3, 5, 9]
+    many = pa.table({"k": np.arange(dense.DENSE_MIN_GROUPS)[::-1], "v": np.ones(dense.DENSE_MIN_GROUPS)})
+    assert group_aggregate(many, ["k"], [("v", "sum")])["k"].to_pylist()[:2] == [0, 1]
 
 
 def test_hash_column_is_carried_per_group():
     table = pa.table({"k": [2, 1, 2, 7], HASH_COL: pa.array([20, 10, 20, 70], pa.uint32()), "c": [1, 1, 1, 1]})
-    out = group_aggregate(table, ["k", HASH_COL], [("c", "sum")])
+    with every_batch_by_value():
+        out = group_aggregate(table, ["k", HASH_COL], [("c", "sum")])
     assert out.column_names == ["k", HASH_COL, "c_sum"]
     assert out.to_pydict() == {"k": [1, 2, 7], HASH_COL: [10, 20, 70], "c_sum": [1, 2, 1]}
     assert out.schema.field(HASH_COL).type == pa.uint32()
@@ -135,7 +154,8 @@ def test_span_limit():
 def test_integer_sums_beyond_float_precision_are_arrow_exact_sums():
     big = 2**62
     table = pa.table({"k": [1, 1, 2], "v": pa.array([big, 3, -big], pa.int64())})
-    out = group_aggregate(table, ["k"], [("v", "sum"), ("v", "mean")])
+    with every_batch_by_value():
+        out = group_aggregate(table, ["k"], [("v", "sum"), ("v", "mean")])
     assert out.sort_by("k").equals(_arrow(table, ["k"], [("v", "sum"), ("v", "mean")]))
     assert out.sort_by("k")["v_sum"].to_pylist() == [big + 3, -big]
 
@@ -151,7 +171,8 @@ def test_dates_and_timestamps_keep_their_type():
     days = pa.array([datetime.date(2024, 3, 1), datetime.date(2024, 2, 28), datetime.date(2024, 3, 1)])
     stamps = pa.array([0, 3_600_000_000, 0], pa.int64()).view(pa.timestamp("us", tz="America/New_York"))
     for keys in (days, stamps):
-        out = group_aggregate(pa.table({"k": keys, "v": [1, 2, 3]}), ["k"], [("v", "sum")])
+        with every_batch_by_value():
+            out = group_aggregate(pa.table({"k": keys, "v": [1, 2, 3]}), ["k"], [("v", "sum")])
         assert out.schema.field("k").type == keys.type
         assert out["v_sum"].to_pylist() == [2, 4] if keys is days else [4, 2]
 
@@ -175,6 +196,15 @@ def test_large_batch_equals_arrow():
     table = pa.table({"k": rng.zipf(1.3, n) % 50_000, "i": pa.array(rng.integers(0, 10_000, n), mask=rng.random(n) < 0.01),
                       "x": pa.array(x, mask=rng.random(n) < 0.01)})
     aggs = [([], "count_all"), ("i", "sum"), ("i", "max"), ("x", "sum"), ("x", "count"), ("x", "mean"), ("x", "variance")]
+    assert len(pc.unique(table["k"])) >= dense.DENSE_MIN_GROUPS  # (grouped by value with the defaults)
     ours, theirs = group_aggregate(table, ["k"], aggs), _arrow(table, ["k"], aggs)
     for name in ours.column_names:
         assert _same(ours[name], theirs[name], 1e-12 if name.endswith("variance") else 0.0), name
+
+
+def test_integer_sums_wrap_around_as_arrow_s_do():
+    table = pa.table({"k": [1, 1, 2], "v": pa.array([2**62, 2**62, 5], pa.int64())})
+    with every_batch_by_value():
+        out = group_aggregate(table, ["k"], [("v", "sum")])
+    assert out.equals(_arrow(table, ["k"], [("v", "sum")]))
+    assert out["v_sum"].to_pylist() == [-(2**63), 5]
