@@ -66,6 +66,11 @@ def _storage_type(dtype: pa.DataType) -> pa.DataType | None:
     return None
 
 
+def _numpy_int(dtype: pa.DataType) -> np.dtype:
+    """The numpy type of an Arrow integer type (without ``to_pandas_dtype``, which imports pandas)."""
+    return np.dtype(f"{'i' if pa.types.is_signed_integer(dtype) else 'u'}{dtype.bit_width // 8}")
+
+
 @dataclass
 class DenseKeys:
     """A key column numbered by its values: row ``i`` is in group ``ids[i]``, ``0 <= ids < size``.
@@ -88,7 +93,7 @@ class DenseKeys:
         if pa.types.is_uint64(storage):
             values = present.astype(np.uint64) + np.uint64(self.low)
         else:
-            values = (present.astype(np.int64) + self.low).astype(storage.to_pandas_dtype())
+            values = (present.astype(np.int64) + self.low).astype(_numpy_int(storage))
         out = pa.array(values, type=storage)
         return out if storage.equals(self.dtype) else out.view(self.dtype)
 
@@ -237,7 +242,7 @@ def _aggregate(col: _Column | None, fn: str, counts: np.ndarray, present: np.nda
     if pa.types.is_boolean(dtype):
         out = np.full(size, fn == "min", dtype=np.bool_)
     else:
-        info = np.iinfo(dtype.to_pandas_dtype())
+        info = np.iinfo(_numpy_int(dtype))
         out = np.full(size, info.max if fn == "min" else info.min, dtype=info.dtype)
     values, where = col.values, ids
     if col.valid is not None:
