@@ -306,6 +306,9 @@ def _dense_aggregate(table: pa.Table, group_cols: Sequence[str], key: str, wante
     or the batch has fewer than ``min_groups`` groups."""
     ids, size = dense.ids, dense.size
     counts = np.bincount(ids, minlength=size)
+    present = np.flatnonzero(counts)
+    if len(present) < min_groups:
+        return None
     columns: dict[str, _Column] = {}
     for column, _ in wanted:
         if column is None or column in columns:
@@ -313,9 +316,6 @@ def _dense_aggregate(table: pa.Table, group_cols: Sequence[str], key: str, wante
         col = columns[column] = _Column(table[column], ids, size, counts)
         if pa.types.is_integer(col.type) and (column, "mean") in wanted and not col.exact_int_sums():
             return None
-    present = np.flatnonzero(counts)
-    if len(present) < min_groups:
-        return None
     out: list[pa.Array] = []
     names: list[str] = []
     for group in group_cols:
