@@ -148,33 +148,33 @@ def test_plain_aggregates_by_integer_and_date_keys_equal_duckdb(table, key, poli
         check_against_duckdb(table, key, policy, batch_size, PLAIN)
 
 
-def test_large_skewed_table_split_by_shuffle():
+def _large_table(seed: int, keys) -> pa.Table:
+    """50,000 records: the key columns ``keys(rng, n)`` gives, then the aggregated columns."""
     import numpy as np
 
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(seed)
     n = 50_000
     x = rng.normal(size=n)
     x[rng.random(n) < 0.01] = np.nan
-    table = pa.table({
-        "k1": pa.array(np.where(rng.random(n) < 0.7, "hot", rng.choice(["a", "b", "ü"], n))),
-        "k2": rng.integers(0, 3, n), "v": rng.integers(-1000, 1000, n), "x": x, "y": rng.normal(1e6, 1, n),
+    return pa.table({
+        **keys(rng, n), "v": rng.integers(-1000, 1000, n), "x": x, "y": rng.normal(1e6, 1, n),
         "s": pa.array([f"s{i}" for i in rng.integers(0, 5000, n)]), "b": rng.random(n) < 0.2,
     })
+
+
+def test_large_skewed_table_split_by_shuffle():
+    import numpy as np
+
+    table = _large_table(7, lambda rng, n: {
+        "k1": pa.array(np.where(rng.random(n) < 0.7, "hot", rng.choice(["a", "b", "ü"], n))),
+        "k2": rng.integers(0, 3, n)})
     check_against_duckdb(table, ["k1", "k2"], "shuffle", 2048)
 
 
 def test_large_table_grouped_by_an_integer_key_split_by_shuffle():
     import numpy as np
 
-    rng = np.random.default_rng(11)
-    n = 50_000
-    x = rng.normal(size=n)
-    x[rng.random(n) < 0.01] = np.nan
-    table = pa.table({
-        "k3": (rng.zipf(1.2, n) % 20_000).astype(np.int32), "v": rng.integers(-1000, 1000, n), "x": x,
-        "y": rng.normal(1e6, 1, n), "s": pa.array([f"s{i}" for i in rng.integers(0, 5000, n)]),
-        "b": rng.random(n) < 0.2,
-    })
+    table = _large_table(11, lambda rng, n: {"k3": (rng.zipf(1.2, n) % 20_000).astype(np.int32)})
     check_against_duckdb(table, ["k3"], "shuffle", 4096)
     with mock.patch.object(dense, "DENSE_MIN_GROUPS", 0):
         check_against_duckdb(table, ["k3"], "shuffle", 4096, PLAIN)
