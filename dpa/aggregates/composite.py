@@ -7,8 +7,9 @@ the load balancer may split a hot key over several reducers and the final state 
 combines each member's partial state with that member's own merge:
 
 * :class:`Aggregates` when every member is a columnar built-in: a batch is pre-aggregated
-  with one Arrow hash group-by holding every member whose partial state is plain Arrow
-  aggregates (count, sum, min, max, mean, variance), each (column, function) computed once
+  with one group-by (:func:`~dpa.aggregates.dense.group_aggregate`: by key value for a
+  dense integer key, Arrow's hash group-by otherwise) holding every member whose partial
+  state is plain Arrow aggregates (count, sum, min, max, mean, variance), each (column, function) computed once
   however many members ask for it (``Mean("x")`` and ``Std("x")`` count ``x`` once);
   members with their own Arrow code (lists, sets, sketches, NaN-ordered float min/max)
   run on the same groups, aligned by a group id. Partial states merge the same way; a
