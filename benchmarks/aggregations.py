@@ -90,17 +90,7 @@ def sketches() -> list[Any]:
 
 def timed(fn: Callable[[], Any], reps: int, warmup: int = 0) -> dict[str, Any]:
     """Runs ``fn`` ``warmup`` times untimed (their times kept apart), then ``reps`` times."""
-    warm = []
-    for _ in range(warmup):
-        t0 = time.perf_counter()
-        fn()
-        warm.append(time.perf_counter() - t0)
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return {"median_s": median(times), "spread_s": max(times) - min(times), "runs_s": times, "warmup_s": warm}
+    return timed_alternately([fn], reps, warmup)[0]
 
 
 def timed_alternately(fns: list[Callable[[], Any]], reps: int, warmup: int = 0) -> list[dict[str, Any]]:

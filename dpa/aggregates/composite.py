@@ -202,11 +202,8 @@ def group_ids(table: pa.Table, key_cols: Sequence[str]) -> tuple[np.ndarray, int
 
     if len(key_cols) == 1:
         dense = dense_keys(table[key_cols[0]])
-        if dense is not None:  # (ids of absent key values skipped: every id in [0, n) is used)
-            used = np.zeros(dense.size, dtype=np.int64)
-            used[dense.ids] = 1
-            present = np.cumsum(used) - 1
-            return present[dense.ids], int(present[-1]) + 1
+        if dense is not None:
+            return dense.group_ids()
     codes, values = _codes(table[key_cols[0]].combine_chunks())
     combined, size = codes, len(values)
     for name in key_cols[1:]:

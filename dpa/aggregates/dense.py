@@ -97,6 +97,14 @@ class DenseKeys:
         out = pa.array(values, type=storage)
         return out if storage.equals(self.dtype) else out.view(self.dtype)
 
+    def group_ids(self) -> tuple[np.ndarray, int]:
+        """``(id per row, number of groups)`` with only the key values present numbered:
+        every id in ``[0, n)`` has rows, in the order of the key values."""
+        used = np.zeros(self.size, dtype=np.int64)
+        used[self.ids] = 1
+        present = np.cumsum(used) - 1
+        return present[self.ids], int(present[-1]) + 1
+
 
 def dense_keys(column: pa.ChunkedArray | pa.Array) -> DenseKeys | None:
     """The key column's values as group ids, or None when they are not dense (see the
@@ -151,8 +159,7 @@ class _Column:
         if self._values is None:
             col = _one_array(self.column)
             if self.valid is not None:
-                col = pc.fill_null(col, pa.scalar(0 if pa.types.is_integer(self.type) or pa.types.is_floating(self.type)
-                                                  else False, self.type))
+                col = pc.fill_null(col, pa.scalar(False if pa.types.is_boolean(self.type) else 0, self.type))
             self._values = np.asarray(col)
         return self._values
 
@@ -163,7 +170,7 @@ class _Column:
             self._count = np.bincount(ids, minlength=self._size).astype(np.int64, copy=False)
         return self._count
 
-    def exact_int_sums(self) -> bool:
+    def exact_in_float64(self) -> bool:
         """Whether every sum of this integer column's values is exact as a float64 (and so
         as an int64: a mean divides it exactly as Arrow's does)."""
         values = self.values
@@ -314,7 +321,7 @@ def _dense_aggregate(table: pa.Table, group_cols: Sequence[str], key: str, wante
         if column is None or column in columns:
             continue
         col = columns[column] = _Column(table[column], ids, size, counts)
-        if pa.types.is_integer(col.type) and (column, "mean") in wanted and not col.exact_int_sums():
+        if pa.types.is_integer(col.type) and (column, "mean") in wanted and not col.exact_in_float64():
             return None
     out: list[pa.Array] = []
     names: list[str] = []
