@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 
 from dpa.aggregates.contract import ColumnarReducer, Reducer, unwrap
 from dpa.aggregates.int_sums import exact_int_sums, finalize_int_sums, sum_may_overflow
+from dpa.arrays import scalar
 from dpa.errors import ConfigError, SchemaError
 from dpa.input.records import HASH_COL
 
@@ -235,14 +236,14 @@ def _nan_ordered(table: pa.Table, group_cols: list[str], column: str, fn: str, o
     work = table.select(group_cols).combine_chunks()
     values = table[column].combine_chunks()
     nan = pc.is_nan(values).fill_null(False)
-    numbers = pc.if_else(nan, pa.scalar(None, values.type), values)
+    numbers = pc.if_else(nan, scalar(None, values.type), values)
     work = work.append_column("__dpa_v", numbers).append_column("__dpa_nan", nan)
     aggs: list[tuple[Any, str]] = [("__dpa_v", fn), ("__dpa_nan", "any")]
     if weight_col is not None:
         aggs.append(([], "count_all"))
     grouped = work.group_by(group_cols, use_threads=False).aggregate(aggs)
     best, has_nan = grouped.column(len(group_cols)), grouped.column(len(group_cols) + 1).fill_null(False)
-    nan_value = pa.scalar(float("nan"), values.type)
+    nan_value = scalar(float("nan"), values.type)
     if fn == "max":  # any NaN is the maximum
         result = pc.if_else(has_nan, nan_value, best)
     else:  # NaN is the minimum only when nothing else is there
@@ -295,8 +296,9 @@ class Mean(_ColumnReducer):
 
     def finalize_table(self, table: pa.Table, key_cols: list[str]) -> pa.Table:
         count = table["mcount"]
-        total = pc.fill_null(table["msum"], 0.0)
-        mean = pc.if_else(pc.equal(count, 0), pa.scalar(None, pa.float64()), pc.divide(total, pc.cast(count, pa.float64())))
+        total = pc.fill_null(table["msum"], scalar(0.0, pa.float64()))
+        mean = pc.if_else(pc.equal(count, scalar(0, count.type)), scalar(None, pa.float64()),
+                          pc.divide(total, pc.cast(count, pa.float64())))
         return pa.table([table[c] for c in key_cols] + [mean], names=list(key_cols) + [self.name])
 
 

@@ -41,6 +41,7 @@ from dpa.aggregates.contract import GROUP_ID_COL as GID_COL
 from dpa.aggregates.contract import ColumnarReducer, Reducer, WithCost, by_group_id, unwrap
 from dpa.aggregates.dense import dense_keys, group_aggregate
 from dpa.aggregates.int_sums import sum_may_overflow
+from dpa.arrays import from_numpy, to_numpy
 from dpa.errors import ConfigError
 from dpa.input.records import HASH_COL
 
@@ -197,7 +198,7 @@ def group_ids(table: pa.Table, key_cols: Sequence[str]) -> tuple[np.ndarray, int
     from dpa.keys.columns import _codes
 
     if list(key_cols) == [GID_COL]:  # numbered by a composite already: every id in [0, n) is used
-        gid = np.asarray(table[GID_COL], dtype=np.int64)
+        gid = to_numpy(table[GID_COL]).astype(np.int64, copy=False)
         return gid, int(gid.max()) + 1 if len(gid) else 0
 
     if len(key_cols) == 1:
@@ -301,13 +302,13 @@ class Aggregates(_Members, ColumnarReducer):
             return out.select(self._order(group_cols, weight_col))
         # Members with their own step run on the same groups, numbered once here.
         gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
-        base = base.append_column(GID_COL, pa.array(gid)).append_column(ROW_COL, pa.array(np.arange(table.num_rows)))
+        base = base.append_column(GID_COL, from_numpy(gid)).append_column(ROW_COL, from_numpy(np.arange(table.num_rows)))
         fused = group_aggregate(base, [GID_COL], aggs + [(ROW_COL, "min")])
         fused = by_group_id(fused.rename_columns([GID_COL, *names, ROW_COL]), size)
         parts = {n: fused[n] for n in names}
         parts.update({name: fused[same_as] for name, same_as in aliases.items()})
         keys = table.select(group_cols).take(fused[ROW_COL])
-        with_gid = table.append_column(GID_COL, pa.array(gid))
+        with_gid = table.append_column(GID_COL, from_numpy(gid))
         for i in special:
             m = self.members[i]
             cols = [GID_COL] + [c for c in (m.input_columns() or []) if c != GID_COL]
@@ -339,7 +340,7 @@ class Aggregates(_Members, ColumnarReducer):
             out = group_aggregate(table, group_cols, aggs)
             return out.rename_columns(list(group_cols) + names).select(self._order(group_cols, None))
         gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
-        base = table.append_column(GID_COL, pa.array(gid)).append_column(ROW_COL, pa.array(np.arange(table.num_rows)))
+        base = table.append_column(GID_COL, from_numpy(gid)).append_column(ROW_COL, from_numpy(np.arange(table.num_rows)))
         fused = group_aggregate(base, [GID_COL], aggs + [(ROW_COL, "min")])
         fused = by_group_id(fused.rename_columns([GID_COL, *names, ROW_COL]), size)
         parts = {n: fused[n] for n in names}

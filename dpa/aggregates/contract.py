@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from dpa.aggregates.dense import group_aggregate
+from dpa.arrays import from_numpy, to_numpy
 from dpa.errors import ConfigError, SchemaError
 
 #: Column holding a group id while a composite's member merges by it.
@@ -46,12 +47,12 @@ def by_group_id(table: pa.Table, size: int) -> pa.Table:
     Raises:
         SchemaError: the table does not hold one row per group (an aggregate's bug).
     """
-    gid = table[GROUP_ID_COL].to_numpy()
+    gid = to_numpy(table[GROUP_ID_COL])
     if len(gid) != size:
         raise SchemaError(f"internal: an aggregate returned {len(gid)} partial rows for {size} groups")
     order = np.empty(size, dtype=np.int64)
     order[gid] = np.arange(size, dtype=np.int64)
-    return table.take(pa.array(order))
+    return table.take(from_numpy(order))
 
 
 class Reducer:
@@ -214,7 +215,7 @@ class ColumnarReducer(Reducer):
         Returns:
             The merged state columns, row ``g`` for group ``g``.
         """
-        merged = self.merge_partials(table.append_column(GROUP_ID_COL, pa.array(gid)), [GROUP_ID_COL])
+        merged = self.merge_partials(table.append_column(GROUP_ID_COL, from_numpy(gid)), [GROUP_ID_COL])
         return by_group_id(merged, size).select(self.state_columns())
 
     def finalize_table(self, table: pa.Table, key_cols: list[str]) -> pa.Table:

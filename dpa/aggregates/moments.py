@@ -26,9 +26,12 @@ import pyarrow.compute as pc
 
 from dpa.aggregates.builtins import Sum
 from dpa.aggregates.contract import ColumnarReducer
+from dpa.arrays import from_numpy, scalar, to_numpy
 from dpa.errors import ConfigError
 
 __all__ = ["Std", "Var"]
+
+_ZERO = scalar(0.0, pa.float64())
 
 class Var(ColumnarReducer):
     """Variance of ``column`` per key, sample (``ddof=1``, Spark's ``var_samp``, the default)
@@ -118,9 +121,9 @@ class Var(ColumnarReducer):
         Returns:
             The merged states, row ``g`` for group ``g``.
         """
-        n_i = np.asarray(table["n"], dtype=np.float64)
-        mean_i = np.asarray(pc.fill_null(table["mean"], 0.0), dtype=np.float64)
-        m2_i = np.asarray(pc.fill_null(table["var"], 0.0), dtype=np.float64) * n_i
+        n_i = to_numpy(table["n"]).astype(np.float64)
+        mean_i = to_numpy(pc.fill_null(table["mean"], _ZERO)).astype(np.float64, copy=False)
+        m2_i = to_numpy(pc.fill_null(table["var"], _ZERO)).astype(np.float64, copy=False) * n_i
         n = np.bincount(gid, weights=n_i, minlength=size)
         with np.errstate(invalid="ignore", divide="ignore"):
             mean = np.bincount(gid, weights=n_i * mean_i, minlength=size) / n
@@ -129,16 +132,16 @@ class Var(ColumnarReducer):
             spread = np.where(n_i > 0, spread, 0.0)  # (an empty part adds nothing, even beside a NaN mean)
             m2 = np.bincount(gid, weights=m2_i, minlength=size) + np.bincount(gid, weights=spread, minlength=size)
             var = np.where(n > 0, m2 / n, 0.0)
-        return pa.table([pa.array(n.astype(np.int64)), pa.array(mean), pa.array(var)], names=["n", "mean", "var"])
+        return pa.table([from_numpy(n.astype(np.int64)), from_numpy(mean), from_numpy(var)], names=["n", "mean", "var"])
 
     def finalize_table(self, table: pa.Table, key_cols: list[str]) -> pa.Table:
-        n = np.asarray(table["n"], dtype=np.float64)
-        m2 = np.asarray(pc.fill_null(table["var"], 0.0), dtype=np.float64) * n
+        n = to_numpy(table["n"]).astype(np.float64)
+        m2 = to_numpy(pc.fill_null(table["var"], _ZERO)).astype(np.float64, copy=False) * n
         denominator = n - 1 if self.sample else n
         with np.errstate(invalid="ignore", divide="ignore"):
             values = self._scale_array(m2 / denominator)
         valid = denominator > 0
-        out = pa.array(np.where(valid, values, 0.0), pa.float64(), mask=~valid)
+        out = from_numpy(np.where(valid, values, 0.0), pa.float64(), mask=~valid)
         return pa.table([table[c] for c in key_cols] + [out], names=list(key_cols) + [self.name])
 
     def _scale_array(self, variance: np.ndarray) -> np.ndarray:

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from dpa.aggregates.contract import ColumnarReducer, Reducer
+from dpa.arrays import from_numpy, to_numpy
 from dpa.errors import SchemaError
 from dpa.input.records import HASH_COL, WEIGHT_COL, table_to_records, unify
 from dpa.keys.encoding import canonical_key, key_type_class
@@ -51,7 +52,7 @@ def split_partial(partial: Any, destinations: Any, me: int, n: int) -> tuple[Any
     if partial is None or not len(partial):
         return None, []
     if isinstance(partial, pa.Table):
-        hashes = partial[HASH_COL].to_numpy()
+        hashes = to_numpy(partial[HASH_COL])
     else:
         hashes = np.fromiter((h for _, h, _ in partial), dtype=np.uint32, count=len(partial))
     dest = destinations(hashes)
@@ -85,8 +86,7 @@ def split_by(table: pa.Table, parts: np.ndarray, n: int) -> list[pa.Table]:
         order = np.argsort(parts.astype(np.int16 if n <= 1 << 15 else np.int64), kind="stable")
         bounds = np.concatenate([[0], np.cumsum(np.bincount(parts, minlength=n))])
         rows = [order[bounds[i]:bounds[i + 1]] for i in range(n)]
-    empty = table.schema.empty_table()
-    return [table.take(pa.array(r)) if len(r) else empty for r in rows]
+    return [table.take(from_numpy(r)) for r in rows]
 
 
 class KeyTypeGuard:
@@ -187,7 +187,7 @@ class ColumnarState:
             return 0
         self._merging = False
         parts = [p for p in self._parts if p.num_rows]
-        return merged_hashes([p[HASH_COL].to_numpy() for p in parts])
+        return merged_hashes([to_numpy(p[HASH_COL]) for p in parts])
 
     def extract(self, destinations: Any, me: int, n: int) -> list[tuple[int, pa.Table]]:
         """Takes out the keys this reducer no longer holds (state migration).
@@ -249,7 +249,7 @@ class ColumnarState:
         self._parts, self._rows_since_compact, self._compacted_rows = [], 0, 0
         if table is None:
             return [None] * n
-        labels = (table[HASH_COL].to_numpy() % n).astype(np.int64)
+        labels = (to_numpy(table[HASH_COL]) % n).astype(np.int64)
         return list(split_by(table, labels, n))
 
     def finalize(self) -> pa.Table | None:

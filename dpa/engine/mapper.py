@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from dpa.aggregates.contract import unwrap
 from dpa.aggregates.state import split_by
+from dpa.arrays import from_numpy, to_numpy
 from dpa.engine.flow import PUSH_GROW, PUSH_SHRINK, top_key_counts, weight
 from dpa.engine.instructions import Push
 from dpa.engine.plan import JobPlan
@@ -101,7 +102,7 @@ class MapperLogic:
         if prepared:
             self.emitted += weight(block)
             self._table, self._offset = block, 0
-            self._hashes = block[HASH_COL].to_numpy()
+            self._hashes = to_numpy(block[HASH_COL])
             return
         self.blocks += 1
         if self.plan.input_combined:  # partial states already: hash and route only
@@ -123,7 +124,7 @@ class MapperLogic:
         if self._forecast_due:
             self._forecast_due = False
             self._forecast = block_forecast(hashes)  # (never due for weighted, combined rows)
-        self._table = table.append_column(HASH_COL, pa.array(hashes, pa.uint32()))
+        self._table = table.append_column(HASH_COL, from_numpy(hashes, pa.uint32()))
         self._hashes, self._offset = hashes, 0
 
     def take_forecast(self) -> tuple[np.ndarray, np.ndarray, int] | None:

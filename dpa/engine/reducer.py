@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from dpa.aggregates.contract import unwrap
 from dpa.aggregates.state import make_state, split_by, split_partial
+from dpa.arrays import to_numpy
 from dpa.engine.flow import PUSH_GROW, PUSH_KEEP, Chunk, top_key_counts, weight
 from dpa.engine.instructions import Forward, StateMove
 from dpa.engine.plan import JobPlan
@@ -165,12 +166,12 @@ class ReducerLogic:
             return []
         forwards: list[Forward] = []
         if not forwarded and self.collect_keys:
-            w = batch[WEIGHT_COL].to_numpy() if WEIGHT_COL in batch.column_names else None
-            self._arrivals.append((batch[HASH_COL].to_numpy(), w))
+            w = to_numpy(batch[WEIGHT_COL]) if WEIGHT_COL in batch.column_names else None
+            self._arrivals.append((to_numpy(batch[HASH_COL]), w))
         routed_under = None if version is None else self._history.get(version)
         if not forwarded and routed_under is not None and version < self.snapshot.version:
             version = self.snapshot.version  # what is kept below agrees with it
-            dest = self.plan.policy.destinations(self.snapshot, batch[HASH_COL].to_numpy(), self.reducer_id,
+            dest = self.plan.policy.destinations(self.snapshot, to_numpy(batch[HASH_COL]), self.reducer_id,
                                                  True, routed_under)
             kept, forwards = self._split(batch, None if dest is None else np.asarray(dest, dtype=np.int64), epoch)
             moved = sum(weight(f.batch) for f in forwards)
@@ -247,7 +248,7 @@ class ReducerLogic:
                epoch: int = 0) -> tuple[pa.Table | None, list[Forward]]:
         """Splits a batch into the part this reducer keeps and the parts to forward."""
         if owners is None:
-            owners = self.plan.policy.destinations(self.snapshot, batch[HASH_COL].to_numpy(), self.reducer_id, False)
+            owners = self.plan.policy.destinations(self.snapshot, to_numpy(batch[HASH_COL]), self.reducer_id, False)
         if owners is None:
             return batch, []
         mine = owners == self.reducer_id
@@ -275,7 +276,7 @@ class ReducerLogic:
             return []
         # One decision over the whole queue (a policy may spread a key's queued records
         # over several reducers; per batch, rounding would favour the same reducer).
-        hashes = np.concatenate([b[HASH_COL].to_numpy() for b in self.queue])
+        hashes = np.concatenate([to_numpy(b[HASH_COL]) for b in self.queue])
         policy = self.plan.policy
         dest = policy.destinations(snapshot, hashes, self.reducer_id, True, previous)
         if dest is None:

@@ -20,6 +20,7 @@ from dpa.errors import KeyEncodingError, SchemaError
 
 __all__ = ["canonical_float_keys", "check_key_type", "decode_key_dictionaries", "hash_key_columns"]
 
+from dpa.arrays import to_numpy
 from dpa.keys.encoding import (
     INT64_MAX,
     TAG_BYTES,
@@ -204,10 +205,10 @@ def _number_hashes(arr: pa.Array) -> np.ndarray | None:
         tag = TAG_INT
         if not pa.types.is_int64(t):
             values = values.cast(pa.int64())
-        bits = np.ascontiguousarray(values.to_numpy(zero_copy_only=False), dtype=np.int64)
+        bits = np.ascontiguousarray(to_numpy(values), dtype=np.int64)
     else:
         tag = TAG_FLOAT
-        bits = np.asarray(values.cast(pa.float64()), dtype=np.float64) + 0.0  # (a copy) -0.0 -> 0.0
+        bits = to_numpy(values.cast(pa.float64())) + 0.0  # (a copy) -0.0 -> 0.0
         bits[np.isnan(bits)] = math.nan
     # The 64 bits as two little-endian 32-bit halves: bytes b7 b6 b5 b4 | b3 b2 b1 b0.
     halves = bits.view(np.uint32).reshape(-1, 2)

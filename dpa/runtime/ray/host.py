@@ -29,7 +29,7 @@ import ray
 
 from dpa.runtime.ray.balancer import BalancerActor
 from dpa.runtime.ray.mapper import MapperActor
-from dpa.runtime.ray.member import NAMESPACE, JobMember, quiet_method
+from dpa.runtime.ray.member import NAMESPACE, quiet_method
 from dpa.runtime.ray.reducer import ReducerActor
 
 logger = logging.getLogger(__name__)
@@ -100,7 +100,6 @@ class HostActor(MemberHost):
         """Builds the members: ``(role, member name)`` pairs (the name is what errors say)."""
         self.name = name
         self.members = {role: build_member(role, member) for role, member in members}
-        JobMember._start_warm_up()  # (once per process)
 
 
 def own_handle() -> Any:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from typing import Any
 
 import pyarrow as pa
@@ -98,27 +97,11 @@ class ActorFailure(Exception):
         return (ActorFailure, (self.actor, self.exc, self.key))
 
 
-def _warm_up() -> None:
-    """Pays a new worker process's one-time costs: the first ``Table.group_by`` imports
-    ``pyarrow.acero`` and pandas (about 0.5 s of CPU). Run in a thread while the actor
-    starts, they do not delay the first block (or first push) it handles."""
-    try:
-        import pyarrow.acero  # noqa: F401  (imports pandas through pyarrow's shim)
-
-        pa.table({"k": [0, 1, 0]}).group_by("k").aggregate([("k", "count")])
-    except Exception:  # a warm-up only: the job itself reports real errors
-        logger.debug("warm-up failed", exc_info=True)
-
-
 class JobMember:
     """What every member actor shares: the job it serves and the task running it."""
 
     job_id: str | None = None
     task: asyncio.Task | None = None
-
-    @staticmethod
-    def _start_warm_up() -> None:
-        threading.Thread(target=_warm_up, name="dpa-warm-up", daemon=True).start()
 
     def _serving(self, job_id: str) -> bool:
         return job_id is not None and job_id == self.job_id

@@ -321,27 +321,6 @@ def test_default_config_balances_a_user_reducer_on_its_measured_cost():
     assert res.stats.rebalances  # how well a 1 s job balances on a loaded CI machine varies: benchmarks.stragglers
 
 
-def test_member_warm_up_pays_the_first_block_s_imports_while_the_actor_starts():
-    """The first ``group_by`` of a worker imports pyarrow.acero and pandas (~0.5 s of CPU):
-    member actors start that in a thread, so it does not delay their first block."""
-    import subprocess
-    import sys
-
-    script = (
-        "import sys, threading\n"
-        "import dpa.runtime.ray.member as a\n"
-        "assert 'pyarrow.acero' not in sys.modules\n"
-        "before = set(threading.enumerate())\n"
-        "a.JobMember._start_warm_up()\n"
-        "for t in set(threading.enumerate()) - before:\n"
-        "    assert t.name == 'dpa-warm-up' and t.daemon\n"
-        "    t.join(60)\n"
-        "assert 'pyarrow.acero' in sys.modules and 'pandas' in sys.modules\n"
-    )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-
-
 def test_a_block_of_a_big_table_goes_to_the_object_store_without_its_parent(monkeypatch):
     """The driver puts a slice of the user's table as it is (no copy): Ray's Arrow reducer
     writes only the slice's rows. With that reducer off, the block is copied first."""

@@ -112,13 +112,21 @@ def test_rows_come_ordered_by_key():
     assert out.to_pydict() == {"k": [3, 5, 9], "v_sum": [7, 4, 4]}
 
 
-def test_few_groups_go_to_arrow_unless_only_counted():
-    table = pa.table({"k": [5, 3, 5, 9, 3], "v": [1, 2, 3, 4, 5]})
+def test_few_groups_in_a_large_batch_go_to_arrow_unless_only_counted():
+    rows = dense.DENSE_SMALL_ROWS + 1
+    table = pa.table({"k": np.array([5, 3, 9])[np.arange(rows) % 3], "v": np.ones(rows, dtype=np.int64)})
     # Arrow keeps the keys in order of appearance; by key value they come sorted.
     assert group_aggregate(table, ["k"], [("v", "sum")])["k"].to_pylist() == [5, 3, 9]
     assert group_aggregate(table, ["k"], [([], "count_all"), ("v", "count")])["k"].to_pylist() == [3, 5, 9]
-    many = pa.table({"k": np.arange(dense.DENSE_MIN_GROUPS)[::-1], "v": np.ones(dense.DENSE_MIN_GROUPS)})
+    n = dense.DENSE_MIN_GROUPS
+    many = pa.table({"k": np.arange(rows)[::-1] % n, "v": np.ones(rows)})
     assert group_aggregate(many, ["k"], [("v", "sum")])["k"].to_pylist()[:2] == [0, 1]
+
+
+def test_small_batches_are_grouped_by_value_whatever_their_groups():
+    table = pa.table({"k": [5, 3, 5, 9, 3], "v": [1, 2, 3, 4, 5]})
+    out = group_aggregate(table, ["k"], [("v", "sum"), ("v", "max")])
+    assert out.to_pydict() == {"k": [3, 5, 9], "v_sum": [7, 4, 4], "v_max": [5, 3, 4]}
 
 
 def test_hash_column_is_carried_per_group():

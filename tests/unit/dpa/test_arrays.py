@@ -1,0 +1,106 @@
+"""dpa.arrays: the same arrays as pyarrow's conversions, and no pandas on the way."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dpa.arrays import from_numpy, numpy_dtype, to_numpy
+
+NUMBER_TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(),
+                pa.uint64(), pa.float32(), pa.float64()]
+
+
+def _values(dtype: pa.DataType, n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    np_type = numpy_dtype(dtype)
+    if np.issubdtype(np_type, np.integer):
+        info = np.iinfo(np_type)
+        return rng.integers(info.min, info.max, n, dtype=np_type, endpoint=True)
+    out = rng.normal(0, 1e6, n).astype(np_type)
+    out[rng.random(n) < 0.1] = np.nan
+    out[rng.random(n) < 0.1] = -0.0
+    return out
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> None:
+    assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from(NUMBER_TYPES), sizes=st.lists(st.integers(0, 40), min_size=0, max_size=4),
+       offset=st.integers(0, 5), seed=st.integers(0, 2**16))
+def test_to_numpy_equals_pyarrows_for_arrays_slices_and_chunks(dtype, sizes, offset, seed):
+    chunks = [pa.array(_values(dtype, n + offset, seed + i), type=dtype).slice(offset) for i, n in enumerate(sizes)]
+    chunked = pa.chunked_array(chunks, type=dtype)
+    _same(to_numpy(chunked), chunked.to_numpy())
+    for chunk in chunks:
+        _same(to_numpy(chunk), chunk.to_numpy(zero_copy_only=False))
+
+
+def test_to_numpy_views_one_chunk_and_copies_several_as_pyarrow_does():
+    array = pa.array(np.arange(10, dtype=np.int64))
+    view = to_numpy(array)
+    assert not view.flags.writeable and np.shares_memory(view, np.frombuffer(array.buffers()[1], np.int64))
+    assert to_numpy(pa.chunked_array([array, array])).flags.writeable
+
+
+def test_to_numpy_leaves_other_columns_to_pyarrow():
+    with_nulls = pa.array([1, None, 3], pa.int64())
+    np.testing.assert_array_equal(to_numpy(with_nulls), with_nulls.to_numpy(zero_copy_only=False))
+    booleans = pa.array([True, False, True])
+    np.testing.assert_array_equal(to_numpy(booleans), [True, False, True])
+    dates = pa.array([0, 1], pa.date32())
+    assert to_numpy(dates).dtype == dates.to_numpy(zero_copy_only=False).dtype
+    assert list(to_numpy(pa.array(["a", "b"]))) == ["a", "b"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from(NUMBER_TYPES), n=st.integers(0, 50), step=st.sampled_from([1, 2]),
+       nulls=st.booleans(), seed=st.integers(0, 2**16))
+def test_from_numpy_equals_pa_array(dtype, n, step, nulls, seed):
+    values = _values(dtype, n * step, seed)[::step]
+    mask = np.random.default_rng(seed).random(len(values)) < 0.3 if nulls else None
+    got = from_numpy(values, dtype, mask=mask)
+    want = pa.array(values, type=dtype, mask=mask)
+    assert got.type == want.type and got.null_count == want.null_count
+    assert got.equals(want) or (pa.types.is_floating(dtype) and _same_floats(got, want))
+    assert from_numpy(values).type == dtype  # (the ndarray's type by default)
+
+
+def _same_floats(a: pa.Array, b: pa.Array) -> bool:
+    """Equal bits where valid (Arrow's equals treats NaN as unequal to itself)."""
+    valid = np.asarray(b.is_valid())
+    x, y = to_numpy(a.fill_null(0)), to_numpy(b.fill_null(0))
+    return a.is_valid().equals(b.is_valid()) and np.array_equal(x[valid].view(np.uint8), y[valid].view(np.uint8))
+
+
+def test_from_numpy_leaves_other_inputs_to_pa_array():
+    assert from_numpy(np.array([1, 2], np.int64), pa.int32()).type == pa.int32()  # (a cast)
+    assert from_numpy(np.array([True, False])).type == pa.bool_()
+    assert from_numpy([1, 2]).equals(pa.array([1, 2]))
+    with pytest.raises(pa.ArrowInvalid):
+        from_numpy(np.array([300], np.int64), pa.int8())  # pa.array's checked cast
+
+
+def test_the_conversions_do_not_import_pandas():
+    script = textwrap.dedent("""
+        import sys
+        import numpy as np
+        import pyarrow as pa
+        from dpa.arrays import from_numpy, to_numpy
+        a = from_numpy(np.arange(5, dtype=np.uint32))
+        b = from_numpy(np.arange(5.0), pa.float64(), mask=np.arange(5) % 2 == 0)
+        assert b.null_count == 3
+        assert to_numpy(pa.chunked_array([a, a])).sum() == 20 and to_numpy(a.slice(1)).tolist() == [1, 2, 3, 4]
+        assert "pandas" not in sys.modules, "pandas was imported"
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
