@@ -38,7 +38,7 @@ from dpa.input.records import HASH_COL
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DENSE_MIN_GROUPS", "DENSE_SMALL_ROWS", "DENSE_SPAN_ROWS", "DENSE_SPAN_SLACK", "DenseKeys", "dense_keys", "group_aggregate"]
+__all__ = ["DENSE_MIN_GROUPS", "DENSE_SMALL_ROWS", "DENSE_SPAN_ROWS", "DENSE_SPAN_SLACK", "DenseKeys", "dense_keys", "group_aggregate", "groups_by_value"]
 
 #: A key column is dense when ``max - min + 1 <= DENSE_SPAN_ROWS * rows + DENSE_SPAN_SLACK``:
 #: the per-group arrays then cost about as much as the rows themselves.
@@ -72,6 +72,21 @@ def _storage_type(dtype: pa.DataType) -> pa.DataType | None:
             or pa.types.is_duration(dtype)):
         return pa.int64()
     return None
+
+
+def groups_by_value(key_types: Sequence[pa.DataType | None] | None) -> bool:
+    """Whether a job keyed by columns of ``key_types`` may group its batches by key value:
+    one key column of an integer-like type (its batches still need no nulls and a narrow
+    range). Any other key groups with Arrow's group-by.
+
+    Args:
+        key_types: The key columns' Arrow types (None where unknown), or None.
+
+    Returns:
+        True for one integer, date, timestamp, time or duration key column.
+    """
+    return (key_types is not None and len(key_types) == 1 and key_types[0] is not None
+            and _storage_type(key_types[0]) is not None)
 
 
 def _numpy_int(dtype: pa.DataType) -> np.dtype:

@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 import ray
 
+from dpa.aggregates.dense import groups_by_value
 from dpa.engine.output import DRIVER_PROGRESS_INTERVAL_S, RunOutput
 from dpa.engine.plan import JobPlan
 from dpa.errors import DPAError, JobFailedError
@@ -96,7 +97,8 @@ def _start(plan: JobPlan, reuse: bool, deadline: _Deadline) -> Pool:
     replaced by a new one (once)."""
     for attempt in range(2):
         pool = acquire(plan.num_mappers, plan.num_reducers, reuse and attempt == 0,
-                       plan.active_reducers or None, plan.reducer_num_cpus)
+                       plan.active_reducers or None, plan.reducer_num_cpus,
+                       import_arrow_engine=not groups_by_value(plan.key_types))
         try:
             replaced = pool.adopt(_get(pool.coordinator.prepare_job.remote(plan, 2 * plan.num_mappers, pool.members_key()),
                                        deadline, "starting its actors"))

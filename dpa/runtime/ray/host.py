@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import uuid
 from typing import Any
 
@@ -96,10 +97,26 @@ class MemberHost:
 class HostActor(MemberHost):
     """One process running several members (``{role: member}``) on its event loop."""
 
-    def __init__(self, name: str, members: list[tuple[str, str]]) -> None:
-        """Builds the members: ``(role, member name)`` pairs (the name is what errors say)."""
+    def __init__(self, name: str, members: list[tuple[str, str]], import_arrow_engine: bool = False) -> None:
+        """Builds the members: ``(role, member name)`` pairs (the name is what errors say).
+
+        With ``import_arrow_engine`` (the pool's first job groups with Arrow: a string or
+        multi-column key) a thread imports Arrow's group-by engine while the pool starts, so
+        that the first block does not wait for it.
+        """
         self.name = name
         self.members = {role: build_member(role, member) for role, member in members}
+        if import_arrow_engine:
+            threading.Thread(target=_import_arrow_engine, name="dpa-import", daemon=True).start()
+
+
+def _import_arrow_engine() -> None:
+    """Imports ``pyarrow.acero``, which ``Table.group_by`` loads, and with it pandas (about
+    0.25 s of CPU in a new process)."""
+    try:
+        import pyarrow.acero  # noqa: F401
+    except Exception:  # an early import only: the job itself reports real errors
+        logger.debug("importing pyarrow.acero failed", exc_info=True)
 
 
 def own_handle() -> Any:
@@ -211,10 +228,12 @@ def pack(roles: list[str], width: int, reducer_num_cpus: float = 0.0) -> list[li
 
 
 def start_hosts(pool_id: str, roles: list[str], width: int, generation: int = 0,
-                reducer_num_cpus: float = 0.0) -> dict[str, MemberRef]:
+                reducer_num_cpus: float = 0.0, import_arrow_engine: bool = False) -> dict[str, MemberRef]:
     """Starts ``roles`` in ``width`` hosts (see :func:`pack`); returns each role's ref.
 
     ``generation`` > 0 names replacements (a dead member's name may not be released yet).
+    ``import_arrow_engine``: each host imports Arrow's group-by engine while it starts (see
+    :class:`HostActor`).
     """
     suffix = f".{generation}" if generation else ""
     refs: dict[str, MemberRef] = {}
@@ -225,6 +244,6 @@ def start_hosts(pool_id: str, roles: list[str], width: int, generation: int = 0,
         # every node, and losing one loses a few members, which recovery replaces.
         host = HostActor.options(name=name, namespace=NAMESPACE, lifetime=None, scheduling_strategy="SPREAD",
                                  num_cpus=cpus, max_concurrency=CONCURRENCY_PER_MEMBER * len(group)).remote(
-            name, [(role, f"dpa:{pool_id}:{role}{suffix}") for role in group])
+            name, [(role, f"dpa:{pool_id}:{role}{suffix}") for role in group], import_arrow_engine)
         refs.update({role: MemberRef(host, role) for role in group})
     return refs

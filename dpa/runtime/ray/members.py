@@ -65,7 +65,7 @@ Members = tuple[list[Any], list[Any]]
 
 
 def start_members(pool_id: str, num_mappers: int, num_reducers: int, initial_reducers: int | None = None,
-                  reducer_num_cpus: float = 0.0) -> tuple[list[Any], list[Any]]:
+                  reducer_num_cpus: float = 0.0, import_arrow_engine: bool = False) -> tuple[list[Any], list[Any]]:
     """Starts a pool's reducers and mappers in hosts (:func:`~dpa.runtime.ray.host.start_hosts`,
     one per CPU): the first ``initial_reducers`` (default all) of ``num_reducers`` reducer
     slots, and the mappers. The driver calls it together with the coordinator's start, so
@@ -76,12 +76,14 @@ def start_members(pool_id: str, num_mappers: int, num_reducers: int, initial_red
     balancer's routing and its planner's history, and a recovered run goes on balancing
     where the lost one stopped.
 
+    ``import_arrow_engine`` is :func:`~dpa.runtime.ray.host.start_hosts`'s.
+
     Returns:
         ``(reducer slots, mappers)``: member refs (None for a slot not started).
     """
     first = num_reducers if initial_reducers is None else initial_reducers
     roles = [*[f"reducer-{i}" for i in range(first)], *[f"mapper-{i}" for i in range(num_mappers)]]
-    refs = start_hosts(pool_id, roles, default_width(len(roles)), 0, reducer_num_cpus)
+    refs = start_hosts(pool_id, roles, default_width(len(roles)), 0, reducer_num_cpus, import_arrow_engine)
     return [refs.get(f"reducer-{i}") for i in range(num_reducers)], [refs[f"mapper-{i}"] for i in range(num_mappers)]
 
 

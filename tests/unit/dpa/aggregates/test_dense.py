@@ -216,3 +216,12 @@ def test_integer_sums_wrap_around_as_arrow_s_do():
         out = group_aggregate(table, ["k"], [("v", "sum")])
     assert out.equals(_arrow(table, ["k"], [("v", "sum")]))
     assert out["v_sum"].to_pylist() == [-(2**63), 5]
+
+
+@pytest.mark.parametrize("key_types, expected", [
+    ([pa.int64()], True), ([pa.uint8()], True), ([pa.date32()], True), ([pa.timestamp("us", "UTC")], True),
+    ([pa.duration("s")], True), ([pa.string()], False), ([pa.float64()], False),
+    ([pa.int64(), pa.int64()], False), ([None], False), (None, False),
+])
+def test_which_keys_may_group_by_value(key_types, expected):
+    assert dense.groups_by_value(key_types) is expected
