@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpa.arrays import from_numpy, numpy_dtype, to_numpy
+from dpa.arrays import from_numpy, numpy_dtype, scalar, to_numpy
 
 NUMBER_TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(),
                 pa.uint64(), pa.float32(), pa.float64()]
@@ -90,15 +90,32 @@ def test_from_numpy_leaves_other_inputs_to_pa_array():
         from_numpy(np.array([300], np.int64), pa.int8())  # pa.array's checked cast
 
 
+@pytest.mark.parametrize("value, dtype", [
+    (None, pa.float64()), (None, pa.int32()), (0, pa.int64()), (0.0, pa.float64()), (-3, pa.int8()),
+    (2**64 - 1, pa.uint64()), (float("nan"), pa.float32()), (np.int16(7), pa.int16()), (1.5, pa.float32()),
+    ("x", pa.string()), (True, pa.bool_()),
+])
+def test_scalar_equals_pa_scalar(value, dtype):
+    got, want = scalar(value, dtype), pa.scalar(value, dtype)
+    assert got.type == want.type and got.is_valid == want.is_valid
+    assert got.equals(want) or (value != value and got.as_py() != got.as_py())  # (NaN)
+
+
+def test_scalar_raises_as_pa_scalar_does():
+    with pytest.raises(OverflowError):
+        scalar(2**70, pa.int64())
+
+
 def test_the_conversions_do_not_import_pandas():
     script = textwrap.dedent("""
         import sys
         import numpy as np
         import pyarrow as pa
-        from dpa.arrays import from_numpy, to_numpy
+        from dpa.arrays import from_numpy, scalar, to_numpy
         a = from_numpy(np.arange(5, dtype=np.uint32))
         b = from_numpy(np.arange(5.0), pa.float64(), mask=np.arange(5) % 2 == 0)
         assert b.null_count == 3
+        assert scalar(0.0, pa.float64()).as_py() == 0.0 and scalar(None, pa.int64()).as_py() is None
         assert to_numpy(pa.chunked_array([a, a])).sum() == 20 and to_numpy(a.slice(1)).tolist() == [1, 2, 3, 4]
         assert "pandas" not in sys.modules, "pandas was imported"
     """)
