@@ -1,6 +1,6 @@
 """A pool that runs integer-keyed jobs never loads pandas (a fresh process and Ray).
 
-pyarrow's numpy conversions import pandas (about 0.2 s of CPU and 30 MB per process), and
+pyarrow's numpy conversions import pandas (about 0.25 s of CPU and 35 MB per process), and
 Arrow's group-by imports it with its query engine; dpa's hot path for number keys and
 aggregates avoids both (:mod:`dpa.arrays`, :mod:`dpa.aggregates.dense`). A string key
 still needs Arrow's group-by: that is the control showing the check sees pandas at all.
