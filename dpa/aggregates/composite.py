@@ -215,6 +215,23 @@ def group_ids(table: pa.Table, key_cols: Sequence[str]) -> tuple[np.ndarray, int
     return combined.astype(np.int64), size
 
 
+def _shared_groups(table: pa.Table, base: pa.Table, group_cols: list[str], aggs: list[Any],
+                   names: list[str]) -> tuple[np.ndarray, int, pa.Table, dict[str, Any]]:
+    """Numbers ``table``'s groups once and computes ``aggs`` (over ``base``: ``table`` and
+    any extra columns) by that number, for the members with a step of their own to align with.
+
+    Returns:
+        ``(group id per row, number of groups, the key columns of each group's first row,
+        {name: the aggregate's column, row g for group g})``.
+    """
+    gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
+    base = base.append_column(GID_COL, from_numpy(gid)).append_column(ROW_COL, from_numpy(np.arange(table.num_rows)))
+    fused = group_aggregate(base, [GID_COL], aggs + [(ROW_COL, "min")])
+    fused = by_group_id(fused.rename_columns([GID_COL, *names, ROW_COL]), size)
+    keys = table.select(group_cols).take(fused[ROW_COL])
+    return gid, size, keys, {n: fused[n] for n in names}
+
+
 class Aggregates(_Members, ColumnarReducer):
     """Columnar composite of built-in (columnar) reducers; see the module docstring.
 
@@ -301,13 +318,8 @@ class Aggregates(_Members, ColumnarReducer):
                 out = out.append_column(name, out[same_as])
             return out.select(self._order(group_cols, weight_col))
         # Members with their own step run on the same groups, numbered once here.
-        gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
-        base = base.append_column(GID_COL, from_numpy(gid)).append_column(ROW_COL, from_numpy(np.arange(table.num_rows)))
-        fused = group_aggregate(base, [GID_COL], aggs + [(ROW_COL, "min")])
-        fused = by_group_id(fused.rename_columns([GID_COL, *names, ROW_COL]), size)
-        parts = {n: fused[n] for n in names}
-        parts.update({name: fused[same_as] for name, same_as in aliases.items()})
-        keys = table.select(group_cols).take(fused[ROW_COL])
+        gid, size, keys, parts = _shared_groups(table, base, group_cols, aggs, names)
+        parts.update({name: parts[same_as] for name, same_as in aliases.items()})
         with_gid = table.append_column(GID_COL, from_numpy(gid))
         for i in special:
             m = self.members[i]
@@ -339,12 +351,7 @@ class Aggregates(_Members, ColumnarReducer):
         if not special:
             out = group_aggregate(table, group_cols, aggs)
             return out.rename_columns(list(group_cols) + names).select(self._order(group_cols, None))
-        gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
-        base = table.append_column(GID_COL, from_numpy(gid)).append_column(ROW_COL, from_numpy(np.arange(table.num_rows)))
-        fused = group_aggregate(base, [GID_COL], aggs + [(ROW_COL, "min")])
-        fused = by_group_id(fused.rename_columns([GID_COL, *names, ROW_COL]), size)
-        parts = {n: fused[n] for n in names}
-        keys = table.select(group_cols).take(fused[ROW_COL])
+        gid, size, keys, parts = _shared_groups(table, table, group_cols, aggs, names)
         for i in special:
             m = self.members[i]
             states = m.state_columns()

@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dpa.arrays import from_numpy, to_numpy
+from dpa.arrays import from_numpy, numpy_dtype, scalar, to_numpy
 from dpa.input.records import HASH_COL
 
 logger = logging.getLogger(__name__)
@@ -89,11 +89,6 @@ def groups_by_value(key_types: Sequence[pa.DataType | None] | None) -> bool:
             and _storage_type(key_types[0]) is not None)
 
 
-def _numpy_int(dtype: pa.DataType) -> np.dtype:
-    """The numpy type of an Arrow integer type (without ``to_pandas_dtype``, which imports pandas)."""
-    return np.dtype(f"{'i' if pa.types.is_signed_integer(dtype) else 'u'}{dtype.bit_width // 8}")
-
-
 @dataclass
 class DenseKeys:
     """A key column numbered by its values: row ``i`` is in group ``ids[i]``, ``0 <= ids < size``.
@@ -116,7 +111,7 @@ class DenseKeys:
         if pa.types.is_uint64(storage):
             values = present.astype(np.uint64) + np.uint64(self.low)
         else:
-            values = (present.astype(np.int64) + self.low).astype(_numpy_int(storage))
+            values = (present.astype(np.int64) + self.low).astype(numpy_dtype(storage))
         out = from_numpy(values, storage)
         return out if storage.equals(self.dtype) else out.view(self.dtype)
 
@@ -182,7 +177,7 @@ class _Column:
         if self._values is None:
             col = _one_array(self.column)
             if self.valid is not None:
-                col = pc.fill_null(col, pa.scalar(False if pa.types.is_boolean(self.type) else 0, self.type))
+                col = pc.fill_null(col, scalar(False if pa.types.is_boolean(self.type) else 0, self.type))
             self._values = to_numpy(col)
         return self._values
 
@@ -272,7 +267,7 @@ def _aggregate(col: _Column | None, fn: str, counts: np.ndarray, present: np.nda
     if pa.types.is_boolean(dtype):
         out = np.full(size, fn == "min", dtype=np.bool_)
     else:
-        info = np.iinfo(_numpy_int(dtype))
+        info = np.iinfo(numpy_dtype(dtype))
         out = np.full(size, info.max if fn == "min" else info.min, dtype=info.dtype)
     values, where = col.values, ids
     if col.valid is not None:
