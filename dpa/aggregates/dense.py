@@ -59,6 +59,10 @@ DENSE_SMALL_ROWS = 1 << 16
 #: An integer mean is computed from a float64 sum, exact while every sum stays below this.
 _EXACT_FLOAT = 2**53
 
+#: Rows per step of the variance's second pass (:func:`_sum_of_squared_deviations`): 512 KB
+#: of float64, which stays in a core's cache.
+PASS_ROWS = 1 << 16
+
 _FUNCTIONS = ("count_all", "count", "sum", "mean", "variance", "min", "max")
 
 
@@ -253,15 +257,7 @@ def _aggregate(col: _Column | None, fn: str, counts: np.ndarray, present: np.nda
         n = col.count()
         with np.errstate(invalid="ignore", divide="ignore"):
             mean = col.sum() / n
-            # Second pass: squared deviations from the group's mean, in one buffer.
-            deviation = np.take(mean, ids)
-            np.subtract(col.values, deviation, out=deviation)
-            if col.valid is not None:
-                deviation[~col.valid] = 0.0
-            np.multiply(deviation, deviation, out=deviation)
-            m2 = np.zeros(size)
-            np.add.at(m2, ids, deviation)
-            var = m2 / n
+            var = _sum_of_squared_deviations(col.values, col.valid, ids, mean, size) / n
         return _masked(var, n, present, pa.float64())
     # min / max of integers or booleans
     if pa.types.is_boolean(dtype):
@@ -274,6 +270,30 @@ def _aggregate(col: _Column | None, fn: str, counts: np.ndarray, present: np.nda
         values, where = values[col.valid], ids[col.valid]
     (np.minimum if fn == "min" else np.maximum).at(out, where, values)
     return _masked(out, col.count(), present, dtype)
+
+
+def _sum_of_squared_deviations(values: np.ndarray, valid: np.ndarray | None, ids: np.ndarray, mean: np.ndarray,
+                                size: int) -> np.ndarray:
+    """Per group, the sum of ``(value - mean[group]) ** 2`` over its valid values: the second
+    of the variance's two passes.
+
+    It runs over :data:`PASS_ROWS` rows at a time through one small buffer: a deviation
+    buffer as long as the batch would be new memory each time (a fault per page on first
+    touch, which costs more than the arithmetic), and this one stays in cache. The sums are
+    added in row order, as in one pass over the whole batch.
+    """
+    m2 = np.zeros(size)
+    buffer = np.empty(min(len(ids), PASS_ROWS))
+    for start in range(0, len(ids), PASS_ROWS):
+        part = ids[start:start + PASS_ROWS]
+        deviation = buffer[:len(part)]
+        np.take(mean, part, out=deviation, mode="clip")  # (ids are in range: no check needed)
+        np.subtract(values[start:start + PASS_ROWS], deviation, out=deviation)
+        if valid is not None:
+            deviation[~valid[start:start + PASS_ROWS]] = 0.0
+        np.multiply(deviation, deviation, out=deviation)
+        np.add.at(m2, part, deviation)
+    return m2
 
 
 def _plan(table: pa.Table, group_cols: Sequence[str], aggs: Sequence[Any]) -> tuple[str, list[tuple[str | None, str]]] | None:

@@ -210,6 +210,24 @@ def test_large_batch_equals_arrow():
         assert _same(ours[name], theirs[name], 1e-12 if name.endswith("variance") else 0.0), name
 
 
+@pytest.mark.parametrize("rows", [1, 7, 4096, 10_001, 1 << 16])
+def test_variance_second_pass_in_steps_adds_as_one_pass_does(rows):
+    rng = np.random.default_rng(5)
+    n, size = 10_001, 300
+    ids = rng.integers(0, size, n)
+    values = rng.normal(1e6, 3.0, n)
+    valid = rng.random(n) > 0.05
+    counts = np.bincount(ids[valid], minlength=size)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.bincount(ids[valid], weights=values[valid], minlength=size) / counts
+    deviation = np.where(valid, values - mean[ids], 0.0)
+    expected = np.zeros(size)
+    np.add.at(expected, ids, deviation * deviation)
+    with mock.patch.object(dense, "PASS_ROWS", rows):
+        got = dense._sum_of_squared_deviations(values, valid, ids, mean, size)
+    assert np.array_equal(got, expected)  # (bit for bit: the same additions in the same order)
+
+
 def test_integer_sums_wrap_around_as_arrow_s_do():
     table = pa.table({"k": [1, 1, 2], "v": pa.array([2**62, 2**62, 5], pa.int64())})
     with every_batch_by_value():
