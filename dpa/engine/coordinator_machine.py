@@ -120,6 +120,20 @@ class CoordinatorMachine(Machine):
             self.recoveries[-1].recover_s = event.at_s - self.recoveries[-1].at_s
         return self._hand_out()
 
+    @handles(ev.JobClosed)
+    def _on_job_closed(self, event: ev.JobClosed) -> list[Any]:
+        """Lets go of what was kept for a recovery: the items not handed out, those handed
+        out since the last checkpoint and the checkpoint's states. On Ray these are refs
+        that keep input blocks and states in the object store, which an idle pool would
+        otherwise hold until its next job."""
+        self.live = False
+        self.queue.clear()
+        self.logic.ledger.forget_items()
+        self.checkpoint.states = [None] * len(self.checkpoint.states)
+        self.checkpoint.pending = None
+        self.round = self.verdict = None
+        return []
+
     def settle(self) -> list[Any]:
         """Ends the run when it is complete; tells the balancer and the reducers once that
         every record is pushed."""

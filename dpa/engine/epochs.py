@@ -260,6 +260,14 @@ class EpochLedger:
         """The checkpoint being taken was lost (a member failed meanwhile)."""
         self.closing = None
 
+    def forget_items(self) -> None:
+        """Drops the items kept for a replay (on Ray, refs that hold input blocks in the
+        object store), keeping every count: once the job is over nothing is replayed."""
+        for slot in self._open.values():
+            slot.items.clear()
+            slot.tokens.clear()
+            slot.parents.clear()
+
     def rollback(self) -> list[Any]:
         """Forgets everything after the last checkpoint; returns the items to hand out
         again, in the order they first went out: every block, and every rest whose block

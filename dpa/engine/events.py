@@ -445,6 +445,11 @@ class ScaleOutFailed:
 
 
 @dataclass(frozen=True)
+class JobClosed:
+    """The runtime is done with the job (it ended, or failed): nothing will be replayed."""
+
+
+@dataclass(frozen=True)
 class BalancingEnded:
     """The balancer stopped; ``final`` is the routing snapshot the job ends on."""
 

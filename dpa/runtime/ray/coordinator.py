@@ -367,6 +367,7 @@ class Coordinator(PoolMembers, ElasticReducers, MemberHost):
             await self._abort_members(tasks)
             raise error from None
         finally:
+            machine.handle(ev.JobClosed())  # (the input blocks and checkpoints it kept can go)
             async with self.cond:
                 self.cond.notify_all()
         self.job_id = self.run_id = None  # done: late progress reports of this job are dropped

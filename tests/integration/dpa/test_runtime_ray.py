@@ -340,6 +340,34 @@ def test_a_block_of_a_big_table_goes_to_the_object_store_without_its_parent(monk
     assert copied is not block and copied.equals(block)
 
 
+def test_an_idle_pool_keeps_no_reference_to_its_last_input(monkeypatch):
+    """The coordinator lets go of the input blocks it kept for a replay when the job ends,
+    so the object store frees them then, not when the pool's next job starts."""
+    from ray._private.internal_api import memory_summary
+
+    put = []  # the ids of the blocks the driver put (a ref kept here would hold them)
+    real_put = ray.put
+
+    def spy(value, **kw):
+        ref = real_put(value, **kw)
+        put.append(ref.hex())
+        return ref
+
+    monkeypatch.setattr(ray, "put", spy)
+    table = pa.table({"k": np.arange(400_000) % 1000, "v": np.ones(400_000)})
+    res = dpa.run(table, key="k", reducer=dpa.Count(), config=dpa.JobConfig(num_mappers=2))
+    assert res.to_dict()[7] == 400
+    monkeypatch.undo()
+    assert put
+    deadline = time.time() + 20
+    while True:
+        held = [ref for ref in put if ref in memory_summary(line_wrap=False, stats_only=False, num_entries=10_000)]
+        if not held or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    assert not held, f"{len(held)} of {len(put)} input blocks still referenced after the job"
+
+
 def test_a_forecast_ring_is_routed_from_the_first_push_and_needs_no_merge():
     keys = np.concatenate([np.zeros(3000, np.int64), np.arange(7000, dtype=np.int64) % 900 + 1])
     np.random.default_rng(4).shuffle(keys)

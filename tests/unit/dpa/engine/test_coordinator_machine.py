@@ -224,6 +224,17 @@ def test_a_lost_member_rolls_back_and_the_items_after_the_checkpoint_go_out_agai
     assert [i.item for i in m.handle(*[ev.BlockWanted(k % 2) for k in range(4)])] == ["b1", "b2", "b3", "b4"]
 
 
+def test_a_closed_job_keeps_no_item_or_state_for_a_replay_and_its_counts():
+    m, _ = checkpointed()  # b1, b2 handed out after the checkpoint, b3 queued
+    counts = (m.processed, m.emitted, m.blocks_per_mapper, m.logic.ledger.blocks_done)
+    assert m.handle(ev.JobClosed()) == []
+    assert m.queued == 0 and m.checkpoint.states == [None, None] and m.checkpoint.pending is None
+    held = [item for slot in m.logic.ledger._open.values() for item in slot.items]
+    assert held == [] and m.logic.ledger.rollback() == []
+    assert (m.processed, m.emitted, m.blocks_per_mapper, m.logic.ledger.blocks_done) == counts
+    assert m.handle(ev.BlockWanted(0), ev.Tick()) == []  # (nothing more goes out)
+
+
 def test_a_replaced_balancer_resumes_from_the_checkpoints_routing():
     m, _ = checkpointed()
     m.handle(ev.MemberLost(3.0, "balancer: died", "balancer"))
