@@ -272,6 +272,17 @@ def _aggregate(col: _Column | None, fn: str, counts: np.ndarray, present: np.nda
     return _masked(out, col.count(), present, dtype)
 
 
+def _rows_per_id(ids: np.ndarray, size: int) -> np.ndarray:
+    """The rows of each id (int64). ``numpy.bincount`` copies an index array it may not write
+    (the key column's own Arrow buffer) before counting, a copy as long as the batch;
+    ``numpy.add.at`` reads it where it is."""
+    if ids.flags.writeable:
+        return np.bincount(ids, minlength=size)
+    counts = np.zeros(size, dtype=np.int64)
+    np.add.at(counts, ids, 1)
+    return counts
+
+
 def _sum_of_squared_deviations(values: np.ndarray, valid: np.ndarray | None, ids: np.ndarray, mean: np.ndarray,
                                 size: int) -> np.ndarray:
     """Per group, the sum of ``(value - mean[group]) ** 2`` over its valid values: the second
@@ -351,7 +362,7 @@ def _dense_aggregate(table: pa.Table, group_cols: Sequence[str], key: str, wante
     """The group-by by key value; None if an integer mean could lose precision as float64,
     or the batch has fewer than ``min_groups`` groups."""
     ids, size = dense.ids, dense.size
-    counts = np.bincount(ids, minlength=size)
+    counts = _rows_per_id(ids, size)
     present = np.flatnonzero(counts)
     if len(present) < min_groups:
         return None

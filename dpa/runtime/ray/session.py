@@ -25,12 +25,11 @@ logger = logging.getLogger(__name__)
 METRICS_REPORT_INTERVAL_MS = 1000
 
 #: How often Ray deletes the objects no one references any more from the object store; Ray's
-#: default is 1 s, dpa asks for 20 ms when it starts Ray. A job's input blocks are let go of
-#: when it ends, and the next job's blocks then take their memory: memory that was written
-#: before, where memory never touched costs a page fault per 4 KB in every process that
-#: writes or reads it (on this project's 2-core virtual machine, about a fifth of a
-#: 10M-row job's time). For a Ray you start: ``ray start --head --system-config=
-#: '{"free_objects_period_milliseconds": 20}'``.
+#: default is 1 s, dpa asks for 20 ms when it starts Ray. A job's coordinator lets go of the
+#: input blocks when the job ends, so the next job's blocks are written into memory the last
+#: job's used, not into pages never touched, each of which costs a page fault (4 KB zeroed
+#: and mapped) in every process that writes or reads it. For a Ray you start: ``ray start
+#: --head --system-config='{"free_objects_period_milliseconds": 20}'``.
 FREE_OBJECTS_PERIOD_MS = 20
 
 #: Starts tried before giving up: on a loaded machine the raylet can miss Ray's fixed

@@ -210,6 +210,16 @@ def test_large_batch_equals_arrow():
         assert _same(ours[name], theirs[name], 1e-12 if name.endswith("variance") else 0.0), name
 
 
+def test_rows_per_id_counts_read_only_and_writeable_ids_alike():
+    ids = np.random.default_rng(2).integers(0, 50, 1000)
+    expected = np.bincount(ids, minlength=60)
+    read_only = pa.array(ids).to_numpy(zero_copy_only=True)  # (an Arrow buffer: numpy may not write it)
+    assert not read_only.flags.writeable and ids.flags.writeable
+    for given in (ids, read_only):
+        got = dense._rows_per_id(given, 60)
+        assert got.dtype == np.int64 and np.array_equal(got, expected)
+
+
 @pytest.mark.parametrize("rows", [1, 7, 4096, 10_001, 1 << 16])
 def test_variance_second_pass_in_steps_adds_as_one_pass_does(rows):
     rng = np.random.default_rng(5)
