@@ -4,7 +4,8 @@ Most group-bys hash every row's key to find its group; Arrow's hash aggregation 
 its cost grows with the number of groups (at 78k keys in a block of 1.7M rows, Arrow's
 grouped variance alone costs twice its count). When the key is one column of integers (or
 of dates, timestamps, times or durations, integers underneath) whose values span a range
-not much larger than the batch, the key itself numbers the groups: ``id = key - min``.
+not much larger than the batch, the key itself numbers the groups: ``id = key - min`` (or
+``id = key`` when ``0 <= min <= max - min + 1``).
 The aggregates are then ``numpy.bincount`` and ``numpy.add.at`` (``maximum.at``, ...) over
 that id, and the groups present are those with rows. DuckDB calls this a perfect hash
 aggregate.
@@ -100,7 +101,7 @@ class DenseKeys:
     Attributes:
         ids: Group id per row (``key - low``).
         size: Number of ids (the key's range; not every id need have rows).
-        low: The smallest key.
+        low: The key of id 0: the smallest key, or 0.
         dtype: The key column's Arrow type.
     """
 
@@ -144,8 +145,12 @@ def dense_keys(column: pa.ChunkedArray | pa.Array) -> DenseKeys | None:
     size = high - low + 1
     if size > DENSE_SPAN_ROWS * rows + DENSE_SPAN_SLACK:
         return None
-    if low == 0 and values.dtype == np.int64:
-        ids = values  # (the column's own buffer: the values are the ids)
+    if 0 <= low <= size and values.dtype == np.int64:
+        # The values are the ids (from 0, even when the smallest key is larger, as long as
+        # that at most doubles the ids): the column's own buffer, where ``values - low``
+        # would be a new array as long as the batch.
+        low, size = 0, high + 1
+        ids = values
     elif pa.types.is_uint64(storage):
         ids = (values - np.uint64(low)).view(np.int64)
     else:

@@ -159,6 +159,22 @@ def test_span_limit():
     assert dense_keys(outside) is None
 
 
+def test_keys_from_a_positive_minimum_are_their_own_ids():
+    column = pa.array(np.arange(100, 200, dtype=np.int64).repeat(3))  # (ids 0..199: twice the range)
+    keys = dense_keys(column)
+    assert (keys.low, keys.size) == (0, 200)
+    assert np.shares_memory(keys.ids, np.frombuffer(column.buffers()[1], dtype=np.int64))  # (no copy)
+    table = pa.table({"k": column, "v": np.arange(300.0)})
+    aggs = [([], "count_all"), ("v", "sum")]
+    with every_batch_by_value():
+        ours = group_aggregate(table, ["k"], aggs)
+    assert ours.equals(_arrow(table, ["k"], aggs).sort_by("k"))
+    # Otherwise the ids are key - low: a negative key, or keys far from 0 for their range.
+    for values, low, size, ids in (([-5, 3], -5, 9, [0, 8]), ([60_000, 60_010], 60_000, 11, [0, 10])):
+        shifted = dense_keys(pa.array(values, pa.int64()))
+        assert (shifted.low, shifted.size, shifted.ids.tolist()) == (low, size, ids)
+
+
 def test_integer_sums_beyond_float_precision_are_arrow_exact_sums():
     big = 2**62
     table = pa.table({"k": [1, 1, 2], "v": pa.array([big, 3, -big], pa.int64())})
@@ -215,8 +231,8 @@ def test_rows_per_id_counts_read_only_and_writeable_ids_alike():
     expected = np.bincount(ids, minlength=60)
     read_only = pa.array(ids).to_numpy(zero_copy_only=True)  # (an Arrow buffer: numpy may not write it)
     assert not read_only.flags.writeable and ids.flags.writeable
-    for given in (ids, read_only):
-        got = dense._rows_per_id(given, 60)
+    for array in (ids, read_only):
+        got = dense._rows_per_id(array, 60)
         assert got.dtype == np.int64 and np.array_equal(got, expected)
 
 
