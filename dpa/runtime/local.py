@@ -346,7 +346,7 @@ class LocalRun:
         # (an elastic job: the slots that took part; a replaced balancer knows only its own)
         width = max(balancer.width, max((i + 1 for i, c in enumerate(counters) if c["processed"] or c["forwarded"]),
                                         default=0))
-        return RunOutput(
+        output = RunOutput(
             tables=[table for table, _ in results[:width]],
             processed=[c["processed"] for c in counters[:width]],
             forwarded=[c["forwarded"] for c in counters[:width]],
@@ -366,6 +366,8 @@ class LocalRun:
             scaling=list(balancer.scaling),
             group_apply=self.applied,
         )
+        self._coordinate(ev.JobClosed())  # (as the Ray coordinator does when its job ends)
+        return output
 
     def _apply_groups(self, total_rows: int) -> tuple[list[tuple[pa.Table | None, int]], dict[str, Any]]:
         """The apply phase of a per-group function, in virtual time: every worker's clock
