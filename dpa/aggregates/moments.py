@@ -31,7 +31,10 @@ from dpa.errors import ConfigError
 
 __all__ = ["Std", "Var"]
 
+#: A float64 zero as an Arrow scalar (a Python 0.0 given to a compute function goes
+#: through pyarrow's pandas shim).
 _ZERO = scalar(0.0, pa.float64())
+
 
 class Var(ColumnarReducer):
     """Variance of ``column`` per key, sample (``ddof=1``, Spark's ``var_samp``, the default)

@@ -16,11 +16,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dpa.arrays import to_numpy
 from dpa.errors import KeyEncodingError, SchemaError
 
 __all__ = ["canonical_float_keys", "check_key_type", "decode_key_dictionaries", "hash_key_columns"]
 
-from dpa.arrays import to_numpy
 from dpa.keys.encoding import (
     INT64_MAX,
     TAG_BYTES,
