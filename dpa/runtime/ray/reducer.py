@@ -23,6 +23,7 @@ from dpa.engine.plan import JobPlan
 from dpa.engine.reducer_machine import IDLE_ANSWER, ReducerMachine
 from dpa.input.records import unify
 from dpa.runtime.ray.member import ActorFailure, JobMember, quiet_method, ready
+from dpa.runtime.ray.pacing import SleepPacer
 from dpa.runtime.ray.telemetry import ReducerTelemetry
 
 
@@ -180,6 +181,7 @@ class ReducerActor(JobMember):
             return {}
         self.task = asyncio.current_task()
         reporter = asyncio.ensure_future(self._reporter(job_id))
+        pacer = SleepPacer()  # (the job's sleeps add up to its costs: see dpa.runtime.ray.pacing)
         try:
             self._feed(ev.ReducerStarted())
             while True:
@@ -188,7 +190,7 @@ class ReducerActor(JobMember):
                     break
                 if step.cost_s > 0:
                     if step.mode == "sleep":
-                        await asyncio.sleep(step.cost_s)
+                        await pacer.pay(step.cost_s)
                     else:
                         end = time.perf_counter() + step.cost_s
                         while time.perf_counter() < end:
