@@ -258,8 +258,9 @@ class WithCost(Reducer):
     The cost is paid by the reducer actor for every record it *processes* (forwarded
     records are free), so queues build up as with the compute-heavy reducers of the DPA
     paper. ``mode="sleep"`` waits without using a CPU (so many reducers fit on a few
-    cores); ``mode="spin"`` busy-waits on the CPU. The in-process runtime charges the
-    cost in virtual time instead.
+    cores), and a timer's lateness is taken off the next wait, so a reducer's waits add up
+    to the cost of its records (:mod:`dpa.runtime.ray.pacing`); ``mode="spin"`` busy-waits
+    on the CPU. The in-process runtime charges the cost in virtual time instead.
 
     Args:
         inner: The reducer doing the actual aggregation.
