@@ -73,5 +73,5 @@ def test_real_sleeps_add_up_to_at_least_the_costs() -> None:
     start = time.perf_counter()
     pay_all(pacer, costs)
     elapsed = time.perf_counter() - start
-    assert elapsed >= sum(costs)
+    assert elapsed >= sum(costs) - 1e-6  # (a timer may fire within the clock's resolution of its time)
     assert elapsed < sum(costs) + 0.2  # (one lateness, with a loaded machine's margin)
