@@ -36,17 +36,27 @@ def fill(loads: np.ndarray, amount: float) -> np.ndarray:
         Non-negative additions summing to ``amount`` that raise the least loaded bins to
         one common level (bins above it get nothing).
     """
-    loads = np.asarray(loads, dtype=np.float64)
-    if amount <= 0 or not len(loads):
-        return np.zeros(len(loads))
-    s = np.sort(loads)
-    prefix = np.cumsum(s)
-    k = np.arange(1, len(s) + 1)
-    levels = (prefix + amount) / k
-    # the number of bins filled is the largest k whose level reaches the k-th lowest bin
-    ok = levels >= s
-    level = levels[np.flatnonzero(ok)[-1]]
-    return np.maximum(level - loads, 0.0)
+    return np.array(fill_values(np.asarray(loads, dtype=np.float64).tolist(), amount), dtype=np.float64)
+
+
+def fill_values(loads: list[float], amount: float) -> list[float]:
+    """:func:`fill` on a list of floats, in plain Python: the planner fills a hot key's few
+    candidates many times per plan, where numpy's per-call cost is most of the work.
+
+    The level is the largest ``k`` whose ``(sum of the k lowest loads + amount) / k``
+    reaches the ``k``-th lowest load, computed with the same float operations, in the same
+    order, as a prefix sum over the sorted loads.
+    """
+    if amount <= 0 or not loads:
+        return [0.0] * len(loads)
+    prefix = 0.0
+    level = 0.0
+    for k, x in enumerate(sorted(loads), 1):
+        prefix += x
+        candidate = (prefix + amount) / k
+        if candidate >= x:
+            level = candidate
+    return [max(level - load, 0.0) for load in loads]
 
 
 class HybridPlanner(DPAPlanner):
@@ -162,13 +172,20 @@ class HybridPlanner(DPAPlanner):
         hashes, counts = self.sketch.top()
         w = self._forecast_weight()
         if w > 0.0 and self.forecast:
-            merged = dict(zip(hashes.tolist(), counts.tolist()))
-            for h, c in self.forecast.items():
-                merged[h] = merged.get(h, 0) + w * c
-            items = sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))
-            hashes = np.array([h for h, _ in items], dtype=np.uint32)
-            counts = np.array([c for _, c in items], dtype=np.float64)
+            # The sketch's counts plus the weighted forecast, per hash (the sketch's count
+            # first, as ``count + w * forecast``); only keys that may pass the lower
+            # threshold are sorted (the sketch monitors thousands, a few are hot).
+            size = len(self.forecast)
+            named = np.concatenate([hashes, np.fromiter(self.forecast.keys(), dtype=np.uint32, count=size)])
+            weighted = w * np.fromiter(self.forecast.values(), dtype=np.float64, count=size)
+            hashes, slot = np.unique(named, return_inverse=True)
+            merged = np.zeros(len(hashes))
+            np.add.at(merged, slot, np.concatenate([counts.astype(np.float64), weighted]))
             N = N + w * self.forecast_n
+            keep = merged >= self.theta * N / 2
+            hashes, merged = hashes[keep], merged[keep]
+            order = np.lexsort((hashes, -merged))  # most frequent first, ties by hash
+            hashes, counts = hashes[order], merged[order]
         out: dict[int, list[int]] = {}
         for h, c in zip(hashes.tolist(), counts.tolist()):  # most frequent first
             if c < self.theta * N / 2:
@@ -239,20 +256,24 @@ class HybridPlanner(DPAPlanner):
                 movable = c * min(1.0, self.queue_lengths[home] / self.held[home])
                 level[home] -= movable
                 amount[h] += movable
-        level = np.maximum(level, 0.0)
-        parts: dict[int, np.ndarray] = {}
+        levels: list[float] = np.maximum(level, 0.0).tolist()  # (floats: see fill_values)
+        parts: dict[int, list[float]] = {}
         order = sorted(hot, key=lambda k: (-amount[k], k))
         for _ in range(8):
             for h in order:
                 cands = hot[h]
                 if h in parts:
-                    level[cands] -= parts[h]
-                parts[h] = fill(level[cands], amount[h])
-                level[cands] += parts[h]
+                    for r, part in zip(cands, parts[h]):
+                        levels[r] -= part
+                parts[h] = fill_values([levels[r] for r in cands], amount[h])
+                for r, part in zip(cands, parts[h]):
+                    levels[r] += part
+        level = np.array(levels)
         shares: dict[int, np.ndarray] = {}
         for h in order:
-            total = parts[h].sum()
-            shares[h] = np.round(parts[h] / total, 3) if total > 0 else np.full(len(hot[h]), 1.0 / len(hot[h]))
+            got = np.array(parts[h])
+            total = got.sum()
+            shares[h] = np.round(got / total, 3) if total > 0 else np.full(len(hot[h]), 1.0 / len(hot[h]))
         self._shares = shares
         logger.debug("hybrid plan: N=%d tail=%s expected=%s", self.sketch.n, tail.tolist(), level.round(1).tolist())
         return hot

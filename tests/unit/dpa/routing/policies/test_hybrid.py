@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import dpa
 from dpa.errors import ConfigError
-from dpa.routing.policies.hybrid.planner import fill
+from dpa.routing.policies.hybrid.planner import fill, fill_values
 from dpa.routing.policies.hybrid.policy import HybridPolicy
 from dpa.routing.policies.hybrid.settings import HybridSettings
 from dpa.routing.policies.hybrid.snapshot import HybridSnapshot
@@ -40,6 +40,26 @@ def test_fill_levels_the_lowest_bins(loads, amount):
         # every bin that got something ends at the same level, and no bin is below it
         assert np.allclose(after[add > 1e-9], level)
         assert (after >= level - 1e-9).all()
+
+
+def _fill_by_numpy(loads: np.ndarray, amount: float) -> np.ndarray:
+    """Water filling as prefix sums over the sorted loads, in numpy (the reference)."""
+    if amount <= 0 or not len(loads):
+        return np.zeros(len(loads))
+    s = np.sort(loads)
+    levels = (np.cumsum(s) + amount) / np.arange(1, len(s) + 1)
+    level = levels[np.flatnonzero(levels >= s)[-1]]
+    return np.maximum(level - loads, 0.0)
+
+
+@given(st.lists(st.one_of(st.floats(0, 1e6, allow_nan=False), st.sampled_from([0.0, 1.0, 2.5])), min_size=0,
+                max_size=8),
+       st.one_of(st.floats(0, 1e6, allow_nan=False), st.just(0.0)))
+def test_fill_values_matches_the_numpy_formulation_bit_for_bit(loads, amount):
+    got = fill_values(list(loads), amount)
+    want = _fill_by_numpy(np.array(loads, dtype=np.float64), amount)
+    assert np.array_equal(np.array(got, dtype=np.float64), want)
+    assert all(isinstance(x, float) for x in got)
 
 
 def test_assign_follows_the_shares_over_any_run():
