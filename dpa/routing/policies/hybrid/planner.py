@@ -25,8 +25,12 @@ logger = logging.getLogger(__name__)
 FORECAST_KEYS = 64
 
 
-def fill(loads: np.ndarray, amount: float) -> np.ndarray:
+def fill(loads: list[float], amount: float) -> list[float]:
     """Continuous water filling: how much of ``amount`` each bin gets to level the lowest.
+
+    The level is the largest ``k`` whose ``(sum of the k lowest loads + amount) / k``
+    reaches the ``k``-th lowest load. In plain Python floats: the planner fills a hot key's
+    few candidates many times per plan, where numpy's per-call cost would be most of the work.
 
     Args:
         loads: Current load of each bin.
@@ -35,17 +39,6 @@ def fill(loads: np.ndarray, amount: float) -> np.ndarray:
     Returns:
         Non-negative additions summing to ``amount`` that raise the least loaded bins to
         one common level (bins above it get nothing).
-    """
-    return np.array(fill_values(np.asarray(loads, dtype=np.float64).tolist(), amount), dtype=np.float64)
-
-
-def fill_values(loads: list[float], amount: float) -> list[float]:
-    """:func:`fill` on a list of floats, in plain Python: the planner fills a hot key's few
-    candidates many times per plan, where numpy's per-call cost is most of the work.
-
-    The level is the largest ``k`` whose ``(sum of the k lowest loads + amount) / k``
-    reaches the ``k``-th lowest load, computed with the same float operations, in the same
-    order, as a prefix sum over the sorted loads.
     """
     if amount <= 0 or not loads:
         return [0.0] * len(loads)
@@ -256,7 +249,7 @@ class HybridPlanner(DPAPlanner):
                 movable = c * min(1.0, self.queue_lengths[home] / self.held[home])
                 level[home] -= movable
                 amount[h] += movable
-        levels: list[float] = np.maximum(level, 0.0).tolist()  # (floats: see fill_values)
+        levels: list[float] = np.maximum(level, 0.0).tolist()  # (floats: see fill)
         parts: dict[int, list[float]] = {}
         order = sorted(hot, key=lambda k: (-amount[k], k))
         for _ in range(8):
@@ -265,17 +258,18 @@ class HybridPlanner(DPAPlanner):
                 if h in parts:
                     for r, part in zip(cands, parts[h]):
                         levels[r] -= part
-                parts[h] = fill_values([levels[r] for r in cands], amount[h])
+                parts[h] = fill([levels[r] for r in cands], amount[h])
                 for r, part in zip(cands, parts[h]):
                     levels[r] += part
-        level = np.array(levels)
         shares: dict[int, np.ndarray] = {}
         for h in order:
             got = np.array(parts[h])
             total = got.sum()
             shares[h] = np.round(got / total, 3) if total > 0 else np.full(len(hot[h]), 1.0 / len(hot[h]))
         self._shares = shares
-        logger.debug("hybrid plan: N=%d tail=%s expected=%s", self.sketch.n, tail.tolist(), level.round(1).tolist())
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("hybrid plan: N=%d tail=%s expected=%s", self.sketch.n, tail.tolist(),
+                         [round(x, 1) for x in levels])
         return hot
 
     def _shares_moved(self) -> bool:

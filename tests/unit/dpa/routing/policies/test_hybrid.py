@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import dpa
 from dpa.errors import ConfigError
-from dpa.routing.policies.hybrid.planner import fill, fill_values
+from dpa.routing.policies.hybrid.planner import fill
 from dpa.routing.policies.hybrid.policy import HybridPolicy
 from dpa.routing.policies.hybrid.settings import HybridSettings
 from dpa.routing.policies.hybrid.snapshot import HybridSnapshot
@@ -31,7 +31,7 @@ def _snapshot(policy: HybridPolicy, R: int, hot: dict[int, tuple[list[int], list
 
 @given(st.lists(st.integers(0, 50), min_size=1, max_size=8), st.integers(0, 200))
 def test_fill_levels_the_lowest_bins(loads, amount):
-    add = fill(np.array(loads, float), float(amount))
+    add = np.array(fill([float(x) for x in loads], float(amount)))
     assert add.sum() == pytest.approx(amount)
     assert (add >= -1e-9).all()
     after = np.array(loads) + add
@@ -55,8 +55,8 @@ def _fill_by_numpy(loads: np.ndarray, amount: float) -> np.ndarray:
 @given(st.lists(st.one_of(st.floats(0, 1e6, allow_nan=False), st.sampled_from([0.0, 1.0, 2.5])), min_size=0,
                 max_size=8),
        st.one_of(st.floats(0, 1e6, allow_nan=False), st.just(0.0)))
-def test_fill_values_matches_the_numpy_formulation_bit_for_bit(loads, amount):
-    got = fill_values(list(loads), amount)
+def test_fill_matches_the_numpy_formulation_bit_for_bit(loads, amount):
+    got = fill(list(loads), amount)
     want = _fill_by_numpy(np.array(loads, dtype=np.float64), amount)
     assert np.array_equal(np.array(got, dtype=np.float64), want)
     assert all(isinstance(x, float) for x in got)
