@@ -29,6 +29,7 @@ from typing import Any
 import ray
 
 from dpa.runtime.ray.balancer import BalancerActor
+from dpa.runtime.ray.heap import keep_freed_memory
 from dpa.runtime.ray.mapper import MapperActor
 from dpa.runtime.ray.member import NAMESPACE, quiet_method
 from dpa.runtime.ray.reducer import ReducerActor
@@ -104,6 +105,7 @@ class HostActor(MemberHost):
         multi-column key) a thread imports Arrow's group-by engine while the pool starts, so
         that the first block does not wait for it.
         """
+        keep_freed_memory()  # a block's arrays reuse the last block's memory
         self.name = name
         self.members = {role: build_member(role, member) for role, member in members}
         if import_arrow_engine:
