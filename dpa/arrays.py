@@ -59,6 +59,19 @@ def to_numpy(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return _view(column, dtype)
 
 
+def buffer_values(array: pa.Array) -> np.ndarray:
+    """The data buffer of an integer or floating point array as a read-only ndarray, one
+    value per slot, nulls included (a null's slot holds whatever the buffer holds there).
+
+    Args:
+        array: One Arrow array (not chunked) of a type :func:`numpy_dtype` knows.
+
+    Returns:
+        A view of the buffer.
+    """
+    return _view(array, _NUMPY[array.type])
+
+
 def _view(array: pa.Array, dtype: np.dtype) -> np.ndarray:
     data = array.buffers()[1]
     if data is None or len(array) == 0:

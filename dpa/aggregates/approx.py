@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 
 from dpa.aggregates.builtins import Sum
 from dpa.aggregates.contract import ColumnarReducer
+from dpa.aggregates.dense import group_order
 from dpa.aggregates.distinct import canonical_value
 from dpa.errors import ConfigError, SchemaError
 from dpa.keys.encoding import encode_key
@@ -179,7 +180,7 @@ def _merge_binary(table: pa.Table, group_cols: list[str], state: str, fold: Any,
     from dpa.input.records import HASH_COL
 
     gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
-    order = np.argsort(gid)  # (any order of a key's rows will do)
+    order = group_order(gid, size)
     bounds = np.searchsorted(gid[order], np.arange(size + 1))
     blobs = table[state].to_pylist()
     merged = [fold([blobs[j] for j in order[bounds[g]:bounds[g + 1]]]) for g in range(size)]
@@ -271,7 +272,7 @@ class ApproxQuantile(ColumnarReducer):
         values = np.asarray(pc.cast(table[self.column], pa.float64(), safe=False).fill_null(np.nan), dtype=np.float64)
         valid = np.asarray(table[self.column].is_valid(), dtype=bool) if n else np.zeros(0, bool)
         keep = ~np.isnan(values)
-        order = np.argsort(gid)  # (any order of a key's rows will do)
+        order = group_order(gid, size)
         first = order[np.searchsorted(gid[order], np.arange(size))]
         kept = order[keep[order]]  # the numbers, grouped by key
         vals = pa.ListArray.from_arrays(_offsets(np.bincount(gid[kept], minlength=size)), pa.array(values[kept]))
@@ -290,7 +291,7 @@ class ApproxQuantile(ColumnarReducer):
         from dpa.input.records import HASH_COL
 
         gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
-        order = np.argsort(gid)  # (any order of a key's rows will do)
+        order = group_order(gid, size)
         bounds = np.searchsorted(gid[order], np.arange(size + 1))
         rows = table.take(pa.array(order, pa.int64()))
         lists = rows["vals"].combine_chunks()

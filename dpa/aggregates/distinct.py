@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dpa.aggregates.contract import ColumnarReducer
+from dpa.aggregates.dense import group_aggregate
 from dpa.errors import SchemaError
 
 __all__ = ["CollectSet", "CountDistinct"]
@@ -92,7 +93,7 @@ class _DistinctValues(ColumnarReducer):
         if weight_col is not None:
             aggs.append(([], "count_all"))
             names.append(weight_col)
-        return table.group_by(group_cols, use_threads=False).aggregate(aggs).rename_columns(names)
+        return group_aggregate(table, group_cols, aggs).rename_columns(names)
 
     def merge_partials(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
         lists = table["values"]
@@ -102,7 +103,7 @@ class _DistinctValues(ColumnarReducer):
         # One null row per partial row keeps keys whose sets are empty (all-null input).
         keep = table.select(group_cols).append_column("values", pa.nulls(table.num_rows, flat.type))
         both = pa.concat_tables([exploded, keep])
-        out = both.group_by(group_cols, use_threads=False).aggregate([("values", "distinct", _ONLY_VALID)])
+        out = group_aggregate(both, group_cols, [("values", "distinct", _ONLY_VALID)])
         return out.rename_columns(list(group_cols) + ["values"])
 
 

@@ -269,3 +269,74 @@ def test_integer_sums_wrap_around_as_arrow_s_do():
 ])
 def test_which_keys_may_group_by_value(key_types, expected):
     assert dense.groups_by_value(key_types) is expected
+
+
+ONLY_VALID = pc.CountOptions(mode="only_valid")
+
+DISTINCT_VALUE_TYPES = [pa.int8(), pa.int32(), pa.int64(), pa.uint8(), pa.uint32(), pa.date32(), pa.date64(),
+                        pa.timestamp("ms", tz="UTC"), pa.time64("us"), pa.duration("s")]
+
+
+def _sets(table: pa.Table, column: str) -> dict:
+    """``{key: set of the list's values}``, from a table ordered any way."""
+    return {k: set(v) for k, v in zip(table["k"].to_pylist(), table[column].to_pylist())}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dtype=st.sampled_from(DISTINCT_VALUE_TYPES), data=st.data())
+def test_distinct_equals_arrow_s_as_sets_in_ascending_order(dtype, data):
+    n = data.draw(st.integers(1, 120))
+    keys = data.draw(st.lists(st.integers(0, 40), min_size=n, max_size=n))
+    low, high = (0, 255) if pa.types.is_uint8(dtype) else (-100, 100) if pa.types.is_int8(dtype) else (-10**5, 10**5)
+    if pa.types.is_unsigned_integer(dtype) or pa.types.is_time(dtype):
+        low = 0  # (a time of day is not negative; dates stay within Python's years)
+    values = data.draw(st.lists(st.one_of(st.none(), st.integers(low, high)), min_size=n, max_size=n))
+    storage = dtype if pa.types.is_integer(dtype) else dense._storage_type(dtype)
+    if pa.types.is_date64(dtype):  # (whole days of milliseconds)
+        values = [None if v is None else v * 86_400_000 for v in values]
+    column = pa.array(values, storage)
+    table = pa.table({"k": pa.array(keys, pa.int64()), "v": column if storage == dtype else column.view(dtype)})
+    aggs = [("v", "distinct", ONLY_VALID), ([], "count_all")]
+    with every_batch_by_value():
+        ours = group_aggregate(table, ["k"], aggs)
+    theirs = _arrow(table, ["k"], aggs)
+    assert ours.schema.equals(theirs.schema)
+    assert ours["k"].to_pylist() == sorted(set(keys))  # (grouped by value, not by Arrow)
+    assert _sets(ours, "v_distinct") == _sets(theirs, "v_distinct")
+    for items in ours["v_distinct"].to_pylist():
+        assert items == sorted(set(items))  # (each value once)
+
+
+def test_distinct_keeps_keys_whose_values_are_all_null():
+    table = pa.table({"k": [1, 2, 1], "v": pa.array([None, 5, None], pa.int64())})
+    with every_batch_by_value():
+        out = group_aggregate(table, ["k"], [("v", "distinct", ONLY_VALID)])
+    assert out.to_pydict() == {"k": [1, 2], "v_distinct": [[], [5]]}
+
+
+def test_distinct_of_values_too_wide_to_pair_with_groups_goes_to_arrow():
+    # 2 groups x a span of 2**62: group * span + value would not fit an int64.
+    table = pa.table({"k": [0, 1, 0], "v": pa.array([-(2**61), 2**61, 2**61], pa.int64())})
+    aggs = [("v", "distinct", ONLY_VALID)]
+    key, wanted = dense._plan(table, ["k"], aggs)
+    assert dense._dense_aggregate(table, ["k"], key, wanted, dense_keys(table["k"]), 0) is None
+    with every_batch_by_value():
+        out = group_aggregate(table, ["k"], aggs)
+    assert _sets(out, "v_distinct") == {0: {-(2**61), 2**61}, 1: {2**61}}
+
+
+def test_distinct_with_another_option_or_of_floats_goes_to_arrow():
+    table = pa.table({"k": [0, 1, 0], "v": pa.array([1, None, 1], pa.int64()), "x": [0.5, 0.5, 1.5]})
+    for aggs in ([("v", "distinct", pc.CountOptions(mode="all"))], [("x", "distinct", ONLY_VALID)], [("v", "distinct")]):
+        with every_batch_by_value():
+            assert dense._plan(table, ["k"], aggs) is None
+            out = group_aggregate(table, ["k"], aggs)
+        assert out.sort_by("k").equals(_arrow(table, ["k"], aggs))
+
+
+@pytest.mark.parametrize("size", [1, 300, (1 << 16) + 5, 3_000_000])
+def test_group_order_lists_rows_group_by_group_in_their_order(size):
+    rng = np.random.default_rng(size)
+    ids = rng.integers(0, size, 20_000)
+    order = dense.group_order(ids, size)
+    assert np.array_equal(order, np.argsort(ids, kind="stable"))
