@@ -34,6 +34,7 @@ from dpa.aggregates.builtins import Sum
 from dpa.aggregates.contract import ColumnarReducer
 from dpa.aggregates.dense import group_order
 from dpa.aggregates.distinct import canonical_value
+from dpa.arrays import from_numpy
 from dpa.errors import ConfigError, SchemaError
 from dpa.keys.encoding import encode_key
 
@@ -198,6 +199,10 @@ def _merge_binary(table: pa.Table, group_cols: list[str], state: str, fold: Any,
 class ApproxQuantile(ColumnarReducer):
     """Approximate quantile(s) of ``column`` per key (KLL sketch; float64).
 
+    A key's numbers stay as they are until it has more than ``k`` of them (its quantiles are
+    then exact); NaN ranks above every number, nulls are skipped, a key without values gets
+    null, and a quantile that is zero is ``0.0`` (never ``-0.0``).
+
     Args:
         column: A numeric column (read as float64).
         q: A quantile in [0, 1] (the output is a float64) or a list of them (a list of
@@ -332,19 +337,36 @@ class ApproxQuantile(ColumnarReducer):
         return pa.array(blobs, pa.binary()), pa.ListArray.from_arrays(_offsets(lengths), pa.array(flat[keep]))
 
     def finalize_table(self, table: pa.Table, key_cols: list[str]) -> pa.Table:
+        n = table.num_rows
+        vals = table["vals"].combine_chunks() if isinstance(table["vals"], pa.ChunkedArray) else table["vals"]
+        vals = vals.fill_null([]) if vals.null_count else vals
+        lengths = np.asarray(pc.list_value_length(vals), dtype=np.int64) if n else np.zeros(0, np.int64)
+        nans = np.asarray(table["nans"], dtype=np.int64) if n else np.zeros(0, np.int64)
+        has = np.asarray(table["kll"].is_valid(), dtype=bool) if n else np.zeros(0, bool)
+        # A key without a sketch and at most k numbers: a sketch of them would hold them all,
+        # so its quantiles are read off the sorted numbers as the sketch reads them.
+        exact = ~has & (lengths <= self.k)
+        out = np.full((n, len(self.quantiles)), np.nan)
+        out[exact] = _exact_quantiles(vals, lengths, nans, self.quantiles)[exact]
         ds = _datasketches()
-        rows = []
-        for blob, vals, nans in zip(table["kll"].to_pylist(), table["vals"].to_numpy(zero_copy_only=False),
-                                    table["nans"].to_pylist()):
-            sketch = ds.kll_doubles_sketch.deserialize(blob) if blob is not None else self._new()
-            if vals is not None and len(vals):
-                sketch.update(np.array(vals, dtype=np.float64))  # (a writable copy)
-            rows.append(_quantiles(sketch, nans, self.quantiles))
+        blobs = table["kll"].to_pylist() if (~exact).any() else []
+        bounds = np.concatenate([[0], np.cumsum(lengths)])
+        flat = vals.flatten().to_numpy(zero_copy_only=False)
+        empty = exact & ((lengths + nans) == 0)  # no value at all: null
+        for g in np.flatnonzero(~exact).tolist():
+            sketch = ds.kll_doubles_sketch.deserialize(blobs[g]) if blobs[g] is not None else self._new()
+            if lengths[g]:
+                sketch.update(np.array(flat[bounds[g]:bounds[g + 1]], dtype=np.float64))  # (a writable copy)
+            empty[g] = sketch.n + nans[g] == 0
+            out[g] = [np.nan if v is None else v for v in _quantiles(sketch, int(nans[g]), self.quantiles)]
+        out += 0.0  # (-0.0 and 0.0 are one number: which of the two a tie yields is not the answer's)
         if isinstance(self.q, (list, tuple)):
-            out = pa.array([None if r[0] is None else r for r in rows], pa.list_(pa.float64()))
+            flat_out = from_numpy(out.reshape(-1))
+            column = pa.ListArray.from_arrays(_offsets(np.full(n, len(self.quantiles))), flat_out,
+                                              mask=pa.array(empty) if empty.any() else None)
         else:
-            out = pa.array([r[0] for r in rows], pa.float64())
-        return pa.table([table[c] for c in key_cols] + [out], names=list(key_cols) + [self.name])
+            column = from_numpy(out[:, 0], pa.float64(), mask=empty if empty.any() else None)
+        return pa.table([table[c] for c in key_cols] + [column], names=list(key_cols) + [self.name])
 
     def spark_name(self) -> str:
         if self.name != self.default_name:
@@ -385,6 +407,37 @@ def _kll_merge(parts: list[bytes]) -> bytes:
     for b in parts[1:]:
         sketch.merge(ds.kll_doubles_sketch.deserialize(b))
     return sketch.serialize()
+
+
+def _exact_quantiles(vals: pa.ListArray, lengths: np.ndarray, nans: np.ndarray, quantiles: list[float]) -> np.ndarray:
+    """:func:`_quantiles` of every row as if its numbers (``vals``, no NaN among them) were
+    all in a sketch that holds them exactly, at once: ``(rows, quantiles)`` floats, NaN
+    where a quantile ranks among the NaNs or a row has no value (the caller makes those rows
+    null).
+
+    A KLL sketch of ``n`` numbers of weight 1 answers ``get_quantile(r, inclusive=True)``
+    with the number at sorted position ``max(ceil(r * n), 1) - 1``; ``r`` is worked out
+    with the same float operations as :func:`_quantiles` does.
+    """
+    rows = len(lengths)
+    out = np.full((rows, len(quantiles)), np.nan)
+    flat = np.asarray(vals.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
+    if rows == 0:
+        return out
+    row_of = np.repeat(np.arange(rows), lengths)
+    by_value = np.argsort(flat)
+    ordered = flat[by_value][group_order(row_of[by_value], rows)]  # each row's numbers, ascending
+    start = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    total = lengths + nans
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for j, q in enumerate(quantiles):
+            rank = q * total.astype(np.float64)
+            ok = (total > 0) & (lengths > 0) & (rank <= lengths)
+            r = np.minimum(1.0, rank[ok] / lengths[ok])
+            weight = np.ceil(r * lengths[ok]).astype(np.int64)
+            position = np.minimum(np.maximum(weight, 1) - 1, lengths[ok] - 1)
+            out[ok, j] = ordered[start[ok] + position]
+    return out
 
 
 def _quantiles(sketch: Any, nans: int, quantiles: list[float]) -> list[float | None]:
