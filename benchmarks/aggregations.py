@@ -31,7 +31,8 @@ alone as the peer. Target: <= 1.15x ideal.
 (``--block-rows``, one of the six blocks the 10M table is cut into), in this process, by
 Arrow's hash group-by and by dpa's (``dpa.aggregates.dense.group_aggregate``: by key value
 for a dense integer key): the count per key, what each aggregate of the five adds to it,
-and all of them, at the table's keys and with the keys folded to 1,024 and 8 values.
+and all of them, at the table's keys and with the keys folded to 1,024 and 8 values; and
+apart, the distinct sessions per key (``CountDistinct("session")``'s aggregate).
 
 Run (small, about a minute)::
 
@@ -53,6 +54,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from benchmarks.common import (
     base_parser,
@@ -182,9 +184,14 @@ KERNELS = [("count", ([], "count_all")), ("sum(amount)", ("amount", "sum")), ("s
            ("variance(latency)", ("latency", "variance")), ("max(amount)", ("amount", "max"))]
 
 
+#: ``CountDistinct("session")``'s aggregate (timed alone): the distinct non-null sessions per key.
+DISTINCT_KERNEL = ("session", "distinct", pc.CountOptions(mode="only_valid"))
+
+
 def run_kernels(args: Any) -> dict[str, Any]:
     """Where a block's time goes: the group-by of one block of the table (what a mapper
-    combines), the count alone, the count with each other aggregate, and all of them; by
+    combines), the count alone, the count with each other aggregate, and all of them (and,
+    apart, the distinct sessions per key that ``CountDistinct("session")`` asks for); by
     Arrow's hash group-by and by dpa's (:func:`dpa.aggregates.dense.group_aggregate`, which
     indexes groups by key value when the key is a dense integer); at the table's keys and at
     fewer distinct keys (the same rows, keys folded)."""
@@ -209,6 +216,7 @@ def run_kernels(args: Any) -> dict[str, Any]:
             for name, agg in KERNELS[1:]:
                 row[f"+{name}_ms"] = 1000 * (cost([KERNELS[0][1], agg]) - count)
             row["all_ms"] = 1000 * cost([agg for _, agg in KERNELS])
+            row["distinct(session)_ms"] = 1000 * cost([DISTINCT_KERNEL])
             rows.append(row)
     print_table(rows, list(rows[0]), title=f"group-by of one {args.block_rows:,}-row block (Arrow's hash group-by; dpa's, "
                                            f"by key value): the count, what each aggregate adds to it, all of them "
