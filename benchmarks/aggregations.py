@@ -30,7 +30,7 @@ alone as the peer. Target: <= 1.15x ideal.
 **Kernels** (``--kernels``, ``--only-kernels``): the group-by of one block of the table
 (``--block-rows``, one of the six blocks the 10M table is cut into), in this process, by
 Arrow's hash group-by and by dpa's (``dpa.aggregates.dense.group_aggregate``: by key value
-for a dense integer key): the count per key, what each aggregate of the five adds to it,
+for a dense integer key), with the heap thresholds of dpa's hosts: the count per key, what each aggregate of the five adds to it,
 and all of them, at the table's keys and with the keys folded to 1,024 and 8 values; and
 apart, the distinct sessions per key (``CountDistinct("session")``'s aggregate).
 
@@ -196,7 +196,9 @@ def run_kernels(args: Any) -> dict[str, Any]:
     indexes groups by key value when the key is a dense integer); at the table's keys and at
     fewer distinct keys (the same rows, keys folded)."""
     from dpa.aggregates.dense import group_aggregate
+    from dpa.runtime.ray.heap import keep_freed_memory
 
+    keep_freed_memory()  # (as the hosts that combine blocks run)
     engines: dict[str, Callable[[pa.Table, list[Any]], Any]] = {
         "arrow": lambda block, aggs: block.group_by(["key"], use_threads=False).aggregate(aggs),
         "dpa": lambda block, aggs: group_aggregate(block, ["key"], aggs),

@@ -264,7 +264,8 @@ BENCHMARKS: dict[str, Entry] = {
     ),
     "aggregations_kernels": Entry(
         "Aggregations: the group-by per aggregate on one block",
-        "One 1.67M-row block of the 10M-row table (what a mapper combines at once), in one process, "
+        "One 1.67M-row block of the 10M-row table (what a mapper combines at once), in one process "
+        "with the heap thresholds of dpa's hosts, "
         "by Arrow's hash group-by and by dpa's (by key value for this integer key, Arrow's below 8,192 "
         "groups but for counts): the count per key, what each aggregate of the five adds to it, and all "
         "of them (ms), at the table's keys and with the keys folded to 1,024 and 8 values; and apart, "

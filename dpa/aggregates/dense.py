@@ -362,7 +362,7 @@ def _distinct(col: _Column, ids: np.ndarray, size: int, present: np.ndarray) -> 
         items = items.view(col.type)
     offsets = np.zeros(len(present) + 1, dtype=np.int32)
     np.cumsum(np.bincount(group, minlength=size)[present], out=offsets[1:])
-    return pa.ListArray.from_arrays(pa.Array.from_buffers(pa.int32(), len(offsets), [None, pa.py_buffer(offsets)]), items)
+    return pa.ListArray.from_arrays(from_numpy(offsets), items)
 
 
 def _rows_per_id(ids: np.ndarray, size: int) -> np.ndarray:
