@@ -13,7 +13,7 @@ import functools
 import logging
 import weakref
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -174,6 +174,7 @@ def spark_to_arrow_refs(
     # Not df.rdd.getNumPartitions() first: under adaptive execution that runs the shuffle
     # stages on their own to learn the final partition count (about 0.1 s more for a 10M-row
     # aggregation). RayDP fails on a DataFrame without partitions; only then is it asked.
+    persisted = _persistent_rdds(sc)
     try:
         info = writer.prepareRecoverableRDD(
             df._jdf, sc._getJavaStorageLevel(StorageLevel.MEMORY_AND_DISK)
@@ -182,6 +183,9 @@ def spark_to_arrow_refs(
         if df.rdd.getNumPartitions() != 0:
             raise
         info = None
+        # RayDP persists the RDD before it finds no partition to place: drop that cache.
+        for rdd_id in _persistent_rdds(sc) - persisted:
+            writer.releaseRecoverableRDD(rdd_id)
     locations = [] if info is None else list(info.locations())
     if not locations:
         if info is not None:
@@ -209,6 +213,11 @@ def spark_to_arrow_refs(
     ]
     logger.debug("Spark -> Ray: %d partitions of cached RDD %d", len(refs), rdd_id)
     return ArrowRefs(refs, to_arrow_schema(df.schema) if schema is None else schema)
+
+
+def _persistent_rdds(sc: Any) -> set[int]:
+    """The ids of the RDDs Spark holds persisted (one call to the JVM)."""
+    return {int(rdd_id) for rdd_id in sc._jsc.getPersistentRDDs().keySet()}
 
 
 def spark_to_ray_dataset(df: DataFrame, num_blocks: int | None = None) -> ray.data.Dataset:
