@@ -32,7 +32,8 @@ alone as the peer. Target: <= 1.15x ideal.
 Arrow's hash group-by and by dpa's (``dpa.aggregates.dense.group_aggregate``: by key value
 for a dense integer key), with the heap thresholds of dpa's hosts: the count per key, what each aggregate of the five adds to it,
 and all of them, at the table's keys and with the keys folded to 1,024 and 8 values; and
-apart, the distinct sessions per key (``CountDistinct("session")``'s aggregate).
+apart, the distinct sessions per key (``CountDistinct("session")``'s aggregate), of the
+integer sessions and of the same written as strings.
 
 Run (small, about a minute)::
 
@@ -184,14 +185,17 @@ KERNELS = [("count", ([], "count_all")), ("sum(amount)", ("amount", "sum")), ("s
            ("variance(latency)", ("latency", "variance")), ("max(amount)", ("amount", "max"))]
 
 
-#: ``CountDistinct("session")``'s aggregate (timed alone): the distinct non-null sessions per key.
+#: ``CountDistinct("session")``'s aggregate (timed alone): the distinct non-null sessions per key;
+#: and the same of the sessions written as strings (``"s-123"``).
 DISTINCT_KERNEL = ("session", "distinct", pc.CountOptions(mode="only_valid"))
+DISTINCT_TEXT_KERNEL = ("session_text", "distinct", pc.CountOptions(mode="only_valid"))
 
 
 def run_kernels(args: Any) -> dict[str, Any]:
     """Where a block's time goes: the group-by of one block of the table (what a mapper
     combines), the count alone, the count with each other aggregate, and all of them (and,
-    apart, the distinct sessions per key that ``CountDistinct("session")`` asks for); by
+    apart, the distinct sessions per key that ``CountDistinct("session")`` asks for, of the
+    integer sessions and of the same written as strings); by
     Arrow's hash group-by and by dpa's (:func:`dpa.aggregates.dense.group_aggregate`, which
     indexes groups by key value when the key is a dense integer); at the table's keys and at
     fewer distinct keys (the same rows, keys folded)."""
@@ -206,7 +210,9 @@ def run_kernels(args: Any) -> dict[str, Any]:
     table = make_table(args.block_rows, args.keys, args.z, args.seed)
     rows = []
     for keys in (table["key"], pa.compute.bit_wise_and(table["key"], 1023), pa.compute.bit_wise_and(table["key"], 7)):
-        block = table.set_column(0, "key", keys).combine_chunks()
+        block = table.set_column(0, "key", keys)
+        block = block.append_column("session_text", pc.binary_join_element_wise(
+            "s-", pc.cast(block["session"], pa.string()), "")).combine_chunks()
         groups = len(pa.compute.unique(keys))
         for engine, group_by in engines.items():
 
@@ -219,6 +225,7 @@ def run_kernels(args: Any) -> dict[str, Any]:
                 row[f"+{name}_ms"] = 1000 * (cost([KERNELS[0][1], agg]) - count)
             row["all_ms"] = 1000 * cost([agg for _, agg in KERNELS])
             row["distinct(session)_ms"] = 1000 * cost([DISTINCT_KERNEL])
+            row["distinct(session as text)_ms"] = 1000 * cost([DISTINCT_TEXT_KERNEL])
             rows.append(row)
     print_table(rows, list(rows[0]), title=f"group-by of one {args.block_rows:,}-row block (Arrow's hash group-by; dpa's, "
                                            f"by key value): the count, what each aggregate adds to it, all of them "

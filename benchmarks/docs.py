@@ -269,7 +269,8 @@ BENCHMARKS: dict[str, Entry] = {
         "by Arrow's hash group-by and by dpa's (by key value for this integer key, Arrow's below 8,192 "
         "groups but for counts): the count per key, what each aggregate of the five adds to it, and all "
         "of them (ms), at the table's keys and with the keys folded to 1,024 and 8 values; and apart, "
-        "the distinct sessions per key (`CountDistinct(\"session\")`'s aggregate).",
+        "the distinct sessions per key (`CountDistinct(\"session\")`'s aggregate), of the integer "
+        "sessions and of the same written as strings.",
     ),
     "first_job": Entry(
         "First job of a wide pool: cold against warm",

@@ -17,10 +17,12 @@ It computes ``count_all``, ``count`` (of valid values), ``sum`` (int64 or uint64
 around as Arrow's does, or float64), ``mean`` (of integers only while every sum fits a
 float64 exactly, as Arrow's integer mean never wraps around), ``variance`` (float64,
 population, Arrow's two passes per batch), ``min`` and ``max`` (integers, booleans), each
-without options, and ``distinct`` of integer-like values with ``CountOptions(mode="only_valid")``
-(each group's distinct non-null values, as a list in ascending order where Arrow's is in
-order of first appearance: one sort of ``group * span + value`` over the rows, while
-``group * span`` stays far inside int64). Anything else, a key with nulls, several key columns, a key range wider
+without options, and ``distinct`` of integer-like values, strings and binaries with
+``CountOptions(mode="only_valid")`` (each group's distinct non-null values as a list: one
+sort of ``group * span + value`` over the rows, while ``group * span`` stays far inside
+int64, a string numbered by a dictionary of the batch's strings first; integers come
+ascending, strings in order of the dictionary, where Arrow lists both in order of first
+appearance in the group). Anything else, a key with nulls, several key columns, a key range wider
 than ``DENSE_SPAN_ROWS`` times the rows (plus ``DENSE_SPAN_SLACK``), or a batch of more than
 ``DENSE_SMALL_ROWS`` rows with fewer groups than ``DENSE_MIN_GROUPS`` and an aggregate other
 than a count goes to Arrow's group-by unchanged.
@@ -215,6 +217,7 @@ class _Column:
         self._count: np.ndarray | None = None if self.valid is not None else rows_per_group
         self._sum: np.ndarray | None = None
         self._range: tuple[int, int] | None = None
+        self._dictionary: tuple[np.ndarray, pa.Array] | None = None
 
     @property
     def values(self) -> np.ndarray:
@@ -236,9 +239,21 @@ class _Column:
             array = array.view(storage)
         return buffer_values(array)
 
+    def dictionary(self) -> tuple[np.ndarray, pa.Array]:
+        """A string or binary column as ``(code per row, the distinct values)``: a code
+        numbers its value in order of first appearance (a null's code is whatever the buffer
+        holds, see :attr:`valid`)."""
+        if self._dictionary is None:
+            encoded = pc.dictionary_encode(_one_array(self.column))
+            self._dictionary = (buffer_values(encoded.indices), encoded.dictionary)
+        return self._dictionary
+
     def value_range(self) -> tuple[int, int]:
-        """``(min, max - min + 1)`` of the valid values as their stored integers (``(0, 1)``
-        when there are none)."""
+        """``(min, max - min + 1)`` of the valid values as their stored integers, or for
+        strings and binaries ``(0, number of distinct values)`` (``(0, 1)`` when there are
+        none)."""
+        if self._range is None and _is_text(self.type):
+            self._range = (0, max(1, len(self.dictionary()[1])))
         if self._range is None:
             values = self.storage_values()
             if self.valid is not None:
@@ -291,8 +306,14 @@ def _supported(fn: str, dtype: pa.DataType | None) -> bool:
         return pa.types.is_integer(dtype) or pa.types.is_boolean(dtype)
     if fn == "distinct":
         storage = _storage_type(dtype)
-        return storage is not None and not pa.types.is_uint64(storage)
+        return (storage is not None and not pa.types.is_uint64(storage)) or _is_text(dtype)
     return False
+
+
+def _is_text(dtype: pa.DataType) -> bool:
+    """Strings and binaries, whose distinct values are numbered by a dictionary first."""
+    return (pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or pa.types.is_binary(dtype)
+            or pa.types.is_large_binary(dtype))
 
 
 def _masked(values: np.ndarray, count: np.ndarray, present: np.ndarray, dtype: pa.DataType) -> pa.Array:
@@ -340,9 +361,11 @@ def _aggregate(col: _Column | None, fn: str, counts: np.ndarray, present: np.nda
 
 
 def _distinct(col: _Column, ids: np.ndarray, size: int, present: np.ndarray) -> pa.Array:
-    """Each present group's distinct valid values, ascending, as a list array of the
-    column's type: the sorted ``group * span + (value - min)`` pairs, without repeats."""
-    values, where = col.storage_values(), ids
+    """Each present group's distinct valid values as a list array of the column's type:
+    the sorted ``group * span + (value - min)`` pairs, without repeats (integers ascending;
+    strings and binaries by their dictionary code, in order of first appearance)."""
+    text = _is_text(col.type)
+    values, where = col.dictionary()[0] if text else col.storage_values(), ids
     if col.valid is not None:
         values, where = values[col.valid], ids[col.valid]
     low, span = col.value_range()
@@ -355,11 +378,14 @@ def _distinct(col: _Column, ids: np.ndarray, size: int, present: np.ndarray) -> 
         np.not_equal(pairs[1:], pairs[:-1], out=fresh[1:])
         pairs = pairs[fresh]
     group = pairs // span
-    storage = _storage_type(col.type)
-    assert storage is not None
-    items = from_numpy((pairs - group * span + low).astype(numpy_dtype(storage)), storage)
-    if not storage.equals(col.type):
-        items = items.view(col.type)
+    if text:
+        items = col.dictionary()[1].take(from_numpy(pairs - group * span))
+    else:
+        storage = _storage_type(col.type)
+        assert storage is not None
+        items = from_numpy((pairs - group * span + low).astype(numpy_dtype(storage)), storage)
+        if not storage.equals(col.type):
+            items = items.view(col.type)
     offsets = np.zeros(len(present) + 1, dtype=np.int32)
     np.cumsum(np.bincount(group, minlength=size)[present], out=offsets[1:])
     return pa.ListArray.from_arrays(from_numpy(offsets), items)

@@ -340,3 +340,23 @@ def test_group_order_lists_rows_group_by_group_in_their_order(size):
     ids = rng.integers(0, size, 20_000)
     order = dense.group_order(ids, size)
     assert np.array_equal(order, np.argsort(ids, kind="stable"))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dtype=st.sampled_from([pa.string(), pa.large_string(), pa.binary(), pa.large_binary()]), data=st.data())
+def test_distinct_strings_equal_arrow_s_as_sets(dtype, data):
+    n = data.draw(st.integers(1, 120))
+    keys = data.draw(st.lists(st.integers(0, 40), min_size=n, max_size=n))
+    texts = data.draw(st.lists(st.one_of(st.none(), st.text(max_size=3)), min_size=n, max_size=n))
+    values = texts if pa.types.is_string(dtype) or pa.types.is_large_string(dtype) else [
+        None if t is None else t.encode() for t in texts]
+    table = pa.table({"k": pa.array(keys, pa.int64()), "v": pa.array(values, dtype)})
+    aggs = [("v", "distinct", ONLY_VALID)]
+    with every_batch_by_value():
+        ours = group_aggregate(table, ["k"], aggs)
+    theirs = _arrow(table, ["k"], aggs)
+    assert ours.schema.equals(theirs.schema)
+    assert ours["k"].to_pylist() == sorted(set(keys))  # (grouped by value, not by Arrow)
+    assert _sets(ours, "v_distinct") == _sets(theirs, "v_distinct")
+    for items in ours["v_distinct"].to_pylist():
+        assert len(items) == len(set(items))  # (each value once)
