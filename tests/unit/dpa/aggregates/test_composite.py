@@ -187,3 +187,15 @@ def test_default_merge_by_group_id_orders_groups_by_id():
     states = pa.table({"count": pa.array([2, 5, 1, 4], pa.int64())})
     merged = dpa.Count().merge_groups(states, np.array([1, 0, 1, 2]), 3)
     assert merged.to_pydict() == {"count": [5, 3, 4]}
+
+
+def test_by_group_id_orders_rows_and_keeps_a_table_in_order_as_it_is():
+    from dpa.aggregates.contract import GROUP_ID_COL, by_group_id
+
+    shuffled = pa.table({GROUP_ID_COL: pa.array([2, 0, 1], pa.int64()), "v": ["c", "a", "b"]})
+    assert by_group_id(shuffled, 3)["v"].to_pylist() == ["a", "b", "c"]
+    ordered = pa.table({GROUP_ID_COL: pa.array([0, 1, 2], pa.int64()), "v": ["a", "b", "c"]})
+    assert by_group_id(ordered, 3) is ordered
+    assert by_group_id(ordered.slice(0, 0), 0).num_rows == 0
+    with pytest.raises(dpa.SchemaError):
+        by_group_id(ordered, 4)
