@@ -277,6 +277,19 @@ DISTINCT_VALUE_TYPES = [pa.int8(), pa.int32(), pa.int64(), pa.uint8(), pa.uint32
                         pa.timestamp("ms", tz="UTC"), pa.time64("us"), pa.duration("s")]
 
 
+def _distinct_as_arrow_s(table: pa.Table, aggs: list) -> list:
+    """Groups ``table`` by ``k`` by value and by Arrow; checks the two agree (the same
+    schema, the distinct values of ``v`` as sets) and that the groups come by key value;
+    returns our lists."""
+    with every_batch_by_value():
+        ours = group_aggregate(table, ["k"], aggs)
+    theirs = _arrow(table, ["k"], aggs)
+    assert ours.schema.equals(theirs.schema)
+    assert ours["k"].to_pylist() == sorted(set(table["k"].to_pylist()))  # (grouped by value, not by Arrow)
+    assert _sets(ours, "v_distinct") == _sets(theirs, "v_distinct")
+    return ours["v_distinct"].to_pylist()
+
+
 def _sets(table: pa.Table, column: str) -> dict:
     """``{key: set of the list's values}``, from a table ordered any way."""
     return {k: set(v) for k, v in zip(table["k"].to_pylist(), table[column].to_pylist())}
@@ -296,15 +309,8 @@ def test_distinct_equals_arrow_s_as_sets_in_ascending_order(dtype, data):
         values = [None if v is None else v * 86_400_000 for v in values]
     column = pa.array(values, storage)
     table = pa.table({"k": pa.array(keys, pa.int64()), "v": column if storage == dtype else column.view(dtype)})
-    aggs = [("v", "distinct", ONLY_VALID), ([], "count_all")]
-    with every_batch_by_value():
-        ours = group_aggregate(table, ["k"], aggs)
-    theirs = _arrow(table, ["k"], aggs)
-    assert ours.schema.equals(theirs.schema)
-    assert ours["k"].to_pylist() == sorted(set(keys))  # (grouped by value, not by Arrow)
-    assert _sets(ours, "v_distinct") == _sets(theirs, "v_distinct")
-    for items in ours["v_distinct"].to_pylist():
-        assert items == sorted(set(items))  # (each value once)
+    for items in _distinct_as_arrow_s(table, [("v", "distinct", ONLY_VALID), ([], "count_all")]):
+        assert items == sorted(set(items))  # (each value once, ascending)
 
 
 def test_distinct_keeps_keys_whose_values_are_all_null():
@@ -351,12 +357,5 @@ def test_distinct_strings_equal_arrow_s_as_sets(dtype, data):
     values = texts if pa.types.is_string(dtype) or pa.types.is_large_string(dtype) else [
         None if t is None else t.encode() for t in texts]
     table = pa.table({"k": pa.array(keys, pa.int64()), "v": pa.array(values, dtype)})
-    aggs = [("v", "distinct", ONLY_VALID)]
-    with every_batch_by_value():
-        ours = group_aggregate(table, ["k"], aggs)
-    theirs = _arrow(table, ["k"], aggs)
-    assert ours.schema.equals(theirs.schema)
-    assert ours["k"].to_pylist() == sorted(set(keys))  # (grouped by value, not by Arrow)
-    assert _sets(ours, "v_distinct") == _sets(theirs, "v_distinct")
-    for items in ours["v_distinct"].to_pylist():
+    for items in _distinct_as_arrow_s(table, [("v", "distinct", ONLY_VALID)]):
         assert len(items) == len(set(items))  # (each value once)
