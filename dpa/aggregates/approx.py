@@ -346,12 +346,12 @@ class ApproxQuantile(ColumnarReducer):
         # A key without a sketch and at most k numbers: a sketch of them would hold them all,
         # so its quantiles are read off the sorted numbers as the sketch reads them.
         exact = ~has & (lengths <= self.k)
+        flat = np.asarray(vals.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
+        bounds = np.concatenate([[0], np.cumsum(lengths)])
         out = np.full((n, len(self.quantiles)), np.nan)
-        out[exact] = _exact_quantiles(vals, lengths, nans, self.quantiles)[exact]
+        out[exact] = _exact_quantiles(flat, bounds, nans, self.quantiles)[exact]
         ds = _datasketches()
         blobs = table["kll"].to_pylist() if (~exact).any() else []
-        bounds = np.concatenate([[0], np.cumsum(lengths)])
-        flat = vals.flatten().to_numpy(zero_copy_only=False)
         empty = exact & ((lengths + nans) == 0)  # no value at all: null
         for g in np.flatnonzero(~exact).tolist():
             sketch = ds.kll_doubles_sketch.deserialize(blobs[g]) if blobs[g] is not None else self._new()
@@ -409,9 +409,10 @@ def _kll_merge(parts: list[bytes]) -> bytes:
     return sketch.serialize()
 
 
-def _exact_quantiles(vals: pa.ListArray, lengths: np.ndarray, nans: np.ndarray, quantiles: list[float]) -> np.ndarray:
-    """:func:`_quantiles` of every row as if its numbers (``vals``, no NaN among them) were
-    all in a sketch that holds them exactly, at once: ``(rows, quantiles)`` floats, NaN
+def _exact_quantiles(flat: np.ndarray, bounds: np.ndarray, nans: np.ndarray, quantiles: list[float]) -> np.ndarray:
+    """:func:`_quantiles` of every row as if its numbers (``flat[bounds[i]:bounds[i + 1]]``
+    for row ``i``, no NaN among them) were all in a sketch that holds them exactly, at
+    once: ``(rows, quantiles)`` floats, NaN
     where a quantile ranks among the NaNs or a row has no value (the caller makes those rows
     null).
 
@@ -419,15 +420,15 @@ def _exact_quantiles(vals: pa.ListArray, lengths: np.ndarray, nans: np.ndarray, 
     with the number at sorted position ``max(ceil(r * n), 1) - 1``; ``r`` is worked out
     with the same float operations as :func:`_quantiles` does.
     """
-    rows = len(lengths)
+    rows = len(bounds) - 1
+    lengths = np.diff(bounds)
     out = np.full((rows, len(quantiles)), np.nan)
-    flat = np.asarray(vals.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
     if rows == 0:
         return out
     row_of = np.repeat(np.arange(rows), lengths)
     by_value = np.argsort(flat)
     ordered = flat[by_value][group_order(row_of[by_value], rows)]  # each row's numbers, ascending
-    start = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    start = bounds[:-1]
     total = lengths + nans
     with np.errstate(invalid="ignore", divide="ignore"):
         for j, q in enumerate(quantiles):

@@ -30,7 +30,8 @@ def test_exact_quantiles_are_the_sketch_s(rows, qs):
     vals = pa.array([numbers for numbers, _ in rows], pa.list_(pa.float64()))
     lengths = np.array([len(numbers) for numbers, _ in rows])
     nans = np.array([n for _, n in rows])
-    got = _exact_quantiles(vals, lengths, nans, qs) + 0.0
+    flat = np.asarray(vals.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
+    got = _exact_quantiles(flat, np.concatenate([[0], np.cumsum(lengths)]), nans, qs) + 0.0
     for i, (numbers, n) in enumerate(rows):
         want = _by_sketch(numbers, n, qs)
         assert all((math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
