@@ -176,8 +176,7 @@ def group_order(ids: np.ndarray, size: int) -> np.ndarray:
 
     numpy sorts 16-bit integers stably by radix, in one pass over them; ids below ``2**32``
     take two such sorts (by the low half, then by the high half), several times faster than
-    a comparison sort of the ids themselves (on 1.7M rows and 78k groups: 46 ms against
-    107 ms for a stable and 348 ms for numpy's default sort).
+    a comparison sort of the ids themselves.
 
     Args:
         ids: Group id per row, in ``[0, size)``.
