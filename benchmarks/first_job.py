@@ -5,7 +5,8 @@ Job: 20k records with Zipf(1.1) keys over 10k, 1 ms (sleep) per record at the re
 CPU). Each trial is a fresh Python process with a fresh Ray (as a batch script that runs one
 job): it times ``ray.init``, the first job (which starts the pool), then ``--warm`` more jobs
 on the warm pool, and reads the RSS and PSS of every dpa actor process (coordinator and
-hosts), per process and summed. ``--startup-concurrency``
+hosts), per process and summed, and the CPU time those processes use per warm job.
+``--startup-concurrency``
 sets Ray's ``worker_maximum_startup_concurrency`` (worker processes the raylet starts at
 once; Ray's default is the number of CPUs), ``0`` leaving dpa's default. ``--bytecode
 cached,none`` compares trials with dpa's compiled bytecode cached (as ``pip install`` and
@@ -54,12 +55,16 @@ def trial(startup_concurrency: int, warm: int, rows: int, mappers: int = 4, redu
     cfg = dpa.JobConfig(shape=dpa.ShapeConfig(num_mappers=mappers or None, num_reducers=reducers or None),
                         recovery=dpa.RecoveryConfig(timeout_s=600))
     reducer = dpa.WithCost(dpa.Count(), 0.001)
+    me = os.getpid()
     times = []
-    for _ in range(1 + warm):
+    cpu_after_cold = 0.0
+    for i in range(1 + warm):
         t0 = time.perf_counter()
         dpa.run(table, key="key", reducer=reducer, config=cfg).to_arrow()
         times.append(time.perf_counter() - t0)
-    me = os.getpid()
+        if i == 0:
+            cpu_after_cold = _pool_cpu_s(me)
+    warm_cpu = (_pool_cpu_s(me) - cpu_after_cold) / warm if warm else None
     rss, pss = [], []
     for proc in psutil.Process().children(recursive=True):
         if role_of(proc, me) in ("coordinator", "host"):
@@ -74,7 +79,25 @@ def trial(startup_concurrency: int, warm: int, rows: int, mappers: int = 4, redu
     return {"load": load, "init_s": init_s, "cold_s": times[0], "warm_s": statistics.median(times[1:]),
             "actors": len(rss), "rss_mb_per_actor": statistics.median(rss) if rss else None,
             "pss_mb_per_actor": statistics.median(pss) if pss else None,
-            "rss_mb_total": sum(rss), "pss_mb_total": sum(pss), "dpa_bytecode_cached": cached}
+            "rss_mb_total": sum(rss), "pss_mb_total": sum(pss), "dpa_bytecode_cached": cached,
+            "pool_cpu_s_per_warm_job": warm_cpu}
+
+
+def _pool_cpu_s(driver_pid: int) -> float:
+    """CPU seconds (user + system) the pool's processes (coordinator and hosts) used so far."""
+    import psutil
+
+    from benchmarks.common import role_of
+
+    total = 0.0
+    for proc in psutil.Process(driver_pid).children(recursive=True):
+        try:
+            if role_of(proc, driver_pid) in ("coordinator", "host"):
+                times = proc.cpu_times()
+                total += times.user + times.system
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return total
 
 
 def _bytecode(mode: str) -> None:
@@ -130,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"startup_concurrency={setting or 'default'} bytecode={bytecode} trial {i}: init {t['init_s']:.2f}s "
                   f"cold {t['cold_s']:.2f}s warm {t['warm_s']:.2f}s ({t['cold_s'] / t['warm_s']:.2f}x) "
                   f"{t['actors']} actors RSS {t['rss_mb_per_actor']:.0f} MB PSS {t['pss_mb_per_actor']:.0f} MB "
-                  f"(total {t['pss_mb_total']:.0f} MB)  load {t['load']:.1f}",
+                  f"(total {t['pss_mb_total']:.0f} MB) pool CPU {t['pool_cpu_s_per_warm_job'] or 0:.2f} s/warm job  "
+                  f"load {t['load']:.1f}",
                   flush=True)
     _bytecode("cached")
     rows = []
@@ -145,9 +169,13 @@ def main(argv: list[str] | None = None) -> int:
                      "pss_mb_per_actor": statistics.median(t["pss_mb_per_actor"] for t in ts),
                      "actors": statistics.median(t["actors"] for t in ts),
                      "pss_mb_total": statistics.median(t["pss_mb_total"] for t in ts),
+                     "pool_cpu_s_per_warm_job": (statistics.median(t["pool_cpu_s_per_warm_job"] for t in ts)
+                                                 if all(t.get("pool_cpu_s_per_warm_job") is not None for t in ts)
+                                                 else None),
                      "load": statistics.median(t["load"] for t in ts), "trials": ts})
     print_table(rows, ["startup_concurrency", "bytecode", "cold_s", "warm_s", "cold_over_warm", "ratio_spread",
-                       "init_s", "rss_mb_per_actor", "pss_mb_per_actor", "actors", "pss_mb_total", "load"],
+                       "init_s", "rss_mb_per_actor", "pss_mb_per_actor", "actors", "pss_mb_total",
+                       "pool_cpu_s_per_warm_job", "load"],
                 title=f"first job, {args.mappers or 'default'} mappers x {args.reducers or 'default'} reducers, "
                       f"{args.rows:,} records x 1 ms; median of {args.trials} trials")
     write_json(args.out, {"command": "python -m benchmarks.first_job " + " ".join(sys.argv[1:]), "results": rows})

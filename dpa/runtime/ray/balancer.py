@@ -12,6 +12,7 @@ from dpa.engine.balancer import BalancerLogic
 from dpa.engine.instructions import Publish, ScaleOut
 from dpa.engine.plan import JobPlan
 from dpa.runtime.ray.member import JobMember, describe, quiet_method
+from dpa.runtime.ray.outbox import post
 from dpa.runtime.ray.telemetry import metric
 
 
@@ -113,8 +114,8 @@ class BalancerActor(JobMember):
         """Exports new events; sends a published snapshot to every mapper and reducer."""
         self._export_events()
         if published is not None and self._serving(job_id):
-            for target in self.targets:
-                target.update_ring.remote(job_id, published.snapshot)
+            for target in self.targets:  # (one Ray call per process: see dpa.runtime.ray.outbox)
+                post(target, "update_ring", job_id, published.snapshot)
 
     async def _scale_out(self, job_id: str, instruction: ScaleOut) -> Any:
         """Has the coordinator start the reducers, then gives them tokens (or logs why not)."""

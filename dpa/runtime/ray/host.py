@@ -32,6 +32,7 @@ from dpa.runtime.ray.balancer import BalancerActor
 from dpa.runtime.ray.heap import keep_freed_memory
 from dpa.runtime.ray.mapper import MapperActor
 from dpa.runtime.ray.member import NAMESPACE, quiet_method
+from dpa.runtime.ray.outbox import flush, run_batch
 from dpa.runtime.ray.reducer import ReducerActor
 
 logger = logging.getLogger(__name__)
@@ -82,6 +83,12 @@ class MemberHost:
     async def call_traced(self, role: str, method: str, *args: Any) -> Any:
         """Calls ``method`` of the member ``role`` (Ray keeps a task event for it)."""
         return await self._invoke(role, method, args)
+
+    @quiet_method
+    async def call_batch(self, calls: list[tuple[str | None, str, tuple]]) -> None:
+        """Runs calls posted together (:func:`~dpa.runtime.ray.outbox.post`), in order:
+        ``(role, method, args)``, a member's method, or this host's own for role None."""
+        await run_batch(self, calls)
 
     async def _invoke(self, role: str, method: str, args: tuple) -> Any:
         member = self.members[role]
@@ -135,6 +142,7 @@ class _Method:
         self._call, self._role, self._method = call, role, method
 
     def remote(self, *args: Any) -> Any:
+        flush()  # (calls posted earlier go first, in order)
         return self._call.remote(self._role, self._method, *args)
 
     def options(self, **options: Any) -> _Method:
@@ -162,6 +170,10 @@ class MemberRef:
             raise AttributeError(method)
         quiet = _quiet(kind_of(self.role), method)
         return _Method(self.host.call if quiet else self.host.call_traced, self.role, method)
+
+    def dpa_route(self) -> tuple[Any, str, str]:
+        """``(host handle, role, host key)``: where :func:`~dpa.runtime.ray.outbox.post` sends a call."""
+        return self.host, self.role, self.host_key
 
     def __reduce__(self) -> tuple:
         return (MemberRef, (self.host, self.role))

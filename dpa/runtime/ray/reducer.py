@@ -23,6 +23,7 @@ from dpa.engine.plan import JobPlan
 from dpa.engine.reducer_machine import IDLE_ANSWER, ReducerMachine
 from dpa.input.records import unify
 from dpa.runtime.ray.member import ActorFailure, JobMember, quiet_method, ready
+from dpa.runtime.ray.outbox import post
 from dpa.runtime.ray.pacing import SleepPacer
 from dpa.runtime.ray.telemetry import ReducerTelemetry
 
@@ -89,11 +90,11 @@ class ReducerActor(JobMember):
             elif isinstance(ins, op.PayStep | op.Finished):
                 self.steps.put_nowait(ins)
             elif isinstance(ins, op.Report):
-                self.balancer.report.remote(self.job_id, self.reducer_id, ins.queue_length, ins.version, ins.keys,
-                                            ins.backlog_s)
+                post(self.balancer, "report", self.job_id, self.reducer_id, ins.queue_length, ins.version, ins.keys,
+                     ins.backlog_s)
                 self.telemetry.update(ins.queue_length, ins.processed, ins.forwarded, ins.tokens)
             elif isinstance(ins, op.Progress):
-                self.coordinator.progress.remote(self.job_id, self.reducer_id, ins.processed)
+                post(self.coordinator, "progress", self.job_id, self.reducer_id, ins.processed)
             elif isinstance(ins, op.SendState):
                 ref = self.peers[ins.move.dest].accept_state.remote(self.job_id, ins.move)
                 (self.awaited if ins.awaited else self.inflight).append(ref)

@@ -1,0 +1,109 @@
+"""Fire-and-forget calls, sent per process in one Ray call.
+
+Every Ray actor call costs its caller and its callee CPU, whatever it carries (submitting
+it, scheduling it, running it on the callee's event loop). Some of the pool's messages need
+no answer and go out in bursts: the balancer sends every mapper and reducer the ring it
+published (a dozen calls per rebalance at 4 x 8, all in one step), and the reducers of a
+host report their queues and progress. :func:`post` queues such a call; at the end of the
+event loop's current step the calls queued for one process (a host or the coordinator) go
+out as one :meth:`~dpa.runtime.ray.host.MemberHost.call_batch` call, which runs them in
+the order they were posted, and an object posted to several members of one process (the
+ring) is pickled once.
+
+Order: the calls of a batch reach their process in the order they were posted, and a
+member call sent directly (:class:`~dpa.runtime.ray.host.MemberRef`'s ``.remote``) first
+sends whatever is queued, so a process's calls leave it in the order it made them, as
+with one Ray call each. A batch's call that raises is logged by the callee; the others
+still run (as separate fire-and-forget calls would).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+class _Outbox(threading.local):
+    """The calls this thread's event loop has posted and not yet sent, by destination
+    process (per thread: an actor's event loop runs in one thread)."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, tuple[Any, list[tuple[str | None, str, tuple]]]] = {}
+        self.scheduled = False
+
+    def add(self, target: Any, method: str, args: tuple) -> None:
+        handle, role, key = route(target)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on an event loop (a sync caller): nothing batches with it
+            self.flush()
+            _submit(handle, [(role, method, args)])
+            return
+        entry = self.pending.get(key)
+        if entry is None:
+            entry = self.pending[key] = (handle, [])
+        entry[1].append((role, method, args))
+        if not self.scheduled:
+            self.scheduled = True
+            loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Sends every queued call: one Ray call per destination process."""
+        self.scheduled = False
+        if not self.pending:
+            return
+        pending, self.pending = self.pending, {}
+        for handle, calls in pending.values():
+            _submit(handle, calls)
+
+
+def route(target: Any) -> tuple[Any, str | None, str]:
+    """``(process handle, member role or None, process key)`` of a member ref or actor handle."""
+    if hasattr(type(target), "dpa_route"):
+        return target.dpa_route()
+    return target, None, target._actor_id.hex()
+
+
+def _submit(handle: Any, calls: list[tuple[str | None, str, tuple]]) -> None:
+    if len(calls) == 1 and calls[0][0] is not None:
+        role, method, args = calls[0]
+        handle.call.remote(role, method, *args)
+    elif len(calls) == 1:
+        _, method, args = calls[0]
+        getattr(handle, method).remote(*args)
+    else:
+        handle.call_batch.remote(calls)
+
+
+_OUTBOX = _Outbox()
+
+
+def post(target: Any, method: str, *args: Any) -> None:
+    """Calls ``method`` of ``target`` (a :class:`~dpa.runtime.ray.host.MemberRef`, or the
+    handle of an actor that runs members: a host, the coordinator) without waiting for or
+    keeping its answer; sent with the other calls posted to the same process in this step
+    of the event loop."""
+    _OUTBOX.add(target, method, args)
+
+
+def flush() -> None:
+    """Sends the calls posted so far (before a direct call, to keep the process's order)."""
+    if _OUTBOX.pending:
+        _OUTBOX.flush()
+
+
+async def run_batch(host: Any, calls: list[tuple[str | None, str, tuple]]) -> None:
+    """Runs a batch in ``host`` (a member host), in order: a member's method for a role, the
+    host's own method for None. A call that raises is logged and the rest still run."""
+    for role, method, args in calls:
+        try:
+            if role is None:
+                await getattr(type(host), method)(host, *args)
+            else:
+                await host._invoke(role, method, args)
+        except Exception:
+            logger.warning("posted call %s.%s failed", role or type(host).__name__, method, exc_info=True)

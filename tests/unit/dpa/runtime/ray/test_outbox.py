@@ -1,0 +1,138 @@
+"""Posted calls without Ray: one Ray call per destination process and event-loop step, in
+the order they were posted, and a direct member call never overtakes earlier posts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pickle
+from types import SimpleNamespace
+
+import pytest
+
+from dpa.engine.instructions import Publish
+from dpa.runtime.ray.balancer import BalancerActor
+from dpa.runtime.ray.host import MemberHost, MemberRef
+from dpa.runtime.ray.outbox import flush, post, run_batch
+
+
+class Host:
+    """A fake process handle: every Ray call it is sent is recorded in ``sent``."""
+
+    def __init__(self, name: str, sent: list) -> None:
+        self._actor_id = SimpleNamespace(hex=lambda: f"id-{name}")
+        self.name, self.sent = name, sent
+
+    def __getattr__(self, method: str) -> SimpleNamespace:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return SimpleNamespace(remote=lambda *args: self.sent.append((self.name, method, args)))
+
+
+def test_calls_posted_in_one_step_go_out_as_one_call_per_process_in_order():
+    sent: list = []
+    a, b = Host("a", sent), Host("b", sent)
+
+    async def scenario() -> None:
+        post(MemberRef(a, "reducer-0"), "update_ring", "job", "ring")
+        post(MemberRef(b, "reducer-1"), "update_ring", "job", "ring")
+        post(MemberRef(a, "mapper-0"), "update_ring", "job", "ring")
+        post(a, "progress", "job", 3)  # (the process's own method)
+        assert not sent  # nothing leaves before the step ends
+        await asyncio.sleep(0)
+        assert sent == [
+            ("a", "call_batch", ([("reducer-0", "update_ring", ("job", "ring")),
+                                  ("mapper-0", "update_ring", ("job", "ring")),
+                                  (None, "progress", ("job", 3))],)),
+            ("b", "call", ("reducer-1", "update_ring", "job", "ring")),
+        ]
+        sent.clear()
+        post(a, "progress", "job", 4)
+        await asyncio.sleep(0)
+        assert sent == [("a", "progress", ("job", 4))]  # one call alone goes as it is
+
+    asyncio.run(scenario())
+
+
+def test_a_direct_member_call_sends_the_posts_before_it():
+    sent: list = []
+    a = Host("a", sent)
+
+    async def scenario() -> None:
+        post(MemberRef(a, "balancer"), "report", "job", 0, 5)
+        MemberRef(a, "reducer-1").push.remote("job", "batch")
+        assert sent == [("a", "call", ("balancer", "report", "job", 0, 5)),
+                        ("a", "call", ("reducer-1", "push", "job", "batch"))]
+        await asyncio.sleep(0)
+        flush()
+        assert len(sent) == 2  # (sent once)
+
+    asyncio.run(scenario())
+
+
+def test_a_post_outside_an_event_loop_goes_at_once():
+    sent: list = []
+    post(MemberRef(Host("a", sent), "reducer-0"), "update_ring", "job", "ring")
+    assert sent == [("a", "call", ("reducer-0", "update_ring", "job", "ring"))]
+
+
+def test_a_ring_posted_to_the_members_of_a_process_is_pickled_once():
+    sent: list = []
+    a = Host("a", sent)
+    ring = list(range(10_000))
+
+    async def scenario() -> None:
+        for i in range(6):
+            post(MemberRef(a, f"reducer-{i}"), "update_ring", "job", ring)
+        await asyncio.sleep(0)
+
+    asyncio.run(scenario())
+    (_, method, (calls,)), = sent
+    assert method == "call_batch" and len(calls) == 6
+    assert len(pickle.dumps(calls)) < 1.1 * len(pickle.dumps(ring))
+
+
+def test_the_balancer_publishes_a_ring_with_one_call_per_process():
+    sent: list = []
+    hosts = [Host("h0", sent), Host("h1", sent)]
+    balancer = BalancerActor("balancer")
+    balancer.job_id, balancer.plan = "job", SimpleNamespace(job_id="job", policy=SimpleNamespace(name="hybrid"))
+    balancer.logic = SimpleNamespace(events=[], snapshot=SimpleNamespace(version=3))
+    balancer.exported = 0
+    balancer.targets = [MemberRef(hosts[i % 2], f"reducer-{i}") for i in range(8)] + [
+        MemberRef(hosts[i % 2], f"mapper-{i}") for i in range(4)]
+
+    async def scenario() -> None:
+        balancer._publish("job", Publish("ring"))
+        await asyncio.sleep(0)
+
+    asyncio.run(scenario())
+    assert [(name, method) for name, method, _ in sent] == [("h0", "call_batch"), ("h1", "call_batch")]
+    assert sorted(role for _, _, (calls,) in sent for role, _, _ in calls) == sorted(
+        [f"reducer-{i}" for i in range(8)] + [f"mapper-{i}" for i in range(4)])
+
+
+class Members(MemberHost):
+    def __init__(self) -> None:
+        self.log: list = []
+        self.members = {"reducer-0": self, "reducer-1": self}
+
+    async def update_ring(self, job_id: str, ring: object) -> None:
+        if ring == "bad":
+            raise ValueError("a bad ring")
+        self.log.append(("update_ring", ring))
+
+    async def progress(self, job_id: str, processed: int) -> None:
+        self.log.append(("progress", processed))
+
+
+def test_a_batch_runs_in_order_and_a_failing_call_does_not_stop_the_others(caplog: pytest.LogCaptureFixture):
+    host = Members()
+    calls = [("reducer-0", "update_ring", ("job", 1)), ("reducer-1", "update_ring", ("job", "bad")),
+             (None, "progress", ("job", 7)), ("reducer-1", "update_ring", ("job", 2))]
+    with caplog.at_level(logging.WARNING, logger="dpa.runtime.ray.outbox"):
+        asyncio.run(host.call_batch(calls))
+    assert host.log == [("update_ring", 1), ("progress", 7), ("update_ring", 2)]
+    assert "reducer-1.update_ring failed" in caplog.text
+    asyncio.run(run_batch(host, [("reducer-0", "update_ring", ("job", 3))]))
+    assert host.log[-1] == ("update_ring", 3)
