@@ -164,18 +164,18 @@ def main(argv: list[str] | None = None) -> int:
                      "cold_s": statistics.median(t["cold_s"] for t in ts),
                      "warm_s": statistics.median(t["warm_s"] for t in ts),
                      "cold_over_warm": statistics.median(ratios), "ratio_spread": max(ratios) - min(ratios),
-                     "init_s": statistics.median(t["init_s"] for t in ts),
-                     "rss_mb_per_actor": statistics.median(t["rss_mb_per_actor"] for t in ts),
-                     "pss_mb_per_actor": statistics.median(t["pss_mb_per_actor"] for t in ts),
-                     "actors": statistics.median(t["actors"] for t in ts),
-                     "pss_mb_total": statistics.median(t["pss_mb_total"] for t in ts),
                      "pool_cpu_s_per_warm_job": (statistics.median(t["pool_cpu_s_per_warm_job"] for t in ts)
                                                  if all(t.get("pool_cpu_s_per_warm_job") is not None for t in ts)
                                                  else None),
-                     "load": statistics.median(t["load"] for t in ts), "trials": ts})
+                     "init_s": statistics.median(t["init_s"] for t in ts),
+                     "rss_mb_per_actor": statistics.median(t["rss_mb_per_actor"] for t in ts),
+                     "pss_mb_per_actor": statistics.median(t["pss_mb_per_actor"] for t in ts),
+                     "pss_mb_total": statistics.median(t["pss_mb_total"] for t in ts),
+                     "load": statistics.median(t["load"] for t in ts),
+                     "actors": statistics.median(t["actors"] for t in ts), "trials": ts})
     print_table(rows, ["startup_concurrency", "bytecode", "cold_s", "warm_s", "cold_over_warm", "ratio_spread",
-                       "init_s", "rss_mb_per_actor", "pss_mb_per_actor", "actors", "pss_mb_total",
-                       "pool_cpu_s_per_warm_job", "load"],
+                       "pool_cpu_s_per_warm_job", "init_s", "rss_mb_per_actor", "pss_mb_per_actor", "pss_mb_total",
+                       "load", "actors"],
                 title=f"first job, {args.mappers or 'default'} mappers x {args.reducers or 'default'} reducers, "
                       f"{args.rows:,} records x 1 ms; median of {args.trials} trials")
     write_json(args.out, {"command": "python -m benchmarks.first_job " + " ".join(sys.argv[1:]), "results": rows})
