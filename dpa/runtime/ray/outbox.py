@@ -58,7 +58,10 @@ class _Outbox(threading.local):
             return
         pending, self.pending = self.pending, {}
         for handle, calls in pending.values():
-            _submit(handle, calls)
+            try:
+                _submit(handle, calls)
+            except Exception:  # (Ray shutting down): the other processes still get theirs
+                logger.warning("could not send %d posted call(s)", len(calls), exc_info=True)
 
 
 def route(target: Any) -> tuple[Any, str | None, str]:

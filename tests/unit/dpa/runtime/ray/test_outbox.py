@@ -70,6 +70,22 @@ def test_a_direct_member_call_sends_the_posts_before_it():
     asyncio.run(scenario())
 
 
+def test_a_process_that_cannot_be_sent_to_does_not_stop_the_others(caplog: pytest.LogCaptureFixture):
+    sent: list = []
+    gone = SimpleNamespace(_actor_id=SimpleNamespace(hex=lambda: "id-gone"),
+                           call=SimpleNamespace(remote=lambda *args: 1 / 0))
+
+    async def scenario() -> None:
+        post(MemberRef(gone, "reducer-0"), "update_ring", "job", "ring")
+        post(MemberRef(Host("b", sent), "reducer-1"), "update_ring", "job", "ring")
+        await asyncio.sleep(0)
+
+    with caplog.at_level(logging.WARNING, logger="dpa.runtime.ray.outbox"):
+        asyncio.run(scenario())
+    assert sent == [("b", "call", ("reducer-1", "update_ring", "job", "ring"))]
+    assert "could not send 1 posted call" in caplog.text
+
+
 def test_a_post_outside_an_event_loop_goes_at_once():
     sent: list = []
     post(MemberRef(Host("a", sent), "reducer-0"), "update_ring", "job", "ring")
