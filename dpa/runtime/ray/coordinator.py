@@ -52,6 +52,7 @@ from dpa.runtime.ray.members import (
     member_lost,
     start_members,
 )
+from dpa.runtime.ray.outbox import post
 from dpa.runtime.ray.scale_out import ElasticReducers
 from dpa.runtime.ray.telemetry import metric
 
@@ -138,10 +139,10 @@ class Coordinator(PoolMembers, ElasticReducers, MemberHost):
         elif isinstance(ins, op.InputProgress):
             metric("dpa_job_progress").set(ins.fraction, tags=self.job_tags)
         elif isinstance(ins, op.TellBalancerMapped):
-            self.balancer.input_done.remote(self.run_id)
+            post(self.balancer, "input_done", self.run_id)
         elif isinstance(ins, op.TellReducersMapped):
             for slot in ins.slots:  # (an idle one reports its progress at once from now on)
-                self.reducers[slot].input_mapped.remote(self.run_id)
+                post(self.reducers[slot], "input_mapped", self.run_id)
         elif isinstance(ins, op.StartCheckpoint):
             asyncio.ensure_future(self._checkpoint(self.run_id))
         elif isinstance(ins, op.StoreCheckpoint):

@@ -3,8 +3,9 @@
 Every Ray actor call costs its caller and its callee CPU, whatever it carries (submitting
 it, scheduling it, running it on the callee's event loop). Some of the pool's messages need
 no answer and go out in bursts: the balancer sends every mapper and reducer the ring it
-published (a dozen calls per rebalance at 4 x 8, all in one step), and the reducers of a
-host report their queues and progress. :func:`post` queues such a call; at the end of the
+published (a dozen calls per rebalance at 4 x 8, all in one step), the reducers of a
+host report their queues and progress, and the coordinator tells the balancer and every
+reducer when the input is all mapped. :func:`post` queues such a call; at the end of the
 event loop's current step the calls queued for one process (a host or the coordinator) go
 out as one :meth:`~dpa.runtime.ray.host.MemberHost.call_batch` call, which runs them in
 the order they were posted, and an object posted to several members of one process (the

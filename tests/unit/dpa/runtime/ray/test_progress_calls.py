@@ -58,9 +58,11 @@ def test_the_reducers_hear_once_that_every_record_is_queued():
         await coord.mapper_done("run", 1)  # (mapper 0 is still at work)
         assert all(not r.calls for r in coord.reducers)
         await coord.mapper_done("run", 0, (0, 10))  # the last block's end rides along
+        await asyncio.sleep(0)  # (posted calls leave at the end of the loop's step)
         assert [r.calls for r in coord.reducers] == [[("input_mapped", "run")]] * 2
         assert ("input_done", "run") in coord.balancer.calls
         await coord.progress("run", 0, 4)  # (later calls do not repeat it)
+        await asyncio.sleep(0)
         assert [len(r.calls) for r in coord.reducers] == [1, 1] and not coord.done.is_set()
         await coord.progress("run", 1, 6)
         assert coord.done.is_set()  # every record absorbed: the run ends
