@@ -12,9 +12,12 @@ the order they were posted, and an object posted to several members of one proce
 ring) is pickled once.
 
 Order: the calls of a batch reach their process in the order they were posted, and a
-member call sent directly (:class:`~dpa.runtime.ray.host.MemberRef`'s ``.remote``) first
-sends whatever is queued, so a process's calls leave it in the order it made them, as
-with one Ray call each. A batch's call that raises is logged by the callee; the others
+member call sent directly through a :class:`~dpa.runtime.ray.host.MemberRef` (``.remote``)
+first sends whatever is queued, so calls to members leave a process in the order it made
+them, as with one Ray call each. A call on a plain actor handle (a mapper asking the
+coordinator for its next block) does not wait for posts: no message the coordinator takes
+depends on the order of a reducer's progress against a mapper's calls (the job ends when
+the counts add up, whichever arrives first). A batch's call that raises is logged by the callee; the others
 still run (as separate fire-and-forget calls would).
 """
 
