@@ -171,11 +171,14 @@ class AwaitBlock:
 @dataclass(frozen=True)
 class SendForecast:
     """Mapper -> balancer: the key counts of its first block; the answer is the snapshot to
-    route under (:class:`~dpa.engine.events.ForecastAnswered`)."""
+    route under (:class:`~dpa.engine.events.ForecastAnswered`). With ``wait`` False the
+    mapper routes on without an answer (the balancer is still starting) and takes what the
+    balancer makes of the counts when it publishes it."""
 
     hashes: Any
     counts: Any
     total: int
+    wait: bool = True
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,6 @@ from dpa.engine.plan import JobPlan
 
 
 class MapperMachine(Machine):
-    role = "mapper"
-
     """A mapper's protocol over its :class:`~dpa.engine.mapper.MapperLogic`.
 
     Args:
@@ -32,11 +30,19 @@ class MapperMachine(Machine):
         snapshot: The routing snapshot it starts under.
         clock: Seconds, monotonic (wall time on Ray, virtual time in-process): it times
             the epochs of a block (``plan.checkpoint_interval_s``).
+        await_forecast: Whether the first block waits for the balancer's answer to its
+            forecast before its first push. False when the mapper starts while the
+            balancer's process is still starting: it routes under ``snapshot`` at once and
+            takes the forecast's outcome when the balancer publishes it.
     """
 
-    def __init__(self, mapper_id: int, plan: JobPlan, snapshot: Any, clock: Callable[[], float]) -> None:
+    role = "mapper"
+
+    def __init__(self, mapper_id: int, plan: JobPlan, snapshot: Any, clock: Callable[[], float],
+                 await_forecast: bool = True) -> None:
         self.logic = MapperLogic(mapper_id, plan, snapshot)
         self.clock = clock
+        self.await_forecast = await_forecast
         self.interval = plan.checkpoint_interval_s
         self.epoch = 0  # of the item being routed
         self.token = 0  # its ledger token
@@ -65,10 +71,12 @@ class MapperMachine(Machine):
         self.logic.start_block(event.table, prepared=event.prepared)
         out: list[Any] = [op.RequestBlock()]  # the next item travels while this one is routed
         forecast = self.logic.take_forecast()
-        if forecast is not None:
+        if forecast is not None and self.await_forecast:
             # The first block's key counts: its first push goes out under what the balancer
             # makes of them (a key hot from the start is split already).
             return [*out, op.SendForecast(*forecast)]
+        if forecast is not None:
+            out.append(op.SendForecast(*forecast, wait=False))
         self.since = self.clock()
         return out + self._route()
 

@@ -177,7 +177,8 @@ class LocalRun:
         elif isinstance(ins, op.SendForecast):
             for published in self.balancer.handle(ev.ForecastArrived(m, ins.hashes, ins.counts, ins.total, self.now)):
                 self._publish(published.snapshot)
-            self._to_mapper(m, ev.ForecastAnswered(self.balancer.snapshot))
+            if ins.wait:
+                self._to_mapper(m, ev.ForecastAnswered(self.balancer.snapshot))
         elif isinstance(ins, op.SplitBlock):
             self._coordinate(ev.BlockCut(m, ins.epoch, ins.emitted, Rest(ins.rest), ins.token))
         elif isinstance(ins, op.BlockDone):

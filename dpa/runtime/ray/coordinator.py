@@ -107,6 +107,9 @@ class Coordinator(PoolMembers, ElasticReducers, MemberHost):
         self.failed: str | None = None
         self.job_task: asyncio.Task | None = None
         self.members_changed = asyncio.Event()  # (a run's own, from its start)
+        # Set once the pool's first job is known here: until then the calls of members the
+        # driver started early (see run_job's ``opening``) wait for it.
+        self.opened = asyncio.Event()
         self.checkpoint_error: BaseException | None = None  # user code raised in a checkpoint
         self.cond = asyncio.Condition()
         self.waiters: dict[int, asyncio.Future] = {}  # per mapper, its next_block's answer
@@ -114,6 +117,17 @@ class Coordinator(PoolMembers, ElasticReducers, MemberHost):
         # Per member (by actor id), the peers' handles (by actor id) its last start_job
         # was sent: a member whose peers did not change is told so instead (PEERS_UNCHANGED).
         self.peers_sent: dict[tuple, tuple] = {}
+
+    async def _until_opened(self) -> None:
+        """Waits until the pool's first job is known here (at once from then on)."""
+        if not self.opened.is_set():
+            await self.opened.wait()
+
+    async def _invoke(self, role: str, method: str, args: tuple) -> Any:
+        """A call to the balancer this process runs: a forecast sent while the pool starts
+        waits for the job, as the coordinator's own methods do."""
+        await self._until_opened()
+        return await super()._invoke(role, method, args)
 
     @property
     def job_slots(self) -> list[int]:
@@ -175,6 +189,7 @@ class Coordinator(PoolMembers, ElasticReducers, MemberHost):
     @quiet_method
     async def offer(self, job_id: str, refs: list[Any]) -> bool:
         """Queues input block refs; waits while too many are pending. False once failed."""
+        await self._until_opened()
         if job_id != self.job_id:
             return False
         async with self.cond:
@@ -186,6 +201,7 @@ class Coordinator(PoolMembers, ElasticReducers, MemberHost):
         return True
 
     async def input_done(self, job_id: str) -> None:
+        await self._until_opened()
         if job_id != self.job_id:
             return
         self._handle(ev.InputExhausted(), ev.Tick())
@@ -199,6 +215,7 @@ class Coordinator(PoolMembers, ElasticReducers, MemberHost):
         ``done`` is ``(epoch, emitted)`` of a block the mapper finished, as
         :meth:`block_done` takes it (which saves a call per block).
         """
+        await self._until_opened()
         if run_id != self.run_id:
             return None
         answer = self.waiters[mapper] = asyncio.get_running_loop().create_future()
@@ -210,6 +227,7 @@ class Coordinator(PoolMembers, ElasticReducers, MemberHost):
     @quiet_method
     async def block_done(self, run_id: str, mapper: int, epoch: int, emitted: int) -> None:
         """``mapper`` pushed every record of a block of ``epoch``."""
+        await self._until_opened()
         if run_id == self.run_id:
             self._handle(ev.BlockFinished(mapper, epoch, emitted), ev.Tick())
 
@@ -219,6 +237,7 @@ class Coordinator(PoolMembers, ElasticReducers, MemberHost):
         """``mapper`` pushed ``emitted`` records of item ``parent`` (of ``epoch``) and routes
         the ``rest`` (a table) in a new item, which this actor stores for replay; returns the
         rest's ``(epoch, token)``, or None if the run ended."""
+        await self._until_opened()
         if run_id != self.run_id:
             return None
         answer = self.splits[mapper] = asyncio.get_running_loop().create_future()
@@ -230,6 +249,7 @@ class Coordinator(PoolMembers, ElasticReducers, MemberHost):
                           first_routed: int | None = None) -> None:
         """``mapper`` routed all its items; ``done`` as :meth:`next_block` takes it;
         ``first_routed``: the snapshot version of its first push (None: it pushed nothing)."""
+        await self._until_opened()
         if run_id == self.run_id:
             self._handle(*_finished(mapper, done), ev.MapperFinished(mapper, first_routed), ev.Tick())
 
@@ -240,6 +260,7 @@ class Coordinator(PoolMembers, ElasticReducers, MemberHost):
 
     @quiet_method
     async def progress(self, run_id: str, reducer: int, processed: int) -> None:
+        await self._until_opened()
         if self.machine is not None and run_id == self.run_id:
             self._handle(ev.ProgressReported(reducer, processed), ev.Tick())
             metric("dpa_job_records_processed").set(self.machine.processed, tags=self.job_tags)
@@ -305,19 +326,26 @@ class Coordinator(PoolMembers, ElasticReducers, MemberHost):
                 self.reducers[i] = self._create(f"reducer-{i}")
         *_, replaced = await self.repair()
         async with self.cond:
-            self.job_id = plan.job_id
-            self.machine = CoordinatorMachine(plan, time.monotonic, range(first), self.reducer_num_cpus)
-            self.run_id = self.member_run = None
-            self.job_tags = {"job_id": plan.job_id}
-            metric("dpa_job_progress").set(0.0, tags=self.job_tags)
-            self.done = asyncio.Event()
-            self.failed = None
-            self.max_pending = max_pending
-            self.job_task = None
+            self._take_job(CoordinatorMachine(plan, time.monotonic, range(first), self.reducer_num_cpus), max_pending)
+            self.opened.set()
             self.cond.notify_all()
         return (*self._for_driver(known), replaced)
 
-    async def run_job(self, plan: JobPlan, snapshot: Any, known: tuple | None = None) -> dict[str, Any]:
+    def _take_job(self, machine: CoordinatorMachine, max_pending: int, run_id: str | None = None) -> None:
+        """Makes ``machine``'s job the current one (``run_id``: the run its members serve
+        already, if the driver started them)."""
+        self.job_id = machine.plan.job_id
+        self.machine = machine
+        self.run_id = self.member_run = run_id
+        self.job_tags = {"job_id": self.job_id}
+        metric("dpa_job_progress").set(0.0, tags=self.job_tags)
+        self.done = asyncio.Event()
+        self.failed = None
+        self.max_pending = max_pending
+        self.job_task = None
+
+    async def run_job(self, plan: JobPlan, snapshot: Any, known: tuple | None = None,
+                      opening: tuple[CoordinatorMachine, int, list[tuple[str, Any]]] | None = None) -> dict[str, Any]:
         """Runs the prepared job to its end; raises :class:`JobFailedError` if it fails.
 
         The summary's ``handles`` are the members' (None unless a recovery changed the
@@ -325,14 +353,23 @@ class Coordinator(PoolMembers, ElasticReducers, MemberHost):
 
         A run that loses a member is recovered (up to ``plan.max_recoveries`` times): see
         the module docstring.
+
+        ``opening``: a new pool's first job, which the driver started while this process
+        started (:func:`~dpa.runtime.ray.driver.open_job`), instead of :meth:`prepare_job`:
+        ``(machine, max_pending, loops)``, the job's machine after its first hand-out, the
+        bound of the driver's offers, and ``(role, ref)`` of each reducer's and mapper's loop
+        (in a list, so that Ray passes the refs on unresolved).
         """
+        if opening is not None:
+            self._take_job(opening[0], opening[1], plan.job_id)
         job_id = plan.job_id
         if job_id != self.job_id:
             raise JobFailedError(f"job {job_id} was cancelled before it started")
         self.job_task = asyncio.current_task()
         started = self.job_started = time.monotonic()
         machine = self.machine
-        machine.handle(ev.JobStarted(snapshot))
+        if opening is None:
+            machine.handle(ev.JobStarted(snapshot))
         tasks: dict[asyncio.Future, str] = {}
         attempt, resume = 0, False
         try:
@@ -340,7 +377,8 @@ class Coordinator(PoolMembers, ElasticReducers, MemberHost):
                 run_id = job_id if attempt == 0 else f"{job_id}.{attempt}"
                 tasks = {}
                 try:
-                    summary = await self._run(plan, snapshot, run_id, tasks, resume)
+                    loops = opening[2] if opening is not None and attempt == 0 else None
+                    summary = await self._run(plan, snapshot, run_id, tasks, resume, loops)
                     break
                 except RunLost as exc:
                     lost = exc
@@ -377,40 +415,53 @@ class Coordinator(PoolMembers, ElasticReducers, MemberHost):
                 "job_reducers": self.job_reducers}
 
     async def _run(self, plan: JobPlan, snapshot: Any, run_id: str, tasks: dict[asyncio.Future, str],
-                   resume: bool) -> dict[str, Any]:
+                   resume: bool, loops: list[tuple[str, Any]] | None = None) -> dict[str, Any]:
         """One run of the job, from the last checkpoint to the end; raises :class:`RunLost`
-        if a member, a node or an object is lost on the way."""
+        if a member, a node or an object is lost on the way. ``loops``: the reducers' and
+        mappers' loops the driver started (see :meth:`run_job`); only the balancer is
+        started here then."""
         me = ray.get_runtime_context().current_actor
         ck = self.machine.checkpoint
         self.member_run = run_id
         balancer_peers = self._peers_for(self.balancer, (self.mappers, self.job_reducers, me))
-        try:
-            if resume:  # a recovered run starts from the snapshot the balancer (kept or new) has
-                snapshot = await self.balancer.start_job.remote(plan, snapshot, balancer_peers, run_id, True)
-            await asyncio.gather(
-                *([] if resume else [self.balancer.start_job.remote(plan, snapshot, balancer_peers, run_id, False)]),
-                *[self.reducers[i].start_job.remote(
-                    plan, snapshot, self._peers_for(self.reducers[i], (self.reducers, self.balancer, me)), run_id,
-                    ck.states[i], ck.processed[i], ck.epoch, ck.pending[i] if ck.pending else None)
-                  for i in self.job_slots],
-                *[m.start_job.remote(plan, snapshot, self._peers_for(m, (me, self.reducers, self.balancer)), run_id)
-                  for m in self.mappers],
-            )
-        except BaseException as exc:  # (cancelled meanwhile, too)
-            self.peers_sent.clear()  # (some member may not have taken what it was sent)
-            if isinstance(exc, Exception) and member_lost(exc):
-                raise RunLost("coordinator", exc) from exc
-            raise
-        async with self.cond:
-            self.run_id = run_id
-            self.cond.notify_all()
-        self._handle(ev.RunStarted(time.monotonic() - self.job_started), ev.Tick())  # (a restored run may have nothing left to do)
+        if loops is not None:  # (the balancer runs here: started before any call reaches it)
+            balancer = self.members["balancer"]
+            await type(balancer).start_job(balancer, plan, snapshot, balancer_peers, run_id, False)
+            self.peers_sent.clear()  # (the driver sent the others theirs)
+            self.opened.set()  # (the calls of the members the driver started come in now)
+            asyncio.ensure_future(self.note_members()).add_done_callback(retrieved)
+        else:
+            try:
+                if resume:  # a recovered run starts from the snapshot the balancer (kept or new) has
+                    snapshot = await self.balancer.start_job.remote(plan, snapshot, balancer_peers, run_id, True)
+                await asyncio.gather(
+                    *([] if resume else [self.balancer.start_job.remote(plan, snapshot, balancer_peers, run_id, False)]),
+                    *[self.reducers[i].start_job.remote(
+                        plan, snapshot, self._peers_for(self.reducers[i], (self.reducers, self.balancer, me)), run_id,
+                        ck.states[i], ck.processed[i], ck.epoch, ck.pending[i] if ck.pending else None)
+                      for i in self.job_slots],
+                    *[m.start_job.remote(plan, snapshot, self._peers_for(m, (me, self.reducers, self.balancer)), run_id)
+                      for m in self.mappers],
+                )
+            except BaseException as exc:  # (cancelled meanwhile, too)
+                self.peers_sent.clear()  # (some member may not have taken what it was sent)
+                if isinstance(exc, Exception) and member_lost(exc):
+                    raise RunLost("coordinator", exc) from exc
+                raise
+            async with self.cond:
+                self.run_id = run_id
+                self.cond.notify_all()
+            self._handle(ev.RunStarted(time.monotonic() - self.job_started), ev.Tick())  # (a restored run may have nothing left to do)
         self.tasks = tasks  # (a scale-out adds its reducers' loops)
         self.members_changed = asyncio.Event()
         self.checkpoint_error = None
+        started = dict(loops or ())
         for role, actor in self._job_members():
-            method = actor.run if role.startswith("mapper") else actor.serve
-            tasks[asyncio.ensure_future(await_ref(method.remote(run_id)))] = f"dpa:{self.pool_id}:{role}"
+            if role in started:
+                ref = started[role]
+            else:
+                ref = (actor.run if role.startswith("mapper") else actor.serve).remote(run_id)
+            tasks[asyncio.ensure_future(await_ref(ref))] = f"dpa:{self.pool_id}:{role}"
         done_waiter = asyncio.ensure_future(self.done.wait())
         seen: set[asyncio.Future] = set()  # member loops that ended well
         while not self.done.is_set():
@@ -501,6 +552,7 @@ class Coordinator(PoolMembers, ElasticReducers, MemberHost):
 
     async def cancel_job(self, job_id: str, reason: str) -> None:
         """Fails ``job_id`` from outside (the driver's timeout, a broken source) and aborts it."""
+        await self._until_opened()
         if job_id != self.job_id:
             return
         self.failed = self.failed or reason

@@ -6,6 +6,13 @@ repair dead members and prepare the job, starts the job, feeds it the input bloc
 waits for the end, and hands back the reducers' result refs. The actors themselves are in
 :mod:`dpa.runtime.ray`.
 
+A new pool's coordinator needs a process of its own, which Ray starts after the hosts'
+(it prestarts one worker process per CPU): the first job would wait for it. So the driver
+starts that job itself (:func:`open_job`): it runs the coordinator's machine up to the
+first items handed out, starts the reducers and mappers with them, and sends the machine
+on to the coordinator, which takes over when its process is up. The mappers route their
+first items meanwhile.
+
 Every wait has the job's deadline (``JobConfig.timeout_s``), in every phase: starting the
 actors, feeding, running, collecting. When a job fails or times out its actors are told to
 abort it; a pool that acknowledges goes back to the warm set for the next job, one that
@@ -23,6 +30,9 @@ import pyarrow as pa
 import ray
 
 from dpa.aggregates.dense import groups_by_value
+from dpa.engine import events as ev
+from dpa.engine import instructions as op
+from dpa.engine.coordinator_machine import CoordinatorMachine
 from dpa.engine.output import DRIVER_PROGRESS_INTERVAL_S, RunOutput
 from dpa.engine.plan import JobPlan
 from dpa.errors import DPAError, JobFailedError
@@ -99,6 +109,8 @@ def _start(plan: JobPlan, reuse: bool, deadline: _Deadline) -> Pool:
         pool = acquire(plan.num_mappers, plan.num_reducers, reuse and attempt == 0,
                        plan.active_reducers or None, plan.reducer_num_cpus,
                        import_arrow_engine=not groups_by_value(plan.key_types))
+        if pool.fresh:  # (started with the job: open_job)
+            return pool
         try:
             replaced = pool.adopt(_get(pool.coordinator.prepare_job.remote(plan, 2 * plan.num_mappers, pool.members_key()),
                                        deadline, "starting its actors"))
@@ -113,6 +125,46 @@ def _start(plan: JobPlan, reuse: bool, deadline: _Deadline) -> Pool:
             logger.warning("dpa pool %s: replaced dead members %s", pool.pool_id, replaced)
         return pool
     raise JobFailedError("could not start dpa's actors: the coordinator died twice while starting")
+
+
+def open_job(pool: Pool, plan: JobPlan, snapshot: Any, items: Any, deadline: _Deadline) -> Any:
+    """Starts a new pool's first job before its coordinator's process is up; returns the
+    ref of the coordinator's :meth:`~dpa.runtime.ray.coordinator.Coordinator.run_job`.
+
+    The job's :class:`~dpa.engine.coordinator_machine.CoordinatorMachine` hands one of the
+    first input ``items`` (an iterator, read as far as there are mappers) to each mapper
+    here. Every reducer and mapper is started (each mapper with its item), and once all
+    have started (a push must not reach a reducer before its start), their loops; the
+    coordinator takes the machine and the loops over. The members' calls to the
+    coordinator wait there until it has.
+
+    Raises:
+        JobFailedError: A member could not start (it could not load the job's code, or
+            died), or the deadline passed first.
+    """
+    first = [item for _, item in zip(range(plan.num_mappers), items)]
+    slots = range(plan.active_reducers or plan.num_reducers)
+    machine = CoordinatorMachine(plan, time.monotonic, slots, pool.reducer_num_cpus)
+    machine.handle(ev.JobStarted(snapshot), ev.RunStarted(0.0))
+    given: dict[int, list[Any]] = {}
+    for ins in machine.handle(ev.BlocksOffered(first), *[ev.BlockWanted(m) for m in range(len(first))]):
+        if not isinstance(ins, op.GiveBlock):
+            raise TypeError(f"the driver cannot carry out {ins!r} while it opens a job")
+        given[ins.mapper] = [ins.item, ins.epoch, ins.token]
+    coordinator, balancer, reducers, mappers = pool.coordinator, pool.balancer, pool.reducers, pool.mappers
+    ck, job_id = machine.checkpoint, plan.job_id
+    pool.fresh = False
+    starts = [reducers[i].start_job.remote(plan, snapshot, (reducers, balancer, coordinator), job_id, ck.states[i],
+                                           ck.processed[i], ck.epoch) for i in machine.job_slots]
+    starts += [m.start_job.remote(plan, snapshot, (coordinator, reducers, balancer), job_id, given.get(i))
+               for i, m in enumerate(mappers)]
+    try:
+        _get(starts, deadline, "starting its actors")
+    except ray.exceptions.RayActorError as exc:
+        raise JobFailedError(f"dpa actors died while starting: {describe(exc).splitlines()[0]}") from exc
+    loops = [(f"reducer-{i}", reducers[i].serve.remote(job_id)) for i in machine.job_slots]
+    loops += [(f"mapper-{i}", m.run.remote(job_id)) for i, m in enumerate(mappers)]
+    return coordinator.run_job.remote(plan, snapshot, pool.members_key(), (machine, 2 * plan.num_mappers, loops))
 
 
 def _input_items(blocks: Any, dataset: Any, columns: set[str] | None = None) -> Any:
@@ -257,10 +309,14 @@ def run_ray(plan: JobPlan, blocks: Any, dataset: Any, config: Any, progress: Any
     keep = False
     try:
         snapshot = plan.policy.initial_snapshot(plan.num_reducers)
-        job = pool.coordinator.run_job.remote(plan, snapshot, pool.members_key())
-        poll = _progress_poller(pool.coordinator, progress)
+        items = iter(_input_items(blocks if blocks is not None else (), dataset, plan.source_columns))
         try:
-            _feed(pool, plan.job_id, _input_items(blocks if blocks is not None else (), dataset, plan.source_columns), job, deadline, poll)
+            if pool.fresh:
+                job = open_job(pool, plan, snapshot, items, deadline)
+            else:
+                job = pool.coordinator.run_job.remote(plan, snapshot, pool.members_key())
+            poll = _progress_poller(pool.coordinator, progress)
+            _feed(pool, plan.job_id, items, job, deadline, poll)
         except (DPAError, ray.exceptions.RayError):
             raise  # the job's own failure, or bad input found while reading it
         except Exception as exc:  # the source itself raised

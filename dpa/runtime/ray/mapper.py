@@ -18,6 +18,7 @@ from dpa.engine.epochs import Rest
 from dpa.engine.mapper_machine import MapperMachine
 from dpa.engine.plan import JobPlan
 from dpa.runtime.ray.member import ActorFailure, JobMember, as_table, describe, quiet_method, ready
+from dpa.runtime.ray.outbox import post
 from dpa.runtime.ray.telemetry import metric
 
 logger = logging.getLogger(__name__)
@@ -32,15 +33,22 @@ class MapperActor(JobMember):
         self.mapper_id = mapper_id
         self.name = name
         self.machine: MapperMachine | None = None
+        self.first: list[Any] | None = None
 
-    async def start_job(self, plan: JobPlan, snapshot: Any, peers: Any, job_id: str | None = None) -> None:
+    async def start_job(self, plan: JobPlan, snapshot: Any, peers: Any, job_id: str | None = None,
+                        first: list[Any] | None = None) -> None:
         """Starts serving ``job_id`` (default ``plan.job_id``; a recovered job's run id).
 
         ``peers`` is ``(coordinator, reducers, balancer)`` or :data:`PEERS_UNCHANGED`.
+        ``first``: the mapper's first item (``[item, epoch, token]``, as
+        :meth:`~dpa.runtime.ray.coordinator.Coordinator.next_block` answers) when the driver
+        starts the job while the coordinator's process is still starting: the mapper routes
+        it without waiting for the coordinator or for the balancer's answer to its forecast.
         """
         coordinator, reducers, balancer = self._peers(peers)
         self.job_id = job_id or plan.job_id
-        self.machine = MapperMachine(self.mapper_id, plan, snapshot, time.monotonic)
+        self.machine = MapperMachine(self.mapper_id, plan, snapshot, time.monotonic, await_forecast=first is None)
+        self.first = first
         self.tags = {"job_id": plan.job_id, "mapper": str(self.mapper_id)}
         self.coordinator = coordinator
         self.reducers = list(reducers)  # (add_peers changes this job's copy)
@@ -75,6 +83,10 @@ class MapperActor(JobMember):
                 answers = await asyncio.gather(*[self.reducers[p.dest].push.remote(job_id, p.batch, ins.version, False,
                                                                                   ins.epoch) for p in ins.pushes])
                 event = ev.PushesAnswered(list(answers))
+            elif isinstance(ins, op.RequestBlock) and self.first is not None:  # (the driver's)
+                pending = asyncio.get_running_loop().create_future()
+                pending.set_result(self.first)
+                self.first = None
             elif isinstance(ins, op.RequestBlock):  # (it carries the last block's end along)
                 pending, done = coordinator.next_block.remote(job_id, me, done), None
             elif isinstance(ins, op.AwaitBlock):
@@ -87,6 +99,8 @@ class MapperActor(JobMember):
                     done = None
                 if ins.emitted:
                     metric("dpa_records_emitted").inc(ins.emitted, tags=self.tags)
+            elif isinstance(ins, op.SendForecast) and not ins.wait:
+                post(self.balancer, "forecast", job_id, me, ins.hashes, ins.counts, ins.total)
             elif isinstance(ins, op.SendForecast):
                 try:
                     snapshot = await self.balancer.forecast.remote(job_id, me, ins.hashes, ins.counts, ins.total)

@@ -136,6 +136,21 @@ class PoolMembers:
     async def ping(self) -> bool:
         return True
 
+    def _note_answers(self, members: list[tuple[str, Any]], results: list[Any]) -> None:
+        """Notes the members whose ping answered (with their node)."""
+        for (role, _), ok in zip(members, results):
+            if isinstance(ok, str):
+                self.answered.add(role)
+                self.nodes[role] = ok
+
+    async def note_members(self) -> None:
+        """Pings the hosted members without repairing any: the members the driver started
+        for a new pool's first job (which no repair pinged) are then known to have answered,
+        and their nodes."""
+        members = [(role, actor) for role, actor in self._members() if role not in self.members]
+        self._note_answers(members, await asyncio.gather(*[await_ref(actor.ping.remote()) for _, actor in members],
+                                                         return_exceptions=True))
+
     async def repair(self) -> tuple[Any, list[Any], list[Any], list[str]]:
         """Pings every member; replaces the dead or unresponsive ones (only those).
 
@@ -159,10 +174,7 @@ class PoolMembers:
                 *[asyncio.wait_for(await_ref(actor.ping.remote()), PING_TIMEOUT_S if role in self.answered else None)
                   for role, actor in members],
                 return_exceptions=True)
-            for (role, _), ok in zip(members, results):
-                if isinstance(ok, str):
-                    self.answered.add(role)
-                    self.nodes[role] = ok
+            self._note_answers(members, results)
             dead = [(role, actor, why) for (role, actor), why in zip(members, results) if not isinstance(why, str)]
             if not dead:
                 break

@@ -44,6 +44,7 @@ class Pool:
     mappers: list[Any] = field(default_factory=list)
     epoch: int = 0  # the registry's epoch when the pool was created (dpa.shutdown bumps it)
     reducer_num_cpus: float = 0.0
+    fresh: bool = False  # no job has started on it: the driver starts the first (driver.open_job)
 
     def all_actors(self) -> list[Any]:
         """The coordinator and the members (member refs; None for an empty reducer slot)."""
@@ -115,7 +116,7 @@ def acquire(num_mappers: int, num_reducers: int, reuse: bool, initial_reducers: 
         pool_id, num_mappers, num_reducers, initial_reducers, reducer_num_cpus, (reducers, mappers))
     balancer = MemberRef(coordinator, "balancer")  # (run by the coordinator: see start_members)
     pool = Pool(pool_id, session, num_mappers, num_reducers, coordinator, balancer=balancer, reducers=reducers,
-                mappers=mappers, epoch=epoch, reducer_num_cpus=reducer_num_cpus)
+                mappers=mappers, epoch=epoch, reducer_num_cpus=reducer_num_cpus, fresh=True)
     with _LOCK:
         _BUSY.add(pool_id)
     return pool

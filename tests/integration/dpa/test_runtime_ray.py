@@ -372,8 +372,46 @@ def test_a_forecast_ring_is_routed_from_the_first_push_and_needs_no_merge():
     keys = np.concatenate([np.zeros(3000, np.int64), np.arange(7000, dtype=np.int64) % 900 + 1])
     np.random.default_rng(4).shuffle(keys)
     table = pa.table({"key": keys})
-    res = dpa.run(table, key="key", reducer=dpa.WithCost(dpa.Count(), 2e-4),
-                  config=dpa.JobConfig(num_reducers=4, policy="doubling", tau=100.0))  # no round but the forecast's
+    config = dpa.JobConfig(num_reducers=4, policy="doubling", tau=100.0)  # no round but the forecast's
+    # (On a warm pool: a new pool's first job routes before its balancer is up, see the next test.)
+    dpa.run(table.slice(0, 100), key="key", config=config)
+    res = dpa.run(table, key="key", reducer=dpa.WithCost(dpa.Count(), 2e-4), config=config)
     assert res.to_dict() == dict(collections.Counter(keys.tolist()))
     assert res.stats.rebalances and all(not any(e.queue_lengths) for e in res.stats.rebalances)
     assert res.stats.ring_version > 0 and not res.stats.merged and sum(res.stats.forwarded) == 0
+
+
+@pytest.mark.parametrize("policy", ["hybrid", "doubling", "pkg"])
+def test_a_new_pool_s_first_job_started_by_the_driver_is_exact(policy):
+    # reuse_actors=False: every job starts a new pool, whose first job the driver opens
+    # (dpa.runtime.ray.driver.open_job): each mapper routes its first block before the
+    # coordinator and the balancer are up, and asks the coordinator for the rest.
+    keys = np.concatenate([np.zeros(4000, np.int64), np.arange(8000, dtype=np.int64) % 700 + 1])
+    np.random.default_rng(5).shuffle(keys)
+    config = dpa.JobConfig(num_mappers=3, num_reducers=4, batch_size=1000, policy=policy, reuse_actors=False)
+    res = dpa.run(pa.table({"key": keys}), key="key", reducer=[dpa.Count(), dpa.WithCost(dpa.Sum("key"), 1e-4)],
+                  config=config)
+    expected = collections.Counter(keys.tolist())
+    assert res.to_dict() == {k: (n, k * n) for k, n in expected.items()}
+    assert sum(res.stats.blocks_per_mapper) == 12 and all(res.stats.blocks_per_mapper)
+    assert sum(res.stats.processed) == len(keys)
+
+
+class UnimportableCount(dpa.Reducer):
+    """Defined at module level of a test module the actors cannot import."""
+
+    def create(self):
+        return 0
+
+    def add(self, acc, value):
+        return acc + 1
+
+    def merge(self, a, b):
+        return a + b
+
+
+def test_a_new_pool_s_first_job_fails_clearly_when_the_actors_cannot_load_the_reducer():
+    # (The driver starts a new pool's members itself: a member that cannot unpickle the plan
+    # fails the job with the same advice as on a warm pool.)
+    with pytest.raises(dpa.JobFailedError, match="could not load your code"):
+        dpa.run(["a", "b"], reducer=UnimportableCount(), config=dpa.JobConfig(reuse_actors=False, timeout_s=60))

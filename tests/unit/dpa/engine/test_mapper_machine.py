@@ -4,6 +4,8 @@ epoch boundary, and the mapper's end."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pyarrow as pa
 
 import dpa
@@ -71,6 +73,23 @@ def test_the_first_block_s_forecast_is_routed_under_the_balancer_s_answer():
     newer = m.logic.snapshot
     out = m.handle(ev.ForecastAnswered(newer))
     assert isinstance(out[0], op.SendPushes) and out[0].version == newer.version
+
+
+def test_a_mapper_started_while_the_balancer_starts_routes_without_waiting_for_the_forecast():
+    m, table, _ = machine()
+    m = MapperMachine(0, m.logic.plan, m.logic.snapshot, Clock(), await_forecast=False)
+    m.handle(ev.MapperStarted())
+    out = m.handle(ev.BlockArrived(table, 0, 1))
+    assert [type(i) for i in out] == [op.RequestBlock, op.SendForecast, op.SendPushes]
+    assert out[1].wait is False and out[1].total == table.num_rows
+    assert out[2].version == m.logic.plan.policy.initial_snapshot(4).version
+    # What the balancer makes of the forecast arrives as any published snapshot does.
+    ring = dataclasses.replace(m.logic.plan.policy.initial_snapshot(4), version=1)
+    assert m.handle(ev.SnapshotArrived(ring)) == []
+    out = m.handle(ev.PushesAnswered([(PUSH_GROW, None)] * len(out[2].pushes)))
+    assert out[0].version == ring.version
+    sizes, out = answer_all(m, out)
+    assert out == [op.BlockDone(0, table.num_rows), op.AwaitBlock()]
 
 
 def test_a_block_is_cut_when_its_epoch_s_time_is_up():

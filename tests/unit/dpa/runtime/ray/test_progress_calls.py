@@ -44,6 +44,7 @@ def coordinator() -> object:
     coord.job_id = coord.run_id = "run"
     coord.job_tags, coord.done, coord.max_pending = {"job_id": "run"}, asyncio.Event(), 4
     coord.machine.handle(ev.JobStarted(None), ev.RunStarted(0.0))
+    coord.opened.set()
     return coord
 
 
