@@ -279,6 +279,12 @@ BENCHMARKS: dict[str, Entry] = {
         "warm; RSS and PSS per actor process (the coordinator and the hosts running the members), "
         "and the PSS summed over them.",
     ),
+    "first_job_bytecode": Entry(
+        "First job of a wide pool: with and without dpa's bytecode cached",
+        "The first-job benchmark with its trials alternating between dpa's compiled bytecode "
+        "cached (as `pip install` and `./run.sh setup` leave it) and removed (every process of "
+        "the pool then compiles dpa's sources inside the first job).",
+    ),
     "spark_paths": Entry(
         "Spark bridge paths: RayDP and Parquet staging",
         "1M rows counted and summed per key through the bridge's RayDP path and its staged path "

@@ -11,7 +11,10 @@ sets Ray's ``worker_maximum_startup_concurrency`` (worker processes the raylet s
 once; Ray's default is the number of CPUs), ``0`` leaving dpa's default. ``--bytecode
 cached,none`` compares trials with dpa's compiled bytecode cached (as ``pip install`` and
 ``./run.sh setup`` leave it) and removed, so that every process compiles dpa's sources.
-Settings are interleaved trial by trial.
+Settings are interleaved trial by trial. Each trial starts on a settled machine: the
+bytecode step's files are synced to disk and the trial waits (up to 30 s) until the CPUs
+are idle, so that it does not pay for the benchmark's own set-up or the previous trial's
+teardown.
 
 Run: ``python -m benchmarks.first_job [--trials 3] [--startup-concurrency 0,2] [--bytecode cached,none]
 [--mappers 0 --reducers 0] [--out FILE]`` (``0``: dpa's default shape).
@@ -115,6 +118,27 @@ def _bytecode(mode: str) -> None:
         compileall.compile_dir(str(root), quiet=1)
 
 
+def _cpu_busy(interval_s: float = 0.5) -> float:
+    """The fraction of CPU time spent busy over the next ``interval_s`` (``/proc/stat``)."""
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            values = [int(v) for v in f.readline().split()[1:]]
+        return sum(values), values[3] + values[4]  # (total, idle + iowait)
+
+    total, idle = sample()
+    time.sleep(interval_s)
+    total2, idle2 = sample()
+    return 1.0 - (idle2 - idle) / max(1, total2 - total)
+
+
+def _settle(limit_s: float = 30.0, busy: float = 0.15) -> None:
+    """Writes dirty pages out and waits until the CPUs are idle (at most ``limit_s``)."""
+    os.sync()
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and os.path.exists("/proc/stat") and _cpu_busy() > busy:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, default=3, help="fresh processes per setting (default 3)")
@@ -138,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.trials):  # settings interleaved, so that each sees the same load
         for setting, bytecode in settings:
             _bytecode(bytecode)
+            _settle()
             # (none: no process of the trial, Ray's workers among them, may write the cache either)
             env = {**os.environ, **({"PYTHONDONTWRITEBYTECODE": "1"} if bytecode == "none" else {})}
             out = subprocess.run([sys.executable, "-m", "benchmarks.first_job", "--child", str(setting),

@@ -7,7 +7,10 @@ died or hung between jobs, and carries out what the job's
 mappers when they ask, runs checkpoint rounds, starts an elastic job's new reducers, ends the
 job (balancer, reducers, the partitioned final merge, finalize), and fails the job, aborting
 it on every member, if any of them raises. Waiting (for members' answers, for a lock, for a
-member to start) is its own; every protocol decision is the machine's.
+member to start) is its own; every protocol decision is the machine's. A new pool's first
+job is started by the driver while this process starts (:func:`~dpa.runtime.ray.driver.open_job`):
+:meth:`Coordinator.run_job` then takes over the machine and the members' loops, and the
+members' calls that came first wait until it has (:meth:`Coordinator._until_opened`).
 
 Fault recovery (:mod:`dpa.engine.epochs`): it hands blocks out in epochs, keeps the refs of the
 blocks after the last checkpoint, and stores each checkpoint's reducer states in its own
@@ -326,15 +329,16 @@ class Coordinator(PoolMembers, ElasticReducers, MemberHost):
                 self.reducers[i] = self._create(f"reducer-{i}")
         *_, replaced = await self.repair()
         async with self.cond:
-            self._take_job(CoordinatorMachine(plan, time.monotonic, range(first), self.reducer_num_cpus), max_pending)
+            self._take_job(plan.job_id, CoordinatorMachine(plan, time.monotonic, range(first), self.reducer_num_cpus),
+                           max_pending)
             self.opened.set()
             self.cond.notify_all()
         return (*self._for_driver(known), replaced)
 
-    def _take_job(self, machine: CoordinatorMachine, max_pending: int, run_id: str | None = None) -> None:
-        """Makes ``machine``'s job the current one (``run_id``: the run its members serve
-        already, if the driver started them)."""
-        self.job_id = machine.plan.job_id
+    def _take_job(self, job_id: str, machine: CoordinatorMachine, max_pending: int, run_id: str | None = None) -> None:
+        """Makes ``job_id``, run by ``machine``, the current job (``run_id``: the run its
+        members serve already, if the driver started them)."""
+        self.job_id = job_id
         self.machine = machine
         self.run_id = self.member_run = run_id
         self.job_tags = {"job_id": self.job_id}
@@ -361,7 +365,7 @@ class Coordinator(PoolMembers, ElasticReducers, MemberHost):
         (in a list, so that Ray passes the refs on unresolved).
         """
         if opening is not None:
-            self._take_job(opening[0], opening[1], plan.job_id)
+            self._take_job(plan.job_id, opening[0], opening[1], plan.job_id)
         job_id = plan.job_id
         if job_id != self.job_id:
             raise JobFailedError(f"job {job_id} was cancelled before it started")

@@ -151,12 +151,12 @@ def open_job(pool: Pool, plan: JobPlan, snapshot: Any, items: Any, deadline: _De
         if not isinstance(ins, op.GiveBlock):
             raise TypeError(f"the driver cannot carry out {ins!r} while it opens a job")
         given[ins.mapper] = [ins.item, ins.epoch, ins.token]
-    coordinator, balancer, reducers, mappers = pool.coordinator, pool.balancer, pool.reducers, pool.mappers
+    coord, balancer, reducers, mappers = pool.coordinator, pool.balancer, pool.reducers, pool.mappers
     ck, job_id = machine.checkpoint, plan.job_id
     pool.fresh = False
-    starts = [reducers[i].start_job.remote(plan, snapshot, (reducers, balancer, coordinator), job_id, ck.states[i],
+    starts = [reducers[i].start_job.remote(plan, snapshot, (reducers, balancer, coord), job_id, ck.states[i],
                                            ck.processed[i], ck.epoch) for i in machine.job_slots]
-    starts += [m.start_job.remote(plan, snapshot, (coordinator, reducers, balancer), job_id, given.get(i))
+    starts += [m.start_job.remote(plan, snapshot, (coord, reducers, balancer), job_id, given.get(i))
                for i, m in enumerate(mappers)]
     try:
         _get(starts, deadline, "starting its actors")
@@ -164,7 +164,7 @@ def open_job(pool: Pool, plan: JobPlan, snapshot: Any, items: Any, deadline: _De
         raise JobFailedError(f"dpa actors died while starting: {describe(exc).splitlines()[0]}") from exc
     loops = [(f"reducer-{i}", reducers[i].serve.remote(job_id)) for i in machine.job_slots]
     loops += [(f"mapper-{i}", m.run.remote(job_id)) for i, m in enumerate(mappers)]
-    return coordinator.run_job.remote(plan, snapshot, pool.members_key(), (machine, 2 * plan.num_mappers, loops))
+    return coord.run_job.remote(plan, snapshot, pool.members_key(), (machine, 2 * plan.num_mappers, loops))
 
 
 def _input_items(blocks: Any, dataset: Any, columns: set[str] | None = None) -> Any:

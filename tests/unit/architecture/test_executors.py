@@ -1,6 +1,7 @@
 """The coordinator's protocol lives once, in :class:`~dpa.engine.coordinator_machine.CoordinatorMachine`:
-the runtimes that carry it out (the Ray coordinator actor, with its scale-out, and the in-process
-runtime) hold no protocol decision of their own.
+the runtimes that carry it out (the Ray coordinator actor, with its scale-out, the Ray driver,
+which runs a new pool's first hand-out, and the in-process runtime) hold no protocol decision of
+their own.
 
 Three checks over each executor's source (``ast``, no import):
 
@@ -19,7 +20,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-EXECUTORS = ["dpa/runtime/ray/coordinator.py", "dpa/runtime/ray/scale_out.py", "dpa/runtime/local.py"]
+EXECUTORS = ["dpa/runtime/ray/coordinator.py", "dpa/runtime/ray/scale_out.py", "dpa/runtime/local.py",
+             "dpa/runtime/ray/driver.py"]  # (the driver runs a new pool's first hand-out: open_job)
 #: The attribute that holds the coordinator's machine, per executor.
 MACHINE_NAMES = {"machine", "coordinator"}
 

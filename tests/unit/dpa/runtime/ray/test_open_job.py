@@ -117,7 +117,7 @@ def test_members_calls_wait_until_the_coordinator_has_taken_the_job_over(coordin
         report = asyncio.ensure_future(coordinator._invoke("balancer", "report", (p.job_id, 0, 5, 0)))
         await asyncio.sleep(0.05)
         assert not (done.done() or progress.done() or report.done())
-        coordinator._take_job(machine, 2, p.job_id)
+        coordinator._take_job(p.job_id, machine, 2, p.job_id)
         coordinator.opened.set()
         await asyncio.wait_for(asyncio.gather(done, progress, report), 1.0)
         assert machine.emitted == [100] and machine.processed == 100
