@@ -397,17 +397,8 @@ def test_a_new_pool_s_first_job_started_by_the_driver_is_exact(policy):
     assert sum(res.stats.processed) == len(keys)
 
 
-class UnimportableCount(dpa.Reducer):
+class UnimportableCount(dpa.Count):
     """Defined at module level of a test module the actors cannot import."""
-
-    def create(self):
-        return 0
-
-    def add(self, acc, value):
-        return acc + 1
-
-    def merge(self, a, b):
-        return a + b
 
 
 def test_a_new_pool_s_first_job_fails_clearly_when_the_actors_cannot_load_the_reducer():
