@@ -53,6 +53,7 @@ from dpa.runtime.ray.members import (
     PoolMembers,
     RunLost,
     member_lost,
+    member_starts,
     start_members,
 )
 from dpa.runtime.ray.outbox import post
@@ -425,37 +426,15 @@ class Coordinator(PoolMembers, ElasticReducers, MemberHost):
         mappers' loops the driver started (see :meth:`run_job`); only the balancer is
         started here then."""
         me = ray.get_runtime_context().current_actor
-        ck = self.machine.checkpoint
         self.member_run = run_id
         balancer_peers = self._peers_for(self.balancer, (self.mappers, self.job_reducers, me))
         if loops is not None:  # (the balancer runs here: started before any call reaches it)
-            balancer = self.members["balancer"]
-            await type(balancer).start_job(balancer, plan, snapshot, balancer_peers, run_id, False)
+            await MemberHost._invoke(self, "balancer", "start_job", (plan, snapshot, balancer_peers, run_id, False))
             self.peers_sent.clear()  # (the driver sent the others theirs)
             self.opened.set()  # (the calls of the members the driver started come in now)
             asyncio.ensure_future(self.note_members()).add_done_callback(retrieved)
         else:
-            try:
-                if resume:  # a recovered run starts from the snapshot the balancer (kept or new) has
-                    snapshot = await self.balancer.start_job.remote(plan, snapshot, balancer_peers, run_id, True)
-                await asyncio.gather(
-                    *([] if resume else [self.balancer.start_job.remote(plan, snapshot, balancer_peers, run_id, False)]),
-                    *[self.reducers[i].start_job.remote(
-                        plan, snapshot, self._peers_for(self.reducers[i], (self.reducers, self.balancer, me)), run_id,
-                        ck.states[i], ck.processed[i], ck.epoch, ck.pending[i] if ck.pending else None)
-                      for i in self.job_slots],
-                    *[m.start_job.remote(plan, snapshot, self._peers_for(m, (me, self.reducers, self.balancer)), run_id)
-                      for m in self.mappers],
-                )
-            except BaseException as exc:  # (cancelled meanwhile, too)
-                self.peers_sent.clear()  # (some member may not have taken what it was sent)
-                if isinstance(exc, Exception) and member_lost(exc):
-                    raise RunLost("coordinator", exc) from exc
-                raise
-            async with self.cond:
-                self.run_id = run_id
-                self.cond.notify_all()
-            self._handle(ev.RunStarted(time.monotonic() - self.job_started), ev.Tick())  # (a restored run may have nothing left to do)
+            await self._start_run(plan, snapshot, run_id, resume, balancer_peers, me)
         self.tasks = tasks  # (a scale-out adds its reducers' loops)
         self.members_changed = asyncio.Event()
         self.checkpoint_error = None
@@ -515,6 +494,27 @@ class Coordinator(PoolMembers, ElasticReducers, MemberHost):
             "scaling": scaling,
             "group_apply": end["applied"],
         }
+
+    async def _start_run(self, plan: JobPlan, snapshot: Any, run_id: str, resume: bool, balancer_peers: Any,
+                         me: Any) -> None:
+        """Starts the balancer (first, with the checkpoint's snapshot, for a recovered run),
+        the job's reducers and the mappers on run ``run_id``, and the run itself."""
+        try:
+            if resume:  # a recovered run starts from the snapshot the balancer (kept or new) has
+                snapshot = await self.balancer.start_job.remote(plan, snapshot, balancer_peers, run_id, True)
+            await asyncio.gather(
+                *([] if resume else [self.balancer.start_job.remote(plan, snapshot, balancer_peers, run_id, False)]),
+                *member_starts(plan, snapshot, run_id, self.machine.checkpoint, self.job_slots, self.reducers,
+                               self.mappers, self.balancer, me, self._peers_for))
+        except BaseException as exc:  # (cancelled meanwhile, too)
+            self.peers_sent.clear()  # (some member may not have taken what it was sent)
+            if isinstance(exc, Exception) and member_lost(exc):
+                raise RunLost("coordinator", exc) from exc
+            raise
+        async with self.cond:
+            self.run_id = run_id
+            self.cond.notify_all()
+        self._handle(ev.RunStarted(time.monotonic() - self.job_started), ev.Tick())  # (a restored run may have nothing left to do)
 
     async def _end(self, run_id: str, tasks: dict[asyncio.Future, str], todo: list[Any]) -> dict[str, Any]:
         """Carries out the job's end as the machine lays it out (stop the reducers, the final

@@ -39,6 +39,7 @@ from dpa.errors import DPAError, JobFailedError
 from dpa.input.records import compact
 from dpa.input.sources import ArrowRefs
 from dpa.runtime.ray.member import describe
+from dpa.runtime.ray.members import member_starts
 from dpa.runtime.ray.pool import Pool, acquire, release, shutdown_pools
 from dpa.runtime.ray.session import METRICS_REPORT_INTERVAL_MS, ensure_ray
 
@@ -152,12 +153,10 @@ def open_job(pool: Pool, plan: JobPlan, snapshot: Any, items: Any, deadline: _De
             raise TypeError(f"the driver cannot carry out {ins!r} while it opens a job")
         given[ins.mapper] = [ins.item, ins.epoch, ins.token]
     coord, balancer, reducers, mappers = pool.coordinator, pool.balancer, pool.reducers, pool.mappers
-    ck, job_id = machine.checkpoint, plan.job_id
+    job_id = plan.job_id
     pool.fresh = False
-    starts = [reducers[i].start_job.remote(plan, snapshot, (reducers, balancer, coord), job_id, ck.states[i],
-                                           ck.processed[i], ck.epoch) for i in machine.job_slots]
-    starts += [m.start_job.remote(plan, snapshot, (coord, reducers, balancer), job_id, given.get(i))
-               for i, m in enumerate(mappers)]
+    starts = member_starts(plan, snapshot, job_id, machine.checkpoint, machine.job_slots, reducers, mappers, balancer,
+                           coord, firsts=given)
     try:
         _get(starts, deadline, "starting its actors")
     except ray.exceptions.RayActorError as exc:

@@ -87,6 +87,26 @@ def start_members(pool_id: str, num_mappers: int, num_reducers: int, initial_red
     return [refs.get(f"reducer-{i}") for i in range(num_reducers)], [refs[f"mapper-{i}"] for i in range(num_mappers)]
 
 
+def member_starts(plan: Any, snapshot: Any, run_id: str, checkpoint: Any, slots: Any, reducers: list[Any],
+                  mappers: list[Any], balancer: Any, coordinator: Any, peers_for: Any = None,
+                  firsts: dict[int, list[Any]] | None = None) -> list[Any]:
+    """The ``start_job`` calls (their refs) of a run's reducers and mappers: each reducer in
+    ``slots`` from its share of ``checkpoint``, each mapper with its first item in
+    ``firsts`` (a new pool's first job, :func:`~dpa.runtime.ray.driver.open_job`), or none.
+
+    ``peers_for(member, peers)`` is what a member is sent of its peers (default: ``peers``;
+    the coordinator sends :data:`~dpa.runtime.ray.member.PEERS_UNCHANGED` when it can).
+    """
+    peers_for = peers_for or (lambda member, peers: peers)
+    firsts = firsts or {}
+    ck = checkpoint
+    calls = [reducers[i].start_job.remote(plan, snapshot, peers_for(reducers[i], (reducers, balancer, coordinator)),
+                                          run_id, ck.states[i], ck.processed[i], ck.epoch,
+                                          ck.pending[i] if ck.pending else None) for i in slots]
+    return calls + [m.start_job.remote(plan, snapshot, peers_for(m, (coordinator, reducers, balancer)), run_id,
+                                       firsts.get(i)) for i, m in enumerate(mappers)]
+
+
 class PoolMembers:
     """The members of one pool as its coordinator holds them: which actors serve the job,
     the handles each member was sent, and the repair of dead or hung ones (a base of
