@@ -9,8 +9,9 @@ instead of one per member, and the pool holds a few interpreters' memory, not on
 A :class:`MemberRef` names one member: ``ref.method.remote(...)`` calls it through its host
 (``ref.result.options(num_returns=2)`` too), as an actor handle would; refs pickle, so
 members and the driver pass them around as they would handles. Every call is a Ray call,
-also between members of one host: arguments are copied and top-level object refs
-resolved exactly as for a call to an actor of its own.
+also between members of one host (arguments are copied and top-level object refs
+resolved exactly as for a call to an actor of its own), but for a mapper's push to a
+reducer of its own host, which calls the reducer (:func:`~dpa.runtime.ray.member.hosted_member`).
 
 Failures: a host's death (its process, its node) loses all its members; the coordinator's
 repair finds each of them dead and replaces them together in a new host
@@ -31,7 +32,7 @@ import ray
 from dpa.runtime.ray.balancer import BalancerActor
 from dpa.runtime.ray.heap import keep_freed_memory
 from dpa.runtime.ray.mapper import MapperActor
-from dpa.runtime.ray.member import NAMESPACE, quiet_method
+from dpa.runtime.ray.member import NAMESPACE, host_members, quiet_method
 from dpa.runtime.ray.outbox import flush, run_batch
 from dpa.runtime.ray.reducer import ReducerActor
 
@@ -115,6 +116,7 @@ class HostActor(MemberHost):
         keep_freed_memory()  # a block's arrays reuse the last block's memory
         self.name = name
         self.members = {role: build_member(role, member) for role, member in members}
+        host_members(ray.get_runtime_context().get_actor_id(), self.members)
         if import_arrow_engine:
             threading.Thread(target=_import_arrow_engine, name="dpa-import", daemon=True).start()
 

@@ -17,7 +17,15 @@ from dpa.engine import instructions as op
 from dpa.engine.epochs import Rest
 from dpa.engine.mapper_machine import MapperMachine
 from dpa.engine.plan import JobPlan
-from dpa.runtime.ray.member import ActorFailure, JobMember, as_table, describe, quiet_method, ready
+from dpa.runtime.ray.member import (
+    ActorFailure,
+    JobMember,
+    as_table,
+    describe,
+    hosted_member,
+    quiet_method,
+    ready,
+)
 from dpa.runtime.ray.outbox import post
 from dpa.runtime.ray.telemetry import metric
 
@@ -80,8 +88,8 @@ class MapperActor(JobMember):
             ins = instructions.pop(0)
             event: Any = None
             if isinstance(ins, op.SendPushes):
-                answers = await asyncio.gather(*[self.reducers[p.dest].push.remote(job_id, p.batch, ins.version, False,
-                                                                                  ins.epoch) for p in ins.pushes])
+                answers = await asyncio.gather(*[self._push(job_id, p.dest, p.batch, ins.version, ins.epoch)
+                                                 for p in ins.pushes])
                 event = ev.PushesAnswered(list(answers))
             elif isinstance(ins, op.RequestBlock) and self.first is not None:  # (the driver's)
                 pending = asyncio.get_running_loop().create_future()
@@ -122,6 +130,15 @@ class MapperActor(JobMember):
                     raise ActorFailure(self.name, exc, getattr(exc, "key", None)) from exc
         self.job_id, self.task = None, None  # the job is over for this mapper: later news is dropped
         return machine.emitted
+
+    def _push(self, job_id: str, dest: int, batch: Any, version: int, epoch: int) -> Any:
+        """Pushes a batch to reducer ``dest``: a call of the reducer itself when it runs in
+        this process, else a Ray call (both awaitable)."""
+        ref = self.reducers[dest]
+        reducer = hosted_member(ref)
+        if reducer is None:
+            return ref.push.remote(job_id, batch, version, False, epoch)
+        return type(reducer).push(reducer, job_id, batch, version, False, epoch)
 
     async def _block(self, item: list[Any]) -> ev.BlockArrived:
         """The block of an item the coordinator handed out: ``[item, epoch, token]``."""

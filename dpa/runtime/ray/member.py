@@ -60,6 +60,30 @@ def member_id(handle: Any) -> str:
     return key if isinstance(key, str) else handle._actor_id.hex()
 
 
+#: The members this process hosts, by the key of the ref that names them (``host id/role``;
+#: :class:`~dpa.runtime.ray.host.HostActor` fills it): see :func:`hosted_member`.
+_HOSTED: dict[str, Any] = {}
+
+
+def host_members(host_id: str, members: dict[str, Any]) -> None:
+    """Records that this process (the actor ``host_id``) runs ``members`` (``{role: member}``)."""
+    for role, member in members.items():
+        _HOSTED[f"{host_id}/{role}"] = member
+
+
+def hosted_member(ref: Any) -> Any | None:
+    """The member ``ref`` names if it runs in this process, else None.
+
+    A mapper pushes a batch to a reducer of its own host by calling it: the batch, an
+    immutable Arrow table, is handed over as it is, where a Ray call would serialize it and
+    copy it through the object store. Only pushes take this path: they carry no object
+    refs for Ray to resolve, and nothing else a mapper sends a reducer must keep an order
+    with them.
+    """
+    key = getattr(ref, "key", None)
+    return _HOSTED.get(key) if isinstance(key, str) else None
+
+
 #: Decorator for frequent small actor methods: Ray's GCS keeps no task event for their calls.
 quiet_method = ray.method(enable_task_events=False)
 

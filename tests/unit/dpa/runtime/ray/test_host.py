@@ -61,3 +61,37 @@ def test_a_member_ref_keeps_its_id_across_pickling_and_names_its_host():
     other = MemberRef(FakeHost("h1"), "mapper-1")
     assert handles_key(ref, [other, None]) == ("h1/mapper-0", ("h1/mapper-1", None))
     assert host_id(other) == host_id(ref) and member_id(other) != member_id(ref)
+
+
+class RecordingReducer:
+    """Stands for a reducer object in this process: records the pushes it is called with."""
+
+    def __init__(self) -> None:
+        self.pushes: list[tuple] = []
+
+    async def push(self, job_id, batch, version, forwarded=False, epoch=0):
+        self.pushes.append((job_id, batch, version, forwarded, epoch))
+        return ("queued", 10)
+
+
+def test_a_mapper_calls_a_reducer_of_its_own_process_and_sends_to_the_others(monkeypatch):
+    import asyncio
+
+    import pyarrow as pa
+
+    from dpa.runtime.ray import member as ray_member
+    from dpa.runtime.ray.mapper import MapperActor
+
+    monkeypatch.setattr(ray_member, "_HOSTED", {})
+    local = RecordingReducer()
+    ray_member.host_members("h1", {"reducer-0": local})
+    here, there = MemberRef(FakeHost("h1"), "reducer-0"), MemberRef(FakeHost("h2"), "reducer-1")
+    assert ray_member.hosted_member(here) is local and ray_member.hosted_member(there) is None
+    assert ray_member.hosted_member(SimpleNamespace(_actor_id=None)) is None  # (a plain actor handle)
+
+    mapper = MapperActor(0, "mapper-0")
+    mapper.reducers = [here, there]
+    batch = pa.table({"k": [1, 2]})
+    assert asyncio.run(mapper._push("job", 0, batch, 3, 1)) == ("queued", 10)
+    assert local.pushes == [("job", batch, 3, False, 1)] and local.pushes[0][1] is batch  # (not copied)
+    assert mapper._push("job", 1, batch, 3, 1) == ("call", {}, ("reducer-1", "push", "job", batch, 3, False, 1))
