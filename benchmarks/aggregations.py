@@ -18,7 +18,9 @@
 ``approx_quantile``. Each variant runs ``--reps`` times after ``--warmup`` untimed runs (default
 1: the actors' and this process's first full-size run grows their heaps and pays the page
 faults; ``runs_s`` and ``warmup_s`` keep every time), the count and the one pass in turn;
-the figures are medians with their spread (max - min). Target: one pass <= 1.5x the single
+the figures are medians with their spread (max - min). The count and the one pass also
+record the CPU seconds each run took in the pool's hosts, its coordinator and the driver
+(``cpu_s``). Target: one pass <= 1.5x the single
 Count job.
 
 **Costly skewed keys** (``--stragglers``): the stragglers workload (``benchmarks.stragglers``:
@@ -58,6 +60,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from benchmarks.common import (
+    CpuMeter,
     base_parser,
     init_ray,
     median,
@@ -96,16 +99,38 @@ def timed(fn: Callable[[], Any], reps: int, warmup: int = 0) -> dict[str, Any]:
     return timed_alternately([fn], reps, warmup)[0]
 
 
-def timed_alternately(fns: list[Callable[[], Any]], reps: int, warmup: int = 0) -> list[dict[str, Any]]:
-    """:func:`timed` for several functions, run in turn: ``warmup`` untimed rounds, then ``reps``."""
+def timed_alternately(fns: list[Callable[[], Any]], reps: int, warmup: int = 0,
+                      cpu: bool = False) -> list[dict[str, Any]]:
+    """:func:`timed` for several functions, run in turn: ``warmup`` untimed rounds, then ``reps``.
+
+    With ``cpu``, also the CPU seconds each timed run took in each role's processes (the
+    pool's hosts together, its coordinator, this driver; ``benchmarks.common.CpuMeter``):
+    ``cpu_s`` holds their medians, ``cpu_runs_s`` every run's.
+    """
     warm: list[list[float]] = [[] for _ in fns]
     times: list[list[float]] = [[] for _ in fns]
+    cpus: list[list[dict[str, float]]] = [[] for _ in fns]
     for r in range(warmup + reps):
         for i, fn in enumerate(fns):
+            meter = CpuMeter()
+            if cpu:
+                meter.start()
             t0 = time.perf_counter()
             fn()
             (warm if r < warmup else times)[i].append(time.perf_counter() - t0)
-    return [{"median_s": median(t), "spread_s": max(t) - min(t), "runs_s": t, "warmup_s": w} for t, w in zip(times, warm)]
+            if cpu and r >= warmup:
+                used = meter.stop()
+                cpus[i].append({role: used.get(role, 0.0) for role in CPU_ROLES})
+    out = [{"median_s": median(t), "spread_s": max(t) - min(t), "runs_s": t, "warmup_s": w} for t, w in zip(times, warm)]
+    if cpu:
+        for row, runs in zip(out, cpus):
+            row["cpu_s"] = {role: median([c[role] for c in runs]) for role in CPU_ROLES}
+            row["cpu_runs_s"] = runs
+    return out
+
+
+#: The processes whose CPU the Count job and the one pass are charged (``benchmarks.common.role_of``).
+CPU_ROLES = ("host", "coordinator", "driver", "total")
 
 
 def dpa_job(table: pa.Table, reducer: Any, **cfg: Any) -> Callable[[], int]:
@@ -147,7 +172,7 @@ def run_aggregates(args: Any) -> dict[str, Any]:
 
     # The Count job and the one pass alternate, run by run: their ratio is the target, and
     # the machine's speed drifts.
-    pair = timed_alternately([dpa_job(table, dpa.Count()), dpa_job(table, five())], args.reps, args.warmup)
+    pair = timed_alternately([dpa_job(table, dpa.Count()), dpa_job(table, five())], args.reps, args.warmup, cpu=True)
     count = add("dpa count (1 aggregate)", None, pair[0])
     one = add("dpa one pass (5 aggregates)", None, pair[1])
     add("dpa 5 separate jobs", lambda: [dpa_job(table, r)() for r in five()])
@@ -174,6 +199,8 @@ def run_aggregates(args: Any) -> dict[str, Any]:
     print_table(rows, ["variant", "median_s", "spread_s", "x_count", "x_own_count"],
                 title=f"{args.rows:,} records, {args.keys:,} keys, median of {args.reps} (x_count: / the dpa Count "
                       f"job; x_own_count: / the same engine's count)")
+    print_table([{"variant": row["variant"], **{f"{role}_cpu_s": row["cpu_s"][role] for role in CPU_ROLES}}
+                 for row in (count, one)], title="CPU seconds per job (median; host: the pool's hosts together)")
     print(f"one pass / single Count job = {out['one_pass_over_count']:.2f}x (target <= 1.5x)")
     return out
 
