@@ -172,10 +172,12 @@ def run_aggregates(args: Any) -> dict[str, Any]:
 
     # The Count job and the one pass alternate, run by run: their ratio is the target, and
     # the machine's speed drifts.
-    pair = timed_alternately([dpa_job(table, dpa.Count()), dpa_job(table, five())], args.reps, args.warmup, cpu=True)
+    cfg = {} if args.batch_size is None else {"batch_size": args.batch_size}
+    pair = timed_alternately([dpa_job(table, dpa.Count(), **cfg), dpa_job(table, five(), **cfg)], args.reps,
+                             args.warmup, cpu=True)
     count = add("dpa count (1 aggregate)", None, pair[0])
     one = add("dpa one pass (5 aggregates)", None, pair[1])
-    add("dpa 5 separate jobs", lambda: [dpa_job(table, r)() for r in five()])
+    add("dpa 5 separate jobs", lambda: [dpa_job(table, r, **cfg)() for r in five()])
     arrow_count = add("pyarrow count", pyarrow_job(table, [("key", "count")]))
     add("pyarrow group_by (5)", pyarrow_job(table, [("key", "count"), ("amount", "sum"), ("latency", "mean"),
                                                      ("latency", "stddev", pa.compute.VarianceOptions(ddof=1)),
@@ -184,7 +186,7 @@ def run_aggregates(args: Any) -> dict[str, Any]:
     add("duckdb (5)", duckdb_job(table, "count(*), sum(amount), avg(latency), stddev_samp(latency), max(amount)"))
     out: dict[str, Any] = {"rows": rows, "one_pass_over_count": one["median_s"] / count["median_s"]}
     if args.sketches:
-        sk = add("dpa one pass with sketches", dpa_job(table, sketches()))
+        sk = add("dpa one pass with sketches", dpa_job(table, sketches(), **cfg))
         add("duckdb with sketches", duckdb_job(
             table, "count(*), sum(amount), avg(latency), count(DISTINCT session), approx_quantile(latency, 0.95)"))
         out["sketches_over_count"] = sk["median_s"] / count["median_s"]

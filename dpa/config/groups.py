@@ -209,7 +209,8 @@ class FlowConfig:
         batch_size: Records per input block handed to mappers. None (the default): sized
             from the input (:func:`dpa.input.sources.block_rows`): an in-memory table or parquet
             files are cut into one block per mapper, or into more (as many per mapper)
-            where such a block would pass 64 MiB, but never below 1,048,576 rows, which
+            where such a block of the columns the job reads would pass 128 MiB (Ray
+            Data's target block size), but never below 1,048,576 rows, which
             is also the block of a streamed input (an iterable). Every block costs calls
             and is combined on its own, so fewer, larger blocks are cheaper.
         step_time_s: Target seconds of work of one reducer step. A reducer takes off its

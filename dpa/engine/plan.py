@@ -51,7 +51,7 @@ from dpa.input.records import (
     table_to_records,
     tuple_columns,
 )
-from dpa.input.sources import Source
+from dpa.input.sources import Source, cut_table
 from dpa.input.user_code import BatchMap
 from dpa.keys.columns import canonical_float_keys, check_key_type, decode_key_dictionaries
 from dpa.routing.policy import PolicySpec
@@ -216,6 +216,16 @@ class JobPlan:
 PROBE_BLOCKS = 8
 
 
+def read_columns(key: Any, reducer: Reducer, map_fn: Any, config: JobConfig) -> set[str] | None:
+    """The source columns a job reads, from its arguments: what its plan's
+    :attr:`JobPlan.source_columns` will say (None: every column)."""
+    if map_fn is not None or config.input_combined or not (
+            isinstance(key, str) or (isinstance(key, (list, tuple)) and key and all(isinstance(k, str) for k in key))):
+        return None
+    need = reducer.input_columns()
+    return None if need is None else {*([key] if isinstance(key, str) else key), *need}
+
+
 def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: JobConfig) -> tuple[JobPlan, Iterator[pa.Table] | None]:
     """Validates the job and returns the plan plus the (possibly re-chained) block iterator.
 
@@ -226,6 +236,7 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
         raise ConfigError(f"config must be a dpa.JobConfig, got {type(config).__name__}")
     config = config.resolved()  # the default width, as of now
     if config.batch_size is None:  # sized from the input (the policy's record-based defaults use it)
+        cut_table(source, read_columns(key, reducer, map_fn, config), config.num_mappers)
         config = config.with_options(batch_size=source.block_rows)
     policy = make_policy(config)  # the policy's settings are validated here, once per job
     if map_fn is not None and not callable(map_fn):

@@ -30,7 +30,8 @@ DEFAULT_BATCH_SIZE = 1_048_576
 AUTO_BLOCKS_PER_MAPPER = 1
 #: ...or into more, as many per mapper, when a block would be larger than this (a block
 #: of a few wide rows may still be larger: never fewer than :data:`DEFAULT_BATCH_SIZE` rows).
-AUTO_MAX_BLOCK_BYTES = 64 << 20
+#: Ray Data's default target for its blocks is the same.
+AUTO_MAX_BLOCK_BYTES = 128 << 20
 
 
 def block_rows(batch_size: int | None, num_rows: int | None = None, nbytes: int | None = None,
@@ -81,6 +82,7 @@ class Source:
     head_records: list[Any] | None = None
     deferred: IntegerRangeError | None = None
     block_rows: int = DEFAULT_BATCH_SIZE  # rows per input block (the last may have fewer)
+    table: pa.Table | None = None  # an in-memory table whose blocks are sized from the input (cut_table)
 
 
 @dataclass(frozen=True)
@@ -223,6 +225,18 @@ class ParquetFiles:
 
 def _is_ray_dataset(obj: Any) -> bool:
     return type(obj).__module__.startswith("ray.data") and type(obj).__name__ in ("Dataset", "MaterializedDataset")
+
+
+def cut_table(source: Source, columns: set[str] | None, num_mappers: int) -> None:
+    """Sizes the blocks of an in-memory table (``source.table``) by the bytes of the columns
+    the job reads (``columns``; None: all), which are all that reach the object store: a
+    column the job does not read must not make its blocks smaller (:func:`block_rows`)."""
+    table = source.table
+    if table is None:
+        return
+    read = table if columns is None else table.select([c for c in table.column_names if c in columns])
+    source.block_rows = block_rows(None, table.num_rows, read.nbytes, num_mappers)
+    source.blocks = _table_blocks(table, source.block_rows)
 
 
 def _table_blocks(table: pa.Table, batch_size: int) -> Iterator[pa.Table]:
@@ -419,7 +433,8 @@ def normalize_source(source: Any, batch_size: int | None, num_mappers: int = 1) 
         pass
     if isinstance(source, pa.Table):
         rows = block_rows(batch_size, source.num_rows, source.nbytes, num_mappers)
-        return Source("dict", source.schema, _table_blocks(source, rows), source.num_rows, block_rows=rows)
+        return Source("dict", source.schema, _table_blocks(source, rows), source.num_rows, block_rows=rows,
+                      table=source if batch_size is None else None)
     if isinstance(source, ArrowRefs):
         return Source("dict", source.schema, None, None, ray_dataset=source)
     if isinstance(source, ParquetFiles):

@@ -31,7 +31,7 @@ def test_block_rows_rule():
     assert block_rows(None, 10**8, 10**12, 2) == DEFAULT_BATCH_SIZE  # wide rows: the default, not fewer
     assert AUTO_BLOCKS_PER_MAPPER == 1
     cap_rows = AUTO_MAX_BLOCK_BYTES // 8  # int64 rows of a block at the cap
-    for rows, mappers, blocks in [(10**9, 2, 120), (5 * cap_rows, 2, 6), (5 * cap_rows, 5, 5),
+    for rows, mappers, blocks in [(10**9, 2, 60), (5 * cap_rows, 2, 6), (5 * cap_rows, 5, 5),
                                   (5 * cap_rows + 1, 5, 10), (3 * cap_rows, 4, 4)]:
         got = block_rows(None, rows, 8 * rows, mappers)
         assert got <= cap_rows and -(-rows // got) == blocks, (rows, mappers)  # under the cap, even
