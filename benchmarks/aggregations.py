@@ -112,13 +112,13 @@ def timed_alternately(fns: list[Callable[[], Any]], reps: int, warmup: int = 0,
     cpus: list[list[dict[str, float]]] = [[] for _ in fns]
     for r in range(warmup + reps):
         for i, fn in enumerate(fns):
-            meter = CpuMeter()
-            if cpu:
+            meter = CpuMeter() if cpu else None
+            if meter is not None:
                 meter.start()
             t0 = time.perf_counter()
             fn()
             (warm if r < warmup else times)[i].append(time.perf_counter() - t0)
-            if cpu and r >= warmup:
+            if meter is not None and r >= warmup:
                 used = meter.stop()
                 cpus[i].append({role: used.get(role, 0.0) for role in CPU_ROLES})
     out = [{"median_s": median(t), "spread_s": max(t) - min(t), "runs_s": t, "warmup_s": w} for t, w in zip(times, warm)]
