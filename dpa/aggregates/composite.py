@@ -41,7 +41,7 @@ from dpa.aggregates.contract import GROUP_ID_COL as GID_COL
 from dpa.aggregates.contract import ColumnarReducer, Reducer, WithCost, by_group_id, unwrap
 from dpa.aggregates.dense import dense_keys, group_aggregate
 from dpa.aggregates.int_sums import sum_may_overflow
-from dpa.arrays import from_numpy, to_numpy
+from dpa.arrays import from_numpy, one_array, to_numpy
 from dpa.errors import ConfigError
 from dpa.input.records import HASH_COL
 
@@ -205,10 +205,10 @@ def group_ids(table: pa.Table, key_cols: Sequence[str]) -> tuple[np.ndarray, int
         dense = dense_keys(table[key_cols[0]])
         if dense is not None:
             return dense.group_ids()
-    codes, values = _codes(table[key_cols[0]].combine_chunks())
+    codes, values = _codes(one_array(table[key_cols[0]]))
     combined, size = codes, len(values)
     for name in key_cols[1:]:
-        c, v = _codes(table[name].combine_chunks())
+        c, v = _codes(one_array(table[name]))
         joint = combined * len(v) + c
         uniq, combined = np.unique(joint, return_inverse=True)
         size = len(uniq)

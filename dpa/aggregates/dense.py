@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dpa.arrays import buffer_values, from_numpy, numpy_dtype, scalar, to_numpy
+from dpa.arrays import buffer_values, from_numpy, numpy_dtype, one_array, scalar, to_numpy
 from dpa.input.records import HASH_COL
 
 logger = logging.getLogger(__name__)
@@ -149,7 +149,7 @@ def dense_keys(column: pa.ChunkedArray | pa.Array) -> DenseKeys | None:
     rows = len(column)
     if storage is None or column.null_count or rows == 0:
         return None
-    column = _one_array(column)
+    column = one_array(column)
     if not storage.equals(column.type):
         column = column.view(storage)
     values = to_numpy(column)
@@ -194,13 +194,6 @@ def group_order(ids: np.ndarray, size: int) -> np.ndarray:
     return np.argsort(ids, kind="stable")
 
 
-def _one_array(column: pa.ChunkedArray | pa.Array) -> pa.Array:
-    """The column as one array (its only chunk as it is, without a copy)."""
-    if isinstance(column, pa.ChunkedArray):
-        return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
-    return column
-
-
 class _Column:
     """One value column of the batch, read once into numpy for every aggregate on it."""
 
@@ -222,7 +215,7 @@ class _Column:
     def values(self) -> np.ndarray:
         """The values, nulls as 0."""
         if self._values is None:
-            col = _one_array(self.column)
+            col = one_array(self.column)
             if self.valid is not None:
                 col = pc.fill_null(col, scalar(False if pa.types.is_boolean(self.type) else 0, self.type))
             self._values = to_numpy(col)
@@ -233,7 +226,7 @@ class _Column:
         under a null, whatever the buffer holds (see :attr:`valid`)."""
         storage = _storage_type(self.type)
         assert storage is not None
-        array = _one_array(self.column)
+        array = one_array(self.column)
         if not storage.equals(array.type):
             array = array.view(storage)
         return buffer_values(array)
@@ -243,7 +236,7 @@ class _Column:
         numbers its value in order of first appearance (a null's code is whatever the buffer
         holds, see :attr:`valid`)."""
         if self._dictionary is None:
-            encoded = pc.dictionary_encode(_one_array(self.column))
+            encoded = pc.dictionary_encode(one_array(self.column))
             self._dictionary = (buffer_values(encoded.indices), encoded.dictionary)
         return self._dictionary
 

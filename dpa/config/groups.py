@@ -211,8 +211,12 @@ class FlowConfig:
             files are cut into one block per mapper, or into more (as many per mapper)
             where such a block of the columns the job reads would pass 128 MiB (Ray
             Data's target block size), but never below 1,048,576 rows, which
-            is also the block of a streamed input (an iterable). Every block costs calls
-            and is combined on its own, so fewer, larger blocks are cheaper.
+            is also the block of a streamed input (an iterable); a materialized Ray
+            Dataset's blocks go to mappers in runs sized the same way
+            (:func:`dpa.input.sources.group_blocks`). Every block costs calls and is
+            combined on its own, so fewer, larger blocks are cheaper. Given, a table is cut
+            into blocks of this many rows and a materialized dataset's blocks go in runs of
+            about this many rows.
         step_time_s: Target seconds of work of one reducer step. A reducer takes off its
             queue the rows that fit this time at its measured cost per row (any reducer,
             user-defined ones included): an expensive reducer takes a few records at a

@@ -26,6 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dpa.arrays import join_chunks
 from dpa.errors import SchemaError
 from dpa.keys.encoding import int_key_out_of_range, python_key_class
 
@@ -305,5 +306,5 @@ def compact(table: pa.Table) -> pa.Table:
     Pickling a ``slice`` of a table serialises the whole parent buffers; tables that
     cross actor boundaries must be compacted first.
     """
-    return pa.Table.from_arrays([pa.concat_arrays(col.chunks) if col.num_chunks else pa.array([], col.type) for col in table.columns],
+    return pa.Table.from_arrays([join_chunks(col.chunks, col.type) for col in table.columns],
                                 schema=table.schema)

@@ -63,6 +63,57 @@ def block_rows(batch_size: int | None, num_rows: int | None = None, nbytes: int 
     return max(DEFAULT_BATCH_SIZE, rows)
 
 
+def group_blocks(sizes: list[tuple[int, int]], num_mappers: int, batch_size: int | None = None,
+                 breaks: list[bool] | None = None) -> list[range]:
+    """Runs of consecutive blocks of a source that come in blocks of their own (a
+    materialized Ray Dataset), each run read by one mapper as one input block.
+
+    A Ray Dataset's blocks are sized for Ray Data's tasks, often many small ones; each
+    input block costs a job calls and a map-side combine of its own (whose partial states
+    are about one row per distinct key of the block), so runs are sized like the blocks
+    of an in-memory table (:func:`block_rows`): with ``batch_size`` None, the runs' bytes
+    are about equal, :data:`AUTO_BLOCKS_PER_MAPPER` per mapper or more so that none passes
+    :data:`AUTO_MAX_BLOCK_BYTES`, and none of fewer than :data:`DEFAULT_BATCH_SIZE` rows
+    where the source has more; with ``batch_size``, runs of about that many rows. A run
+    ends before a block that would carry it more than halfway past its target, or past
+    the byte cap; a block larger than the target is a run of its own; empty blocks join
+    the run after them.
+
+    Args:
+        sizes: ``(rows, bytes)`` of each block, in order (bytes 0 where unknown).
+        num_mappers: ``JobConfig.num_mappers``.
+        batch_size: ``JobConfig.batch_size`` (None = sized from the blocks).
+        breaks: Per block, True if it may not join the run before it (its schema differs).
+
+    Returns:
+        The runs, as ranges of block positions covering every block in order.
+    """
+    if not sizes:
+        return []
+    total_rows = sum(rows for rows, _ in sizes)
+    total_bytes = sum(nbytes for _, nbytes in sizes)
+    by_bytes = batch_size is None and total_bytes > 0 and all(nbytes > 0 or not rows for rows, nbytes in sizes)
+    if batch_size is not None:
+        target = float(max(1, batch_size))
+    else:
+        mappers = max(1, num_mappers)
+        per_mapper = max(AUTO_BLOCKS_PER_MAPPER, -(-total_bytes // (AUTO_MAX_BLOCK_BYTES * mappers)))
+        runs = max(1, min(per_mapper * mappers, total_rows // DEFAULT_BATCH_SIZE))
+        target = (total_bytes if by_bytes else total_rows) / runs
+    out: list[range] = []
+    start, acc, acc_bytes = 0, 0.0, 0
+    for i, (rows, nbytes) in enumerate(sizes):
+        size = nbytes if by_bytes else rows
+        if i > start and acc > 0 and ((breaks is not None and breaks[i]) or acc + size / 2 > target
+                          or (by_bytes and acc_bytes + nbytes > AUTO_MAX_BLOCK_BYTES)):
+            out.append(range(start, i))
+            start, acc, acc_bytes = i, 0.0, 0
+        acc += size
+        acc_bytes += nbytes
+    out.append(range(start, len(sizes)))
+    return out
+
+
 @dataclass
 class Source:
     """A normalised input: Arrow blocks of user records of one kind."""

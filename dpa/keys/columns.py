@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dpa.arrays import to_numpy
+from dpa.arrays import one_array, to_numpy
 from dpa.errors import KeyEncodingError, SchemaError
 
 __all__ = ["canonical_float_keys", "check_key_type", "decode_key_dictionaries", "hash_key_columns"]
@@ -256,16 +256,6 @@ def _codes(col: pa.Array) -> tuple[np.ndarray, pa.Array]:
     return codes, encoded.dictionary
 
 
-def _as_array(column: pa.ChunkedArray | pa.Array) -> pa.Array:
-    if isinstance(column, pa.ChunkedArray):
-        if column.num_chunks == 1:
-            return column.chunk(0)
-        if column.num_chunks == 0:
-            return pa.array([], type=column.type)
-        return column.combine_chunks()
-    return column
-
-
 def hash_key_columns(
     table: pa.Table | pa.RecordBatch,
     columns: Sequence[str],
@@ -310,7 +300,7 @@ def hash_key_columns(
     n = table.num_rows
     if n == 0:
         return np.zeros(0, dtype=np.uint32)
-    arrays = [_as_array(table.column(name)) for name in columns]
+    arrays = [one_array(table.column(name)) for name in columns]
     for name, arr in zip(columns, arrays, strict=True):
         if not _supported_type(arr.type):
             raise KeyEncodingError(f"key column {name!r}: {_bad_column_type(arr.type)}")

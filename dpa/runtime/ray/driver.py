@@ -38,6 +38,7 @@ from dpa.engine.plan import JobPlan
 from dpa.errors import DPAError, JobFailedError
 from dpa.input.records import compact
 from dpa.input.sources import ArrowRefs
+from dpa.runtime.ray.blocks import dataset_items
 from dpa.runtime.ray.member import describe
 from dpa.runtime.ray.members import member_starts
 from dpa.runtime.ray.pool import Pool, acquire, release, shutdown_pools
@@ -166,20 +167,17 @@ def open_job(pool: Pool, plan: JobPlan, snapshot: Any, items: Any, deadline: _De
     return coord.run_job.remote(plan, snapshot, pool.members_key(), (machine, 2 * plan.num_mappers, loops))
 
 
-def _input_items(blocks: Any, dataset: Any, columns: set[str] | None = None) -> Any:
+def _input_items(blocks: Any, dataset: Any, columns: set[str] | None = None, num_mappers: int = 1,
+                 batch_size: int | None = None) -> Any:
     """``(block ref, row slice or None)`` for every input block; a block read on the driver
-    goes to the object store with only ``columns`` (None: all)."""
+    goes to the object store with only ``columns`` (None: all); a Ray Dataset's blocks may
+    go in runs (:func:`~dpa.runtime.ray.blocks.dataset_items`)."""
     if isinstance(dataset, ArrowRefs):
         return ((ref, None) for ref in dataset.refs)
     if isinstance(dataset, tuple):  # ParquetPiece descriptions: each mapper reads its own
         return ((ray.put(piece), None) for piece in dataset)
     if dataset is not None:
-        # A bundle's blocks may come with row slices that must be honoured.
-        return (
-            (ref, None if sl is None else (sl.start_offset, sl.end_offset))
-            for bundle in dataset.iter_internal_ref_bundles()
-            for ref, sl in zip(bundle.block_refs, bundle.slices)
-        )
+        return dataset_items(dataset, num_mappers, batch_size)
     return ((ray.put(_for_put(_project(block, columns))), None) for block in blocks)
 
 
@@ -308,7 +306,8 @@ def run_ray(plan: JobPlan, blocks: Any, dataset: Any, config: Any, progress: Any
     keep = False
     try:
         snapshot = plan.policy.initial_snapshot(plan.num_reducers)
-        items = iter(_input_items(blocks if blocks is not None else (), dataset, plan.source_columns))
+        items = iter(_input_items(blocks if blocks is not None else (), dataset, plan.source_columns, plan.num_mappers,
+                                  config.batch_size))
         try:
             if pool.fresh:
                 job = open_job(pool, plan, snapshot, items, deadline)

@@ -17,10 +17,10 @@ from dpa.engine import instructions as op
 from dpa.engine.epochs import Rest
 from dpa.engine.mapper_machine import MapperMachine
 from dpa.engine.plan import JobPlan
+from dpa.runtime.ray.blocks import fetch_block
 from dpa.runtime.ray.member import (
     ActorFailure,
     JobMember,
-    as_table,
     describe,
     hosted_member,
     quiet_method,
@@ -146,10 +146,7 @@ class MapperActor(JobMember):
         try:
             if isinstance(item, Rest):
                 return ev.BlockArrived(await item.table, epoch, token, prepared=True)
-            ref, row_slice = item
-            block = as_table(await ref)
-            if row_slice is not None:
-                block = block.slice(row_slice[0], row_slice[1] - row_slice[0])
+            block = await fetch_block(item)
             return ev.BlockArrived(block, epoch, token)
         except Exception as exc:
             raise ActorFailure(self.name, exc, getattr(exc, "key", None)) from exc

@@ -191,6 +191,24 @@ def test_a_materialized_dataset_is_planned_without_running_a_ray_data_job(ray_se
     assert len(dpa.run(empty, key="k", reducer=dpa.Sum("v"), runtime="ray")) == 0
 
 
+def test_a_materialized_datasets_small_blocks_are_read_in_runs(ray_session):
+    table = _table(seed=9)
+    want = dict(zip(*table.group_by("k").aggregate([("v", "sum")]).select(["k", "v_sum"]).to_pydict().values()))
+    arrow = ray.data.from_arrow([table.slice(i, 250) for i in range(0, table.num_rows, 250)])  # 12 blocks
+    pandas = ray.data.from_pandas([table.slice(i, 500).to_pandas() for i in range(0, table.num_rows, 500)])
+    for source, blocks in ((arrow, 12), (pandas, 6)):
+        # By default, a dataset this small is one run (one input block, as a table of its size).
+        result = dpa.run(source, key="k", reducer=dpa.Sum("v"), runtime="ray", num_mappers=2, num_reducers=2)
+        assert result.to_dict() == want and sum(result.stats.blocks_per_mapper) == 1
+        # Given batch_size: runs of about that many rows.
+        result = dpa.run(source, key="k", reducer=dpa.Sum("v"), runtime="ray", num_mappers=2, num_reducers=2,
+                         batch_size=1000)
+        assert result.to_dict() == want and sum(result.stats.blocks_per_mapper) == 3
+        result = dpa.run(source, key="k", reducer=dpa.Sum("v"), runtime="ray", num_mappers=2, num_reducers=2,
+                         batch_size=1)
+        assert result.to_dict() == want and sum(result.stats.blocks_per_mapper) == blocks
+
+
 def test_a_lazy_dataset_is_probed_once_and_read_as_it_streams(ray_session):
     source = ray.data.from_arrow(_table(seed=8)).map_batches(lambda b: b, batch_format="pyarrow")
     result = dpa.run(source, key="k", reducer=dpa.Count(), runtime="ray", num_mappers=2, num_reducers=2)

@@ -166,6 +166,19 @@ def test_user_code_failure_keeps_the_warm_pool():
     assert dpa.run(["x", "x"]).to_dict() == {"x": 2}
 
 
+def test_a_datasets_blocks_of_one_schema_but_different_types_fail_clearly_and_keep_the_pool():
+    import pandas as pd
+
+    # Object columns: the bundles' schemas agree, the blocks' Arrow types (int, str) do not.
+    ints = pd.DataFrame({"k": [1, 2], "v": pd.Series([1, 2], dtype=object)})
+    words = pd.DataFrame({"k": [1, 3], "v": pd.Series(["x", "y"], dtype=object)})
+    source = ray.data.from_pandas([ints, words])
+    with pytest.raises(dpa.JobFailedError, match="SchemaError: blocks of the input dataset have different "
+                       "column types.*Field v.*cast the dataset to one schema"):
+        dpa.run(source, key="k", reducer=dpa.Max("v"))
+    assert dpa.run([{"k": 1}], key="k", reducer=dpa.Count()).to_dict() == {1: 1}
+
+
 def test_a_late_message_of_an_aborted_job_is_dropped():
     dpa.run(["warm"])
     pool = ray_pool.idle_pools()[-1]

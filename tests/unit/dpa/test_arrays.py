@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpa.arrays import from_numpy, numpy_dtype, scalar, to_numpy
+from dpa.arrays import from_numpy, join_chunks, numpy_dtype, one_array, scalar, to_numpy
 
 NUMBER_TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(),
                 pa.uint64(), pa.float32(), pa.float64()]
@@ -43,6 +43,34 @@ def test_to_numpy_equals_pyarrows_for_arrays_slices_and_chunks(dtype, sizes, off
     _same(to_numpy(chunked), chunked.to_numpy())
     for chunk in chunks:
         _same(to_numpy(chunk), chunk.to_numpy(zero_copy_only=False))
+
+
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from(NUMBER_TYPES), sizes=st.lists(st.integers(0, 40), min_size=0, max_size=4),
+       offset=st.integers(0, 5), nulls=st.booleans(), seed=st.integers(0, 2**16))
+def test_join_chunks_equals_arrows_concatenation(dtype, sizes, offset, nulls, seed):
+    chunks = []
+    for i, n in enumerate(sizes):
+        values = _values(dtype, n + offset, seed + i)
+        mask = np.random.default_rng(seed + i).random(len(values)) < 0.3 if nulls else None
+        chunks.append(pa.array(values, type=dtype, mask=mask).slice(offset))
+    joined = join_chunks(chunks, dtype)
+    want = pa.concat_arrays(chunks) if chunks else pa.array([], dtype)
+    assert joined.offset == 0  # (compact: a copy of its own)
+    for got in (joined, one_array(pa.chunked_array(chunks, type=dtype))):
+        assert got.type == dtype and got.null_count == want.null_count
+        assert got.is_valid().equals(want.is_valid())
+        _same(got.to_numpy(zero_copy_only=False), want.to_numpy(zero_copy_only=False))  # (NaN included)
+
+
+def test_one_array_keeps_a_single_chunk_and_joins_other_types_by_arrow():
+    array = pa.array(np.arange(10, dtype=np.int64))
+    assert one_array(array) is array
+    assert one_array(pa.chunked_array([array])).buffers()[1].address == array.buffers()[1].address
+    words = pa.chunked_array([pa.array(["a", None]), pa.array(["b"])])
+    assert one_array(words).equals(pa.array(["a", None, "b"]))
+    days = pa.chunked_array([pa.array([1, 2], pa.date32()), pa.array([3], pa.date32())])
+    assert one_array(days).equals(pa.array([1, 2, 3], pa.date32()))
 
 
 def test_to_numpy_views_one_chunk_and_copies_several_as_pyarrow_does():

@@ -15,6 +15,7 @@ from dpa.input.sources import (
     AUTO_MAX_BLOCK_BYTES,
     DEFAULT_BATCH_SIZE,
     block_rows,
+    group_blocks,
     normalize_source,
 )
 
@@ -35,6 +36,43 @@ def test_block_rows_rule():
                                   (5 * cap_rows + 1, 5, 10), (3 * cap_rows, 4, 4)]:
         got = block_rows(None, rows, 8 * rows, mappers)
         assert got <= cap_rows and -(-rows // got) == blocks, (rows, mappers)  # under the cap, even
+
+
+def _runs(sizes, mappers, batch_size=None, breaks=None):
+    return [list(run) for run in group_blocks(sizes, mappers, batch_size, breaks)]
+
+
+def test_a_datasets_blocks_go_in_runs_sized_like_a_tables_blocks():
+    mb = 1 << 20
+    # 16 blocks of 625k rows (10 MB): a run of 8 per mapper, as a table's 2 blocks.
+    assert _runs([(625_000, 10 * mb)] * 16, 2) == [list(range(8)), list(range(8, 16))]
+    # 17: the runs end where the next block would pass its target by more than half.
+    assert [len(r) for r in _runs([(625_000, 10 * mb)] * 17, 2)] == [9, 8]
+    # Never a run of fewer than DEFAULT_BATCH_SIZE rows: small datasets are one run.
+    assert _runs([(1000, 8000)] * 12, 4) == [list(range(12))]
+    # Past the byte cap, runs under it, a whole number per mapper where the blocks allow.
+    big = [(4_000_000, 32 * mb)] * 16  # 512 MB over 2 mappers: 4 runs of 128 MB
+    runs = _runs(big, 2)
+    assert [len(r) for r in runs] == [4] * 4
+    assert all(sum(big[i][1] for i in r) <= AUTO_MAX_BLOCK_BYTES for r in runs)
+    # A block larger than the target (or the cap) is a run of its own.
+    assert _runs([(2_000_000, 16 * mb), (8_000_000, 300 * mb), (2_000_000, 16 * mb)], 2) == [[0], [1], [2]]
+    # Unknown bytes: sized by rows.
+    assert _runs([(1_000_000, 0)] * 4, 2) == [[0, 1], [2, 3]]
+    assert group_blocks([], 2) == []
+
+
+def test_given_batch_size_the_runs_are_about_that_many_rows():
+    assert _runs([(250, 4000)] * 12, 2, batch_size=1000) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    assert _runs([(5000, 80_000)] * 3, 2, batch_size=1000) == [[0], [1], [2]]  # larger blocks stay whole
+
+
+def test_a_run_never_spans_a_change_of_schema_and_empty_blocks_join_the_next():
+    sizes = [(2_000_000, 16 << 20)] * 4
+    assert _runs(sizes, 1, breaks=[False, False, True, False]) == [[0, 1], [2, 3]]
+    assert _runs([(0, 0), (0, 0), (10, 80), (10, 80)], 2) == [[0, 1, 2, 3]]
+    runs = _runs([(0, 0)] + [(2_000_000, 16 << 20)] * 2, 2)
+    assert runs == [[0, 1], [2]]
 
 
 @pytest.mark.parametrize("as_pandas", [False, True])
