@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import time
 from typing import Any
@@ -39,6 +38,7 @@ from dpa.engine.epochs import Rest
 from dpa.engine.plan import JobPlan
 from dpa.errors import JobFailedError
 from dpa.runtime.ray import host
+from dpa.runtime.ray.checkpoints import CheckpointRounds
 from dpa.runtime.ray.group_apply import run_apply_phase
 from dpa.runtime.ray.host import MemberHost, MemberRef, build_member
 from dpa.runtime.ray.member import (
@@ -65,10 +65,6 @@ logger = logging.getLogger(__name__)
 
 #: How long an abort waits for the members to acknowledge.
 ABORT_TIMEOUT_S = 1.0
-#: How long a reducer waits for the forwards a checkpoint counts before it gives it up.
-CHECKPOINT_WAIT_S = 10.0
-#: What one step of a checkpoint round asks of the members.
-ROUND_ASKS = (op.AskPrepare, op.AskCut, op.AskRelease, op.FetchCheckpointSnapshot)
 
 
 def _finished(mapper: int, done: tuple[int, int] | None) -> list[Any]:
@@ -76,7 +72,7 @@ def _finished(mapper: int, done: tuple[int, int] | None) -> list[Any]:
     return [] if done is None else [ev.BlockFinished(mapper, *done)]
 
 
-class Coordinator(PoolMembers, ElasticReducers, MemberHost):
+class Coordinator(PoolMembers, ElasticReducers, CheckpointRounds, MemberHost):
     """Holds one pool's members (the reducers' and mappers' hosts started by the driver with
     it, or by itself when ``members`` is not given; replacements and an elastic job's new
     reducers it starts itself) and runs the balancer itself; runs the pool's jobs one at a time.
@@ -268,50 +264,6 @@ class Coordinator(PoolMembers, ElasticReducers, MemberHost):
         if self.machine is not None and run_id == self.run_id:
             self._handle(ev.ProgressReported(reducer, processed), ev.Tick())
             metric("dpa_job_records_processed").set(self.machine.processed, tags=self.job_tags)
-
-    async def _checkpoint(self, run_id: str) -> None:
-        """Carries out the checkpoint round the machine started, over the job's reducers
-        (:class:`~dpa.engine.checkpoint_round.CheckpointRound`); the shares go into this
-        actor's object store. A member lost meanwhile abandons it (the run is recovered
-        from the previous one)."""
-        async with self.scale_lock:  # (the job's reducers do not change meanwhile)
-            if run_id != self.run_id:
-                return
-            todo = self.machine.handle(ev.CheckpointOpened())
-            try:
-                while todo:
-                    answers: list[Any] = []
-                    for kind, group in itertools.groupby(todo, key=type):
-                        if kind in ROUND_ASKS:  # (one phase's asks go out together)
-                            answers += await self._round_asks(run_id, list(group))
-                        else:
-                            for ins in group:
-                                self._do(ins)
-                    if run_id != self.run_id:
-                        return
-                    todo = self.machine.handle(*answers) if answers else []
-            except Exception:  # a member died: the run is recovered from the previous checkpoint
-                if run_id == self.run_id:
-                    self._handle(ev.CheckpointLost())
-
-    async def _round_asks(self, run_id: str, asks: list[Any]) -> list[Any]:
-        """Carries out one step of a checkpoint round (the asks of one phase, together);
-        returns the answers as events."""
-        if isinstance(asks[0], op.AskPrepare):
-            sent = await asyncio.gather(*[self.reducers[a.slot].prepare_checkpoint.remote(run_id, a.epoch)
-                                          for a in asks])
-            return [ev.Prepared(a.slot, s) for a, s in zip(asks, sent)]
-        if isinstance(asks[0], op.AskCut):
-            shares = await asyncio.gather(*[self.reducers[a.slot].checkpoint.remote(
-                run_id, a.epoch, a.expected, CHECKPOINT_WAIT_S) for a in asks], return_exceptions=True)
-            lost = next((s for s in shares if isinstance(s, Exception) and member_lost(s)), None)
-            if lost is not None:
-                raise lost
-            return [ev.CutTaken(a.slot, s) for a, s in zip(asks, shares)]
-        if isinstance(asks[0], op.AskRelease):
-            await asyncio.gather(*[self.reducers[a.slot].release_checkpoint.remote(run_id) for a in asks])
-            return []
-        return [ev.CheckpointSnapshot(await self.balancer.snapshot.remote(run_id))]  # FetchCheckpointSnapshot
 
     # -- the job --------------------------------------------------------------------
     async def prepare_job(self, plan: JobPlan, max_pending: int,

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-EXECUTORS = ["dpa/runtime/ray/coordinator.py", "dpa/runtime/ray/scale_out.py", "dpa/runtime/local.py",
+EXECUTORS = ["dpa/runtime/ray/coordinator.py", "dpa/runtime/ray/scale_out.py", "dpa/runtime/ray/checkpoints.py",
+             "dpa/runtime/local.py",
              "dpa/runtime/ray/driver.py"]  # (the driver runs a new pool's first hand-out: open_job)
 #: The attribute that holds the coordinator's machine, per executor.
 MACHINE_NAMES = {"machine", "coordinator"}
