@@ -73,8 +73,8 @@ def group_blocks(sizes: list[tuple[int, int]], num_mappers: int, batch_size: int
     are about one row per distinct key of the block), so runs are sized like the blocks
     of an in-memory table (:func:`block_rows`): with ``batch_size`` None, the runs' bytes
     are about equal, :data:`AUTO_BLOCKS_PER_MAPPER` per mapper or more so that none passes
-    :data:`AUTO_MAX_BLOCK_BYTES`, and none of fewer than :data:`DEFAULT_BATCH_SIZE` rows
-    where the source has more; with ``batch_size``, runs of about that many rows. A run
+    :data:`AUTO_MAX_BLOCK_BYTES`, but no more runs than blocks of :data:`DEFAULT_BATCH_SIZE`
+    rows would be; with ``batch_size``, runs of about that many rows. A run
     ends before a block that would carry it more than halfway past its target, or past
     the byte cap; a block larger than the target is a run of its own; empty blocks join
     the run after them.
@@ -98,7 +98,7 @@ def group_blocks(sizes: list[tuple[int, int]], num_mappers: int, batch_size: int
     else:
         mappers = max(1, num_mappers)
         per_mapper = max(AUTO_BLOCKS_PER_MAPPER, -(-total_bytes // (AUTO_MAX_BLOCK_BYTES * mappers)))
-        runs = max(1, min(per_mapper * mappers, total_rows // DEFAULT_BATCH_SIZE))
+        runs = max(1, min(per_mapper * mappers, -(-total_rows // DEFAULT_BATCH_SIZE)))
         target = (total_bytes if by_bytes else total_rows) / runs
     out: list[range] = []
     start, acc, acc_bytes = 0, 0.0, 0

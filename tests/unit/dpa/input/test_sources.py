@@ -48,8 +48,9 @@ def test_a_datasets_blocks_go_in_runs_sized_like_a_tables_blocks():
     assert _runs([(625_000, 10 * mb)] * 16, 2) == [list(range(8)), list(range(8, 16))]
     # 17: the runs end where the next block would pass its target by more than half.
     assert [len(r) for r in _runs([(625_000, 10 * mb)] * 17, 2)] == [9, 8]
-    # Never a run of fewer than DEFAULT_BATCH_SIZE rows: small datasets are one run.
+    # No more runs than blocks of DEFAULT_BATCH_SIZE rows would be: small datasets are one run.
     assert _runs([(1000, 8000)] * 12, 4) == [list(range(12))]
+    assert _runs([(500_000, 4 * mb)] * 3, 2) == [[0, 1], [2]]  # (1.5M rows: 2 runs, as a table's 2 blocks)
     # Past the byte cap, runs under it, a whole number per mapper where the blocks allow.
     big = [(4_000_000, 32 * mb)] * 16  # 512 MB over 2 mappers: 4 runs of 128 MB
     runs = _runs(big, 2)
