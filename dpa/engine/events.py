@@ -148,9 +148,10 @@ class MapperStarted:
 @dataclass(frozen=True)
 class BlockArrived:
     """An input item: a block to map (``prepared``: the rest of a block, routed as it is),
-    of ``epoch`` with ledger ``token``."""
+    or a run of blocks mapped one by one and joined (a tuple), of ``epoch`` with ledger
+    ``token``."""
 
-    table: pa.Table
+    table: pa.Table | tuple[pa.Table, ...]
     epoch: int
     token: int
     prepared: bool = False

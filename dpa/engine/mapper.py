@@ -14,6 +14,7 @@ from dpa.arrays import from_numpy, to_numpy
 from dpa.engine.flow import PUSH_GROW, PUSH_SHRINK, top_key_counts, weight
 from dpa.engine.instructions import Push
 from dpa.engine.plan import JobPlan
+from dpa.errors import SchemaError
 from dpa.input.records import HASH_COL, WEIGHT_COL, compact
 from dpa.keys.columns import canonical_float_keys, hash_key_columns
 from dpa.keys.encoding import KeyHashCache
@@ -52,6 +53,27 @@ def block_forecast(hashes: np.ndarray, weights: np.ndarray | None = None,
         counts = np.floor(counts * (total / seen)).astype(np.int64)
     keep = counts > 0
     return keys[keep], counts[keep], total
+
+
+def join_blocks(tables: list[pa.Table]) -> pa.Table:
+    """Blocks of one run as one table, after each was mapped and type-checked on its own
+    (:class:`~dpa.engine.block_types.BlockTypes`): a column whose type changed between them
+    changed to one it promotes to exactly, so Arrow's permissive promotion joins them
+    without changing a value. Blocks without rows are left out (``map_fn`` may have emitted
+    none, without the columns).
+
+    Raises:
+        SchemaError: The blocks' columns differ in a way Arrow cannot join (the names).
+    """
+    filled = [t for t in tables if t.num_rows] or tables[:1]
+    if len(filled) == 1:
+        return filled[0]
+    try:
+        return pa.concat_tables(filled, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise SchemaError(
+            f"blocks of one input item have columns that do not join ({exc}); give the input one schema, "
+            "or pass batch_size=1 to map a Ray Dataset's blocks one by one") from exc
 
 
 class MapperLogic:
@@ -94,10 +116,13 @@ class MapperLogic:
         if snapshot.version > self.snapshot.version:
             self.snapshot = snapshot
 
-    def start_block(self, block: pa.Table, prepared: bool = False) -> None:
+    def start_block(self, block: pa.Table | tuple[pa.Table, ...], prepared: bool = False) -> None:
         """Applies ``map_fn`` and the key, combines and hashes a block, ready to route.
 
-        A ``prepared`` block is the :meth:`rest` of one: routed as it is.
+        A ``prepared`` block is the :meth:`rest` of one: routed as it is. A tuple of tables
+        is a run of blocks read as one (a Ray Dataset's, :mod:`dpa.runtime.ray.blocks`):
+        each is mapped and its types checked on its own, as a block is, then they are joined
+        (:func:`join_blocks`) and combined together.
         """
         if prepared:
             self.emitted += weight(block)
@@ -106,10 +131,12 @@ class MapperLogic:
             return
         self.blocks += 1
         if self.plan.input_combined:  # partial states already: hash and route only
+            block = block if isinstance(block, pa.Table) else join_blocks(list(block))
             self.emitted += weight(block)
             table = canonical_float_keys(block, self.plan.key_cols)
         else:
-            table = self.plan.prepare(block)
+            table = (self.plan.prepare(block) if isinstance(block, pa.Table)
+                     else join_blocks([self.plan.prepare(b) for b in block]))
             self.emitted += table.num_rows
             if self.combiner is not None and table.num_rows:
                 # One partial-state row per key (plus its record count): hashing, routing and

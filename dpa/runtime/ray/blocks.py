@@ -6,8 +6,9 @@ costs calls and a map-side combine of its own, whose partial states hold about o
 distinct key of the block, so a dataset of 16 blocks routes and merges several times the
 partial states of the same rows in 2. The driver hands the mappers runs of consecutive
 blocks instead (:class:`BlockRun`, sized by :func:`~dpa.input.sources.group_blocks` from
-the blocks' metadata, without reading them); a mapper fetches a run's blocks and reads them
-as one table. A dataset still being computed streams its blocks one by one, as they come.
+the blocks' metadata, without reading them); a mapper fetches a run's blocks, maps each
+and checks its types as a block of its own, and combines them as one. A dataset still
+being computed streams its blocks one by one, as they come.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from dpa.errors import SchemaError
 from dpa.input.sources import group_blocks
 from dpa.runtime.ray.member import as_table
 
@@ -87,29 +87,12 @@ def _sliced(table: pa.Table, row_slice: tuple[int, int] | None) -> pa.Table:
     return table if row_slice is None else table.slice(row_slice[0], row_slice[1] - row_slice[0])
 
 
-async def fetch_block(item: tuple[Any, Any]) -> pa.Table:
-    """The table of an input item: its block (or run of blocks) fetched from the object store.
-
-    A run's blocks come from bundles of one schema; Arrow blocks made from pandas ones may
-    still differ where a column holds only nulls (it takes the others' type).
-
-    Raises:
-        SchemaError: A run's blocks have column types that differ otherwise.
-    """
+async def fetch_block(item: tuple[Any, Any]) -> pa.Table | tuple[pa.Table, ...]:
+    """The table of an input item, fetched from the object store; for a run, its blocks'
+    tables in order (the mapper maps each on its own and joins them,
+    :func:`~dpa.engine.mapper.join_blocks`)."""
     ref, row_slice = item
     if not isinstance(ref, BlockRun):
         return _sliced(as_table(await ref), row_slice)
     blocks = await asyncio.gather(*ref.refs)
-    tables = [_sliced(as_table(b), s) for b, s in zip(blocks, ref.slices)]
-    filled = [t for t in tables if t.num_rows] or tables[:1]
-    if len(filled) == 1:
-        return filled[0]
-    try:
-        # Only a column of nulls takes the others' type: any other difference would change
-        # what a block means (an int key and a float key are different keys).
-        return pa.concat_tables(filled, promote_options="default")
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise SchemaError(
-            f"blocks of the input dataset have different column types ({exc}); cast the dataset to one "
-            "schema first, for example with ds.map_batches(lambda t: t.cast(schema), batch_format='pyarrow'), "
-            "or pass batch_size=1 to read its blocks one by one") from exc
+    return tuple(_sliced(as_table(b), s) for b, s in zip(blocks, ref.slices))

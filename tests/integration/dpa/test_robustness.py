@@ -166,16 +166,19 @@ def test_user_code_failure_keeps_the_warm_pool():
     assert dpa.run(["x", "x"]).to_dict() == {"x": 2}
 
 
-def test_a_datasets_blocks_of_one_schema_but_different_types_fail_clearly_and_keep_the_pool():
+def test_a_datasets_blocks_read_in_one_run_are_typed_one_by_one():
     import pandas as pd
 
-    # Object columns: the bundles' schemas agree, the blocks' Arrow types (int, str) do not.
+    # Object columns: the bundles' schemas agree, the blocks' Arrow types do not. The blocks
+    # go to one mapper as one run (a small dataset), and are typed as blocks of their own:
+    # ints then floats promote exactly, ints then strings fail as between any two blocks.
     ints = pd.DataFrame({"k": [1, 2], "v": pd.Series([1, 2], dtype=object)})
+    floats = pd.DataFrame({"k": [1, 3], "v": pd.Series([0.5, 1.5], dtype=object)})
     words = pd.DataFrame({"k": [1, 3], "v": pd.Series(["x", "y"], dtype=object)})
-    source = ray.data.from_pandas([ints, words])
-    with pytest.raises(dpa.JobFailedError, match="SchemaError: blocks of the input dataset have different "
-                       "column types.*Field v.*cast the dataset to one schema"):
-        dpa.run(source, key="k", reducer=dpa.Max("v"))
+    result = dpa.run(ray.data.from_pandas([ints, floats]), key="k", reducer=dpa.Sum("v"))
+    assert result.to_dict() == {1: 1.5, 2: 2.0, 3: 1.5} and sum(result.stats.blocks_per_mapper) == 1
+    with pytest.raises(dpa.JobFailedError, match="mapper.*SchemaError: column 'v' changes type from int64 to string"):
+        dpa.run(ray.data.from_pandas([ints, words]), key="k", reducer=dpa.Max("v"))
     assert dpa.run([{"k": 1}], key="k", reducer=dpa.Count()).to_dict() == {1: 1}
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pyarrow as pa
+import pytest
 
 import dpa
 from dpa.engine import events as ev
@@ -128,3 +129,38 @@ def test_a_published_snapshot_is_adopted_for_the_next_push():
     assert m.handle(ev.SnapshotArrived(ring.snapshot())) == []
     out = m.handle(ev.PushesAnswered([(PUSH_GROW, None)] * len(out[-1].pushes)))
     assert out[0].version == ring.version
+
+
+def _run_machine(reducer):
+    first = pa.table({"k": [1, 2, 2], "v": [1, 2, 3]})
+    fields = dict(runtime="local", num_mappers=1, num_reducers=2, policy="hash")
+    plan, _ = build_plan(normalize_source(first, 3), "k", reducer, None, dpa.JobConfig(**fields))
+    m = MapperMachine(0, plan, plan.policy.initial_snapshot(plan.num_reducers), Clock())
+    m.handle(ev.MapperStarted())
+    return m
+
+
+def _routed(m, out):
+    _, out = answer_all(m, out)
+    return out
+
+
+def test_a_run_of_blocks_is_mapped_block_by_block_and_combined_as_one():
+    m = _run_machine(dpa.Sum("v"))
+    ints = pa.table({"k": [1, 2, 2], "v": [1, 2, 3]})
+    floats = pa.table({"k": [2, 3], "v": [0.5, 1.5]})  # (v promotes exactly: int -> double)
+    empty = pa.table({"k": pa.array([], pa.int64())})  # (no value column: map_fn emitted nothing)
+    out = m.handle(ev.BlockArrived((ints, empty, floats), 0, 1))
+    pushed = [p.batch for i in out if isinstance(i, op.SendPushes) for p in i.pushes]
+    out = _routed(m, out)
+    assert out[0] == op.BlockDone(0, 5) and m.logic.blocks == 1  # one item, five records
+    rows = pa.concat_tables(pushed, promote_options="permissive").to_pydict()
+    assert sorted(zip(rows["k"], rows[next(c for c in rows if c.endswith("sum"))])) == [(1, 1.0), (2, 5.5), (3, 1.5)]
+
+
+def test_a_run_whose_key_changes_class_fails_as_blocks_do():
+    m = _run_machine(dpa.Count())
+    ints = pa.table({"k": [1, 2], "v": [1, 2]})
+    floats = pa.table({"k": [1.0, 2.5], "v": [3, 4]})
+    with pytest.raises(dpa.SchemaError, match="'k'"):
+        m.handle(ev.BlockArrived((ints, floats), 0, 1))
