@@ -39,17 +39,18 @@ class BlockRun:
     slices: tuple[tuple[int, int] | None, ...]
 
 
-def _entries(dataset: Any) -> Iterator[tuple[Any, tuple[int, int] | None, int, int, Any]]:
-    """``(ref, row slice, rows, bytes, schema)`` of each block of ``dataset``, in order."""
+def _entries(dataset: Any) -> Iterator[tuple[Any, tuple[int, int] | None, int | None, int, Any]]:
+    """``(ref, row slice, rows or None where unknown, bytes, schema)`` of each block of
+    ``dataset``, in order."""
     for bundle in dataset.iter_internal_ref_bundles():
         for entry, ref, piece in zip(bundle.blocks, bundle.block_refs, bundle.slices):
             meta = entry.metadata
-            rows, nbytes = meta.num_rows or 0, meta.size_bytes or 0
+            rows, nbytes = meta.num_rows, meta.size_bytes or 0
             row_slice = None
             if piece is not None:
                 row_slice = (piece.start_offset, piece.end_offset)
                 part = piece.end_offset - piece.start_offset
-                nbytes = nbytes * part // rows if rows else 0
+                nbytes = nbytes * part // rows if rows else nbytes
                 rows = part
             yield ref, row_slice, rows, nbytes, bundle.schema
 
@@ -66,7 +67,7 @@ def dataset_items(dataset: Any, num_mappers: int, batch_size: int | None) -> Ite
 
     A materialized dataset's blocks go in runs (:func:`~dpa.input.sources.group_blocks`
     on their rows and bytes; a run never spans a change of schema); a lazy one's, one by one
-    as its execution yields them.
+    as its execution yields them, as do a materialized one's whose metadata lack rows.
     """
     from ray.data.dataset import MaterializedDataset
 
@@ -74,6 +75,9 @@ def dataset_items(dataset: Any, num_mappers: int, batch_size: int | None) -> Ite
         yield from ((ref, row_slice) for ref, row_slice, *_ in _entries(dataset))
         return
     entries = list(_entries(dataset))
+    if any(rows is None for _, _, rows, _, _ in entries):
+        yield from ((ref, row_slice) for ref, row_slice, *_ in entries)
+        return
     breaks = [i > 0 and not _same_schema(entries[i - 1][4], e[4]) for i, e in enumerate(entries)]
     for run in group_blocks([(rows, nbytes) for _, _, rows, nbytes, _ in entries], num_mappers, batch_size, breaks):
         if len(run) == 1:

@@ -22,7 +22,7 @@ def test_entries_read_rows_and_bytes_from_the_metadata_and_scale_them_to_a_slice
         _bundle([("c", None, None)], [None], schema=None),
     ]))
     assert list(_entries(dataset)) == [("a", None, 100, 800, "s"), ("b", (25, 75), 50, 400, "s"),
-                                       ("c", None, 0, 0, None)]
+                                       ("c", None, None, 0, None)]
 
 
 def _ready(value):
