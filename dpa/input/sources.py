@@ -57,10 +57,16 @@ def block_rows(batch_size: int | None, num_rows: int | None = None, nbytes: int 
         return batch_size
     if not num_rows:
         return DEFAULT_BATCH_SIZE
-    mappers = max(1, num_mappers)
-    per_mapper = max(AUTO_BLOCKS_PER_MAPPER, -(-(nbytes or 0) // (AUTO_MAX_BLOCK_BYTES * mappers)))
-    rows = -(-num_rows // (per_mapper * mappers))
+    rows = -(-num_rows // _auto_blocks(nbytes or 0, num_mappers))
     return max(DEFAULT_BATCH_SIZE, rows)
+
+
+def _auto_blocks(nbytes: int, num_mappers: int) -> int:
+    """Blocks of an input of ``nbytes`` sized from the input, before the row floor:
+    :data:`AUTO_BLOCKS_PER_MAPPER` per mapper, or as many more per mapper as keep each
+    under :data:`AUTO_MAX_BLOCK_BYTES`."""
+    mappers = max(1, num_mappers)
+    return mappers * max(AUTO_BLOCKS_PER_MAPPER, -(-nbytes // (AUTO_MAX_BLOCK_BYTES * mappers)))
 
 
 def group_blocks(sizes: list[tuple[int, int]], num_mappers: int, batch_size: int | None = None,
@@ -96,9 +102,7 @@ def group_blocks(sizes: list[tuple[int, int]], num_mappers: int, batch_size: int
     if batch_size is not None:
         target = float(max(1, batch_size))
     else:
-        mappers = max(1, num_mappers)
-        per_mapper = max(AUTO_BLOCKS_PER_MAPPER, -(-total_bytes // (AUTO_MAX_BLOCK_BYTES * mappers)))
-        runs = max(1, min(per_mapper * mappers, -(-total_rows // DEFAULT_BATCH_SIZE)))
+        runs = max(1, min(_auto_blocks(total_bytes, num_mappers), -(-total_rows // DEFAULT_BATCH_SIZE)))
         target = (total_bytes if by_bytes else total_rows) / runs
     out: list[range] = []
     start, acc, acc_bytes = 0, 0.0, 0
