@@ -167,11 +167,68 @@ def test_groupby_equals_ray_datas_own(ray_session, method):
     assert g == pytest.approx(w) if method == "mean" else g == w
 
 
+def _numeric(seed: int = 7) -> pa.Table:
+    """``k``, int ``v`` and a float ``w`` with nulls: every column aggregable by every method."""
+    data = _table(seed=seed)
+    w = np.random.default_rng(seed).normal(10.0, 3.0, data.num_rows)
+    return pa.table({"k": data["k"], "v": data["v"],
+                     "w": pa.array(w, mask=np.arange(data.num_rows) % 7 == 0)})
+
+
+def _values(table: pa.Table, column: int) -> list:
+    """A column's values with NaN as None (Ray Data's deviation of one value is NaN, dpa's null)."""
+    return [None if isinstance(x, float) and x != x else x for x in table.column(column).to_pylist()]
+
+
+@pytest.mark.parametrize("method, args, kwargs", [
+    ("sum", (["v", "w"],), {}),
+    ("min", (), {}),
+    ("max", (["w", "v"],), {}),
+    ("mean", (), {}),
+    ("std", ("w",), {"ddof": 0}),
+    ("std", (), {}),
+], ids=["sum-list", "min-all", "max-list", "mean-all", "std-pop", "std-all"])
+def test_groupby_over_several_columns_equals_ray_datas_own(ray_session, method, args, kwargs):
+    data = _numeric()
+    source = ray.data.from_arrow([data.slice(0, 1500), data.slice(1500)])
+    got = _sorted(_collected(getattr(dpa.groupby(source, "k", num_mappers=2, num_reducers=4), method)(*args, **kwargs)))
+    want = getattr(source.groupby("k"), method)(*args, **kwargs)
+    want = _sorted(pa.Table.from_pandas(want.to_pandas(), preserve_index=False))
+    assert got.column_names == want.column_names
+    assert got["k"].to_pylist() == want["k"].to_pylist()
+    for i in range(1, got.num_columns):
+        g, w = _values(got, i), _values(want, i)
+        assert [x is None for x in g] == [x is None for x in w], got.column_names[i]
+        assert [x for x in g if x is not None] == pytest.approx([x for x in w if x is not None]), got.column_names[i]
+
+
+def test_groupby_aggregate_runs_several_reducers_in_one_job(ray_session):
+    from ray.data.aggregate import Count, Max, Mean, Std, Sum
+
+    data = _numeric(seed=11)
+    source = ray.data.from_arrow([data.slice(0, 1500), data.slice(1500)])
+    grouped = dpa.groupby(source, "k", num_mappers=2, num_reducers=4)
+    got = _sorted(_collected(grouped.aggregate(dpa.Count(), dpa.Sum("v"), dpa.Mean("w"), dpa.Std("w"), dpa.Max("v"))))
+    assert got.column_names == ["k", "count(1)", "sum(v)", "avg(w)", "stddev_samp(w)", "max(v)"]
+    as_list = _sorted(_collected(grouped.aggregate([dpa.Count(), dpa.Sum("v"), dpa.Mean("w"), dpa.Std("w"),
+                                                    dpa.Max("v")])))
+    assert as_list.equals(got)
+    want = source.groupby("k").aggregate(Count(), Sum("v"), Mean("w"), Std("w"), Max("v"))
+    want = _sorted(pa.Table.from_pandas(want.to_pandas(), preserve_index=False))
+    assert got["k"].to_pylist() == want["k"].to_pylist()
+    for i in range(1, got.num_columns):
+        g, w = _values(got, i), _values(want, i)
+        assert [x is None for x in g] == [x is None for x in w], got.column_names[i]
+        assert [x for x in g if x is not None] == pytest.approx([x for x in w if x is not None]), got.column_names[i]
+
+
 def test_groupby_rejects_bad_input():
     with pytest.raises(dpa.ConfigError, match="groupby key"):
         dpa.groupby(None, 3)
     with pytest.raises(dpa.ConfigError, match="dpa.Reducer"):
         dpa.groupby(None, "k").aggregate("sum")
+    with pytest.raises(dpa.ConfigError, match="at least one dpa.Reducer"):
+        dpa.groupby(None, "k").aggregate()
 
 
 def test_a_materialized_dataset_is_planned_without_running_a_ray_data_job(ray_session, monkeypatch):
