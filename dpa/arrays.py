@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 #: Arrow number types and their numpy types.
 _NUMPY: dict[pa.DataType, np.dtype] = {
@@ -159,3 +160,48 @@ def scalar(value: Any, type: pa.DataType) -> pa.Scalar:
         if not (isinstance(value, (int, np.integer)) and info.min <= value <= info.max):
             return pa.scalar(value, type)  # (pyarrow's own error or conversion)
     return from_numpy(np.array([value], dtype=dtype))[0]
+
+
+#: Powers of ten that a float64 holds exactly (a decimal's scale divides by one of them).
+_EXACT_POWERS = 22
+
+#: Unscaled decimal values a float64 holds exactly.
+_EXACT_INTEGERS = 2**53
+
+
+def as_float64(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """``column`` as float64, each value the float64 nearest to it (nulls stay null).
+
+    Integers and floats are cast as Arrow casts them (integers beyond ``2**53`` round).
+    Arrow casts a decimal by multiplying its unscaled integer by ``10**-scale``, which is
+    not a float64 itself, so ``3.30`` becomes ``3.3000000000000003``. Here an unscaled value
+    below ``2**53`` is divided by ``10**scale`` instead: both are exact float64 numbers and
+    IEEE division rounds once, to the nearest float64 (``3.3``, as Spark and DuckDB have it).
+    Larger unscaled values, scales beyond 22 and decimal256 columns keep Arrow's cast.
+
+    Args:
+        column: A number column (integer, floating point or decimal).
+
+    Returns:
+        The float64 column, chunked as ``column`` is.
+    """
+    if isinstance(column, pa.ChunkedArray):
+        return pa.chunked_array([as_float64(c) for c in column.chunks], pa.float64())
+    cast = pc.cast(column, pa.float64(), safe=False)
+    dtype = column.type
+    if not (pa.types.is_decimal128(dtype) and 0 < dtype.scale <= _EXACT_POWERS) or len(column) == 0:
+        return cast
+    # decimal128: 16 bytes per value, the low then the high 64 bits of a two's complement integer.
+    words = np.frombuffer(column.buffers()[1], dtype=np.int64, count=2 * (column.offset + len(column)))
+    low, high = words[2 * column.offset::2], words[2 * column.offset + 1::2]
+    small = (high == (low >> 63)) & (np.abs(low) < _EXACT_INTEGERS)  # (fits int64, then exact as float64)
+    values = np.where(small, low.astype(np.float64) / float(10**dtype.scale), buffer_values(cast))
+    return from_numpy(values, pa.float64(), mask=_null_mask(column))
+
+
+def _null_mask(array: pa.Array) -> np.ndarray | None:
+    """True where ``array`` is null, read from its validity bitmap; None without nulls."""
+    if array.null_count == 0:
+        return None
+    bits = np.unpackbits(np.frombuffer(array.buffers()[0], dtype=np.uint8), bitorder="little")
+    return bits[array.offset:array.offset + len(array)] == 0

@@ -34,7 +34,7 @@ from dpa.aggregates.builtins import Sum
 from dpa.aggregates.contract import ColumnarReducer
 from dpa.aggregates.dense import group_order
 from dpa.aggregates.distinct import canonical_value
-from dpa.arrays import from_numpy
+from dpa.arrays import as_float64, from_numpy
 from dpa.errors import ConfigError, SchemaError
 from dpa.keys.encoding import encode_key
 
@@ -274,7 +274,7 @@ class ApproxQuantile(ColumnarReducer):
         n = table.num_rows
         keys_only = [c for c in group_cols if c != HASH_COL] or group_cols
         gid, size = group_ids(table, keys_only) if n else (np.zeros(0, np.int64), 0)
-        values = np.asarray(pc.cast(table[self.column], pa.float64(), safe=False).fill_null(np.nan), dtype=np.float64)
+        values = np.asarray(as_float64(table[self.column]).fill_null(np.nan), dtype=np.float64)
         valid = np.asarray(table[self.column].is_valid(), dtype=bool) if n else np.zeros(0, bool)
         keep = ~np.isnan(values)
         order = group_order(gid, size)

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from dpa.aggregates.contract import ColumnarReducer, Reducer, unwrap
 from dpa.aggregates.int_sums import exact_int_sums, finalize_int_sums, sum_may_overflow
-from dpa.arrays import scalar
+from dpa.arrays import as_float64, scalar
 from dpa.errors import ConfigError, SchemaError
 from dpa.input.records import HASH_COL
 
@@ -280,10 +280,10 @@ class Mean(_ColumnReducer):
     float_rounding = True
 
     def prepare(self, table: pa.Table) -> pa.Table:
-        # The mean is a float64: integers beyond 2**53 (and decimals) round to the nearest
+        # The mean is a float64: integers beyond 2**53 and decimals round to the nearest
         # float64, as Spark's avg does; a safe cast would refuse them.
         idx = table.schema.get_field_index(self.column)
-        return table.set_column(idx, self.column, pc.cast(table[self.column], pa.float64(), safe=False))
+        return table.set_column(idx, self.column, as_float64(table[self.column]))
 
     def output_type(self, input_type: pa.DataType | None) -> pa.DataType:
         return pa.float64()

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from dpa.aggregates.builtins import Sum
 from dpa.aggregates.contract import ColumnarReducer
-from dpa.arrays import from_numpy, scalar, to_numpy
+from dpa.arrays import as_float64, from_numpy, scalar, to_numpy
 from dpa.errors import ConfigError
 
 __all__ = ["Std", "Var"]
@@ -93,7 +93,7 @@ class Var(ColumnarReducer):
     # -- columnar contract -------------------------------------------------------------------
     def prepare(self, table: pa.Table) -> pa.Table:
         idx = table.schema.get_field_index(self.column)
-        return table.set_column(idx, self.column, pc.cast(table[self.column], pa.float64(), safe=False))
+        return table.set_column(idx, self.column, as_float64(table[self.column]))
 
     def output_type(self, input_type: pa.DataType | None) -> pa.DataType:
         return pa.float64()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import decimal
 import subprocess
 import sys
 import textwrap
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpa.arrays import from_numpy, join_chunks, numpy_dtype, one_array, scalar, to_numpy
+from dpa.arrays import as_float64, from_numpy, join_chunks, numpy_dtype, one_array, scalar, to_numpy
 
 NUMBER_TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(),
                 pa.uint64(), pa.float32(), pa.float64()]
@@ -139,8 +140,11 @@ def test_the_conversions_do_not_import_pandas():
         import sys
         import numpy as np
         import pyarrow as pa
-        from dpa.arrays import from_numpy, scalar, to_numpy
+        from dpa.arrays import as_float64, from_numpy, scalar, to_numpy
         a = from_numpy(np.arange(5, dtype=np.uint32))
+        d = pa.Array.from_buffers(pa.decimal128(5, 2), 2, [pa.py_buffer(np.array([1], np.uint8)),
+                                                           pa.py_buffer(np.array([330, 0, 7, 0], np.int64))])
+        assert to_numpy(as_float64(d).fill_null(scalar(0.0, pa.float64()))).tolist() == [3.3, 0.0]
         b = from_numpy(np.arange(5.0), pa.float64(), mask=np.arange(5) % 2 == 0)
         assert b.null_count == 3
         assert scalar(0.0, pa.float64()).as_py() == 0.0 and scalar(None, pa.int64()).as_py() is None
@@ -149,3 +153,35 @@ def test_the_conversions_do_not_import_pandas():
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+DECIMALS = st.lists(st.one_of(st.none(), st.integers(-(2**70), 2**70)), max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(unscaled=DECIMALS, precision_scale=st.sampled_from([(38, 2), (38, 0), (38, 6), (30, 22), (38, 23), (24, 9)]),
+       start=st.integers(0, 5))
+def test_as_float64_gives_each_decimal_its_nearest_float(unscaled, precision_scale, start):
+    precision, scale = precision_scale
+    limit = 10**precision
+    values = [None if u is None else decimal.Decimal(max(-limit + 1, min(limit - 1, u))).scaleb(-scale)
+              for u in unscaled]
+    array = pa.array(values, pa.decimal128(precision, scale)).slice(min(start, len(values)))
+    got = as_float64(array)
+    assert got.type == pa.float64() and len(got) == len(array)
+    arrow = pa.compute.cast(array, pa.float64(), safe=False).to_pylist()
+    for value, mine, theirs in zip(array.to_pylist(), got.to_pylist(), arrow):
+        if value is None:
+            assert mine is None
+        elif abs(value.scaleb(scale)) < 2**53 and 0 < scale <= 22:
+            assert mine == float(value)  # Python's float(Decimal) rounds once, to the nearest
+        else:
+            assert mine == theirs  # (beyond that, Arrow's own cast)
+
+
+def test_as_float64_fixes_what_arrows_cast_rounds_twice():
+    array = pa.array([decimal.Decimal("3.30"), decimal.Decimal("-0.07"), None], pa.decimal128(10, 2))
+    assert pa.compute.cast(array, pa.float64(), safe=False).to_pylist()[0] != 3.3  # what this is for
+    assert as_float64(array).to_pylist() == [3.3, -0.07, None]
+    assert as_float64(pa.chunked_array([array, array.slice(1)])).to_pylist() == [3.3, -0.07, None, -0.07, None]
+    assert as_float64(pa.array([1, None, 2**60 + 1])).to_pylist() == [1.0, None, float(2**60)]

@@ -178,3 +178,32 @@ def test_large_table_grouped_by_an_integer_key_split_by_shuffle():
     check_against_duckdb(table, ["k3"], "shuffle", 4096)
     with mock.patch.object(dense, "DENSE_MIN_GROUPS", 0):
         check_against_duckdb(table, ["k3"], "shuffle", 4096, PLAIN)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 30), st.one_of(st.none(), st.integers(-10**12, 10**12))), max_size=120),
+       scale=st.sampled_from([0, 2, 4, 9]), policy=st.sampled_from(["hybrid", "shuffle"]))
+def test_decimal_means_and_deviations_equal_duckdb(rows, scale, policy):
+    """A decimal's mean is the float64 nearest to it where DuckDB's is: exactly for a key
+    with one value (``avg(3.30)`` is ``3.3``), within rounding of the sum otherwise."""
+    import decimal
+
+    table = pa.table({"k": pa.array([k for k, _ in rows], pa.int64()),
+                      "p": pa.array([None if u is None else decimal.Decimal(u).scaleb(-scale) for _, u in rows],
+                                    pa.decimal128(18, scale)),
+                      "y": pa.nulls(len(rows), pa.float64())})  # (check_against_duckdb reads y's NaN keys)
+    aggregates = [(lambda: dpa.Mean("p"), "avg(p)"), (lambda: dpa.Std("p"), "stddev_samp(p)"),
+                  (lambda: dpa.Var("p", sample=False), "var_pop(p)"), (lambda: dpa.Sum("p"), "sum(p)"),
+                  (lambda: dpa.Min("p"), "min(p)"), (lambda: dpa.Max("p"), "max(p)")]
+    check_against_duckdb(table, ["k"], policy, 16, aggregates)
+    ones = {}
+    for k, u in rows:
+        if u is not None:
+            ones[k] = None if k in ones else u
+    means = dpa.run(table, key="k", reducer=dpa.Mean("p"), runtime="local", policy=policy).to_dict()
+    con = duckdb.connect()
+    con.register("t", table)
+    theirs = dict(con.execute("SELECT k, avg(p) FROM t GROUP BY k").fetchall())
+    for k, u in ones.items():
+        if u is not None:  # the key's one value
+            assert means[k] == theirs[k] == float(decimal.Decimal(u).scaleb(-scale)), (k, means[k], theirs[k])
