@@ -124,11 +124,11 @@ def dpa_job(name: str, ds: Any, cost_s: float, timeout_s: float) -> tuple[Any, A
 
     if name in CHEAP_JOBS:
         grouped = dpa.groupby(ds, "key")
-        reducer = {"count": dpa.Count("count()"), "sum": dpa.Sum("v", "sum(v)"),
+        reducer = {"count": dpa.Count(name="count()"), "sum": dpa.Sum("v", "sum(v)"),
                    "mean": dpa.Mean("v", "mean(v)")}[name]
     else:
         grouped = dpa.groupby(ds, "key", num_reducers=8, timeout_s=timeout_s)
-        reducer = dpa.WithCost(dpa.Count("count()"), cost_s, mode="sleep")
+        reducer = dpa.WithCost(dpa.Count(name="count()"), cost_s, mode="sleep")
     result = grouped.run(reducer)
     return result.to_ray_dataset(), result
 

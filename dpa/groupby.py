@@ -83,7 +83,7 @@ class GroupedDataset:
 
     def count(self) -> Any:
         """Rows per key, in column ``count()``."""
-        return self.aggregate(Count("count()"))
+        return self.aggregate(Count(name="count()"))
 
     def sum(self, on: str | list[str] | None = None, ignore_nulls: bool = True) -> Any:
         """Sum per key of ``on`` (a column, a list of columns, or None: every column but the

@@ -178,8 +178,9 @@ def _state_expressions(inner: Any, dtype: DataType | None) -> tuple[list[State],
     from dpa.aggregates.builtins import Collect, Count, Max, Mean, Min, Sum, TopK
 
     kind = type(inner)
-    if kind is Count:
-        return [("count", F.count(F.lit(1)), T.LongType())], None
+    if kind is Count:  # count(1), or count(c): its non-null values
+        target = F.lit(1) if inner.column is None else _col(inner.column)
+        return [("count", F.count(target), T.LongType())], None
     column = inner.column
     if column is None or dtype is None:
         return None
@@ -338,7 +339,7 @@ def native_partials(
     finish = PartialFinish(schema, split_sum, column, WEIGHT_COL)
     # A state column that counts every row is the weight too; Spark would compute the two
     # as one buffer anyway (it turns count(c) of a non-nullable column into count(1)).
-    weight_from = "count" if isinstance(inner, Count) else (
+    weight_from = "count" if isinstance(inner, Count) and inner.column is None else (
         "mcount" if isinstance(inner, Mean) and not fields[column].nullable else None)
     frame = _map_side_frame(df, key_columns, states, weight_from, fields)
     if frame is not None:
@@ -386,7 +387,7 @@ def _composite_partials(df: DataFrame, key_columns: list[str], members: list[Any
         for name, aggregate, buffer in member_states:
             states.append((name if name in (SUM_HIGH_COL, SUM_LOW_COL) else _prefix(i, name), aggregate, buffer))
         state_types.update({_prefix(i, n): t for n, t in _state_arrow_types(m, input_type).items()})
-        if type(m) is Count and weight_from is None:
+        if type(m) is Count and m.column is None and weight_from is None:
             weight_from = _prefix(i, "count")
     schema = pa.schema([pa.field(k, t) for k, t in zip(key_columns, key_types)]
                        + [pa.field(n, t) for n, t in state_types.items()] + [pa.field(WEIGHT_COL, pa.int64())])

@@ -40,30 +40,42 @@ def sum_type(dtype: pa.DataType) -> pa.DataType:
 
 
 class Count(ColumnarReducer):
-    """Number of records per key (output ``count``, int64)."""
+    """Records per key (``Count()``, Spark's ``count(1)``) or, given a column, the non-null
+    values of that column per key (``Count("v")``, SQL's ``count(v)``; a NaN is a value, as
+    in Spark and DuckDB). Output ``count``, int64, never null: 0 for a key whose values are
+    all null.
+
+    Args:
+        column: The column whose non-null values are counted; None counts records.
+        name: Output column name (default ``count``).
+    """
 
     kind = "count"
+    default_name = "count"
 
-    def __init__(self, name: str = "count") -> None:
-        super().__init__(None, name)
+    def __init__(self, column: str | None = None, name: str | None = None) -> None:
+        super().__init__(column, name or self.default_name)
 
     def input_columns(self) -> list[str] | None:
-        return []
+        return [] if self.column is None else [self.column]
 
     def create(self) -> int:
         return 0
 
     def add(self, acc: int, value: Any) -> int:
-        return acc + 1
+        return acc + 1 if self.column is None or value is not None else acc
 
     def add_batch(self, acc: int, values: list[Any]) -> int:
-        return acc + len(values)
+        if self.column is None:
+            return acc + len(values)
+        return acc + sum(1 for v in values if v is not None)
 
     def merge(self, a: int, b: int) -> int:
         return a + b
 
     def state_aggregations(self) -> list[tuple[str | None, str, str]]:
-        return [(None, "count_all", "count")]
+        # Arrow's hash count counts valid values (a NaN among them) by default.
+        return [(None, "count_all", "count")] if self.column is None else [(self.column, "count", "count")]
 
     def merge_aggregations(self) -> list[tuple[str, str]]:
         return [("count", "sum")]
@@ -71,8 +83,16 @@ class Count(ColumnarReducer):
     def output_field(self, input_schema: pa.Schema | None) -> pa.Field:
         return pa.field(self.name, pa.int64(), nullable=False)  # never null, as Spark's count
 
+    def validate(self, schema: pa.Schema | None) -> None:
+        if schema is not None and self.column is not None and self.column not in schema.names:
+            raise SchemaError(
+                f"{self!r} counts the non-null values of column {self.column!r}, which the input does not "
+                f"have (columns: {', '.join(schema.names)}); to count records under a name of your own, "
+                f"write dpa.Count(name={self.column!r})")
+        super().validate(schema)
+
     def __repr__(self) -> str:
-        return "Count()"
+        return "Count()" if self.column is None else f"Count({self.column!r})"
 
 
 class _ColumnReducer(ColumnarReducer):

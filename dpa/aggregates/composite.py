@@ -64,7 +64,9 @@ def spark_name(reducer: Reducer) -> str:
     if callable(own):
         return own()
     if isinstance(reducer, Count) and type(reducer) is Count:
-        return "count(1)" if reducer.name == "count" else reducer.name
+        if reducer.name != Count.default_name:
+            return reducer.name
+        return "count(1)" if reducer.column is None else f"count({reducer.column})"
     template = _SPARK_NAMES.get(reducer.kind)
     default = getattr(type(reducer), "default_name", None)
     if template is not None and reducer.name == default and reducer.column is not None:

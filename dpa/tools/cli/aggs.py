@@ -25,10 +25,8 @@ def parse_agg(spec: str, cols: Sequence[str] | None) -> Any:
     name = name.strip().lower()
     if name not in AGG_NAMES:
         raise UsageError(f"--agg {spec!r}: unknown aggregate {name!r}; choose one of {', '.join(AGG_NAMES)}")
-    if name == "count":
-        if column:
-            raise UsageError(f"--agg {spec!r}: count takes no column (it counts records)")
-        return dpa.Count()
+    if name == "count" and not column:
+        return dpa.Count()  # records; count:COLUMN counts the column's non-null values
     if not column:
         raise UsageError(f"--agg {spec!r}: {name} needs a column, e.g. --agg {name}:COLUMN")
     if cols is not None and column not in cols:
@@ -44,7 +42,7 @@ def parse_agg(spec: str, cols: Sequence[str] | None) -> Any:
             raise UsageError(f"--agg {spec!r}: the quantile must be in [0, 1], got {q}")
         return dpa.ApproxQuantile(column, q=q)
     factories = {
-        "sum": dpa.Sum, "min": dpa.Min, "max": dpa.Max, "mean": dpa.Mean, "avg": dpa.Mean,
+        "count": dpa.Count, "sum": dpa.Sum, "min": dpa.Min, "max": dpa.Max, "mean": dpa.Mean, "avg": dpa.Mean,
         "count_distinct": dpa.CountDistinct, "approx_count_distinct": dpa.ApproxCountDistinct,
         "median": dpa.Median, "var": dpa.Var, "std": dpa.Std, "collect_set": dpa.CollectSet,
         "count_if": dpa.CountIf, "any": dpa.Any, "all": dpa.All,

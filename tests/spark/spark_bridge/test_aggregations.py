@@ -45,6 +45,7 @@ EXACT = [
     (lambda: dpa.CountIf("b"), lambda F: F.count_if("b")),
     (lambda: dpa.Any("b"), lambda F: F.bool_or("b")),
     (lambda: dpa.All("b"), lambda F: F.bool_and("b")),
+    (lambda: dpa.Count("y"), lambda F: F.count("y")),  # y's non-null values, its NaNs among them
 ]
 
 
@@ -94,12 +95,24 @@ def test_approximate_aggregates_within_bound(spark, table, precombine):
 def test_sql_precombine_of_several_aggregates(spark, table):
     from pyspark.sql import functions as F
 
-    reducers = [dpa.Count(), dpa.Sum("x"), dpa.Min("y"), dpa.Mean("y")]
+    reducers = [dpa.Count(), dpa.Sum("x"), dpa.Min("y"), dpa.Mean("y"), dpa.Count("y")]
     out = run_with_result(table, ["s"], reducers, precombine="sql")[0]
     spark_rows = {r["s"]: list(r)[1:] for r in table.groupBy("s").agg(
-        F.count(F.lit(1)), F.sum("x"), F.min(F.when(~F.isnan("y"), F.col("y"))), F.avg("y")).collect()}
+        F.count(F.lit(1)), F.sum("x"), F.min(F.when(~F.isnan("y"), F.col("y"))), F.avg("y"), F.count("y")).collect()}
     for r in out.collect():
         want = spark_rows[r["s"]]
         assert r["count(1)"] == want[0] and r["sum(x)"] == want[1]
         assert _same(r["min(y)"], want[2])
         assert _same(r["avg(y)"], want[3])
+        assert r["count(y)"] == want[4] < want[0]  # (y holds nulls)
+
+
+@pytest.mark.parametrize("precombine", ["sql", False])
+def test_count_of_a_column_alone_counts_values_and_weighs_records(spark, table, precombine):
+    from pyspark.sql import functions as F
+
+    out, result = run_with_result(table, ["i"], dpa.Count("y"), precombine=precombine)
+    want = {r["i"]: r["n"] for r in table.groupBy("i").agg(F.count("y").alias("n")).collect()}
+    assert {r["i"]: r["count"] for r in out.collect()} == want
+    assert sum(want.values()) < 3000  # y holds nulls, yet every record is accounted for:
+    assert sum(result.stats.emitted) == 3000

@@ -263,7 +263,7 @@ def _types(schema: StructType) -> dict:
 
 
 def test_result_schema_keys_keep_type_and_nullability() -> None:
-    schema = result_spark_schema(INPUT, ["k2", "k"], dpa.Count("n"))
+    schema = result_spark_schema(INPUT, ["k2", "k"], dpa.Count(name="n"))
     assert schema.names == ["k2", "k", "n"]
     assert schema["k"] == StructField("k", StringType(), False)
     assert schema["k2"] == StructField("k2", IntegerType(), True)
@@ -321,7 +321,7 @@ def test_result_schema_custom_from_arrow() -> None:
         (dpa.Sum("s"), SchemaError, "Sum\\('s'\\) needs a numeric column, but 's' has type string"),
         (dpa.Sum("flag"), SchemaError, "needs a numeric column"),
         (dpa.Mean("day"), SchemaError, "Mean\\('day'\\) needs a numeric column"),
-        (dpa.Count("k"), ConfigError, "clashes with a key"),
+        (dpa.Count(name="k"), ConfigError, "clashes with a key"),
         (dpa.Max("nope"), SchemaError, "nope"),
         ("count", ConfigError, "must be a dpa.Reducer"),
     ],
@@ -333,7 +333,7 @@ def test_result_schema_errors(reducer, error, match) -> None:
 
 def test_result_schema_missing_key() -> None:
     with pytest.raises(SchemaError, match="user_id") as info:
-        result_spark_schema(INPUT, ["user_id"], dpa.Count("n"))
+        result_spark_schema(INPUT, ["user_id"], dpa.Count(name="n"))
     assert "available columns" in str(info.value)
 
 

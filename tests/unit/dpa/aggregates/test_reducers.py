@@ -64,17 +64,17 @@ def normalize(reducer, result):
     return result
 
 
-BUILTINS = [dpa.Count(), dpa.Sum("v"), dpa.Min("v"), dpa.Max("v"), dpa.Mean("v"), dpa.Collect("v"), dpa.TopK("v", k=3)]
+BUILTINS = [dpa.Count(), dpa.Count("v"), dpa.Sum("v"), dpa.Min("v"), dpa.Max("v"), dpa.Mean("v"), dpa.Collect("v"), dpa.TopK("v", k=3)]
 
 
-@pytest.mark.parametrize("reducer", BUILTINS, ids=lambda r: type(r).__name__)
+@pytest.mark.parametrize("reducer", BUILTINS, ids=repr)
 @settings(max_examples=60, deadline=None)
 @given(data=rows, cuts=st.lists(st.integers(0, 100), max_size=5), nparts=st.integers(1, 4))
 def test_columnar_split_merge_equals_scalar_reference(reducer, data, cuts, nparts):
     assert normalize(reducer, run_split(reducer, data, cuts, nparts)) == normalize(reducer, reference(reducer, data))
 
 
-@pytest.mark.parametrize("reducer", BUILTINS, ids=lambda r: type(r).__name__)
+@pytest.mark.parametrize("reducer", BUILTINS, ids=repr)
 @settings(max_examples=60, deadline=None)
 @given(a=st.lists(values, max_size=8), b=st.lists(values, max_size=8), c=st.lists(values, max_size=8))
 def test_merge_is_associative_and_commutative(reducer, a, b, c):
@@ -235,13 +235,35 @@ def test_topk_ranks_nan_above_every_number_whatever_the_order():
     assert len(only) == 1 and math.isnan(only[0])
 
 
-@pytest.mark.parametrize("reducer", [dpa.Count(), dpa.Sum("v"), dpa.Mean("v"), dpa.Min("v"), dpa.Count("n")],
-                         ids=["count", "sum", "mean", "min", "count-named"])
+@pytest.mark.parametrize("reducer", [dpa.Count(), dpa.Sum("v"), dpa.Mean("v"), dpa.Min("v"), dpa.Count(name="n"),
+                                     dpa.Count("v")],
+                         ids=["count", "sum", "mean", "min", "count-named", "count-column"])
 def test_partial_from_batch_weight_is_the_record_count(reducer):
-    # Count's state doubles as the weight column; the others' weight is its own count_all.
+    # Count()'s state doubles as the weight column; the others' weight is its own count_all
+    # (Count("v")'s state counts v's non-null values instead).
     table = pa.table({"k": [1, 2, 1, None, 1], "v": [1.0, None, 3.0, 4.0, 5.0]})
     part = reducer.partial_from_batch(table, ["k"], "__w").sort_by("k")
     assert part.column_names == ["k", *reducer.state_columns(), "__w"]
     assert part["__w"].to_pylist() == [3, 1, 1]
+    if reducer.column is not None and isinstance(reducer, dpa.Count):
+        assert part["count"].to_pylist() == [3, 0, 1]
     assert part["k"].to_pylist() == [1, 2, None]
     assert reducer.partial_from_batch(table, ["k"]).column_names == ["k", *reducer.state_columns()]
+
+
+def test_count_of_a_column_counts_its_non_null_values_nan_among_them():
+    count = dpa.Count("x")
+    assert (count.column, count.name, repr(count), count.input_columns()) == ("x", "count", "Count('x')", ["x"])
+    assert count.add_batch(count.add(count.add(count.create(), None), float("nan")), [1.0, None]) == 2
+    table = pa.table({"k": [1, 1, 2, 3], "x": [float("nan"), None, None, 2.0]})
+    part = count.partial_from_batch(table, ["k"]).sort_by("k")
+    assert part["count"].to_pylist() == [1, 0, 1]
+    assert dpa.Count(name="n").column is None and repr(dpa.Count(name="n")) == "Count()"
+    names = dpa.run(table, key="k", reducer=[dpa.Count(), dpa.Count("x"), dpa.Count("x", name="n")],
+                    runtime="local").value_columns
+    assert names == ["count(1)", "count(x)", "n"]
+
+
+def test_count_of_a_missing_column_says_how_to_name_a_record_count():
+    with pytest.raises(SchemaError, match=r"to count records under a name of your own, write dpa.Count\(name='n'\)"):
+        dpa.run(pa.table({"k": [1]}), key="k", reducer=dpa.Count("n"), runtime="local")

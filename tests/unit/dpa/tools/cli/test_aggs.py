@@ -10,14 +10,16 @@ from dpa.tools.cli import main
 
 def test_several_aggregates_to_parquet(tmp_path, capsys):
     path = tmp_path / "events.csv"
-    path.write_text("user,bytes,session\nann,3,a\nbob,4,b\nann,5,c\nann,5,a\n")
+    path.write_text("user,bytes,session,score\nann,3,a,1\nbob,4,b,\nann,5,c,\nann,5,a,2\n")
     out = tmp_path / "out.parquet"
-    code = main(["run", "--input", str(path), "--key", "user", "--agg", "count", "--agg", "sum:bytes",
+    code = main(["run", "--input", str(path), "--key", "user", "--agg", "count", "--agg", "count:score",
+                 "--agg", "sum:bytes",
                  "--agg", "count_distinct:session", "--agg", "quantile:bytes:0.5", "--agg", "std_pop:bytes",
                  "--runtime", "local", "--output", str(out), "--no-baseline"])
     assert code == 0, capsys.readouterr().err
     rows = {r["user"]: r for r in pq.read_table(out).to_pylist()}
     assert rows["ann"]["count(1)"] == 3 and rows["ann"]["sum(bytes)"] == 13
+    assert rows["ann"]["count(score)"] == 2 and rows["bob"]["count(score)"] == 0  # (empty numbers are null)
     assert rows["ann"]["count(DISTINCT session)"] == 2 and rows["ann"]["percentile_approx(bytes, 0.5)"] == 5.0
     assert rows["bob"]["stddev_pop(bytes)"] == 0.0
 
