@@ -53,7 +53,12 @@ from dpa.input.records import (
 )
 from dpa.input.sources import Source, cut_table
 from dpa.input.user_code import BatchMap
-from dpa.keys.columns import canonical_float_keys, check_key_type, decode_key_dictionaries
+from dpa.keys.columns import (
+    canonical_float_keys,
+    check_key_type,
+    decode_dictionaries,
+    decoded_schema,
+)
 from dpa.routing.policy import PolicySpec
 from dpa.routing.registry import make_policy
 
@@ -187,7 +192,7 @@ class JobPlan:
             SchemaError: a key column changed its key class, or a value column changed to a
                 type dpa cannot promote to exactly (see :class:`BlockTypes`).
         """
-        table = decode_key_dictionaries(self.apply_key(self.apply_map(block)), self.key_cols)
+        table = self.apply_key(self.apply_map(block))
         wanted = self.key_cols + [c for c in self.keep_cols or () if c not in self.key_cols]
         missing = [c for c in wanted if c not in table.column_names]
         if missing:
@@ -202,6 +207,7 @@ class JobPlan:
                 "in each record (None for a missing value)")
         if self.keep_cols is not None:
             table = table.select(wanted)
+        table = decode_dictionaries(table, table.column_names)
         table = canonical_float_keys(table, self.key_cols)  # -0.0/0.0 one key, every NaN one key
         if table.num_rows:
             if self._tracker is None:
@@ -417,6 +423,9 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any, config: 
     if config.input_combined:
         _check_combined_input(config, policy, bound, map_fn, key_fn, key_cols, schema)
     elif schema is not None:
+        # The columns as reducers see them (dictionaries decoded: JobPlan.prepare); key_types
+        # above keep a dictionary key's type for the result.
+        schema = decoded_schema(schema)
         bound.validate(schema)
 
     needed = None if config.input_combined else bound.input_columns()

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from dpa.arrays import one_array, to_numpy
 from dpa.errors import KeyEncodingError, SchemaError
 
-__all__ = ["canonical_float_keys", "check_key_type", "decode_key_dictionaries", "hash_key_columns"]
+__all__ = ["canonical_float_keys", "check_key_type", "decode_dictionaries", "decoded_schema", "hash_key_columns"]
 
 from dpa.keys.encoding import (
     INT64_MAX,
@@ -152,20 +152,30 @@ def check_key_type(name: str, t: pa.DataType) -> None:
         raise KeyEncodingError(f"key column {name!r}: {_bad_column_type(t)}")
 
 
-def decode_key_dictionaries(table: pa.Table, key_cols: Sequence[str]) -> pa.Table:
-    """``table`` with its dictionary-encoded key columns (a pandas categorical, a parquet
+def decode_dictionaries(table: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """``table`` with its dictionary-encoded ``columns`` (a pandas categorical, a parquet
     dictionary column) decoded to their value type.
 
-    Batches of one job carry different dictionaries, which Arrow's group-by cannot unify;
-    the job's result gets the dictionary type back (:class:`dpa.result.Result`).
+    Batches of one job carry different dictionaries, which Arrow's group-by cannot unify,
+    and Arrow's aggregates take few dictionary types (no ``min``, ``max`` or ``list`` of one).
+    Key columns and the value columns reducers read are decoded alike; a dictionary key's
+    result gets the dictionary type back (:class:`dpa.result.Result`), an aggregate's output
+    is of the value type (``Min`` of a categorical of strings is a string).
     """
-    for name in key_cols:
+    for name in columns:
         if name in table.column_names and pa.types.is_dictionary(table.schema.field(name).type):
             idx = table.schema.get_field_index(name)
             field = table.schema.field(name)
             table = table.set_column(idx, field.with_type(field.type.value_type),
                                      table[name].cast(field.type.value_type))
     return table
+
+
+def decoded_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` as :func:`decode_dictionaries` leaves a table of it: each dictionary field
+    of its value type."""
+    fields = [f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in schema]
+    return pa.schema(fields, metadata=schema.metadata)
 
 
 def _bad_column_type(t: pa.DataType) -> KeyEncodingError:

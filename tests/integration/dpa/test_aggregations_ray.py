@@ -59,3 +59,19 @@ def test_key_types_on_ray_and_nested_keys_rejected_before_actors_start():
     nested = pa.table({"k": pa.array([[1], [2]]), "x": [1, 2]})
     with pytest.raises(KeyEncodingError, match="key column 'k'.*list<item: int64>"):
         dpa.run(nested, key="k", runtime="ray")
+
+
+def test_dictionary_value_columns_on_ray_equal_the_decoded_columns():
+    rng = np.random.default_rng(3)
+    n = 3000
+    plain = pa.table({"k": rng.zipf(1.4, n) % 50, "s": pa.array([f"s{v}" for v in rng.integers(0, 30, n)]),
+                      "x": rng.integers(0, 100, n).astype(np.float64)})
+    encoded = plain.set_column(1, "s", plain["s"].dictionary_encode()).set_column(2, "x", plain["x"].dictionary_encode())
+    reducers = [dpa.Min("s"), dpa.Max("s"), dpa.Sum("x"), dpa.Std("x"), dpa.CountDistinct("s")]
+    got = dpa.run(encoded, key="k", reducer=reducers, runtime="ray", num_mappers=2, num_reducers=4, batch_size=500,
+                  policy="shuffle").to_arrow().sort_by("k")
+    want = dpa.run(plain, key="k", reducer=reducers, runtime="local").to_arrow().sort_by("k")
+    assert got.schema == want.schema
+    for name in got.column_names:
+        g, w = got[name].to_pylist(), want[name].to_pylist()
+        assert g == pytest.approx(w) if name.startswith("stddev") else g == w, name
