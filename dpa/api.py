@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from dpa.aggregates.contract import Reducer, unwrap
+from dpa.aggregates.contract import Reducer, unwrap, what_it_is
 from dpa.aggregates.state import make_state
 from dpa.config import JobConfig
 from dpa.engine.output import RunOutput
@@ -106,7 +106,7 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
     if adapter is not None:  # e.g. a Spark DataFrame, through spark_bridge
         return adapter.run(source, key=key, reducer=reducer, map_fn=map_fn, config=config)
     if not isinstance(reducer, Reducer):
-        raise ConfigError(f"reducer must be a dpa.Reducer such as dpa.Count(), got {type(reducer).__name__}")
+        raise ConfigError(f"reducer must be a dpa.Reducer such as dpa.Count(), {what_it_is(reducer)}")
 
     src = normalize_source(source, config.batch_size, config.num_mappers)
     if src.ray_dataset is not None and config.runtime == "local":

@@ -29,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 
 from dpa.aggregates.builtins import Count, Max, Mean, Min, Sum
-from dpa.aggregates.contract import Reducer
+from dpa.aggregates.contract import Reducer, what_it_is
 from dpa.aggregates.moments import Std
 from dpa.config import JobConfig
 from dpa.errors import ConfigError
@@ -175,7 +175,7 @@ def _reducers(given: tuple[Any, ...]) -> Reducer | list[Reducer]:
         if not isinstance(r, Reducer):
             where = "" if len(items) == 1 else f" (argument {i + 1})"
             raise ConfigError(
-                f"aggregate() takes dpa.Reducer objects such as dpa.Sum('v'), got {type(r).__name__}{where}; "
+                f"aggregate() takes dpa.Reducer objects such as dpa.Sum('v'), {what_it_is(r)}{where}; "
                 "Ray Data's AggregateFn objects do not run on dpa: use dpa's (dpa.Count(), dpa.Sum(...), "
                 "dpa.Mean(...), dpa.Std(...), ...)"
             )

@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dpa.aggregates.contract import ColumnarReducer, Reducer, unwrap
+from dpa.aggregates.contract import ColumnarReducer, Reducer, unwrap, what_it_is
 from dpa.aggregates.int_sums import exact_int_sums, finalize_int_sums, sum_may_overflow
 from dpa.arrays import as_float64, scalar
 from dpa.errors import ConfigError, SchemaError
@@ -147,7 +147,9 @@ class Sum(_ColumnReducer):
         if not (_is_numeric(dtype) or pa.types.is_null(dtype)):
             raise SchemaError(
                 f"{type(self).__name__}({self.column!r}) needs a numeric column, but {self.column!r} has "
-                f"type {dtype}; cast it to a number first or use Count/Collect"
+                f"type {dtype}; cast it to a number first"
+                + (f", or count its true values with dpa.CountIf({self.column!r})" if pa.types.is_boolean(dtype)
+                   else " or use Count/Collect")
             )
 
     def output_type(self, input_type: pa.DataType | None) -> pa.DataType:
@@ -215,7 +217,8 @@ class Min(_ColumnReducer):
 
     def check_type(self, dtype: pa.DataType) -> None:
         if pa.types.is_nested(dtype) or pa.types.is_dictionary(dtype):
-            raise SchemaError(f"{type(self).__name__}({self.column!r}) cannot order values of type {dtype}")
+            raise SchemaError(f"{type(self).__name__}({self.column!r}) cannot order values of type {dtype}; give it "
+                              "a column of scalars (flatten or cast the column first)")
 
     def state_aggregations(self) -> list[tuple[str | None, str, str]]:
         return [(self.column, self.kind, self.kind)]
@@ -431,7 +434,7 @@ def bind_reducer(reducer: Reducer, record_kind: str) -> Reducer:
     """
     if not isinstance(reducer, Reducer):
         raise ConfigError(
-            f"reducer must be a dpa.Reducer (e.g. dpa.Count(), dpa.Sum('x')), got {type(reducer).__name__}"
+            f"reducer must be a dpa.Reducer (e.g. dpa.Count(), dpa.Sum('x')), {what_it_is(reducer)}"
         )
     inner, _, _ = unwrap(reducer)
     if hasattr(inner, "bind"):  # several aggregates (dpa.aggregates.combine): bound member by member

@@ -38,7 +38,14 @@ import pyarrow as pa
 
 from dpa.aggregates.builtins import Count, Min, Sum, bind_reducer
 from dpa.aggregates.contract import GROUP_ID_COL as GID_COL
-from dpa.aggregates.contract import ColumnarReducer, Reducer, WithCost, by_group_id, unwrap
+from dpa.aggregates.contract import (
+    ColumnarReducer,
+    Reducer,
+    WithCost,
+    by_group_id,
+    unwrap,
+    what_it_is,
+)
 from dpa.aggregates.dense import dense_keys, group_aggregate
 from dpa.aggregates.int_sums import sum_may_overflow
 from dpa.arrays import from_numpy, one_array, to_numpy
@@ -98,7 +105,7 @@ def combine(reducers: Sequence[Reducer]) -> Reducer:
     for i, r in enumerate(reducers):
         if not isinstance(r, Reducer):
             raise ConfigError(
-                f"reducer[{i}] must be a dpa.Reducer (e.g. dpa.Count(), dpa.Sum('x')), got {type(r).__name__}")
+                f"reducer[{i}] must be a dpa.Reducer (e.g. dpa.Count(), dpa.Sum('x')), {what_it_is(r)}")
         inner, c, m = unwrap(r)
         if isinstance(inner, (Aggregates, RecordAggregates)):
             raise ConfigError(f"reducer[{i}] is a list of aggregates itself; give one flat list")

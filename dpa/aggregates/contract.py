@@ -312,6 +312,15 @@ class WithCost(Reducer):
         return f"WithCost({self.inner!r}, {self.seconds_per_record}, mode={self.mode!r})"
 
 
+def what_it_is(value: Any) -> str:
+    """How an error names something given where a reducer was expected: ``got str``, or
+    for a reducer class itself ``got the class dpa.Sum; make one: dpa.Sum('x')``."""
+    if isinstance(value, type) and issubclass(value, Reducer):
+        example = "dpa.Count()" if value.__name__ == "Count" else f"dpa.{value.__name__}('x')"
+        return f"got the class {value.__name__}; make one: {example}"
+    return f"got {type(value).__name__}"
+
+
 def unwrap(reducer: Reducer) -> tuple[Reducer, float, str]:
     """Returns ``(aggregating reducer, seconds per record, cost mode)``."""
     if isinstance(reducer, WithCost):

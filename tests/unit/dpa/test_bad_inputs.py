@@ -537,3 +537,17 @@ def test_a_source_that_raises_is_a_job_failure_at_planning_or_later(map_fn):
 
 def test_an_empty_input_with_a_tuple_field_key_is_an_empty_result():
     assert dpa.run([], key=0, config=local()).to_dict() == {}
+
+
+@pytest.mark.parametrize("reducer, error, message", [
+    (dpa.Sum, dpa.ConfigError, r"got the class Sum; make one: dpa.Sum\('x'\)"),
+    (dpa.Count, dpa.ConfigError, r"got the class Count; make one: dpa.Count\(\)"),
+    ([dpa.Count(), dpa.Mean], dpa.ConfigError, r"reducer\[1\] .* got the class Mean; make one"),
+    (dpa.Sum("b"), dpa.SchemaError, r"count its true values with dpa.CountIf\('b'\)"),
+    (dpa.Mean("s"), dpa.SchemaError, r"cast it to a number first or use Count/Collect"),
+    (dpa.Max("lst"), dpa.SchemaError, r"cannot order values of type list<item: int64>; give it a column of scalars"),
+])
+def test_a_reducer_that_cannot_read_the_column_says_how_to_fix_it(reducer, error, message):
+    table = pa.table({"k": [1, 2], "b": [True, False], "s": ["a", "b"], "lst": [[1], [2]]})
+    with pytest.raises(error, match=message):
+        dpa.run(table, key="k", reducer=reducer, runtime="local")
