@@ -207,7 +207,7 @@ class JobPlan:
                 "in each record (None for a missing value)")
         if self.keep_cols is not None:
             table = table.select(wanted)
-        table = decode_dictionaries(table, table.column_names)
+        table = decode_dictionaries(table)
         table = canonical_float_keys(table, self.key_cols)  # -0.0/0.0 one key, every NaN one key
         if table.num_rows:
             if self._tracker is None:

@@ -152,9 +152,9 @@ def check_key_type(name: str, t: pa.DataType) -> None:
         raise KeyEncodingError(f"key column {name!r}: {_bad_column_type(t)}")
 
 
-def decode_dictionaries(table: pa.Table, columns: Sequence[str]) -> pa.Table:
-    """``table`` with its dictionary-encoded ``columns`` (a pandas categorical, a parquet
-    dictionary column) decoded to their value type.
+def decode_dictionaries(table: pa.Table) -> pa.Table:
+    """``table`` with its dictionary-encoded columns (a pandas categorical, a parquet
+    dictionary column) decoded to their value type (:func:`decoded_schema`).
 
     Batches of one job carry different dictionaries, which Arrow's group-by cannot unify,
     and Arrow's aggregates take few dictionary types (no ``min``, ``max`` or ``list`` of one).
@@ -162,18 +162,17 @@ def decode_dictionaries(table: pa.Table, columns: Sequence[str]) -> pa.Table:
     result gets the dictionary type back (:class:`dpa.result.Result`), an aggregate's output
     is of the value type (``Min`` of a categorical of strings is a string).
     """
-    for name in columns:
-        if name in table.column_names and pa.types.is_dictionary(table.schema.field(name).type):
-            idx = table.schema.get_field_index(name)
-            field = table.schema.field(name)
-            table = table.set_column(idx, field.with_type(field.type.value_type),
-                                     table[name].cast(field.type.value_type))
-    return table
+    schema = table.schema
+    decoded = decoded_schema(schema)
+    if decoded.equals(schema):
+        return table
+    return pa.table([col if col.type.equals(f.type) else col.cast(f.type) for col, f in zip(table.columns, decoded)],
+                    schema=decoded)
 
 
 def decoded_schema(schema: pa.Schema) -> pa.Schema:
-    """``schema`` as :func:`decode_dictionaries` leaves a table of it: each dictionary field
-    of its value type."""
+    """``schema`` with each dictionary field of its value type (what
+    :func:`decode_dictionaries` makes of a table of it)."""
     fields = [f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in schema]
     return pa.schema(fields, metadata=schema.metadata)
 
