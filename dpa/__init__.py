@@ -26,7 +26,9 @@ from dpa.aggregates import (
     CollectSet,
     CountDistinct,
     CountIf,
+    MaxBy,
     Median,
+    MinBy,
     Std,
     Var,
 )
@@ -83,7 +85,7 @@ __all__ = [
     "FlowConfig", "RecoveryConfig", "SemanticsConfig", "BatchMap", "ArrowRefs", "ParquetFiles",
     "Reducer", "Count", "Sum", "Min", "Max", "Mean", "Collect", "TopK", "WithCost",
     "CountDistinct", "CollectSet", "ApproxCountDistinct", "ApproxQuantile", "Median", "Var", "Std",
-    "CountIf", "Any", "All", "GroupApply", "GroupTooLargeError",
+    "CountIf", "Any", "All", "MaxBy", "MinBy", "GroupApply", "GroupTooLargeError",
     "HashRing", "RingSnapshot", "PolicySpec", "RebalanceEvent", "policies", "register_policy",
     "PolicySettings", "JobShape", "RingSettings", "HashSettings", "ShuffleSettings", "PKGSettings",
     "PoTCSettings", "OnGreedySettings", "OffGreedySettings", "DKGSettings", "FangSettings", "GedikSettings",

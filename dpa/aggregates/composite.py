@@ -387,8 +387,9 @@ class RecordAggregates(_Members, Reducer):
     """Composite through the scalar contract (some member is user-defined).
 
     The accumulator is a list with one accumulator per member; a member reading a column
-    gets that field of each record, a member reading whole records (``column=None``) the
-    record itself.
+    gets that field of each record, a member with ``record_fields`` (``MaxBy``'s value and
+    ordering columns) a tuple of those fields, a member reading whole records
+    (``column=None``) the record itself.
     """
 
     def __init__(self, members: list[Reducer]) -> None:
@@ -406,10 +407,16 @@ class RecordAggregates(_Members, Reducer):
     def _value(self, m: Reducer, record: Any) -> Any:
         if m.column is None:
             return record
+        fields = getattr(m, "record_fields", None)
+        if fields is not None:  # a member reading several fields gets a tuple of them
+            return tuple(self._field(c, record) for c in fields)
+        return self._field(m.column, record)
+
+    def _field(self, column: str, record: Any) -> Any:
         if self.record_kind == "dict":
-            return record.get(m.column)
+            return record.get(column)
         if self.record_kind == "tuple":
-            return record[int(m.column[1:])] if m.column[:1] == "f" and m.column[1:].isdigit() else record
+            return record[int(column[1:])] if column[:1] == "f" and column[1:].isdigit() else record
         return record
 
     def create(self) -> list[Any]:

@@ -35,6 +35,7 @@ def reducer_cases():
         (dpa.Mean("y"), F.avg("y").alias("mean")),
         (dpa.Collect("x"), F.sort_array(F.collect_list("x")).alias("collect")),
         (dpa.TopK("x", k=3), F.slice(F.sort_array(F.collect_list("x"), False), 1, 3).alias("top_k")),
+        (dpa.MaxBy("x", by="y"), F.max_by("x", "y").alias("max_by")),  # (y differs on every row)
     ]
 
 

@@ -23,8 +23,8 @@ def test_a_session_without_raydp_takes_the_staged_path(spark):
         choose_path(df, "raydp")
 
 
-@pytest.mark.parametrize("index", range(7), ids=lambda i: ["count", "sum", "min", "max", "mean", "collect",
-                                                          "top_k"][i])
+@pytest.mark.parametrize("index", range(8), ids=lambda i: ["count", "sum", "min", "max", "mean", "collect",
+                                                          "top_k", "max_by"][i])
 def test_equals_spark_groupby(spark, index):
     reducer, agg = reducer_cases()[index]
     result = check_equals_spark(spark, reducer, agg)

@@ -9,11 +9,12 @@ from dpa.tools.cli.errors import UsageError
 
 #: name -> (factory(column, param), needs a column, takes a parameter)
 AGG_NAMES = ("count", "sum", "min", "max", "mean", "avg", "count_distinct", "approx_count_distinct", "median",
-             "quantile", "var", "var_pop", "std", "std_pop", "collect_set", "count_if", "any", "all")
+             "quantile", "var", "var_pop", "std", "std_pop", "collect_set", "count_if", "any", "all", "max_by", "min_by")
 
 
 def parse_agg(spec: str, cols: Sequence[str] | None) -> Any:
-    """The reducer of one ``--agg`` spec, e.g. ``sum:bytes``, ``quantile:latency:0.95``, ``count``.
+    """The reducer of one ``--agg`` spec, e.g. ``sum:bytes``, ``quantile:latency:0.95``, ``count``,
+    ``max_by:status:updated_at`` (the status at the largest updated_at).
 
     Raises:
         UsageError: an unknown name, a missing or unknown column, or a bad parameter.
@@ -31,8 +32,16 @@ def parse_agg(spec: str, cols: Sequence[str] | None) -> Any:
         raise UsageError(f"--agg {spec!r}: {name} needs a column, e.g. --agg {name}:COLUMN")
     if cols is not None and column not in cols:
         raise UsageError(f"--agg {spec!r}: column {column!r} is not in the input; columns: {', '.join(cols)}")
+    if name in ("max_by", "min_by"):
+        if not param:
+            raise UsageError(f"--agg {spec!r}: {name} needs the column that orders the rows, "
+                             f"e.g. --agg {name}:{column}:updated_at")
+        if cols is not None and param not in cols:
+            raise UsageError(f"--agg {spec!r}: column {param!r} is not in the input; columns: {', '.join(cols)}")
+        return (dpa.MaxBy if name == "max_by" else dpa.MinBy)(column, by=param)
     if param and name != "quantile":
-        raise UsageError(f"--agg {spec!r}: only quantile takes a parameter (quantile:COLUMN:Q)")
+        raise UsageError(f"--agg {spec!r}: only quantile, max_by and min_by take a parameter "
+                         "(quantile:COLUMN:Q, max_by:COLUMN:BY)")
     if name == "quantile":
         try:
             q = float(param) if param else 0.5

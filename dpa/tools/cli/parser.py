@@ -87,9 +87,10 @@ def _add_job(p: argparse.ArgumentParser) -> None:
     g.add_argument("--chunk-size", type=parse_count, default=None, help="records a reducer takes per step")
     g.add_argument("--reducer", default="count", choices=commands.REDUCERS, help="aggregation (default count)")
     g.add_argument("--value", help="value column of sum/min/max/mean")
-    g.add_argument("--agg", action="append", metavar="NAME[:COLUMN[:Q]]",
+    g.add_argument("--agg", action="append", metavar="NAME[:COLUMN[:PARAM]]",
                    help="an aggregate; repeat for several in one pass (replaces --reducer), e.g. --agg count "
-                        "--agg sum:bytes --agg count_distinct:user --agg quantile:latency:0.95")
+                        "--agg sum:bytes --agg count_distinct:user --agg quantile:latency:0.95 "
+                        "--agg max_by:status:updated_at")
     g.add_argument("--apply", metavar="MODULE:FUNCTION",
                    help="run a per-group function instead of an aggregate (dpa.GroupApply): FUNCTION(group) gets "
                         "every row of one key as a pandas.DataFrame and returns a DataFrame; e.g. --apply jobs:per_user")

@@ -70,6 +70,9 @@ def _reducers() -> list[Reducer]:
             continue
         params = list(inspect.signature(cls.__init__).parameters)
         column = "b" if name in BOOL_REDUCERS else "v"
+        if "by" in params:  # the value at a key's largest or smallest v (MaxBy, MinBy)
+            out.append(cls("b", by="v"))
+            continue
         out.append(cls(column) if "column" in params else cls())
     return [*out, _spread()]
 

@@ -22,6 +22,8 @@ def table(spark):
         F.when(F.col("id") % 17 == 0, F.lit(None)).when(F.col("id") % 29 == 0, F.lit(float("nan")))
         .otherwise(F.col("id") / 7.0).alias("y"),
         (F.col("id") % 3 == 0).alias("b"),
+        # distinct per row (3001 is prime), null in every 13th: an ordering without ties
+        F.when(F.col("id") % 13 == 0, F.lit(None)).otherwise(F.col("id") * 7919 % 3001).alias("o"),
     )
     df = df.select(
         "*",
@@ -46,6 +48,8 @@ EXACT = [
     (lambda: dpa.Any("b"), lambda F: F.bool_or("b")),
     (lambda: dpa.All("b"), lambda F: F.bool_and("b")),
     (lambda: dpa.Count("y"), lambda F: F.count("y")),  # y's non-null values, its NaNs among them
+    (lambda: dpa.MaxBy("y", by="o"), lambda F: F.max_by("y", "o")),  # (y's nulls and NaNs come out too)
+    (lambda: dpa.MinBy("x", by="o"), lambda F: F.min_by("x", "o")),
 ]
 
 
@@ -115,4 +119,23 @@ def test_count_of_a_column_alone_counts_values_and_weighs_records(spark, table, 
     want = {r["i"]: r["n"] for r in table.groupBy("i").agg(F.count("y").alias("n")).collect()}
     assert {r["i"]: r["count"] for r in out.collect()} == want
     assert sum(want.values()) < 3000  # y holds nulls, yet every record is accounted for:
+    assert sum(result.stats.emitted) == 3000
+
+
+@pytest.mark.parametrize("precombine", [None, False])
+def test_max_by_and_min_by_equal_spark(spark, table, precombine):
+    """Spark's max_by/min_by: rows without an ordering value are skipped (a key whose rows
+    all lack one gives null); the value at the best row may itself be null or NaN."""
+    from pyspark.sql import functions as F
+
+    reducers = [dpa.MaxBy("y", by="o"), dpa.MinBy("y", by="o")]
+    out, result = run_with_result(table, ["i"], reducers, precombine=precombine)
+    assert out.columns == ["i", "max_by(y, o)", "min_by(y, o)"]
+    assert out.schema["max_by(y, o)"].dataType == table.schema["y"].dataType
+    theirs = {r["i"]: list(r)[1:] for r in
+              table.groupBy("i").agg(F.max_by("y", "o"), F.min_by("y", "o")).collect()}
+    ours = {r["i"]: [r["max_by(y, o)"], r["min_by(y, o)"]] for r in out.collect()}
+    assert ours.keys() == theirs.keys()
+    for k, want in theirs.items():
+        assert all(_same(a, b) for a, b in zip(ours[k], want)), (k, ours[k], want)
     assert sum(result.stats.emitted) == 3000

@@ -25,8 +25,8 @@ def test_the_raydp_session_takes_the_raydp_path(spark):
     assert result.stats.extra["spark_path"] == "raydp"
 
 
-@pytest.mark.parametrize("index", range(7), ids=lambda i: ["count", "sum", "min", "max", "mean", "collect",
-                                                          "top_k"][i])
+@pytest.mark.parametrize("index", range(8), ids=lambda i: ["count", "sum", "min", "max", "mean", "collect",
+                                                          "top_k", "max_by"][i])
 def test_forced_staged_path_equals_spark(spark, index):
     reducer, agg = reducer_cases()[index]
     result = check_equals_spark(spark, reducer, agg, path="staged")

@@ -33,6 +33,7 @@ REDUCERS = [
     lambda: dpa.TopK("x", 3), lambda: dpa.Sum("x"), lambda: dpa.Mean("x"), lambda: dpa.Std("x"),
     lambda: dpa.CountDistinct("s"), lambda: dpa.CollectSet("d"), lambda: dpa.ApproxCountDistinct("s"),
     lambda: dpa.Median("x"), lambda: dpa.CountIf("b"), lambda: dpa.Any("b"), lambda: dpa.All("b"),
+    lambda: dpa.MaxBy("s", by="d"), lambda: dpa.MinBy("x", by="s"),
 ]
 
 
