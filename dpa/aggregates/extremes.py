@@ -210,9 +210,6 @@ class MaxBy(ColumnarReducer):
             raise SchemaError(f"{self!r} cannot order rows by values of type {dtype}; give by= a column of "
                               "scalars (numbers, strings, dates, timestamps)")
 
-    def output_type(self, input_type: pa.DataType | None) -> pa.DataType:
-        return ColumnarReducer.output_type(self, input_type)
-
     def state_aggregations(self) -> list[tuple[str | None, str, str]]:
         # (no Arrow hash aggregate computes these: the steps below choose the rows)
         return [(self.column, self.kind, VALUE), (self.by, self.kind, BY)]
