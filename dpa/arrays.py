@@ -141,10 +141,11 @@ def from_numpy(values: Any, type: pa.DataType | None = None, mask: np.ndarray | 
 
 
 def scalar(value: Any, type: pa.DataType) -> pa.Scalar:
-    """``pa.scalar(value, type)``, without pandas for None and numbers of a number type.
+    """``pa.scalar(value, type)``, without pandas for None, numbers of a number type and
+    booleans.
 
     Args:
-        value: None, or a Python or numpy number that ``type`` holds.
+        value: None, a Python or numpy number that ``type`` holds, or a bool.
         type: The Arrow type.
 
     Returns:
@@ -152,6 +153,8 @@ def scalar(value: Any, type: pa.DataType) -> pa.Scalar:
     """
     if value is None:
         return pa.nulls(1, type)[0]
+    if pa.types.is_boolean(type) and isinstance(value, (bool, np.bool_)):
+        return pa.Array.from_buffers(type, 1, [None, pa.py_buffer(bytes([bool(value)]))])[0]
     dtype = _NUMPY.get(type)
     if dtype is None or isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
         return pa.scalar(value, type)

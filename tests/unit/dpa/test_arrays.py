@@ -122,7 +122,7 @@ def test_from_numpy_leaves_other_inputs_to_pa_array():
 @pytest.mark.parametrize("value, dtype", [
     (None, pa.float64()), (None, pa.int32()), (0, pa.int64()), (0.0, pa.float64()), (-3, pa.int8()),
     (2**64 - 1, pa.uint64()), (float("nan"), pa.float32()), (np.int16(7), pa.int16()), (1.5, pa.float32()),
-    ("x", pa.string()), (True, pa.bool_()),
+    ("x", pa.string()), (True, pa.bool_()), (False, pa.bool_()), (np.bool_(True), pa.bool_()),
 ])
 def test_scalar_equals_pa_scalar(value, dtype):
     got, want = scalar(value, dtype), pa.scalar(value, dtype)
@@ -148,6 +148,7 @@ def test_the_conversions_do_not_import_pandas():
         b = from_numpy(np.arange(5.0), pa.float64(), mask=np.arange(5) % 2 == 0)
         assert b.null_count == 3
         assert scalar(0.0, pa.float64()).as_py() == 0.0 and scalar(None, pa.int64()).as_py() is None
+        assert scalar(False, pa.bool_()).as_py() is False and scalar(True, pa.bool_()).as_py() is True
         assert to_numpy(pa.chunked_array([a, a])).sum() == 20 and to_numpy(a.slice(1)).tolist() == [1, 2, 3, 4]
         assert "pandas" not in sys.modules, "pandas was imported"
     """)
