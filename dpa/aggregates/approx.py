@@ -178,9 +178,8 @@ def _merge_binary(table: pa.Table, group_cols: list[str], state: str, fold: Any,
     """Merges partial rows with equal keys: ``fold(list of state bytes) -> bytes`` per key;
     ``extra`` integer columns are summed."""
     from dpa.aggregates.composite import group_ids
-    from dpa.input.records import HASH_COL
 
-    gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
+    gid, size = group_ids(table, group_cols)
     order = group_order(gid, size)
     bounds = np.searchsorted(gid[order], np.arange(size + 1))
     blobs = table[state].to_pylist()
@@ -269,11 +268,9 @@ class ApproxQuantile(ColumnarReducer):
 
     def partial_from_batch(self, table: pa.Table, group_cols: list[str], weight_col: str | None = None) -> pa.Table:
         from dpa.aggregates.composite import group_ids
-        from dpa.input.records import HASH_COL
 
         n = table.num_rows
-        keys_only = [c for c in group_cols if c != HASH_COL] or group_cols
-        gid, size = group_ids(table, keys_only) if n else (np.zeros(0, np.int64), 0)
+        gid, size = group_ids(table, group_cols) if n else (np.zeros(0, np.int64), 0)
         values = np.asarray(as_float64(table[self.column]).fill_null(np.nan), dtype=np.float64)
         valid = np.asarray(table[self.column].is_valid(), dtype=bool) if n else np.zeros(0, bool)
         keep = ~np.isnan(values)
@@ -293,9 +290,8 @@ class ApproxQuantile(ColumnarReducer):
 
     def merge_partials(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
         from dpa.aggregates.composite import group_ids
-        from dpa.input.records import HASH_COL
 
-        gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
+        gid, size = group_ids(table, group_cols)
         order = group_order(gid, size)
         bounds = np.searchsorted(gid[order], np.arange(size + 1))
         rows = table.take(pa.array(order, pa.int64()))

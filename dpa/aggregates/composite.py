@@ -203,8 +203,15 @@ def _same_values(a: pa.ChunkedArray, b: pa.ChunkedArray) -> bool:
 
 
 def group_ids(table: pa.Table, key_cols: Sequence[str]) -> tuple[np.ndarray, int]:
-    """``(id per row, number of groups)``: rows with equal key tuples share an id in ``[0, n)``."""
+    """``(id per row, number of groups)``: rows with equal key tuples share an id in ``[0, n)``.
+
+    :data:`~dpa.input.records.HASH_COL` among ``key_cols`` beside key columns is left out
+    (a key's hash is the same on each of its rows), so a step's group columns may be passed
+    as they are.
+    """
     from dpa.keys.columns import _codes
+
+    key_cols = [c for c in key_cols if c != HASH_COL] or list(key_cols)
 
     if list(key_cols) == [GID_COL]:  # numbered by a composite already: every id in [0, n) is used
         gid = to_numpy(table[GID_COL]).astype(np.int64, copy=False)
@@ -233,7 +240,7 @@ def _shared_groups(table: pa.Table, base: pa.Table, group_cols: list[str], aggs:
         ``(group id per row, number of groups, the key columns of each group's first row,
         {name: the aggregate's column, row g for group g})``.
     """
-    gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
+    gid, size = group_ids(table, group_cols)
     base = base.append_column(GID_COL, from_numpy(gid)).append_column(ROW_COL, from_numpy(np.arange(table.num_rows)))
     fused = group_aggregate(base, [GID_COL], aggs + [(ROW_COL, "min")])
     fused = by_group_id(fused.rename_columns([GID_COL, *names, ROW_COL]), size)

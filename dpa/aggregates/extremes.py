@@ -21,19 +21,18 @@ that cannot be ordered (lists, structs, maps) keep the first tied row a reducer 
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dpa.aggregates.builtins import _is_nan
 from dpa.aggregates.composite import group_ids
 from dpa.aggregates.contract import GROUP_ID_COL, ColumnarReducer, by_group_id
 from dpa.aggregates.dense import group_aggregate
 from dpa.arrays import from_numpy, scalar, to_numpy
 from dpa.errors import ConfigError, SchemaError
-from dpa.input.records import HASH_COL
 
 __all__ = ["MaxBy", "MinBy"]
 
@@ -47,10 +46,6 @@ _FALSE = scalar(False, pa.bool_())
 def orderable(dtype: pa.DataType) -> bool:
     """Whether Arrow can sort values of ``dtype`` (scalars; not lists, structs or maps)."""
     return not (pa.types.is_nested(dtype) or pa.types.is_dictionary(dtype) or pa.types.is_null(dtype))
-
-
-def _is_nan(value: Any) -> bool:
-    return isinstance(value, float) and math.isnan(value)
 
 
 def _compare(a: Any, b: Any) -> int:
@@ -215,14 +210,14 @@ class MaxBy(ColumnarReducer):
         return [(self.column, self.kind, VALUE), (self.by, self.kind, BY)]
 
     def partial_from_batch(self, table: pa.Table, group_cols: list[str], weight_col: str | None = None) -> pa.Table:
-        gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
+        gid, size = group_ids(table, group_cols)
         out = self._best(table[self.column], table[self.by], table.select(group_cols), gid, size)
         if weight_col is not None:
             out = out.append_column(weight_col, from_numpy(np.bincount(gid, minlength=size).astype(np.int64)))
         return out
 
     def merge_partials(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
-        gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
+        gid, size = group_ids(table, group_cols)
         return self._best(table[VALUE], table[BY], table.select(group_cols), gid, size)
 
     def merge_groups(self, table: pa.Table, gid: np.ndarray, size: int) -> pa.Table:

@@ -105,9 +105,8 @@ class Var(ColumnarReducer):
 
     def merge_partials(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
         from dpa.aggregates.composite import group_ids
-        from dpa.input.records import HASH_COL
 
-        gid, size = group_ids(table, [c for c in group_cols if c != HASH_COL] or group_cols)
+        gid, size = group_ids(table, group_cols)
         _, first = np.unique(gid, return_index=True)
         keys = table.select(group_cols).take(pa.array(first))
         states = self.merge_groups(table, gid, size)

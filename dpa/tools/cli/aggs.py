@@ -30,14 +30,12 @@ def parse_agg(spec: str, cols: Sequence[str] | None) -> Any:
         return dpa.Count()  # records; count:COLUMN counts the column's non-null values
     if not column:
         raise UsageError(f"--agg {spec!r}: {name} needs a column, e.g. --agg {name}:COLUMN")
-    if cols is not None and column not in cols:
-        raise UsageError(f"--agg {spec!r}: column {column!r} is not in the input; columns: {', '.join(cols)}")
+    _check_column(spec, column, cols)
     if name in ("max_by", "min_by"):
         if not param:
             raise UsageError(f"--agg {spec!r}: {name} needs the column that orders the rows, "
                              f"e.g. --agg {name}:{column}:updated_at")
-        if cols is not None and param not in cols:
-            raise UsageError(f"--agg {spec!r}: column {param!r} is not in the input; columns: {', '.join(cols)}")
+        _check_column(spec, param, cols)
         return (dpa.MaxBy if name == "max_by" else dpa.MinBy)(column, by=param)
     if param and name != "quantile":
         raise UsageError(f"--agg {spec!r}: only quantile, max_by and min_by take a parameter "
@@ -58,6 +56,11 @@ def parse_agg(spec: str, cols: Sequence[str] | None) -> Any:
         "var_pop": lambda c: dpa.Var(c, sample=False), "std_pop": lambda c: dpa.Std(c, sample=False),
     }
     return factories[name](column)
+
+
+def _check_column(spec: str, column: str, cols: Sequence[str] | None) -> None:
+    if cols is not None and column not in cols:
+        raise UsageError(f"--agg {spec!r}: column {column!r} is not in the input; columns: {', '.join(cols)}")
 
 
 def parse_aggs(specs: Sequence[str], cols: Sequence[str] | None) -> list[Any]:
