@@ -12,7 +12,8 @@ from dpa.aggregates.contract import Reducer, unwrap, what_it_is
 from dpa.aggregates.state import make_state
 from dpa.config import JobConfig
 from dpa.engine.output import RunOutput
-from dpa.engine.plan import build_plan, empty_input_table
+from dpa.engine.plan import empty_input_table
+from dpa.engine.planning import build_plan
 from dpa.errors import ConfigError, JobFailedError, KeyEncodingError, SchemaError
 from dpa.input.adapters import find_source_adapter
 from dpa.input.sources import normalize_source

@@ -461,7 +461,7 @@ def concat_results(tables: list[pa.Table | None], empty: pa.Table) -> pa.Table:
     integer output column meeting a floating one may round to float64. Reducers only
     produce that for a value column that is integer in some blocks and floating in others:
     sums (which round anyway), or values already checked to be exact in float64 when the
-    blocks were read (:func:`dpa.engine.plan.build_plan`).
+    blocks were read (:func:`dpa.engine.planning.build_plan`).
     """
     parts = [t for t in tables if t is not None and t.num_rows]
     if not parts:

@@ -12,7 +12,7 @@ outside dpa). :func:`make_policy` turns a :class:`~dpa.config.JobConfig` into a
 2. :func:`job_shape`: the :class:`~dpa.routing.policy.JobShape` (mappers, reducers, block size, seed);
 3. the entry's factory, ``factory(settings, shape)``.
 
-:func:`dpa.engine.plan.build_plan` calls it once per job; ``JobConfig`` itself only checks that
+:func:`dpa.engine.planning.build_plan` calls it once per job; ``JobConfig`` itself only checks that
 the policy name is registered (:func:`check_policy_name`).
 """
 

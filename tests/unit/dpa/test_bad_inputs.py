@@ -27,7 +27,7 @@ import dpa
 from dpa.aggregates.int_sums import sum_may_overflow
 from dpa.aggregates.state import ColumnarState, DictState, concat_results
 from dpa.engine.block_types import add_key_columns
-from dpa.engine.plan import build_plan
+from dpa.engine.planning import build_plan
 from dpa.errors import (
     ArithmeticOverflowError,
     DPAError,

@@ -88,7 +88,7 @@ def test_the_default_width_is_resolved_when_the_job_is_planned_not_when_the_conf
 
 
 def test_a_planned_job_runs_at_the_width_resolved_then(cpus):
-    from dpa.engine.plan import build_plan
+    from dpa.engine.planning import build_plan
     from dpa.input.sources import normalize_source
 
     cfg = dpa.JobConfig(runtime="ray")

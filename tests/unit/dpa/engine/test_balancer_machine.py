@@ -10,7 +10,7 @@ import dpa
 from dpa.engine import events as ev
 from dpa.engine import instructions as op
 from dpa.engine.balancer import BalancerLogic
-from dpa.engine.plan import build_plan
+from dpa.engine.planning import build_plan
 from dpa.input.sources import normalize_source
 
 

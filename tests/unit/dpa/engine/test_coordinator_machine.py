@@ -11,7 +11,7 @@ from dpa.engine import events as ev
 from dpa.engine import instructions as op
 from dpa.engine.coordinator_machine import CoordinatorMachine
 from dpa.engine.epochs import Checkpoint, Rest
-from dpa.engine.plan import build_plan
+from dpa.engine.planning import build_plan
 from dpa.input.sources import normalize_source
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import dpa
 from dpa.engine.elastic import ScalingRule
-from dpa.engine.plan import build_plan
+from dpa.engine.planning import build_plan
 from dpa.errors import ConfigError
 from dpa.input.sources import normalize_source
 from dpa.runtime.local import run_local

@@ -9,7 +9,7 @@ import dpa
 from dpa.engine.coordinator import CoordinatorLogic
 from dpa.engine.epochs import EpochLedger, Rest
 from dpa.engine.instructions import Forward
-from dpa.engine.plan import build_plan
+from dpa.engine.planning import build_plan
 from dpa.engine.reducer import ReducerLogic
 from dpa.input.records import HASH_COL
 from dpa.input.sources import normalize_source

@@ -10,7 +10,7 @@ import pyarrow as pa
 import dpa
 from dpa.engine.balancer import BalancerLogic
 from dpa.engine.mapper import MapperLogic, block_forecast
-from dpa.engine.plan import build_plan
+from dpa.engine.planning import build_plan
 from dpa.input.sources import normalize_source
 from dpa.keys.columns import hash_key_columns
 from dpa.routing.policies.hybrid.policy import HybridPolicy

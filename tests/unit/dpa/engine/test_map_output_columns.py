@@ -50,7 +50,7 @@ def test_records_lacking_a_column_the_job_reads_are_a_schema_error(missing):
 
 @pytest.mark.parametrize("missing", ["v", "k"])
 def test_records_lacking_a_column_in_the_probed_blocks_fail_at_plan_time(missing):
-    from dpa.engine.plan import PROBE_BLOCKS
+    from dpa.engine.planning import PROBE_BLOCKS
 
     table = pa.table({"k": [f"k{i % 3}" for i in range(500)], "v": list(range(500))})
     keep = tuple(c for c in ("k", "v") if c != missing)

@@ -15,7 +15,7 @@ from dpa.engine import instructions as op
 from dpa.engine.flow import PUSH_GROW, PUSH_SHRINK
 from dpa.engine.mapper import FIRST_PUSH_ROWS, PUSH_GROWTH
 from dpa.engine.mapper_machine import MapperMachine
-from dpa.engine.plan import build_plan
+from dpa.engine.planning import build_plan
 from dpa.input.sources import normalize_source
 
 

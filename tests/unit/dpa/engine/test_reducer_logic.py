@@ -9,7 +9,7 @@ import pytest
 
 import dpa
 from dpa.engine.mapper import MapperLogic
-from dpa.engine.plan import build_plan
+from dpa.engine.planning import build_plan
 from dpa.engine.reducer import ReducerLogic
 from dpa.input.sources import normalize_source
 from dpa.routing.policies.ring.policy import DPAPolicy, RingSettings

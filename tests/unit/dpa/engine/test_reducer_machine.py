@@ -12,7 +12,7 @@ from dpa.engine import events as ev
 from dpa.engine import instructions as op
 from dpa.engine.flow import PUSH_GROW, PUSH_KEEP, PUSH_SHRINK
 from dpa.engine.mapper import MapperLogic
-from dpa.engine.plan import build_plan
+from dpa.engine.planning import build_plan
 from dpa.engine.reducer_machine import PROGRESS_INTERVAL_S, ReducerMachine
 from dpa.input.sources import normalize_source
 

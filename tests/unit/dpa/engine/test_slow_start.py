@@ -11,7 +11,7 @@ import pytest
 import dpa
 from dpa.engine.flow import PUSH_GROW, PUSH_KEEP, PUSH_SHRINK
 from dpa.engine.mapper import FIRST_PUSH_ROWS, MIN_PUSH_ROWS, PUSH_GROWTH, MapperLogic
-from dpa.engine.plan import build_plan
+from dpa.engine.planning import build_plan
 from dpa.engine.reducer import ReducerLogic
 from dpa.input.records import HASH_COL
 from dpa.input.sources import normalize_source

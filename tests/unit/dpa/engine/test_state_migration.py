@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dpa
-from dpa.engine.plan import build_plan
+from dpa.engine.planning import build_plan
 from dpa.input.records import HASH_COL
 from dpa.input.sources import normalize_source
 from dpa.keys.columns import hash_key_columns

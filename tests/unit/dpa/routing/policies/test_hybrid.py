@@ -265,7 +265,7 @@ def test_wl1_to_wl5_balanced_and_exact_in_the_local_runtime(name):
 def test_home_spreads_in_flight_batches_of_a_key_that_became_hot_since_they_were_routed():
     import pyarrow as pa
 
-    from dpa.engine.plan import build_plan
+    from dpa.engine.planning import build_plan
     from dpa.engine.reducer import ReducerLogic
     from dpa.input.records import HASH_COL
     from dpa.input.sources import normalize_source

@@ -6,7 +6,7 @@ import pyarrow as pa
 
 import dpa
 from dpa.aggregates.composite import combine
-from dpa.engine.plan import build_plan
+from dpa.engine.planning import build_plan
 from dpa.input.sources import normalize_source
 from dpa.runtime.ray.driver import _project
 
@@ -32,7 +32,7 @@ def test_a_map_fn_or_key_function_sees_whole_records():
 
 
 def test_the_columns_a_job_reads_are_known_from_its_arguments_as_its_plan_says():
-    from dpa.engine.plan import read_columns
+    from dpa.engine.planning import read_columns
 
     table = pa.table({"k": [1, 2], "j": [5, 6], "x": [1.0, 2.0], "y": [3, 4], "s": ["a", "b"]})
     config = dpa.JobConfig(runtime="local")

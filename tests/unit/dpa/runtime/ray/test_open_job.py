@@ -18,7 +18,7 @@ import dpa.runtime.ray.coordinator as ray_coordinator
 import dpa.runtime.ray.driver as ray_driver
 from dpa.engine import events as ev
 from dpa.engine.coordinator_machine import CoordinatorMachine
-from dpa.engine.plan import build_plan
+from dpa.engine.planning import build_plan
 from dpa.input.sources import normalize_source
 
 

@@ -18,7 +18,7 @@ from dpa.engine import events as ev
 from dpa.engine.coordinator_machine import CoordinatorMachine
 from dpa.engine.mapper import MapperLogic
 from dpa.engine.output import finalize_at_stop
-from dpa.engine.plan import build_plan
+from dpa.engine.planning import build_plan
 from dpa.input.sources import normalize_source
 
 
