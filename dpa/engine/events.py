@@ -17,16 +17,22 @@ import pyarrow as pa
 
 from dpa.engine.instructions import StateMove
 
+
+class Event:
+    """Base of every event a machine takes (each a frozen dataclass): what reached its actor."""
+
+    __slots__ = ()
+
 # -- reducer --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class ReducerStarted:
+class ReducerStarted(Event):
     """The reducer's loop starts (its queue may hold a checkpoint's pending batches)."""
 
 
 @dataclass(frozen=True)
-class PushArrived:
+class PushArrived(Event):
     """A batch for the reducer's queue: a mapper's push (it waits while the queue is full)
     or, ``forwarded``, a peer's forward (always accepted), routed under ``version``, of
     input ``epoch``."""
@@ -39,14 +45,14 @@ class PushArrived:
 
 
 @dataclass(frozen=True)
-class SnapshotArrived:
+class SnapshotArrived(Event):
     """A routing snapshot (published by the balancer, or fetched for a newer push)."""
 
     snapshot: Any
 
 
 @dataclass(frozen=True)
-class SnapshotFetched:
+class SnapshotFetched(Event):
     """The answer to a :class:`~dpa.engine.instructions.FetchSnapshot`: the balancer's
     snapshot, or None if none came (the balancer is gone or serves another run)."""
 
@@ -54,29 +60,29 @@ class SnapshotFetched:
 
 
 @dataclass(frozen=True)
-class StepPaid:
+class StepPaid(Event):
     """The runtime paid the cost of the step the machine asked for."""
 
 
 @dataclass(frozen=True)
-class ReportDue:
+class ReportDue(Event):
     """A report is due whatever changed (the reporter's timer)."""
 
 
 @dataclass(frozen=True)
-class InputMapped:
+class InputMapped(Event):
     """Every input record is in a reducer's queue (termination waits for progress now)."""
 
 
 @dataclass(frozen=True)
-class StateArrived:
+class StateArrived(Event):
     """A peer's state hand-over."""
 
     move: StateMove
 
 
 @dataclass(frozen=True)
-class PrepareCheckpoint:
+class PrepareCheckpoint(Event):
     """Checkpoint phase one for the epochs up to ``epoch``; answered with the records
     forwarded to each peer so far."""
 
@@ -85,7 +91,7 @@ class PrepareCheckpoint:
 
 
 @dataclass(frozen=True)
-class CutCheckpoint:
+class CutCheckpoint(Event):
     """Checkpoint phase two: once the ``expected`` forwarded records of the epochs up to
     ``epoch`` have arrived, answered with this reducer's share."""
 
@@ -95,19 +101,19 @@ class CutCheckpoint:
 
 
 @dataclass(frozen=True)
-class CheckpointTimedOut:
+class CheckpointTimedOut(Event):
     """The forwards a :class:`CutCheckpoint` waits for did not arrive in time."""
 
     request_id: int
 
 
 @dataclass(frozen=True)
-class ReleaseCheckpoint:
+class ReleaseCheckpoint(Event):
     """Checkpoint phase three: every share is taken."""
 
 
 @dataclass(frozen=True)
-class Stop:
+class Stop(Event):
     """Every record is absorbed: end the loop under the balancer's final ``snapshot`` (if
     any); ``finalize``: the loop's end finalizes too."""
 
@@ -116,7 +122,7 @@ class Stop:
 
 
 @dataclass(frozen=True)
-class Exchange:
+class Exchange(Event):
     """The partitioned final merge over the job's reducer ``slots`` (None: all)."""
 
     request_id: int
@@ -124,14 +130,14 @@ class Exchange:
 
 
 @dataclass(frozen=True)
-class PartialArrived:
+class PartialArrived(Event):
     """A peer's partition of its state for the final merge."""
 
     partial: Any
 
 
 @dataclass(frozen=True)
-class Finalize:
+class Finalize(Event):
     """Finalize the reducer's share of the result; answered with ``(table, merged_keys)``."""
 
     request_id: int
@@ -141,12 +147,12 @@ class Finalize:
 
 
 @dataclass(frozen=True)
-class MapperStarted:
+class MapperStarted(Event):
     """The mapper's loop starts."""
 
 
 @dataclass(frozen=True)
-class BlockArrived:
+class BlockArrived(Event):
     """An input item: a block to map (``prepared``: the rest of a block, routed as it is),
     or a run of blocks mapped one by one and joined (a tuple), of ``epoch`` with ledger
     ``token``."""
@@ -158,26 +164,26 @@ class BlockArrived:
 
 
 @dataclass(frozen=True)
-class NoMoreBlocks:
+class NoMoreBlocks(Event):
     """The coordinator has no item left for this mapper (or the run ended)."""
 
 
 @dataclass(frozen=True)
-class ForecastAnswered:
+class ForecastAnswered(Event):
     """The snapshot the balancer made of the forecast (None: none came)."""
 
     snapshot: Any
 
 
 @dataclass(frozen=True)
-class PushesAnswered:
+class PushesAnswered(Event):
     """Every batch of the last push is queued: per batch, ``(outcome, capacity)``."""
 
     answers: list[tuple[int, int | None]]
 
 
 @dataclass(frozen=True)
-class BlockSplit:
+class BlockSplit(Event):
     """The coordinator took the rest of the block as an item: its ``(epoch, token)``;
     None if the run is over."""
 
@@ -188,7 +194,7 @@ class BlockSplit:
 
 
 @dataclass(frozen=True)
-class Prepared:
+class Prepared(Event):
     """Reducer ``slot``'s answer to phase one: per reducer, the records of the epochs it
     forwarded there so far (None: it no longer serves the run)."""
 
@@ -197,7 +203,7 @@ class Prepared:
 
 
 @dataclass(frozen=True)
-class CutTaken:
+class CutTaken(Event):
     """Reducer ``slot``'s share (None: given up; an exception: user code raised)."""
 
     slot: int
@@ -208,7 +214,7 @@ class CutTaken:
 
 
 @dataclass(frozen=True)
-class QueueReported:
+class QueueReported(Event):
     """A reducer's queue length under snapshot ``version``, its key arrivals (if collected)
     and its backlog in seconds of work (if measured)."""
 
@@ -220,7 +226,7 @@ class QueueReported:
 
 
 @dataclass(frozen=True)
-class ForecastArrived:
+class ForecastArrived(Event):
     """A mapper's key counts of its first block, at ``now``."""
 
     mapper: int
@@ -231,19 +237,19 @@ class ForecastArrived:
 
 
 @dataclass(frozen=True)
-class BalancerTick:
+class BalancerTick(Event):
     """The balancer's timer at ``now``: sample the queues and apply the policy's rule."""
 
     now: float
 
 
 @dataclass(frozen=True)
-class InputDone:
+class InputDone(Event):
     """Every input record is in a reducer's queue (an elastic job retires no reducer any more)."""
 
 
 @dataclass(frozen=True)
-class ScaledOut:
+class ScaledOut(Event):
     """The runtime carried out a :class:`~dpa.engine.instructions.ScaleOut`: the reducers of
     ``started`` run; ``refused`` says why the others did not."""
 
@@ -253,7 +259,7 @@ class ScaledOut:
 
 
 @dataclass(frozen=True)
-class BalancerStopped:
+class BalancerStopped(Event):
     """The job's end, at ``now``: the timeline takes its last sample."""
 
     now: float
@@ -263,7 +269,7 @@ class BalancerStopped:
 
 
 @dataclass(frozen=True)
-class ListGroups:
+class ListGroups(Event):
     """Request to a reducer: pack the groups it holds into units of about ``target_rows``
     rows for the apply phase (answered with the units, largest first)."""
 
@@ -272,7 +278,7 @@ class ListGroups:
 
 
 @dataclass(frozen=True)
-class UnitsListed:
+class UnitsListed(Event):
     """To the group scheduler: the sizes (:class:`~dpa.aggregates.rows.UnitSize`) of the units
     ``worker`` holds, in its order."""
 
@@ -281,7 +287,7 @@ class UnitsListed:
 
 
 @dataclass(frozen=True)
-class WorkAsked:
+class WorkAsked(Event):
     """To the group scheduler: ``worker`` is free; it ran ``rows`` rows in ``seconds`` since
     it last asked (0, 0 the first time)."""
 
@@ -294,14 +300,14 @@ class WorkAsked:
 
 
 @dataclass(frozen=True)
-class JobStarted:
+class JobStarted(Event):
     """The job starts from routing ``snapshot`` (the checkpoint before any block)."""
 
     snapshot: Any
 
 
 @dataclass(frozen=True)
-class RunStarted:
+class RunStarted(Event):
     """A run of the job (the first, or one after a recovery) has every member serving it,
     ``at_s`` seconds after the job started."""
 
@@ -309,26 +315,26 @@ class RunStarted:
 
 
 @dataclass(frozen=True)
-class BlocksOffered:
+class BlocksOffered(Event):
     """Input items to hand out, in order (on Ray block refs the driver sends ahead)."""
 
     items: list[Any]
 
 
 @dataclass(frozen=True)
-class InputExhausted:
+class InputExhausted(Event):
     """The input has no block left to offer."""
 
 
 @dataclass(frozen=True)
-class BlockWanted:
+class BlockWanted(Event):
     """``mapper`` waits for its next item."""
 
     mapper: int
 
 
 @dataclass(frozen=True)
-class BlockFinished:
+class BlockFinished(Event):
     """``mapper`` pushed every record of a block of ``epoch``: ``emitted`` records."""
 
     mapper: int
@@ -337,7 +343,7 @@ class BlockFinished:
 
 
 @dataclass(frozen=True)
-class BlockCut:
+class BlockCut(Event):
     """``mapper`` pushed ``emitted`` records of item ``parent`` (of ``epoch``) and hands the
     ``rest`` (a :class:`~dpa.engine.epochs.Rest`, kept for replay) back as an item of its own."""
 
@@ -349,7 +355,7 @@ class BlockCut:
 
 
 @dataclass(frozen=True)
-class MapperFinished:
+class MapperFinished(Event):
     """``mapper`` routed all its items; ``first_routed`` is the snapshot version of its
     first push (None: it pushed nothing)."""
 
@@ -358,7 +364,7 @@ class MapperFinished:
 
 
 @dataclass(frozen=True)
-class ProgressReported:
+class ProgressReported(Event):
     """Reducer ``reducer`` has absorbed ``processed`` records (its checkpoint's included)."""
 
     reducer: int
@@ -366,27 +372,27 @@ class ProgressReported:
 
 
 @dataclass(frozen=True)
-class Tick:
+class Tick(Event):
     """Time passed: a checkpoint may be due (the coordinator's clock says how long it was).
     A runtime sends it where work ends (a block done, a reducer's progress, a step paid),
     before the next block goes out."""
 
 
 @dataclass(frozen=True)
-class CheckpointOpened:
+class CheckpointOpened(Event):
     """The runtime can run the checkpoint it was told to start (no scale-out is under way):
     the round begins over the job's reducers now."""
 
 
 @dataclass(frozen=True)
-class CheckpointSnapshot:
+class CheckpointSnapshot(Event):
     """The balancer's routing snapshot as the checkpoint round ended."""
 
     snapshot: Any
 
 
 @dataclass(frozen=True)
-class CheckpointStored:
+class CheckpointStored(Event):
     """The runtime stored the checkpoint (on Ray: its states in the coordinator's object
     store), in the form it restores it from."""
 
@@ -394,12 +400,12 @@ class CheckpointStored:
 
 
 @dataclass(frozen=True)
-class CheckpointLost:
+class CheckpointLost(Event):
     """A member was lost while the checkpoint was taken: it is abandoned."""
 
 
 @dataclass(frozen=True)
-class MemberLost:
+class MemberLost(Event):
     """The run lost a member (or its node, or an object it needed), detected ``at_s`` seconds
     after the job started; ``error`` says how it looked, ``suspect`` is the member whose
     call failed first (often not the dead one: a mapper pushing to a dead reducer). No item
@@ -411,7 +417,7 @@ class MemberLost:
 
 
 @dataclass(frozen=True)
-class MembersReplaced:
+class MembersReplaced(Event):
     """The runtime stopped the lost run and replaced the dead members: their ``roles``
     (``"balancer"``, ``"reducer-2"``, ...) and the node ids they ran on (where known)."""
 
@@ -420,7 +426,7 @@ class MembersReplaced:
 
 
 @dataclass(frozen=True)
-class ScaleOutRequested:
+class ScaleOutRequested(Event):
     """The balancer asks for reducers in the free ``slots``; ``free_cpus`` is what the
     cluster has free now."""
 
@@ -429,7 +435,7 @@ class ScaleOutRequested:
 
 
 @dataclass(frozen=True)
-class ScaleOutStarted:
+class ScaleOutStarted(Event):
     """The reducers of ``slots`` run and every member has their handles; ``refused`` says why
     other requested slots did not start (None: all did)."""
 
@@ -438,7 +444,7 @@ class ScaleOutStarted:
 
 
 @dataclass(frozen=True)
-class ScaleOutFailed:
+class ScaleOutFailed(Event):
     """The reducers of ``slots`` did not start: ``reason``."""
 
     slots: list[int]
@@ -446,12 +452,12 @@ class ScaleOutFailed:
 
 
 @dataclass(frozen=True)
-class JobClosed:
+class JobClosed(Event):
     """The runtime is done with the job (it ended, or failed): nothing will be replayed."""
 
 
 @dataclass(frozen=True)
-class BalancingEnded:
+class BalancingEnded(Event):
     """The balancer stopped; ``final`` is the routing snapshot the job ends on."""
 
     final: Any

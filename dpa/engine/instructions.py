@@ -9,19 +9,28 @@ that come back.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import pyarrow as pa
 
 
-class Push(NamedTuple):
+class Instruction:
+    """Base of every instruction a machine returns (each a frozen dataclass): what its
+    runtime is to do."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True)
+class Push(Instruction):
     """Mapper -> reducer ``dest``: a batch routed there (counts against its queue bound)."""
 
     dest: int
     batch: pa.Table
 
 
-class Forward(NamedTuple):
+@dataclass(frozen=True)
+class Forward(Instruction):
     """Reducer -> reducer ``dest``: queued records whose key the sender no longer owns
     (always accepted: they are already inside the bounded system), of input ``epoch``
     (:mod:`dpa.engine.epochs`)."""
@@ -31,7 +40,8 @@ class Forward(NamedTuple):
     epoch: int = 0
 
 
-class StateMove(NamedTuple):
+@dataclass(frozen=True)
+class StateMove(Instruction):
     """Reducer -> reducer ``dest`` (``JobConfig.migrate="state"``): the partial states of
     ``keys`` keys the sender no longer owns, accumulated from records of input epochs up
     to ``epoch`` (:mod:`dpa.engine.epochs`), under the sender's snapshot ``version``; the receiver
@@ -46,14 +56,14 @@ class StateMove(NamedTuple):
 
 
 @dataclass(frozen=True)
-class Publish:
+class Publish(Instruction):
     """Balancer -> every mapper and reducer: adopt this routing snapshot."""
 
     snapshot: Any
 
 
 @dataclass(frozen=True)
-class ScaleOut:
+class ScaleOut(Instruction):
     """Balancer -> runtime (elastic reducers): start reducers in these free ``slots``, give
     them the peers' handles, then report back (:meth:`dpa.engine.balancer.BalancerLogic.scaled_out`)
     so the balancer gives them tokens and publishes the new routing."""
@@ -64,7 +74,8 @@ class ScaleOut:
 # -- what the mapper and reducer machines (dpa.engine.mapper_machine, reducer_machine) ask for
 
 
-class SendForward(NamedTuple):
+@dataclass(frozen=True)
+class SendForward(Instruction):
     """Reducer -> reducer ``dest``: forwarded records (a :class:`Forward`) sent under the
     sender's snapshot ``version``; the receiver accepts them whatever its queue holds."""
 
@@ -74,7 +85,8 @@ class SendForward(NamedTuple):
     version: int
 
 
-class SendState(NamedTuple):
+@dataclass(frozen=True)
+class SendState(Instruction):
     """Reducer -> reducer: a :class:`StateMove`. ``awaited``: the event that produced it
     is answered only once the receiver has merged it (a state passed on by a receiver:
     the original sender's end of the job waits for every move it started)."""
@@ -84,7 +96,7 @@ class SendState(NamedTuple):
 
 
 @dataclass(frozen=True)
-class AnswerPush:
+class AnswerPush(Instruction):
     """Reducer -> the mapper whose push ``push_id`` is now queued: what it tells the mapper
     about its push size (:data:`~dpa.engine.flow.PUSH_GROW`, ``PUSH_KEEP`` or
     ``PUSH_SHRINK``) and the queue's bound in rows (None: unknown or unbounded)."""
@@ -95,13 +107,13 @@ class AnswerPush:
 
 
 @dataclass(frozen=True)
-class FetchSnapshot:
+class FetchSnapshot(Instruction):
     """Reducer -> balancer: a push was routed under a newer snapshot than the reducer has;
     fetch the balancer's and hand it back as :class:`~dpa.engine.events.SnapshotFetched`."""
 
 
 @dataclass(frozen=True)
-class PayStep:
+class PayStep(Instruction):
     """Reducer -> its runtime: pay a step's cost (``mode`` ``"sleep"`` or ``"spin"``, in
     seconds; 0 for no cost), then hand back :class:`~dpa.engine.events.StepPaid`."""
 
@@ -110,7 +122,7 @@ class PayStep:
 
 
 @dataclass(frozen=True)
-class Report:
+class Report(Instruction):
     """Reducer -> balancer: its queue length under snapshot ``version``, the key arrivals
     (if the policy wants them) and the backlog in seconds of work (None: not measured)."""
 
@@ -124,14 +136,14 @@ class Report:
 
 
 @dataclass(frozen=True)
-class Progress:
+class Progress(Instruction):
     """Reducer -> coordinator: the records it has absorbed (its checkpoint's included)."""
 
     processed: int
 
 
 @dataclass(frozen=True)
-class Reply:
+class Reply(Instruction):
     """The answer to a request event (``request_id``): a checkpoint phase, a final merge step."""
 
     request_id: int
@@ -139,7 +151,7 @@ class Reply:
 
 
 @dataclass(frozen=True)
-class SendPartial:
+class SendPartial(Instruction):
     """Reducer -> reducer ``dest``: a partition of the state for the final merge."""
 
     dest: int
@@ -147,7 +159,7 @@ class SendPartial:
 
 
 @dataclass(frozen=True)
-class Finished:
+class Finished(Instruction):
     """Reducer -> its runtime: the job's loop is over (stopped, queue empty); ``counters``
     as :meth:`~dpa.engine.reducer.ReducerLogic.counters`; ``finalize``: the runtime also
     finalizes now (:meth:`~dpa.engine.reducer_machine.ReducerMachine` on a ``Stop`` that asked so)."""
@@ -157,19 +169,19 @@ class Finished:
 
 
 @dataclass(frozen=True)
-class RequestBlock:
+class RequestBlock(Instruction):
     """Mapper -> coordinator: the next input item, asked ahead (the answer is awaited by
     :class:`AwaitBlock`)."""
 
 
 @dataclass(frozen=True)
-class AwaitBlock:
+class AwaitBlock(Instruction):
     """Mapper -> its runtime: the mapper is idle until the item it asked for arrives
     (:class:`~dpa.engine.events.BlockArrived` or :class:`~dpa.engine.events.NoMoreBlocks`)."""
 
 
 @dataclass(frozen=True)
-class SendForecast:
+class SendForecast(Instruction):
     """Mapper -> balancer: the key counts of its first block; the answer is the snapshot to
     route under (:class:`~dpa.engine.events.ForecastAnswered`). With ``wait`` False the
     mapper routes on without an answer (the balancer is still starting) and takes what the
@@ -182,7 +194,7 @@ class SendForecast:
 
 
 @dataclass(frozen=True)
-class SendPushes:
+class SendPushes(Instruction):
     """Mapper -> reducers: one push, one batch per reducer, routed under ``version``, of
     input ``epoch``; the answers come back together (:class:`~dpa.engine.events.PushesAnswered`)."""
 
@@ -192,7 +204,7 @@ class SendPushes:
 
 
 @dataclass(frozen=True)
-class SplitBlock:
+class SplitBlock(Instruction):
     """Mapper -> coordinator: ``emitted`` records of item ``token`` (of ``epoch``) are pushed
     and the ``rest`` (a table) becomes an item of its own; the answer is the rest's
     ``(epoch, token)`` (:class:`~dpa.engine.events.BlockSplit`)."""
@@ -204,7 +216,7 @@ class SplitBlock:
 
 
 @dataclass(frozen=True)
-class BlockDone:
+class BlockDone(Instruction):
     """Mapper -> coordinator: every record of a block of ``epoch`` is queued at a reducer:
     ``emitted`` records."""
 
@@ -213,7 +225,7 @@ class BlockDone:
 
 
 @dataclass(frozen=True)
-class MapperDone:
+class MapperDone(Instruction):
     """Mapper -> coordinator: no item is left; ``first_routed`` is the snapshot version of
     its first push (None: it pushed nothing)."""
 
@@ -225,7 +237,7 @@ class MapperDone:
 
 
 @dataclass(frozen=True)
-class AskPrepare:
+class AskPrepare(Instruction):
     """Coordinator -> reducer ``slot``: checkpoint phase one for the epochs up to ``epoch``
     (:class:`~dpa.engine.events.PrepareCheckpoint`)."""
 
@@ -234,7 +246,7 @@ class AskPrepare:
 
 
 @dataclass(frozen=True)
-class AskCut:
+class AskCut(Instruction):
     """Coordinator -> reducer ``slot``: phase two, its share once ``expected`` forwarded
     records have arrived (:class:`~dpa.engine.events.CutCheckpoint`)."""
 
@@ -244,14 +256,14 @@ class AskCut:
 
 
 @dataclass(frozen=True)
-class AskRelease:
+class AskRelease(Instruction):
     """Coordinator -> reducer ``slot``: phase three, the held forwards go out."""
 
     slot: int
 
 
 @dataclass(frozen=True)
-class CheckpointTaken:
+class CheckpointTaken(Instruction):
     """Every share of the checkpoint of ``epoch`` is in: per slot ``(state, records,
     pending batches)``; ``absorbed`` and ``pending`` records in all, for the conservation
     check (:meth:`~dpa.engine.coordinator.CoordinatorLogic.on_checkpoint`). The coordinator
@@ -264,7 +276,7 @@ class CheckpointTaken:
 
 
 @dataclass(frozen=True)
-class CheckpointGivenUp:
+class CheckpointGivenUp(Instruction):
     """The checkpoint of ``epoch`` is not taken (the run ended, or forwards did not arrive):
     the job goes on from the previous one."""
 
@@ -273,7 +285,7 @@ class CheckpointGivenUp:
 
 
 @dataclass(frozen=True)
-class CheckpointFailed:
+class CheckpointFailed(Instruction):
     """User code raised while a share was cut (a reducer's ``merge`` folding the epochs):
     that reducer's state is no longer whole, so the job fails with ``error``."""
 
@@ -285,7 +297,7 @@ class CheckpointFailed:
 
 
 @dataclass(frozen=True)
-class RunUnit:
+class RunUnit(Instruction):
     """Worker ``worker`` runs unit ``index`` of reducer ``owner`` (its rows move first when
     ``owner != worker``)."""
 
@@ -295,7 +307,7 @@ class RunUnit:
 
 
 @dataclass(frozen=True)
-class WorkerDone:
+class WorkerDone(Instruction):
     """No unit is left for ``worker``."""
 
     worker: int
@@ -305,7 +317,7 @@ class WorkerDone:
 
 
 @dataclass(frozen=True)
-class GiveBlock:
+class GiveBlock(Instruction):
     """Coordinator -> ``mapper``: its next item (a block, or a
     :class:`~dpa.engine.epochs.Rest` to route as it is), of ``epoch`` with ledger ``token``."""
 
@@ -316,14 +328,14 @@ class GiveBlock:
 
 
 @dataclass(frozen=True)
-class NoMoreBlocks:
+class NoMoreBlocks(Instruction):
     """Coordinator -> ``mapper``: no item is left for it."""
 
     mapper: int
 
 
 @dataclass(frozen=True)
-class ReadInput:
+class ReadInput(Instruction):
     """Coordinator -> runtime: a mapper waits and no item is queued: offer the next input
     block (:class:`~dpa.engine.events.BlocksOffered`) or say there is none
     (:class:`~dpa.engine.events.InputExhausted`). A runtime whose input is offered ahead
@@ -331,14 +343,14 @@ class ReadInput:
 
 
 @dataclass(frozen=True)
-class InputProgress:
+class InputProgress(Instruction):
     """The share of the input handed out so far (known once the input is exhausted)."""
 
     fraction: float
 
 
 @dataclass(frozen=True)
-class AnswerSplit:
+class AnswerSplit(Instruction):
     """Coordinator -> ``mapper``: the ``(epoch, token)`` of the rest it handed back."""
 
     mapper: int
@@ -346,19 +358,19 @@ class AnswerSplit:
 
 
 @dataclass(frozen=True)
-class TellBalancerMapped:
+class TellBalancerMapped(Instruction):
     """Coordinator -> balancer: every input record is in a reducer's queue."""
 
 
 @dataclass(frozen=True)
-class TellReducersMapped:
+class TellReducersMapped(Instruction):
     """Coordinator -> the reducers of ``slots``: every input record is in a reducer's queue."""
 
     slots: tuple[int, ...]
 
 
 @dataclass(frozen=True)
-class StartCheckpoint:
+class StartCheckpoint(Instruction):
     """Coordinator -> runtime: take a checkpoint of the epochs up to ``epoch``; hand back
     :class:`~dpa.engine.events.CheckpointOpened` once no scale-out is under way."""
 
@@ -366,13 +378,13 @@ class StartCheckpoint:
 
 
 @dataclass(frozen=True)
-class FetchCheckpointSnapshot:
+class FetchCheckpointSnapshot(Instruction):
     """Coordinator -> runtime: the round is over; hand back the balancer's snapshot
     (:class:`~dpa.engine.events.CheckpointSnapshot`)."""
 
 
 @dataclass(frozen=True)
-class StoreCheckpoint:
+class StoreCheckpoint(Instruction):
     """Coordinator -> runtime: keep this :class:`~dpa.engine.epochs.Checkpoint` (its states
     and pending batches as the reducers handed them over) and hand back the stored form
     (:class:`~dpa.engine.events.CheckpointStored`)."""
@@ -381,14 +393,14 @@ class StoreCheckpoint:
 
 
 @dataclass(frozen=True)
-class FailJob:
+class FailJob(Instruction):
     """Coordinator -> runtime: the job fails with ``error``."""
 
     error: BaseException
 
 
 @dataclass(frozen=True)
-class Restart:
+class Restart(Instruction):
     """Coordinator -> runtime: run the job again from ``checkpoint``: every reducer restarts
     from it, the balancer from ``balancer_snapshot`` (``new_balancer``: the balancer was
     replaced and resumes from the checkpoint's snapshot; otherwise it keeps its own)."""
@@ -399,7 +411,7 @@ class Restart:
 
 
 @dataclass(frozen=True)
-class StartReducers:
+class StartReducers(Instruction):
     """Coordinator -> runtime: start reducers in ``slots`` for the running job and give every
     member their handles (:class:`~dpa.engine.events.ScaleOutStarted` or ``ScaleOutFailed``);
     ``refused`` says why other requested slots are not started."""
@@ -409,7 +421,7 @@ class StartReducers:
 
 
 @dataclass(frozen=True)
-class ServeReducers:
+class ServeReducers(Instruction):
     """Coordinator -> runtime: the new reducers of ``slots`` serve the job; it has ``width``
     reducers now."""
 
@@ -418,14 +430,14 @@ class ServeReducers:
 
 
 @dataclass(frozen=True)
-class DropReducers:
+class DropReducers(Instruction):
     """Coordinator -> runtime: the reducers started in ``slots`` do not serve the job: stop them."""
 
     slots: tuple[int, ...]
 
 
 @dataclass(frozen=True)
-class AnswerScaleOut:
+class AnswerScaleOut(Instruction):
     """Coordinator -> balancer: the reducers of ``started`` run; ``refused`` says why the
     others did not."""
 
@@ -434,13 +446,13 @@ class AnswerScaleOut:
 
 
 @dataclass(frozen=True)
-class StopBalancer:
+class StopBalancer(Instruction):
     """Coordinator -> runtime: every record is absorbed: stop the balancer and hand back its
     final snapshot (:class:`~dpa.engine.events.BalancingEnded`)."""
 
 
 @dataclass(frozen=True)
-class StopReducers:
+class StopReducers(Instruction):
     """Coordinator -> the reducers of ``slots``: end the loop under ``snapshot`` (the final
     routing); ``finalize``: each finalizes as its loop ends. The runtime waits for the loops."""
 
@@ -450,30 +462,30 @@ class StopReducers:
 
 
 @dataclass(frozen=True)
-class FinalMerge:
+class FinalMerge(Instruction):
     """Coordinator -> the reducers of ``slots``: the partitioned final merge."""
 
     slots: tuple[int, ...]
 
 
 @dataclass(frozen=True)
-class ApplyGroups:
+class ApplyGroups(Instruction):
     """Coordinator -> runtime: run the per-group function's apply phase over the reducers."""
 
 
 @dataclass(frozen=True)
-class FinalizeReducers:
+class FinalizeReducers(Instruction):
     """Coordinator -> every reducer of the job: finalize your share of the result."""
 
 
 @dataclass(frozen=True)
-class TakeFinalized:
+class TakeFinalized(Instruction):
     """Coordinator -> runtime: the reducers finalized as their loops ended (their counters
     hold the merged keys)."""
 
 
 @dataclass(frozen=True)
-class EndJob:
+class EndJob(Instruction):
     """Coordinator -> runtime: the job is over; ``merged``: the final merge ran."""
 
     merged: bool

@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from dpa.engine.events import Event
+from dpa.engine.instructions import Instruction
+
 Handler = Callable[[Any, Any], list[Any]]
 
 
-def handles(*event_types: type) -> Callable[[Handler], Handler]:
+def handles(*event_types: type[Event]) -> Callable[[Handler], Handler]:
     """Marks a method as the handler of ``event_types`` (collected by :class:`Machine`)."""
 
     def mark(method: Handler) -> Handler:
@@ -27,7 +30,7 @@ class Machine:
     """Base of the engine's state machines (see the module docstring)."""
 
     #: Event type -> handler, per subclass.
-    handlers: ClassVar[dict[type, Handler]] = {}
+    handlers: ClassVar[dict[type[Event], Handler]] = {}
     #: The role's name in error messages ("a reducer takes no ... event").
     role: ClassVar[str] = "machine"
 
@@ -36,9 +39,9 @@ class Machine:
         cls.handlers = {event: method for method in vars(cls).values()
                         for event in getattr(method, "__dpa_handles__", ())}
 
-    def handle(self, *events: Any) -> list[Any]:
+    def handle(self, *events: Event) -> list[Instruction]:
         """Takes events; returns the instructions for the runtime, in order."""
-        out: list[Any] = []
+        out: list[Instruction] = []
         for event in events:
             handler = self.handlers.get(type(event))
             if handler is None:
@@ -47,6 +50,6 @@ class Machine:
         out += self.settle()
         return out
 
-    def settle(self) -> list[Any]:
+    def settle(self) -> list[Instruction]:
         """What follows every batch of events (none by default)."""
         return []

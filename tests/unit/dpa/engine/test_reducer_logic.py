@@ -37,8 +37,8 @@ def test_batches_routed_under_the_current_ring_skip_the_ownership_check():
     snap = policy.initial_snapshot(plan.num_reducers)
     mapper = MapperLogic(0, plan, snap)
     reducers = [ReducerLogic(r, plan, snap) for r in range(plan.num_reducers)]
-    for r, batch in mapper.map_block(table):
-        reducers[r].enqueue(batch, version=snap.version)
+    for push in mapper.map_block(table):
+        reducers[push.dest].enqueue(push.batch, version=snap.version)
     for red in reducers:
         while (chunk := red.take_chunk()) is not None:
             assert not chunk.forwards
@@ -53,24 +53,24 @@ def test_unknown_or_stale_routing_is_checked_and_forwarded():
     snap = policy.initial_snapshot(plan.num_reducers)
     red = ReducerLogic(0, plan, snap)
     parts = MapperLogic(0, plan, snap).map_block(table)
-    other = next(b for r, b in parts if r != 0)
+    other = next(p.batch for p in parts if p.dest != 0)
     red.enqueue(other)  # version unknown: checked when taken
     step = red.step_rows
     chunk = red.take_chunk()
     assert policy.calls and chunk.owned is None
-    assert sum(p.num_rows for _, p, _ in chunk.forwards) == min(other.num_rows, step)
+    assert sum(f.batch.num_rows for f in chunk.forwards) == min(other.num_rows, step)
     # a ring change makes the routing of what is queued stale: adoption re-checks it
     while red.take_chunk() is not None:
         pass
     policy.calls.clear()
-    mine = next(b for r, b in parts if r == 0)
+    mine = next(p.batch for p in parts if p.dest == 0)
     red.enqueue(mine, version=snap.version)
     planner = policy.make_planner(plan.num_reducers)
     planner.ring.redistribute(1, "doubling")
     before = red.queued
     moved = red.on_snapshot(planner.ring.snapshot())
     assert policy.calls and policy.calls[0][1] is True
-    assert red.queued + sum(t.num_rows for _, t, _ in moved) == before
+    assert red.queued + sum(f.batch.num_rows for f in moved) == before
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +88,7 @@ def test_held_counts_the_chunk_being_processed_and_adoption_applies_the_handover
     plan, table = _plan(policy)
     snap = policy.initial_snapshot(plan.num_reducers)
     red = ReducerLogic(0, plan, snap)
-    mine = next(b for r, b in MapperLogic(0, plan, snap).map_block(table) if r == 0)
+    mine = next(p.batch for p in MapperLogic(0, plan, snap).map_block(table) if p.dest == 0)
     red.enqueue(mine, version=snap.version)
     chunk = red.take_chunk()
     assert red.held == mine.num_rows  # the chunk taken off the queue still counts
@@ -96,7 +96,7 @@ def test_held_counts_the_chunk_being_processed_and_adoption_applies_the_handover
     assert red.held == mine.num_rows and red.processed == chunk.num_owned
     queued = red.queued
     moved = red.on_snapshot(dataclasses.replace(snap, version=snap.version + 1))  # same owners
-    assert [(r, t.num_rows) for r, t, _ in moved] == [(1, 2)]
+    assert [(f.dest, f.batch.num_rows) for f in moved] == [(1, 2)]
     assert red.queued == queued - 2 and red.held == mine.num_rows - 2
 
 

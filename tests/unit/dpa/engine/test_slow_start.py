@@ -32,8 +32,8 @@ def test_a_block_is_routed_in_pushes_that_grow_while_nothing_waits_and_halve_aft
     outcomes = [PUSH_KEEP, PUSH_GROW, PUSH_GROW, PUSH_SHRINK]
     while mapper.routing:
         pushes = mapper.next_pushes()
-        sizes.append(sum(b.num_rows for _, b in pushes))
-        seen.extend(h for _, b in pushes for h in b[HASH_COL].to_pylist())
+        sizes.append(sum(p.batch.num_rows for p in pushes))
+        seen.extend(h for p in pushes for h in p.batch[HASH_COL].to_pylist())
         mapper.on_pushed(outcomes[len(sizes) - 1] if len(sizes) <= len(outcomes) else PUSH_GROW)
     g = PUSH_GROWTH
     first = FIRST_PUSH_ROWS
@@ -44,7 +44,7 @@ def test_a_block_is_routed_in_pushes_that_grow_while_nothing_waits_and_halve_aft
     # the window carries over to the next block of the job: no new slow start
     window = mapper.window
     mapper.start_block(table.slice(0, 10))
-    assert mapper.window == window and sum(b.num_rows for _, b in mapper.next_pushes()) == 10
+    assert mapper.window == window and sum(p.batch.num_rows for p in mapper.next_pushes()) == 10
 
 
 def test_the_window_never_drops_below_the_first_push():
@@ -68,10 +68,10 @@ def test_each_push_is_routed_under_the_snapshot_the_mapper_has_then():
     newer = planner.ring.snapshot()
     mapper.on_snapshot(newer)
     mapper.on_pushed(PUSH_GROW)
-    for reducer, batch in mapper.next_pushes():
-        hashes = batch[HASH_COL].to_numpy()
-        assert (newer.lookup_batch(hashes) == reducer).all()
-    moved = [h for r, b in first for h in b[HASH_COL].to_numpy() if newer.lookup_batch(np.array([h]))[0] != r]
+    for push in mapper.next_pushes():
+        hashes = push.batch[HASH_COL].to_numpy()
+        assert (newer.lookup_batch(hashes) == push.dest).all()
+    moved = [h for p in first for h in p.batch[HASH_COL].to_numpy() if newer.lookup_batch(np.array([h]))[0] != p.dest]
     assert moved  # the ring change did move keys the first push had routed the old way
 
 
@@ -83,7 +83,7 @@ def _reducer(**config) -> ReducerLogic:
 
 def test_a_queue_has_room_when_empty_and_not_again_before_a_cost_was_measured():
     red, mapper, table = _reducer()
-    mine = next(b for r, b in mapper.map_block(table) if r == 0)
+    mine = next(p.batch for p in mapper.map_block(table) if p.dest == 0)
     assert red.has_room()
     red.enqueue(mine.slice(0, 10))
     assert not red.has_room()  # what a row costs is not known yet
@@ -95,7 +95,7 @@ def test_a_queue_has_room_when_empty_and_not_again_before_a_cost_was_measured():
 
 def test_a_queue_is_bounded_in_seconds_of_work_at_the_measured_cost():
     red, mapper, table = _reducer(queue_time_s=0.2)
-    mine = next(b for r, b in mapper.map_block(table) if r == 0)
+    mine = next(p.batch for p in mapper.map_block(table) if p.dest == 0)
     red.on_step(20, 20 * 1e-3)  # 1 ms per row, a full-size step: 0.2 s of work is 200 rows
     assert red.calibrated
     red.enqueue(mine.slice(0, 150))
@@ -117,7 +117,7 @@ def test_an_infinite_queue_time_bounds_queues_in_records_only():
     import math
 
     red, mapper, table = _reducer(queue_time_s=math.inf, queue_capacity=300)
-    mine = next(b for r, b in mapper.map_block(table) if r == 0)
+    mine = next(p.batch for p in mapper.map_block(table) if p.dest == 0)
     red.enqueue(mine.slice(0, 10))
     assert red.has_room() and red.capacity_rows is None  # no cost measured: no bound in time either
     red.on_step(20, 20 * 1e-3)  # 1 ms per row, calibrated
@@ -129,7 +129,7 @@ def test_an_infinite_queue_time_bounds_queues_in_records_only():
 
 def test_queue_capacity_in_records_still_applies():
     red, mapper, table = _reducer(queue_capacity=100)
-    mine = next(b for r, b in mapper.map_block(table) if r == 0)
+    mine = next(p.batch for p in mapper.map_block(table) if p.dest == 0)
     red.on_step(65_536, 65_536 * 1e-9)
     red.enqueue(mine.slice(0, 120))
     assert not red.has_room()

@@ -287,8 +287,8 @@ def test_home_spreads_in_flight_batches_of_a_key_that_became_hot_since_they_were
     batch = table.append_column(HASH_COL, pa.array([h] * 40, pa.uint32()))
     # routed before the key was hot (v0): spread over the candidates by the shares
     moved = red.enqueue(batch, version=0)
-    assert sum(t.num_rows for _, t, _ in moved) == pytest.approx(30, abs=2) and red.queued == 40 - sum(
-        t.num_rows for _, t, _ in moved)
+    assert sum(f.batch.num_rows for f in moved) == pytest.approx(30, abs=2) and red.queued == 40 - sum(
+        f.batch.num_rows for f in moved)
     # routed while it was hot already (v1): these are the home's share, kept
     before = red.queued
     assert red.enqueue(batch, version=1) == [] and red.queued == before + 40

@@ -114,7 +114,8 @@ def served(finalize: bool) -> tuple[object, dict]:
     plan, _ = build_plan(normalize_source(pa.table({"k": [1, 2]}), None), "k", dpa.Count(), None, config)
     r = reducer()
     snapshot = plan.policy.initial_snapshot(1)
-    (_, batch), = MapperLogic(0, plan, snapshot).map_block(pa.table({"k": [1, 2, 2]}))  # what a mapper pushes
+    (push,) = MapperLogic(0, plan, snapshot).map_block(pa.table({"k": [1, 2, 2]}))  # what a mapper pushes
+    batch = push.batch
 
     async def scenario() -> dict:
         await r.start_job(plan, snapshot, ([r], Recorder("balancer"), r.coordinator), "job")
