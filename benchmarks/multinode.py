@@ -78,6 +78,8 @@ class LocalCluster:
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
             if done.returncode == 0:
                 break
+            if "--head" in args:
+                self.stop()
             for pid in _raylets() - before:
                 psutil.Process(pid).kill()
             if attempt == START_ATTEMPTS - 1:
