@@ -24,6 +24,7 @@ counts NaN as one value and ``-0.0`` as ``0.0``.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -227,6 +228,7 @@ class ApproxQuantile(ColumnarReducer):
         self.q = q
         self.quantiles = [float(x) for x in qs]
         self.k = k
+        self.input_typed = False  # typed as Spark's percentile_approx (spark_types)
 
     @property
     def rank_error(self) -> float:
@@ -260,7 +262,22 @@ class ApproxQuantile(ColumnarReducer):
 
     # -- columnar contract -----------------------------------------------------------------
     def output_type(self, input_type: pa.DataType | None) -> pa.DataType:
-        return pa.list_(pa.float64()) if isinstance(self.q, (list, tuple)) else pa.float64()
+        value = pa.float64()
+        if self.input_typed and input_type is not None and (
+                pa.types.is_integer(input_type) or pa.types.is_floating(input_type) or pa.types.is_decimal(input_type)):
+            value = input_type
+        # (a list of quantiles holds no null, as Spark's array of percentile_approx)
+        return pa.list_(pa.field("item", value, nullable=False)) if isinstance(self.q, (list, tuple)) else value
+
+    def spark_types(self) -> ApproxQuantile:
+        """This aggregate typed as Spark's ``percentile_approx``: the input column's own type
+        (the quantile is one of the column's values; the Spark bridge casts the float64 it
+        is computed as back to that type: exact for integers, floats and decimals of up to
+        15 digits, which float64 holds; a wider decimal comes back as the decimal nearest
+        to its float64, as Spark's own ``percentile_approx``, which computes in doubles too)."""
+        out = copy.copy(self)
+        out.input_typed = True
+        return out
 
     def state_aggregations(self) -> list[tuple[str | None, str, str]]:
         # A key's numbers are kept as they are ("vals") until there are more than k of them,
@@ -385,6 +402,9 @@ class Median(ApproxQuantile):
 
     def spark_name(self) -> str:
         return self.name if self.name != self.default_name else f"median({self.column})"
+
+    def spark_types(self) -> Median:
+        return self  # Spark's median is a double, as dpa's
 
     def __repr__(self) -> str:
         return f"Median({self.column!r})"
