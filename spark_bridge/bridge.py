@@ -283,7 +283,7 @@ def run_with_result(
     try:
         # ---- dpa core runtime call (contract: dpa.run -> result with .arrow_refs,
         # ---- .schema (pyarrow.Schema) and .stats) ------------------------------------
-        result = dpa.run(dataset, key=key_columns, reducer=reducer, map_fn=map_fn, config=config)
+        result = dpa.run(dataset, key=key_columns, reducer=reducer.spark_types(), map_fn=map_fn, config=config)
         # -------------------------------------------------------------------------------
     finally:
         if source is not None:

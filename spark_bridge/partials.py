@@ -32,7 +32,9 @@ Per reducer (``c`` is the reducer's column):
 ``Min``    ``min(c)`` (Spark orders NaN as dpa does: NaN equals NaN and is larger than
            every other value)
 ``Max``    ``max(c)``
-``Mean``   ``sum(cast(c as double))``, ``count(c)``
+``Mean``   ``count(c)`` and the sum as ``Sum`` computes it (exact for integers, of
+           ``decimal(p, s)`` with ``p <= 28`` a ``decimal(p + 10, s)``, dpa's
+           :func:`~dpa.aggregates.exact_means.mean_sum_type`), a double sum of floats
 ``Collect`` ``transform(collect_list(struct(c)), s -> s.c)`` (nulls kept, as dpa keeps
            them; ``collect_list`` alone drops them)
 ``TopK``   ``slice(sort_array(collect_list(c), false), 1, k)`` (nulls ignored, largest
@@ -46,8 +48,8 @@ Per reducer (``c`` is the reducer's column):
 
 Everything else returns ``None`` and the bridge keeps its ``mapInArrow`` precombine
 (:func:`spark_bridge.bridge.precombined`): subclasses of the built-ins (they may change
-the aggregation), decimal sums wider than 28 digits (Spark's ``decimal(38)`` sum turns an
-overflow into null outside ANSI mode), and column types these expressions do not cover.
+the aggregation), decimal sums and means wider than 28 digits (Spark's ``decimal(38)`` sum
+turns an overflow into null outside ANSI mode), and column types these expressions do not cover.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from dpa.aggregates.exact_means import mean_sum_type
 from dpa.aggregates.int_sums import pending_type
 from dpa.errors import ArithmeticOverflowError
 
@@ -95,6 +98,8 @@ class PartialFinish:
             (:data:`SUM_HIGH_COL`, :data:`SUM_LOW_COL`) of a long sum, or ``None``.
         input_column: The reducer's input column (named in overflow errors).
         weight_col: Name of the record-count column.
+        split_copies: Other state columns that are the same long sum (a ``Sum`` and a
+            ``Mean`` of one column): Spark computes the halves once.
         weight_from: A state column that is the record count too (``Count``'s, or
             ``Mean``'s count of a non-nullable column), copied into :attr:`weight_col`;
             ``None`` when Spark computed the weight itself.
@@ -105,6 +110,7 @@ class PartialFinish:
     input_column: str | None = None
     weight_col: str = "__dpa_w"
     weight_from: str | None = None
+    split_copies: tuple[str, ...] = ()
 
     def __call__(self, table: pa.Table) -> pa.Table:
         """Returns ``table`` with exactly :attr:`schema`'s columns and types.
@@ -116,11 +122,13 @@ class PartialFinish:
         if self.weight_from is not None:
             table = table.append_column(self.weight_col, table[self.weight_from])
         if self.split_sum is not None:
-            table = table.append_column(self.split_sum, self._joined_sum(table))
+            joined = self._joined_sum(table)
+            for name in (self.split_sum, *self.split_copies):
+                table = table.append_column(name, joined)
         columns = []
         for field in self.schema:
             column = table[field.name]
-            if self.split_sum is not None and field.name == self.split_sum:
+            if self.split_sum is not None and field.name in (self.split_sum, *self.split_copies):
                 columns.append(column)  # int64 or pending decimal: kept as it is
             else:
                 columns.append(column.cast(field.type))
@@ -203,10 +211,18 @@ def _state_expressions(inner: Any, dtype: DataType | None) -> tuple[list[State],
             return None
         # Spark orders NaN as dpa does (equal to itself, above every number).
         return [(kind.kind, (F.min if kind is Min else F.max)(c), dtype)], None
-    if kind is Mean:
-        if not isinstance(dtype, T.NumericType):
-            return None
-        return [("msum", F.sum(c.cast("double")), T.DoubleType()), ("mcount", F.count(c), T.LongType())], None
+    if kind is Mean:  # exact sums of integers and decimals, as dpa's Mean keeps them
+        count = ("mcount", F.count(c), T.LongType())
+        if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType)):
+            return [("msum", F.sum(c), T.LongType()), count], None
+        if isinstance(dtype, T.LongType):
+            return [(SUM_HIGH_COL, F.sum(F.shiftright(c, 32)), T.LongType()),
+                    (SUM_LOW_COL, F.sum(c.bitwiseAND(F.lit(_LOW_MASK))), T.LongType()), count], "msum"
+        if isinstance(dtype, (T.FloatType, T.DoubleType)):
+            return [("msum", F.sum(c.cast("double")), T.DoubleType()), count], None
+        if isinstance(dtype, T.DecimalType) and dtype.precision <= 28:
+            return [("msum", F.sum(c), None), count], None
+        return None
     if kind is Collect:
         if isinstance(dtype, (T.MapType,)):
             return None
@@ -275,7 +291,11 @@ def _state_arrow_types(inner: Any, input_type: pa.DataType | None) -> dict[str, 
     if kind in (Min, Max):
         return {kind.kind: input_type}
     if kind is Mean:
-        return {"msum": pa.float64(), "mcount": pa.int64()}
+        if pa.types.is_decimal(input_type):
+            total = mean_sum_type(input_type)
+        else:
+            total = pa.int64() if pa.types.is_integer(input_type) else pa.float64()
+        return {"msum": total, "mcount": pa.int64()}
     if kind in (Collect, TopK):
         return {"items": pa.list_(input_type)}
     if kind.kind in ("count_if", "any", "all"):
@@ -354,7 +374,7 @@ def _composite_partials(df: DataFrame, key_columns: list[str], members: list[Any
                         fields: dict[str, Any]) -> tuple[DataFrame, PartialFinish] | None:
     """:func:`native_partials` of several aggregates (:mod:`dpa.aggregates.composite`): each
     member's Spark aggregates under its prefixed state names, in one Spark aggregation; None
-    when a member has no formulation here or two members sum a long column as halves."""
+    when a member has no formulation here or members sum two long columns as halves."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_type
 
@@ -365,6 +385,7 @@ def _composite_partials(df: DataFrame, key_columns: list[str], members: list[Any
     states: list[State] = []
     state_types: dict[str, pa.DataType] = {}
     split_sum = split_column = weight_from = None
+    copies: list[str] = []
     try:
         key_types = [to_arrow_type(fields[k].dataType) for k in key_columns]
     except TypeError:
@@ -381,9 +402,13 @@ def _composite_partials(df: DataFrame, key_columns: list[str], members: list[Any
         except TypeError:
             return None
         if member_split is not None:
-            if split_sum is not None:
+            if split_sum is not None and column != split_column:
                 return None
-            split_sum, split_column = _prefix(i, member_split), column
+            if split_sum is not None:  # the same long column's sum again: its halves are there
+                copies.append(_prefix(i, member_split))
+                member_states = [st for st in member_states if st[0] not in (SUM_HIGH_COL, SUM_LOW_COL)]
+            else:
+                split_sum, split_column = _prefix(i, member_split), column
         for name, aggregate, buffer in member_states:
             states.append((name if name in (SUM_HIGH_COL, SUM_LOW_COL) else _prefix(i, name), aggregate, buffer))
         state_types.update({_prefix(i, n): t for n, t in _state_arrow_types(m, input_type).items()})
@@ -391,7 +416,7 @@ def _composite_partials(df: DataFrame, key_columns: list[str], members: list[Any
             weight_from = _prefix(i, "count")
     schema = pa.schema([pa.field(k, t) for k, t in zip(key_columns, key_types)]
                        + [pa.field(n, t) for n, t in state_types.items()] + [pa.field(WEIGHT_COL, pa.int64())])
-    finish = PartialFinish(schema, split_sum, split_column, WEIGHT_COL)
+    finish = PartialFinish(schema, split_sum, split_column, WEIGHT_COL, split_copies=tuple(copies))
     frame = _map_side_frame(df, key_columns, states, weight_from, fields)
     if frame is not None:
         return frame, replace(finish, weight_from=weight_from)

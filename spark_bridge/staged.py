@@ -182,7 +182,7 @@ def run_staged(df: DataFrame, key_columns: list[str], reducer: Any, map_fn: Any,
             import ray.data
 
             source = ray.data.read_parquet(files).materialize()
-        result = dpa.run(source, key=key_columns, reducer=reducer, map_fn=map_fn, config=config)
+        result = dpa.run(source, key=key_columns, reducer=reducer.spark_types(), map_fn=map_fn, config=config)
     finally:
         shutil.rmtree(in_dir, ignore_errors=True)
 

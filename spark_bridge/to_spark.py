@@ -279,7 +279,9 @@ def _output_spark_type(arrow_type: pa.DataType, input_field: StructField | None)
     """Spark type of an output column from its Arrow type.
 
     An output whose Arrow type is the input column's own (min, max), or a list of it
-    (collect, top-k), keeps the input's exact Spark type; others convert from Arrow.
+    (collect, top-k), keeps the input's exact Spark type; others convert from Arrow. A
+    list whose items are declared non-nullable is an array without nulls
+    (``containsNull=False``), as Spark types ``collect_set`` and ``percentile_approx``.
     """
     from pyspark.sql.pandas.types import from_arrow_type, to_arrow_type
     from pyspark.sql.types import ArrayType
@@ -292,11 +294,14 @@ def _output_spark_type(arrow_type: pa.DataType, input_field: StructField | None)
         if input_arrow is not None and arrow_type.equals(input_arrow):
             return input_field.dataType
         if input_arrow is not None and pa.types.is_list(arrow_type) and arrow_type.value_type.equals(input_arrow):
-            return ArrayType(input_field.dataType, containsNull=True)
+            return ArrayType(input_field.dataType, containsNull=arrow_type.value_field.nullable)
     try:
-        return from_arrow_type(arrow_type)
+        spark_type = from_arrow_type(arrow_type)
     except TypeError as exc:
         raise SchemaError(f"the reducer's output type {arrow_type} has no Spark type: {exc}") from exc
+    if pa.types.is_list(arrow_type) and not arrow_type.value_field.nullable:  # (pyspark drops it)
+        return ArrayType(spark_type.elementType, containsNull=False)
+    return spark_type
 
 
 def result_spark_schema(
@@ -311,8 +316,9 @@ def result_spark_schema(
     reducer itself (:meth:`dpa.Reducer.output_field`, given the input columns as Arrow),
     which types the built-ins like Spark's own aggregates: count -> ``LongType`` (not
     nullable); sum -> ``LongType`` / ``DoubleType`` / ``decimal(min(38, p + 10), s)``;
-    mean -> ``DoubleType``; min / max -> the input's type; collect / top-k -> an array of
-    it. A reducer that cannot tell before it runs (a user-defined one) is typed from
+    mean -> ``DoubleType``, or ``decimal(min(38, p + 4), min(38, s + 4))`` for a decimal
+    (the reducer's :meth:`dpa.Reducer.spark_types`, which the bridge runs); min / max ->
+    the input's type; collect / top-k -> an array of it. A reducer that cannot tell before it runs (a user-defined one) is typed from
     ``arrow_schema``, the result's; without it the column is a ``NullType`` placeholder.
 
     Args:
@@ -342,6 +348,7 @@ def result_spark_schema(
     validate_columns(by_name, [*key_columns, *(reducer.input_columns() or [])])
     from dpa.aggregates.contract import unwrap
 
+    reducer = reducer.spark_types()  # (the reducer the bridge runs: Spark's result types)
     members = getattr(unwrap(reducer)[0], "members", None)  # several aggregates: a column each
     outputs = [_output_struct_field(m, by_name, key_columns, arrow_schema) for m in (members or [reducer])]
     return StructType([by_name[k] for k in key_columns] + outputs)

@@ -7,10 +7,11 @@
   values (below about ``2**lg_k / 8``) are counted almost exactly (the sketch's list and
   set modes).
 * :class:`ApproxQuantile` / :class:`Median` keep a KLL sketch per key
-  (``datasketches.kll_doubles_sketch``, ``k=200``), merged with KLL's merge. The value
-  returned for ``q`` has a normalised rank within ``±1.33%`` of ``q`` with 99%
-  confidence (``kll_doubles_sketch.get_normalized_rank_error(200, False)``); a key with
-  at most ``k`` values is exact. The quantile is the smallest value whose rank (the
+  (:class:`dpa.aggregates.kll.KLL`, ``k=200``: DataSketches' algorithm with reproducible
+  compactions), merged with KLL's merge. The value returned for ``q`` has a normalised
+  rank within ``±1.33%`` of ``q`` with 99% confidence
+  (:func:`dpa.aggregates.kll.normalized_rank_error`); a key with at most ``k`` values is
+  exact. The same partial states give the same sketch whatever order they merge in. The quantile is the smallest value whose rank (the
   fraction of values ``<=`` it) is at least ``q``, as Spark's ``percentile_approx``.
 
 Both read only the distinct values of each key per batch into the HLL sketch, and whole
@@ -23,6 +24,7 @@ counts NaN as one value and ``-0.0`` as ``0.0``.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,6 +36,7 @@ from dpa.aggregates.builtins import Sum
 from dpa.aggregates.contract import ColumnarReducer
 from dpa.aggregates.dense import group_order
 from dpa.aggregates.distinct import canonical_value
+from dpa.aggregates.kll import KLL, normalized_rank_error
 from dpa.arrays import as_float64, from_numpy
 from dpa.errors import ConfigError, SchemaError
 from dpa.keys.encoding import encode_key
@@ -225,14 +228,15 @@ class ApproxQuantile(ColumnarReducer):
         self.q = q
         self.quantiles = [float(x) for x in qs]
         self.k = k
+        self.input_typed = False  # typed as Spark's percentile_approx (spark_types)
 
     @property
     def rank_error(self) -> float:
         """Normalised rank error of one quantile at 99% confidence."""
-        return float(_datasketches().kll_doubles_sketch.get_normalized_rank_error(self.k, False))
+        return normalized_rank_error(self.k)
 
     def _new(self) -> Any:
-        return _datasketches().kll_doubles_sketch(self.k)
+        return KLL(self.k)
 
     # -- scalar contract: (sketch bytes, NaN count) ----------------------------------------
     def create(self) -> tuple[bytes, int]:
@@ -253,12 +257,27 @@ class ApproxQuantile(ColumnarReducer):
         return (_kll_merge([a[0], b[0]]), a[1] + b[1])
 
     def finalize(self, acc: tuple[bytes, int]) -> Any:
-        values = _quantiles(_datasketches().kll_doubles_sketch.deserialize(acc[0]), acc[1], self.quantiles)
+        values = _quantiles(KLL.deserialize(acc[0]), acc[1], self.quantiles)
         return values if isinstance(self.q, (list, tuple)) else values[0]
 
     # -- columnar contract -----------------------------------------------------------------
     def output_type(self, input_type: pa.DataType | None) -> pa.DataType:
-        return pa.list_(pa.float64()) if isinstance(self.q, (list, tuple)) else pa.float64()
+        value = pa.float64()
+        if self.input_typed and input_type is not None and (
+                pa.types.is_integer(input_type) or pa.types.is_floating(input_type) or pa.types.is_decimal(input_type)):
+            value = input_type
+        # (a list of quantiles holds no null, as Spark's array of percentile_approx)
+        return pa.list_(pa.field("item", value, nullable=False)) if isinstance(self.q, (list, tuple)) else value
+
+    def spark_types(self) -> ApproxQuantile:
+        """This aggregate typed as Spark's ``percentile_approx``: the input column's own type
+        (the quantile is one of the column's values; the Spark bridge casts the float64 it
+        is computed as back to that type: exact for integers, floats and decimals of up to
+        15 digits, which float64 holds; a wider decimal comes back as the decimal nearest
+        to its float64, as Spark's own ``percentile_approx``, which computes in doubles too)."""
+        out = copy.copy(self)
+        out.input_typed = True
+        return out
 
     def state_aggregations(self) -> list[tuple[str | None, str, str]]:
         # A key's numbers are kept as they are ("vals") until there are more than k of them,
@@ -324,8 +343,7 @@ class ApproxQuantile(ColumnarReducer):
         offsets = vals.offsets.to_numpy()
         flat = vals.flatten().to_numpy(zero_copy_only=False)
         for g in todo.tolist():
-            sketch = (_datasketches().kll_doubles_sketch.deserialize(blobs[g]) if blobs[g] is not None
-                      else self._new())
+            sketch = KLL.deserialize(blobs[g]) if blobs[g] is not None else self._new()
             sketch.update(np.array(flat[offsets[g]:offsets[g + 1]], dtype=np.float64))  # (a writable copy)
             blobs[g] = sketch.serialize()
         lengths[todo] = 0
@@ -346,11 +364,10 @@ class ApproxQuantile(ColumnarReducer):
         bounds = np.concatenate([[0], np.cumsum(lengths)])
         out = np.full((n, len(self.quantiles)), np.nan)
         out[exact] = _exact_quantiles(flat, bounds, nans, self.quantiles)[exact]
-        ds = _datasketches()
         blobs = table["kll"].to_pylist() if (~exact).any() else []
         empty = exact & ((lengths + nans) == 0)  # no value at all: null
         for g in np.flatnonzero(~exact).tolist():
-            sketch = ds.kll_doubles_sketch.deserialize(blobs[g]) if blobs[g] is not None else self._new()
+            sketch = KLL.deserialize(blobs[g]) if blobs[g] is not None else self._new()
             if lengths[g]:
                 sketch.update(np.array(flat[bounds[g]:bounds[g + 1]], dtype=np.float64))  # (a writable copy)
             empty[g] = sketch.n + nans[g] == 0
@@ -386,6 +403,9 @@ class Median(ApproxQuantile):
     def spark_name(self) -> str:
         return self.name if self.name != self.default_name else f"median({self.column})"
 
+    def spark_types(self) -> Median:
+        return self  # Spark's median is a double, as dpa's
+
     def __repr__(self) -> str:
         return f"Median({self.column!r})"
 
@@ -396,13 +416,11 @@ def _offsets(counts: np.ndarray) -> pa.Array:
 
 
 def _kll_merge(parts: list[bytes]) -> bytes:
+    """One sketch of the sketches ``parts``, the same in whatever order they come
+    (:meth:`dpa.aggregates.kll.KLL.merge_all`)."""
     if len(parts) == 1:
         return parts[0]
-    ds = _datasketches()
-    sketch = ds.kll_doubles_sketch.deserialize(parts[0])
-    for b in parts[1:]:
-        sketch.merge(ds.kll_doubles_sketch.deserialize(b))
-    return sketch.serialize()
+    return KLL.merge_all([KLL.deserialize(b) for b in parts]).serialize()
 
 
 def _exact_quantiles(flat: np.ndarray, bounds: np.ndarray, nans: np.ndarray, quantiles: list[float]) -> np.ndarray:

@@ -5,14 +5,24 @@ job's reducer to its records.
 
 from __future__ import annotations
 
+import copy
+import decimal
 import heapq
+from fractions import Fraction
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from dpa.aggregates.contract import ColumnarReducer, Reducer, unwrap, what_it_is
-from dpa.aggregates.int_sums import exact_int_sums, finalize_int_sums, sum_may_overflow
+from dpa.aggregates.exact_means import (
+    mean_sum_type,
+    means_decimal,
+    means_float64,
+    spark_avg_type,
+    spark_avg_value,
+)
+from dpa.aggregates.int_sums import exact_int_sums, finalize_int_sums, is_pending, sum_may_overflow
 from dpa.arrays import as_float64, scalar
 from dpa.errors import ConfigError, SchemaError
 from dpa.input.records import HASH_COL
@@ -280,36 +290,91 @@ def _nan_ordered(table: pa.Table, group_cols: list[str], column: str, fn: str, o
 
 
 class Mean(_ColumnReducer):
-    """Arithmetic mean of ``column`` per key as float64 (nulls ignored, as Spark's avg)."""
+    """Arithmetic mean of ``column`` per key (nulls ignored, as Spark's ``avg``), float64.
+
+    Integer and decimal columns are summed exactly (integers as int64, kept exact beyond
+    it as :class:`Sum` keeps them; a ``decimal(p, s)`` as the sum of its unscaled integers,
+    :func:`~dpa.aggregates.exact_means.mean_sum_type`) and divided by the count once, at
+    the end: the result is the float64 nearest to the exact mean, as in DuckDB and Spark,
+    and the same under every policy (partial sums merge exactly in any order). Floating
+    point columns are summed as float64, whose rounding depends on the order of the
+    additions (as in any parallel engine).
+
+    Args:
+        column: The numeric column.
+        name: Output column name (default ``mean``).
+        as_decimal: For a ``decimal(p, s)`` column, give the mean as Spark's ``avg`` types
+            and rounds it, ``decimal(min(38, p + 4), min(38, s + 4))`` rounded half up
+            (:func:`~dpa.aggregates.exact_means.means_decimal`), instead of float64. Other
+            columns' means stay float64. The Spark bridge sets it.
+    """
 
     kind = "mean"
     default_name = "mean"
 
-    def create(self) -> tuple[float, int]:
-        return (0.0, 0)
+    def __init__(self, column: str | None = None, name: str | None = None, as_decimal: bool = False) -> None:
+        if not isinstance(as_decimal, bool):
+            raise ConfigError(f"Mean as_decimal must be True or False, got {as_decimal!r}")
+        super().__init__(column, name)
+        self.as_decimal = as_decimal
+        self._decimal_type: pa.DataType | None = None  # the column's decimal type, for as_decimal
 
-    def add(self, acc: tuple[float, int], value: Any) -> tuple[float, int]:
+    # -- scalar contract: an exact sum (int, or Fraction for Decimal values) until a float comes
+    def create(self) -> tuple[Any, int]:
+        return (0, 0)
+
+    def add(self, acc: tuple[Any, int], value: Any) -> tuple[Any, int]:
         if value is None:
             return acc
-        return (acc[0] + float(value), acc[1] + 1)
+        if isinstance(value, decimal.Decimal):
+            value = Fraction(value) if value.is_finite() else float(value)
+        return (acc[0] + value, acc[1] + 1)
 
-    def merge(self, a: tuple[float, int], b: tuple[float, int]) -> tuple[float, int]:
+    def merge(self, a: tuple[Any, int], b: tuple[Any, int]) -> tuple[Any, int]:
         return (a[0] + b[0], a[1] + b[1])
 
-    def finalize(self, acc: tuple[float, int]) -> float | None:
-        return None if acc[1] == 0 else acc[0] / acc[1]
+    def finalize(self, acc: tuple[Any, int]) -> Any:
+        total, count = acc
+        if count == 0:
+            return None
+        if isinstance(total, float):
+            return total / count
+        dtype = self._decimal_type
+        if isinstance(total, Fraction) and self.as_decimal and dtype is not None:
+            unscaled = total * 10**dtype.scale
+            if unscaled.denominator == 1:  # (values of the column's scale)
+                return spark_avg_value(unscaled.numerator, count, dtype)
+        return float(Fraction(total) / count)  # (rounded once: a Fraction's float is n / d of integers)
 
     check_type = Sum.check_type
     float_rounding = True
 
+    def validate(self, schema: pa.Schema | None) -> None:
+        super().validate(schema)
+        if schema is not None and self.column is not None and pa.types.is_decimal(schema.field(self.column).type):
+            self._decimal_type = schema.field(self.column).type
+
     def prepare(self, table: pa.Table) -> pa.Table:
-        # The mean is a float64: integers beyond 2**53 and decimals round to the nearest
-        # float64, as Spark's avg does; a safe cast would refuse them.
+        # Floats become float64; a decimal widens to its exact sum type; integers are summed
+        # by Arrow as int64 / uint64 (checked for overflow in partial_from_batch).
         idx = table.schema.get_field_index(self.column)
+        dtype = table.schema.field(self.column).type
+        if pa.types.is_integer(dtype):
+            return table
+        if pa.types.is_decimal(dtype):
+            return table.set_column(idx, self.column, pc.cast(table[self.column], mean_sum_type(dtype)))
         return table.set_column(idx, self.column, as_float64(table[self.column]))
 
     def output_type(self, input_type: pa.DataType | None) -> pa.DataType:
+        if self.as_decimal and input_type is not None and pa.types.is_decimal(input_type):
+            return spark_avg_type(input_type)
         return pa.float64()
+
+    def spark_types(self) -> Mean:
+        """This mean with the result types of Spark's ``avg`` (``as_decimal``)."""
+        out = copy.copy(self)
+        out.as_decimal = True
+        return out
 
     def state_aggregations(self) -> list[tuple[str | None, str, str]]:
         return [(self.column, "sum", "msum"), (self.column, "count", "mcount")]
@@ -317,11 +382,25 @@ class Mean(_ColumnReducer):
     def merge_aggregations(self) -> list[tuple[str, str]]:
         return [("msum", "sum"), ("mcount", "sum")]
 
+    def partial_from_batch(self, table: pa.Table, group_cols: list[str], weight_col: str | None = None) -> pa.Table:
+        if self.column in table.column_names and sum_may_overflow(table[self.column]):
+            aggs = [(self.column, "sum"), (self.column, "count")] + ([([], "count_all")] if weight_col else [])
+            names = list(group_cols) + ["msum", "mcount"] + ([weight_col] if weight_col is not None else [])
+            return exact_int_sums(table, group_cols, self.column, aggs, names, self.column, HASH_COL)
+        return super().partial_from_batch(table, group_cols, weight_col)
+
+    def merge_partials(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
+        if sum_may_overflow(table["msum"]):
+            return exact_int_sums(table, group_cols, "msum", [("msum", "sum"), ("mcount", "sum")],
+                                  list(group_cols) + ["msum", "mcount"], self.column, HASH_COL)
+        return super().merge_partials(table, group_cols)
+
     def finalize_table(self, table: pa.Table, key_cols: list[str]) -> pa.Table:
-        count = table["mcount"]
-        total = pc.fill_null(table["msum"], scalar(0.0, pa.float64()))
-        mean = pc.if_else(pc.equal(count, scalar(0, count.type)), scalar(None, pa.float64()),
-                          pc.divide(total, pc.cast(count, pa.float64())))
+        total, count = table["msum"], table["mcount"]
+        if self.as_decimal and pa.types.is_decimal(total.type) and not is_pending(total.type):
+            mean = means_decimal(total, count)
+        else:
+            mean = means_float64(total, count)
         return pa.table([table[c] for c in key_cols] + [mean], names=list(key_cols) + [self.name])
 
 

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dpa.aggregates.builtins import Count, Min, Sum, bind_reducer
+from dpa.aggregates.builtins import Count, Mean, Min, Sum, bind_reducer
 from dpa.aggregates.contract import GROUP_ID_COL as GID_COL
 from dpa.aggregates.contract import (
     ColumnarReducer,
@@ -162,6 +162,15 @@ class _Members:
         for m in self.members:
             m.validate(schema)
 
+    def spark_types(self) -> Reducer:
+        """The composite with each member's :meth:`~dpa.aggregates.contract.Reducer.spark_types`."""
+        members = [m.spark_types() for m in self.members]
+        if all(a is b for a, b in zip(members, self.members)):
+            return self  # type: ignore[return-value]
+        out = copy.copy(self)
+        out.members = members
+        return out  # type: ignore[return-value]
+
     def bind(self, record_kind: str) -> None:
         """Resolves each member's default column (see :func:`dpa.aggregates.builtins.bind_reducer`)."""
         self.members = [bind_reducer(m, record_kind) for m in self.members]
@@ -274,8 +283,9 @@ class Aggregates(_Members, ColumnarReducer):
 
     def _plain(self, m: ColumnarReducer, table: pa.Table, merge: bool) -> bool:
         """Whether a member's step is plain Arrow aggregates (so it joins the shared group-by)."""
-        if isinstance(m, Sum) and type(m) is Sum:
-            column = table[_prefix(self.members.index(m), "sum")] if merge else table[m.column]
+        if type(m) in (Sum, Mean):  # plain while no integer sum can overflow
+            state = "sum" if type(m) is Sum else "msum"
+            column = table[_prefix(self.members.index(m), state)] if merge else table[m.column]
             return not sum_may_overflow(column)
         if isinstance(m, Min):  # (and Max) plain Arrow min/max, unless NaN must be ordered
             column = table[_prefix(self.members.index(m), m.kind)] if merge else table[m.column]
@@ -311,8 +321,11 @@ class Aggregates(_Members, ColumnarReducer):
             fused = m.fused_partial() if hasattr(m, "fused_partial") else [(c, f, st, None) for c, f, st in
                                                                            m.state_aggregations()]
             for c, fn, s, options in fused:
-                spec = ([] if c is None else col, fn) if options is None else (col, fn, options)
-                same = (None if c is None else col, fn)
+                # A view keeps the column's nulls, so a count is of the column itself: one
+                # count however the members view it (Mean's integers, Std's float64).
+                read = m.column if fn == "count" and options is None else col
+                spec = ([] if c is None else read, fn) if options is None else (col, fn, options)
+                same = (None if c is None else read, fn)
                 if options is None and same in seen:  # (Mean's and Std's count of one column, say)
                     aliases[_prefix(i, s)] = seen[same]
                     continue

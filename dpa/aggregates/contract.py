@@ -98,6 +98,12 @@ class Reducer:
         out.name, out._aliased = name, True
         return out
 
+    def spark_types(self) -> Reducer:
+        """This reducer with the result types Spark gives its own aggregate, where they
+        differ from dpa's (``Mean`` of a decimal: Spark's decimal ``avg``); the reducer
+        itself where they do not. The Spark bridge runs what this returns."""
+        return self
+
     def add_batch(self, acc: Any, values: list[Any]) -> Any:
         """Folds many values of one key into ``acc``; override for speed."""
         for value in values:
@@ -298,6 +304,14 @@ class WithCost(Reducer):
     @property
     def can_merge(self) -> bool:
         return self.inner.can_merge
+
+    def spark_types(self) -> Reducer:
+        inner = self.inner.spark_types()
+        if inner is self.inner:
+            return self
+        out = copy.copy(self)
+        out.inner = inner
+        return out
 
     def input_columns(self) -> list[str] | None:
         return self.inner.input_columns()

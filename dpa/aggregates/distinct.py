@@ -150,7 +150,8 @@ class CollectSet(_DistinctValues):
     def output_type(self, input_type: pa.DataType | None) -> pa.DataType:
         if input_type is not None and pa.types.is_dictionary(input_type):
             input_type = input_type.value_type
-        return pa.list_(ColumnarReducer.output_type(self, input_type))
+        # (no null among the values, as in Spark's array<T> of collect_set: containsNull false)
+        return pa.list_(pa.field("item", ColumnarReducer.output_type(self, input_type), nullable=False))
 
     def finalize_table(self, table: pa.Table, key_cols: list[str]) -> pa.Table:
         lists = table["values"].combine_chunks() if isinstance(table["values"], pa.ChunkedArray) else table["values"]

@@ -147,12 +147,12 @@ def test_members_share_one_aggregate_and_merge_by_group_id(table):
         assert (std is None and want is None) or np.isclose(std, want), k
 
 
-@pytest.mark.parametrize(("x", "sums"), [(pa.array([1.5, -0.0, 2.0, None, 7.25, 3.0]), 1),
-                                         (pa.array([1, 5, 2, None, 7, 3]), 2)], ids=["float64", "int64"])
-def test_members_reading_one_column_alike_compute_each_aggregate_once(monkeypatch, x, sums):
-    """Mean and Std both read x as float64 (a cast of an int column, the column itself if it
-    is float64): the shared group-by counts x once. Sum reads x as it is: one sum with
-    Mean's of a float64 column, a sum of its own of an int column."""
+@pytest.mark.parametrize("x", [pa.array([1.5, -0.0, 2.0, None, 7.25, 3.0]), pa.array([1, 5, 2, None, 7, 3])],
+                         ids=["float64", "int64"])
+def test_members_reading_one_column_alike_compute_each_aggregate_once(monkeypatch, x):
+    """Mean and Sum read x as it is (Mean sums integers exactly); Std reads it as float64 (a
+    cast of an int column): the shared group-by sums x once and counts it once (a cast
+    keeps the nulls, so Std's count of its view is the count of x)."""
     table = pa.table({"k": ["a", "b", "a", "a", "b", "c"], "x": x})
     asked: list[list] = []
     original = pa.TableGroupBy.aggregate
@@ -167,7 +167,7 @@ def test_members_reading_one_column_alike_compute_each_aggregate_once(monkeypatc
     (aggs,) = asked
     counts = [a for a in aggs if a[1] == "count"]
     assert len(counts) == 1, aggs
-    assert sum(1 for a in aggs if a[1] == "sum") == sums
+    assert sum(1 for a in aggs if a[1] == "sum") == 1, aggs
     values = [v for v in x.to_pylist()]
     assert out["avg(x)"][0] == pytest.approx(np.mean([values[0], values[2]]))  # (a's null is skipped)
     assert out["stddev_samp(x)"][0] == pytest.approx(np.std([values[0], values[2]], ddof=1))

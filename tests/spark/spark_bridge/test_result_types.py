@@ -1,0 +1,122 @@
+"""The bridge's result types equal Spark's own, for every aggregate and input type; a
+decimal's mean is Spark's ``avg``: ``decimal(p + 4, s + 4)``, with Spark's value."""
+
+from __future__ import annotations
+
+import decimal
+
+import pytest
+
+import dpa
+from dpa.errors import SchemaError
+from spark_bridge import run_with_result
+from spark_bridge.to_spark import result_spark_schema
+
+#: Input columns: name -> Spark SQL expression over ``id``.
+COLUMNS = {
+    "by": "cast(id % 100 as byte)", "sh": "cast(id * 7 as short)", "i": "cast(id * 1000003 as int)",
+    "l": "id * 3000000019", "f": "cast(id / 3 as float)", "d": "id / 7", "dec": "cast(id / 4 as decimal(10, 2))",
+    "dec28": "cast(id / 3 as decimal(28, 9))", "dec38": "cast(id * 1000 / 7 as decimal(38, 6))",
+    "s": "concat('s', cast(id % 11 as string))", "dt": "date_add(date'2024-01-01', cast(id as int))",
+    "ts": "cast(id * 3600 + 1700000000 as timestamp)", "bo": "id % 3 = 0",
+}
+
+#: dpa's aggregate and Spark's own of one column.
+AGGREGATES = {
+    "count": (lambda c: dpa.Count(c), lambda F, c: F.count(c)),
+    "sum": (lambda c: dpa.Sum(c), lambda F, c: F.sum(c)),
+    "mean": (lambda c: dpa.Mean(c), lambda F, c: F.avg(c)),
+    "min": (lambda c: dpa.Min(c), lambda F, c: F.min(c)),
+    "max": (lambda c: dpa.Max(c), lambda F, c: F.max(c)),
+    "var_samp": (lambda c: dpa.Var(c), lambda F, c: F.var_samp(c)),
+    "var_pop": (lambda c: dpa.Var(c, sample=False), lambda F, c: F.var_pop(c)),
+    "stddev_samp": (lambda c: dpa.Std(c), lambda F, c: F.stddev_samp(c)),
+    "count_distinct": (lambda c: dpa.CountDistinct(c), lambda F, c: F.countDistinct(c)),
+    "approx_count_distinct": (lambda c: dpa.ApproxCountDistinct(c), lambda F, c: F.approx_count_distinct(c)),
+    "percentile_approx": (lambda c: dpa.ApproxQuantile(c, 0.9), lambda F, c: F.percentile_approx(c, 0.9)),
+    "percentile_approx_list": (lambda c: dpa.ApproxQuantile(c, [0.1, 0.9]),
+                               lambda F, c: F.percentile_approx(c, [0.1, 0.9])),
+    "median": (lambda c: dpa.Median(c), lambda F, c: F.median(c)),
+    "collect_set": (lambda c: dpa.CollectSet(c), lambda F, c: F.collect_set(c)),
+    "count_if": (lambda c: dpa.CountIf(c), lambda F, c: F.count_if(c)),
+    "bool_or": (lambda c: dpa.Any(c), lambda F, c: F.bool_or(c)),
+    "bool_and": (lambda c: dpa.All(c), lambda F, c: F.bool_and(c)),
+    "max_by": (lambda c: dpa.MaxBy(c, by="i"), lambda F, c: F.max_by(c, "i")),
+}
+
+
+@pytest.fixture(scope="module")
+def typed(spark):
+    from pyspark.sql import functions as F
+
+    return spark.range(0, 200).select(F.expr("id % 5").alias("k"), *[F.expr(e).alias(n) for n, e in COLUMNS.items()])
+
+
+def _spark_type(df, make, column):
+    """Spark's own result type, or None where Spark refuses the column."""
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
+
+    try:
+        return df.groupBy("k").agg(make(F, column).alias("out")).schema["out"].dataType
+    except AnalysisException:
+        return None
+
+
+@pytest.mark.parametrize("aggregate", list(AGGREGATES))
+def test_result_types_equal_sparks_own(typed, aggregate):
+    """Wherever both dpa and Spark take a column, the bridge types the result as Spark does
+    (precision and scale of decimals, element types of arrays, and whether they hold nulls)."""
+    ours_make, theirs_make = AGGREGATES[aggregate]
+    checked = 0
+    for column in COLUMNS:
+        theirs = _spark_type(typed, theirs_make, column)
+        try:
+            schema = result_spark_schema(typed.schema, ["k"], ours_make(column))
+        except SchemaError:
+            continue  # dpa refuses the column before anything runs (e.g. a sum of strings)
+        if theirs is None:
+            continue
+        assert schema.fields[-1].dataType == theirs, (aggregate, column, schema.fields[-1].dataType, theirs)
+        checked += 1
+    assert checked > 0
+
+
+@pytest.mark.parametrize("precombine", [None, False])
+def test_decimal_means_are_sparks_avg(spark, precombine):
+    """Mean of decimal(15, 2), decimal(28, 9) and decimal(38, 6) (sums past 2**63 and past
+    38 digits' reach of a double): Spark's types and values, however the bridge combines."""
+    from pyspark.sql import functions as F
+
+    df = spark.range(0, 3000).select(
+        F.expr("cast(id % 7 as int)").alias("k"),
+        F.expr("cast(999999999999.99 - id * 333333.37 as decimal(15, 2))").alias("a"),
+        F.expr("cast(id * 1234567.123456789 as decimal(28, 9))").alias("b"),
+        F.expr("cast(99999999999999999999999999999999.999999 - id * 7 as decimal(38, 6))").alias("c"),
+    )
+    reducers = [dpa.Mean("a"), dpa.Mean("b"), dpa.Mean("c"), dpa.Sum("a")]
+    out, _ = run_with_result(df, "k", reducers, config=dpa.JobConfig(policy="shuffle", batch_size=200),
+                             precombine=precombine)
+    theirs = df.groupBy("k").agg(F.avg("a"), F.avg("b"), F.avg("c"), F.sum("a"))
+    assert out.schema == theirs.schema
+    ours = {r["k"]: tuple(r)[1:] for r in out.collect()}
+    want = {r["k"]: tuple(r)[1:] for r in theirs.collect()}
+    assert ours == want
+    assert all(isinstance(v, decimal.Decimal) for row in ours.values() for v in row[:3])
+
+
+def test_integer_mean_past_2_53_is_the_nearest_double(spark):
+    """A long column whose sums leave 2**53 (and int64): the mean is the nearest double to
+    the exact one (Spark's own avg of a long sums doubles, and may be an ulp off)."""
+    from fractions import Fraction
+
+    from pyspark.sql import functions as F
+
+    df = spark.range(0, 400).select(F.expr("cast(id % 3 as int)").alias("k"),
+                                    F.expr("9223372036854775000 - id * 1000003").alias("x"))
+    out, _ = run_with_result(df, "k", dpa.Mean("x"), config=dpa.JobConfig(policy="shuffle", batch_size=50))
+    values: dict[int, list[int]] = {}
+    for r in df.collect():
+        values.setdefault(r["k"], []).append(r["x"])
+    assert {r["k"]: r["mean"] for r in out.collect()} == {
+        k: float(Fraction(sum(v), len(v))) for k, v in values.items()}
