@@ -122,3 +122,27 @@ def test_integer_mean_past_2_53_is_the_nearest_double(spark):
         values.setdefault(r["k"], []).append(r["x"])
     assert {r["k"]: r["mean"] for r in out.collect()} == {
         k: float(Fraction(sum(v), len(v))) for k, v in values.items()}
+
+
+def test_sql_partials_of_exact_means(spark):
+    """Spark SQL computes the means' partial states (precombine="sql"): a decimal's exact
+    sum, a long's sum as two halves shared with a Sum of the same column."""
+    from fractions import Fraction
+
+    from pyspark.sql import functions as F
+
+    df = spark.range(0, 2000).select(
+        F.expr("cast(id % 5 as int)").alias("k"),
+        F.expr("cast(12345678901.23 - id * 7777.77 as decimal(15, 2))").alias("a"),
+        F.expr("18014398509481984 + id * 1000003").alias("l"),  # 2**54 + ...: sums past 2**53, within int64
+    )
+    reducers = [dpa.Mean("a"), dpa.Mean("l"), dpa.Sum("l")]
+    out, _ = run_with_result(df, "k", reducers, config=dpa.JobConfig(policy="hybrid", batch_size=100),
+                             precombine="sql")
+    theirs = df.groupBy("k").agg(F.avg("a"), F.avg("l"), F.sum("l"))
+    assert out.schema == theirs.schema
+    want = {r["k"]: (r["avg(a)"], r["sum(l)"]) for r in theirs.collect()}
+    counts = {r["k"]: r["n"] for r in df.groupBy("k").agg(F.count("l").alias("n")).collect()}
+    for r in out.collect():
+        assert (r["avg(a)"], r["sum(l)"]) == want[r["k"]]
+        assert r["avg(l)"] == float(Fraction(r["sum(l)"], counts[r["k"]]))  # (the nearest double)
