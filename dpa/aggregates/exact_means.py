@@ -36,6 +36,9 @@ _EXACT = 2**53
 #: Widest decimal precision Spark (and decimal128) has.
 _MAX_PRECISION = 38
 
+#: The scale Spark's decimal division rounds its quotient to first (``MAX_SCALE + 1``).
+_DIVISION_SCALE = 39
+
 
 def mean_sum_type(dtype: pa.DataType) -> pa.DataType:
     """The exact sum type of a mean over ``decimal(p, s)`` values.
@@ -146,42 +149,31 @@ def _half_up(numerator: int, denominator: int) -> int:
     return -q if numerator < 0 else q
 
 
-def spark_avg_unscaled(total: int, count: int, sum_type: tuple[int, int], avg_scale: int) -> int:
+def spark_avg_unscaled(total: int, count: int, scale: int, avg_scale: int) -> int:
     """Spark's ``avg`` of a decimal from its exact sum, as an unscaled integer at ``avg_scale``.
 
-    Spark divides the sum (``decimal(ps, s)``) by the count cast to ``decimal(20, 0)``; the
-    quotient is typed by Spark's decimal division rule (scale ``max(6, s + 21)``, precision
-    ``ps - s + scale``, both cut to 38 digits keeping the integer digits and at least 6
-    decimals) and rounded half up to that scale, then cast to the result type, rounding
-    half up again. Both roundings are reproduced here, from the exact sum.
+    Spark divides the sum by the count (``DecimalDivideWithOverflowCheck``): the quotient
+    is rounded half up to 39 decimals (``Decimal./``, ``DecimalType.MAX_SCALE + 1``), then
+    half up again to the result type's scale. Both roundings are reproduced here.
 
     Args:
-        total: The exact sum of the unscaled values (scale ``s``).
+        total: The exact sum of the unscaled values (of scale ``scale``).
         count: The number of values (> 0).
-        sum_type: ``(ps, s)``, the precision and scale of Spark's sum.
+        scale: The column's scale ``s``.
         avg_scale: The result type's scale.
     """
-    precision, scale = sum_type
-    div_scale = max(6, scale + 20 + 1)
-    div_precision = precision - scale + div_scale
-    if div_precision > _MAX_PRECISION:
-        int_digits = div_precision - div_scale
-        div_scale = max(_MAX_PRECISION - int_digits, min(div_scale, 6))
-    # total / 10**scale / count at div_scale: total * 10**(div_scale - scale) / count
-    shift = div_scale - scale
-    quotient = _half_up(total * 10**shift, count) if shift >= 0 else _half_up(total, count * 10**-shift)
-    if avg_scale >= div_scale:
-        return quotient * 10 ** (avg_scale - div_scale)
-    return _half_up(quotient, 10 ** (div_scale - avg_scale))
+    quotient = _half_up(total * 10 ** (_DIVISION_SCALE - scale), count)
+    return _half_up(quotient, 10 ** (_DIVISION_SCALE - avg_scale))
 
 
 def spark_avg_value(total: int, count: int, input_type: pa.DataType) -> decimal.Decimal | None:
     """Spark's ``avg`` of a ``decimal(p, s)`` column whose unscaled values sum to ``total``
     over ``count`` values (> 0); None where it does not fit :func:`spark_avg_type` (Spark's
-    ``avg`` is null there, outside ANSI mode)."""
+    ``avg`` is null there, outside ANSI mode). Spark's ``avg`` is null too where its own
+    ``decimal(min(38, p + 10), s)`` sum overflows; the sum here is exact and the mean is
+    given wherever it fits the result type."""
     out_type = spark_avg_type(input_type)
-    sum_type = (min(_MAX_PRECISION, input_type.precision + 10), input_type.scale)
-    unscaled = spark_avg_unscaled(total, count, sum_type, out_type.scale)
+    unscaled = spark_avg_unscaled(total, count, input_type.scale, out_type.scale)
     if abs(unscaled) >= 10**out_type.precision:
         return None
     return decimal.Decimal(f"{unscaled}E-{out_type.scale}")  # (exact: Decimal arithmetic rounds at 28 digits)

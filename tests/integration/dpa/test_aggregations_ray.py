@@ -76,3 +76,28 @@ def test_dictionary_value_columns_on_ray_equal_the_decoded_columns():
     for name in got.column_names:
         g, w = got[name].to_pylist(), want[name].to_pylist()
         assert g == pytest.approx(w) if name.startswith("stddev") else g == w, name
+
+
+def test_decimal_and_integer_means_on_ray_are_exact_under_every_policy():
+    """On Ray, with keys split and moved: decimal(38, 6) and int64 means (sums past 2**63)
+    are the nearest doubles to the exact means, the same under each policy."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(4)
+    n = 30_000
+    keys = rng.zipf(1.3, n) % 50
+    unscaled = [int(v) * 10**18 + int(w) for v, w in zip(rng.integers(-10**13, 10**13, n), rng.integers(0, 10**18, n))]
+    big = rng.integers(2**62, 2**63 - 1, n, dtype=np.int64)
+    table = pa.table({"k": keys, "p": pa.array([decimal.Decimal(f"{u}E-6") for u in unscaled], pa.decimal128(38, 6)),
+                      "i": big})
+    want: dict[int, list[int]] = {}
+    for k, u, b in zip(keys.tolist(), unscaled, big.tolist()):
+        entry = want.setdefault(k, [0, 0, 0])
+        entry[0] += u
+        entry[1] += b
+        entry[2] += 1
+    exact = {k: (float(Fraction(u, c * 10**6)), float(Fraction(b, c))) for k, (u, b, c) in want.items()}
+    for policy in ("hash", "shuffle", "hybrid"):
+        result = dpa.run(table, key="k", reducer=[dpa.Mean("p"), dpa.Mean("i")], runtime="ray", policy=policy,
+                         num_reducers=2, batch_size=2048)
+        assert result.to_dict() == exact, policy

@@ -65,7 +65,7 @@ def _spark_agg(kind, column):
     if kind == "count":
         return F.count("*")
     if kind == "mean":
-        return F.avg(F.col(column).cast("double"))  # dpa's mean is a double, also of decimals
+        return F.avg(column)  # Spark's own: a double, of a decimal(p, s) a decimal(p + 4, s + 4), as the bridge's
     if kind in ("var_samp", "var_pop", "stddev_samp", "stddev_pop"):
         return getattr(F, kind)(F.col(column).cast("double"))
     return {"sum": F.sum, "min": F.min, "max": F.max, "count_if": F.count_if, "bool_or": F.bool_or,

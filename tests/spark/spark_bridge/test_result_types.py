@@ -84,15 +84,17 @@ def test_result_types_equal_sparks_own(typed, aggregate):
 
 @pytest.mark.parametrize("precombine", [None, False])
 def test_decimal_means_are_sparks_avg(spark, precombine):
-    """Mean of decimal(15, 2), decimal(28, 9) and decimal(38, 6) (sums past 2**63 and past
-    38 digits' reach of a double): Spark's types and values, however the bridge combines."""
+    """Mean of decimal(15, 2), decimal(28, 9) and decimal(38, 6) (sums past 2**63 and a
+    double's digits): Spark's types and values, however the bridge combines."""
     from pyspark.sql import functions as F
 
     df = spark.range(0, 3000).select(
         F.expr("cast(id % 7 as int)").alias("k"),
         F.expr("cast(999999999999.99 - id * 333333.37 as decimal(15, 2))").alias("a"),
         F.expr("cast(id * 1234567.123456789 as decimal(28, 9))").alias("b"),
-        F.expr("cast(99999999999999999999999999999999.999999 - id * 7 as decimal(38, 6))").alias("c"),
+        # (27 integer digits: the mean fits Spark's decimal(38, 10); the sums of 400 of them
+        # fit Spark's decimal(38, 6) sum, far past 2**63 and a double's 16 digits)
+        F.expr("cast(999999999999999999999999999.999999 - id * 7.000001 as decimal(38, 6))").alias("c"),
     )
     reducers = [dpa.Mean("a"), dpa.Mean("b"), dpa.Mean("c"), dpa.Sum("a")]
     out, _ = run_with_result(df, "k", reducers, config=dpa.JobConfig(policy="shuffle", batch_size=200),
@@ -102,7 +104,7 @@ def test_decimal_means_are_sparks_avg(spark, precombine):
     ours = {r["k"]: tuple(r)[1:] for r in out.collect()}
     want = {r["k"]: tuple(r)[1:] for r in theirs.collect()}
     assert ours == want
-    assert all(isinstance(v, decimal.Decimal) for row in ours.values() for v in row[:3])
+    assert all(isinstance(v, decimal.Decimal) for row in ours.values() for v in row[:3])  # (no null)
 
 
 def test_integer_mean_past_2_53_is_the_nearest_double(spark):
@@ -120,3 +122,27 @@ def test_integer_mean_past_2_53_is_the_nearest_double(spark):
         values.setdefault(r["k"], []).append(r["x"])
     assert {r["k"]: r["mean"] for r in out.collect()} == {
         k: float(Fraction(sum(v), len(v))) for k, v in values.items()}
+
+
+def test_sql_partials_of_exact_means(spark):
+    """Spark SQL computes the means' partial states (precombine="sql"): a decimal's exact
+    sum, a long's sum as two halves shared with a Sum of the same column."""
+    from fractions import Fraction
+
+    from pyspark.sql import functions as F
+
+    df = spark.range(0, 2000).select(
+        F.expr("cast(id % 5 as int)").alias("k"),
+        F.expr("cast(12345678901.23 - id * 7777.77 as decimal(15, 2))").alias("a"),
+        F.expr("18014398509481984 + id * 1000003").alias("l"),  # 2**54 + ...: sums past 2**53, within int64
+    )
+    reducers = [dpa.Mean("a"), dpa.Mean("l"), dpa.Sum("l")]
+    out, _ = run_with_result(df, "k", reducers, config=dpa.JobConfig(policy="hybrid", batch_size=100),
+                             precombine="sql")
+    theirs = df.groupBy("k").agg(F.avg("a"), F.avg("l"), F.sum("l"))
+    assert out.schema == theirs.schema
+    want = {r["k"]: (r["avg(a)"], r["sum(l)"]) for r in theirs.collect()}
+    counts = {r["k"]: r["n"] for r in df.groupBy("k").agg(F.count("l").alias("n")).collect()}
+    for r in out.collect():
+        assert (r["avg(a)"], r["sum(l)"]) == want[r["k"]]
+        assert r["avg(l)"] == float(Fraction(r["sum(l)"], counts[r["k"]]))  # (the nearest double)
