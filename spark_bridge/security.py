@@ -6,11 +6,12 @@ address: the driver to ``spark.driver.bindAddress`` (which RayDP sets to the nod
 unless given), the app master and the executors to the address the Ray Java runtime inside
 them reports (``ray.node-ip``, else the machine's network address).
 
-The embedded default keeps all of them on loopback: when the bridge starts Ray itself, it
-starts it on ``127.0.0.1`` (:data:`LOOPBACK`, :func:`ray_start_options`), and on a Ray whose
-node address is loopback (:func:`on_loopback_ray`) every JVM is told to bind there
-(:func:`loopback_conf`). Ray's own ports (the Ray core worker inside each JVM) are Ray's,
-protected by Ray's token.
+The embedded default keeps all of them on loopback: on a Ray that this process started as a
+single local node (:func:`local_ray`: dpa or the bridge started it, and no other node joined),
+every Spark JVM runs on this machine, and each is told to bind to ``127.0.0.1``
+(:data:`LOOPBACK`, :func:`loopback_conf`). Ray itself cannot run its node on loopback (it
+replaces ``127.0.0.1`` by the machine's address); Ray's own ports (the Ray core worker inside
+each JVM among them) are protected by Ray's token.
 
 Spark's RPC authentication (``spark.authenticate``) cannot protect a RayDP session instead:
 RayDP's executors take the application id of RayDP's app master, the driver keeps Spark's
@@ -22,8 +23,6 @@ own, and Spark's block manager then refuses every block an executor asks the dri
 from __future__ import annotations
 
 import logging
-import os
-from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -34,25 +33,18 @@ LOOPBACK = "127.0.0.1"
 _DRIVER_ADDRESS_KEYS = ("spark.driver.host", "spark.driver.bindAddress")
 
 
-def ray_start_options() -> dict[str, Any]:
-    """``ray.init`` options for a Ray the bridge starts: on loopback, unless the process
-    is told to join a cluster (``RAY_ADDRESS``), where the node's address is the cluster's
-    business."""
-    if os.environ.get("RAY_ADDRESS"):
-        return {}
-    return {"_node_ip_address": LOOPBACK}
-
-
-def on_loopback_ray() -> bool:
-    """Whether the Ray this process is connected to runs its node on :data:`LOOPBACK`
-    (then every Spark JVM runs on this machine and can listen on loopback only)."""
+def local_ray() -> bool:
+    """Whether this process started the Ray it is connected to (a local head node, not a
+    cluster it joined) and that Ray has one node: then every Spark JVM runs on this machine
+    and can listen on loopback only."""
     import ray
 
     if not ray.is_initialized():
         return False
     node = getattr(ray._private.worker, "_global_node", None)  # noqa: SLF001 - no public accessor
-    address = getattr(node, "node_ip_address", None)
-    return address == LOOPBACK
+    if not getattr(node, "head", False):
+        return False
+    return sum(1 for n in ray.nodes() if n.get("Alive")) == 1
 
 
 def loopback_conf(user_conf: dict[str, str]) -> dict[str, str]:

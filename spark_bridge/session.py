@@ -44,7 +44,7 @@ from spark_bridge.logs import (
     quiet_jvm_start,
     reapply_log4j2,
 )
-from spark_bridge.security import loopback_conf, on_loopback_ray, ray_start_options
+from spark_bridge.security import local_ray, loopback_conf
 
 logger = logging.getLogger(__name__)
 
@@ -266,8 +266,8 @@ class SparkConfig:
         """Return the ``configs`` dict handed to :func:`raydp.init_spark`.
 
         Args:
-            loopback: Every JVM binds to ``127.0.0.1`` (a Ray whose node runs on loopback;
-                :func:`spark_bridge.security.loopback_conf`).
+            loopback: Every JVM binds to ``127.0.0.1`` (a single-node Ray this process
+                started; :func:`spark_bridge.security.loopback_conf`).
 
         Returns:
             dpa defaults, overridden by ``extra_conf``, with Java 17 options merged in.
@@ -360,7 +360,7 @@ def _prepare_environment(config: SparkConfig) -> None:
 def _ensure_ray() -> None:
     from dpa.runtime.ray.session import ensure_ray
 
-    if ensure_ray(**ray_start_options()) is not None:
+    if ensure_ray() is not None:
         logger.info("started a local Ray instance for Spark on Ray")
         _state["ray"] = True
 
@@ -409,7 +409,7 @@ def get_or_create_spark(config: SparkConfig | None = None) -> SparkSession:
     )
     if config.log_level == "ERROR":
         drop_jvm_start_lines()
-    conf = config.spark_conf(loopback=on_loopback_ray())
+    conf = config.spark_conf(loopback=local_ray())
     try:
         with quiet_jvm_start(config.log_level) as jvm_log:
             if jvm_log is not None:

@@ -40,7 +40,7 @@ START_ATTEMPTS = 3
 #: ``ray.init`` options that only a new Ray accepts: Ray refuses each of them ("When
 #: connecting to an existing cluster, ... must not be provided") when it joins a running one.
 START_ONLY_OPTIONS = ("num_cpus", "num_gpus", "resources", "labels", "object_store_memory",
-                      "_system_config", "_node_name", "_enable_object_reconstruction", "_node_ip_address")
+                      "_system_config", "_node_name", "_enable_object_reconstruction")
 
 #: Seconds to wait for the recorded cluster's GCS port to answer.
 PROBE_TIMEOUT_S = 1.0

@@ -15,7 +15,7 @@ import pytest
 
 SCRIPT = textwrap.dedent(
     r'''
-    import glob, json, os, re
+    import glob, json, os
     import dpa
     from spark_bridge import spark_session
     from pyspark.sql import functions as F
@@ -72,22 +72,28 @@ SCRIPT = textwrap.dedent(
 
     report = {}
     with spark_session() as spark:
-        import ray
-        logs = ray._private.worker._global_node.get_logs_dir_path()
         df = spark.range(0, 2000).select((F.col("id") % 7).alias("k"), F.col("id").alias("x"))
         res = dpa.run(df, key="k", reducer=dpa.Sum("x"))
         report["type"] = type(res).__module__ + "." + type(res).__name__
         report["rows"] = sorted(res.to_dict().items())
         report["spark_rows"] = sorted((r["k"], r["sum"]) for r in res.to_spark().collect())
         report["expected"] = sorted((r["k"], r["s"]) for r in df.groupBy("k").agg(F.sum("x").alias("s")).collect())
+        # The Ray core worker inside each JVM (a Ray worker, or a Ray driver): Ray's port,
+        # behind Ray's token. Ray's GCS knows every worker's and driver's pid and port.
+        from ray._private.state import state
+        from ray.core.generated import gcs_pb2
+        accessor = state._connect_and_get_accessor()
+        ray_ports = {}
+        for raw in accessor.get_worker_table():
+            worker = gcs_pb2.WorkerTableData.FromString(raw)
+            ray_ports.setdefault(worker.pid, set()).add(worker.worker_address.port)
+        for raw in accessor.get_job_table(skip_submission_job_info_field=True, skip_is_running_tasks_field=True):
+            job = gcs_pb2.JobTableData.FromString(raw)
+            ray_ports.setdefault(job.driver_pid, set()).add(job.driver_address.port)
         sockets = {}
         for pid in descendants(os.getpid()):
-            if not is_java(pid):
-                continue
-            ray_ports = set()  # the Ray core worker inside the JVM: Ray's port, Ray's token
-            for log in glob.glob(os.path.join(logs, f"*core-*_{pid}.log")):
-                ray_ports |= {int(p) for p in re.findall(r"listening on port (\d+)", open(log).read())}
-            sockets[pid] = {"listening": listening(pid), "ray": sorted(ray_ports)}
+            if is_java(pid):
+                sockets[pid] = {"listening": listening(pid), "ray": sorted(ray_ports.get(pid, ()))}
         report["sockets"] = sockets
 
         def boom(batches):

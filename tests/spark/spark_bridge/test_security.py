@@ -3,7 +3,7 @@ tests/spark/spark_bridge/test_embedded_default.py checks the sockets of a real s
 
 from __future__ import annotations
 
-from spark_bridge.security import LOOPBACK, loopback_conf, ray_start_options
+from spark_bridge.security import LOOPBACK, loopback_conf
 from spark_bridge.session import SparkConfig
 
 
@@ -11,7 +11,7 @@ def config(**kwargs) -> SparkConfig:
     return SparkConfig(num_executors=1, executor_cores=1, executor_memory="1g", **kwargs)
 
 
-def test_on_a_loopback_ray_every_jvm_binds_to_loopback():
+def test_on_a_local_ray_every_jvm_binds_to_loopback():
     conf = config().spark_conf(loopback=True)
     assert conf["spark.driver.host"] == conf["spark.driver.bindAddress"] == LOOPBACK
     for key in ("spark.executor.extraJavaOptions", "spark.ray.raydp_app_master.extraJavaOptions"):
@@ -29,10 +29,3 @@ def test_a_user_s_driver_address_wins():
     conf = config(extra_conf={"spark.driver.host": "10.0.0.5"}).spark_conf(loopback=True)
     assert conf["spark.driver.host"] == "10.0.0.5" and "spark.driver.bindAddress" not in conf
     assert loopback_conf({"spark.driver.bindAddress": "0.0.0.0"}) == {"java_options": f"-Dray.node-ip={LOOPBACK}"}
-
-
-def test_the_bridge_starts_ray_on_loopback_unless_told_to_join_a_cluster(monkeypatch):
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    assert ray_start_options() == {"_node_ip_address": LOOPBACK}
-    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
-    assert ray_start_options() == {}
