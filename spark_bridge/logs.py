@@ -158,13 +158,14 @@ def drop_jvm_start_lines() -> bool:
         from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
     except ImportError:  # another Ray layout: the lines stay, nothing breaks
         return False
+    found = False
     with dispatcher._lock:
         for index, (name, handler) in enumerate(dispatcher.handlers):
             if name == _FILTER_NAME:
+                found = True
                 if not getattr(handler, "dpa_filters_jvm_start", False):
                     dispatcher.handlers[index] = (name, _without_start_lines(handler))
-                return True
-    return False
+    return found
 
 
 def reapply_log4j2(spark: Any, config_uri: str) -> None:

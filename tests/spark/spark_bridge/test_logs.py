@@ -54,7 +54,8 @@ def test_the_jvm_start_lines_are_dropped_from_what_ray_forwards_and_the_rest_kep
     from spark_bridge.logs import drop_jvm_start_lines
 
     printed = []
-    dispatcher.add_handler("ray_print_logs", printed.append)
+    saved = dispatcher.handlers
+    dispatcher.handlers = [("ray_print_logs", printed.append)]  # Ray's own handler, if any, is put back below
     try:
         assert drop_jvm_start_lines() and drop_jvm_start_lines()  # idempotent: wrapped once
         start = "[2026-01-01 10:00:00,000 I 5450 5468] gcs_client.cc:96: GcsClient has no Cluster ID set, and won't fetch"
@@ -62,7 +63,7 @@ def test_the_jvm_start_lines_are_dropped_from_what_ray_forwards_and_the_rest_kep
         dispatcher.emit({"pid": 7, "lines": [start, "a user's print"], "is_err": False})
         assert [batch["lines"] for batch in printed] == [["a user's print"]]
     finally:
-        dispatcher.remove_handler("ray_print_logs")
+        dispatcher.handlers = saved
 
 
 def test_the_driver_jvm_is_pointed_back_at_the_session_s_file():
