@@ -31,6 +31,10 @@ PAGE = ROOT / "docs" / "benchmarks.md"
 #: Most columns of a rendered table (the first ones; the JSON file has them all).
 MAX_COLUMNS = 11
 
+#: A run whose 1-minute load average was above this many runnable processes per CPU timed
+#: mostly the wait for a CPU: :func:`section` leaves its figures out.
+BUSY_LOAD_PER_CPU = 4.0
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -233,7 +237,7 @@ BENCHMARKS: dict[str, Entry] = {
         "`JobConfig()` defaults), answers checked equal. Warm = median of the reps after the first "
         "(cold) run; `speedup_warm` = Ray Data's warm time / dpa's.",
         ("job", "ray_data_warm_s", "ray_data_warm_spread_s", "dpa_warm_s", "dpa_warm_spread_s",
-         "speedup_warm", "ray_data_cold_s", "dpa_cold_s", "speedup_cold", "load_avg_1m"),
+         "speedup_warm", "ray_data_cold_s", "dpa_cold_s", "speedup_cold"),
     ),
     "group_apply": Entry(
         "Per-group functions: dpa's GroupApply against applyInPandas and map_groups",
@@ -250,7 +254,7 @@ BENCHMARKS: dict[str, Entry] = {
         "(cold) run; `x_bound` = time / max(ideal, largest group), ideal = work / 8 (`sleep`) or work "
         "/ cores (`cpu`); `dpa_faster_by` = time / dpa's.",
         ("workload", "engine", "median_s", "spread_s", "cold_s", "x_bound", "dpa_faster_by", "tasks",
-         "load_avg_1m", "status"),
+         "status"),
         headline=_group_apply,
     ),
     "aggregations": Entry(
@@ -360,8 +364,6 @@ def machine_of(payload: Mapping[str, Any]) -> str:
     parts = []
     if env.get("cpus") is not None:
         parts.append(f"{env['cpus']} CPUs")
-    if env.get("load_avg_1m") is not None:
-        parts.append(f"load average {float(env['load_avg_1m']):.1f} when the figures were written")
     versions = ", ".join(f"{name} {env[name]}" for name in ("python", "ray", "pyarrow") if env.get(name))
     if versions:
         parts.append(versions)
@@ -370,16 +372,29 @@ def machine_of(payload: Mapping[str, Any]) -> str:
     return "; ".join(parts) or "not recorded"
 
 
+def busy(payload: Mapping[str, Any]) -> bool:
+    """Whether the run was taken on a machine busy with other work (its 1-minute load average
+    above :data:`BUSY_LOAD_PER_CPU` per CPU): its times are mostly the wait for a CPU."""
+    env = payload.get("env")
+    if not isinstance(env, Mapping):
+        return False
+    try:
+        return float(env["load_avg_1m"]) > BUSY_LOAD_PER_CPU * max(1, int(env.get("cpus") or 1))
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
 def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] = ()) -> list[str]:
     """A markdown table of ``rows`` (dicts): the given columns that occur, else every column
-    whose values are scalars or lists of numbers, at most :data:`MAX_COLUMNS`."""
+    whose values are scalars or lists of numbers, at most :data:`MAX_COLUMNS`. The machine's
+    load (``load_avg_*`` columns) is the run's condition, not a figure: it is left out."""
     rows = [r for r in rows if isinstance(r, Mapping)]
     if not rows:
         return []
     seen: list[str] = []
     for r in rows:
         for k, v in r.items():
-            if k not in seen and (scalar(v) or isinstance(v, (list, tuple))):
+            if k not in seen and not k.startswith("load_avg") and (scalar(v) or isinstance(v, (list, tuple))):
                 seen.append(k)
     cols = [c for c in columns if c in seen] or seen
     cols = cols[:MAX_COLUMNS]
@@ -424,6 +439,11 @@ def section(path: Path) -> list[str]:
     out.append(f"- **Machine:** {machine_of(payload)}")
     out.append(f"- **Figures:** [`benchmarks/results/{path.name}`](../benchmarks/results/{path.name})")
     out.append("")
+    if busy(payload):
+        out += ["The figures of this file's run are not shown: the machine was busy with other work "
+                f"(load above {BUSY_LOAD_PER_CPU:g} per CPU), so they time the wait for a CPU. The command "
+                "above re-takes them.", ""]
+        return out
     tables = row_lists(payload)
     for name, rows in tables:
         if len(tables) > 1:
@@ -449,8 +469,8 @@ def render(results: Path = RESULTS) -> str:
         "Each section is one benchmark's last run: what it measures, the command (add `--out "
         "benchmarks/results/<name>.json` to refresh its file, then run `python -m benchmarks.docs`), "
         "the machine, and its figures. Times are medians of the runs named, with their spread "
-        "(min, max or every run) where the benchmark records it. The machine is shared and its "
-        "load is noted: compare figures of the same run (ratios), not across runs.",
+        "(min, max or every run) where the benchmark records it. Compare figures of the same run "
+        "(ratios), not across runs.",
         "",
     ]
     peers = []
@@ -460,6 +480,8 @@ def render(results: Path = RESULTS) -> str:
             continue
         try:
             payload = json.loads(path.read_text())
+            if busy(payload):
+                continue
             peers += [{**row, "section": f"`{path.stem}`"} for row in entry.headline(payload)]
         except (OSError, ValueError, KeyError, TypeError):
             continue  # a file of another layout: its own section still shows it

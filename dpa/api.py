@@ -19,6 +19,7 @@ from dpa.input.adapters import find_source_adapter
 from dpa.input.sources import normalize_source
 from dpa.result import Result, Stats
 from dpa.runtime.local import run_local
+from dpa.runtime.ray.quiet import quiet_ray_data_reads
 
 logger = logging.getLogger(__name__)
 
@@ -57,8 +58,8 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
 
     Args:
         source: A ``pyarrow.Table``, ``pandas.DataFrame``, ``ray.data.Dataset``, Spark
-            DataFrame (returns a Spark DataFrame; see :mod:`spark_bridge`) or an iterable
-            of records (dicts, tuples or scalars).
+            DataFrame (through :mod:`spark_bridge`; :meth:`Result.to_spark` gives the result
+            as a Spark DataFrame) or an iterable of records (dicts, tuples or scalars).
         key: A column/field name, a list of names (composite key), an int (tuple field)
             or a callable ``record -> key``. May be omitted for scalar records.
         reducer: A :class:`dpa.Reducer`, e.g. ``dpa.Count()`` (the default), or a list of
@@ -81,7 +82,7 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
             (:meth:`JobConfig.with_options`). An unknown name is a :class:`ConfigError`.
 
     Returns:
-        A :class:`Result` (a Spark DataFrame for Spark input).
+        A :class:`Result`, whatever the input.
 
     Raises:
         ConfigError, SchemaError, KeyEncodingError: bad input, before any actor starts.
@@ -109,6 +110,13 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
     if not isinstance(reducer, Reducer):
         raise ConfigError(f"reducer must be a dpa.Reducer such as dpa.Count(), {what_it_is(reducer)}")
 
+    with quiet_ray_data_reads(source):  # reading a ray.data.Dataset prints nothing
+        return _run_source(source, key, reducer, map_fn, config, progress)
+
+
+def _run_source(source: Any, key: Any, reducer: Reducer, map_fn: Any, config: JobConfig,
+                progress: Callable[[int, int | None], None] | None) -> Result:
+    """:func:`run` for a source dpa reads itself, its arguments checked and resolved."""
     src = normalize_source(source, config.batch_size, config.num_mappers)
     if src.ray_dataset is not None and config.runtime == "local":
         raise ConfigError("a ray.data.Dataset or ArrowRefs source needs runtime='ray'")
@@ -117,7 +125,9 @@ def run(source: Any, key: Any = None, reducer: Reducer | None = None, map_fn: An
     empty = make_state(inner, plan.key_cols, plan.record_kind).empty_result(empty_input_table(plan).schema)
 
     report = None if progress is None else _progress_reporter(progress, src.num_rows if map_fn is None else None)
-    if config.runtime == "local":
+    if config.runtime == "local" or src.num_rows == 0:
+        # An input known to be empty has nothing for actors to do: its (empty) result is
+        # computed in-process, without starting Ray.
         try:
             out: RunOutput = run_local(plan, blocks if blocks is not None else iter(()), progress=report)
         except (ConfigError, SchemaError, KeyEncodingError, JobFailedError):

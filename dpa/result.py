@@ -150,7 +150,8 @@ class Result:
     runtime the per-reducer parts stay in the object store (:attr:`arrow_refs`) until
     asked for, so :meth:`to_ray_dataset` and the Spark bridge hand them on without
     collecting on the driver; :meth:`to_arrow`, :meth:`to_pandas` and :meth:`to_dict`
-    gather them.
+    gather them. The result of a Spark DataFrame's job (``dpa.run(spark_df, ...)``) also
+    holds the result as a Spark DataFrame: :meth:`to_spark`.
     """
 
     def __init__(self, tables: list[pa.Table] | None, empty: pa.Table, key_cols: list[str],
@@ -170,6 +171,7 @@ class Result:
         self._dataset: Any = None
         # Key columns whose input type the job decoded (dictionaries): cast back in to_arrow.
         self._key_types = dict(key_types or {})
+        self._spark_frame: Any = None
 
     @property
     def schema(self) -> pa.Schema:
@@ -205,6 +207,22 @@ class Result:
             else:
                 self._dataset = tables_dataset(list(self._tables or []), self._empty)
         return self._dataset
+
+    def to_spark(self) -> Any:
+        """The result as a ``pyspark.sql.DataFrame``, for a job whose input was a Spark
+        DataFrame (the key columns keep their Spark types; see :mod:`spark_bridge`).
+
+        Raises:
+            ConfigError: The input was not a Spark DataFrame.
+        """
+        if self._spark_frame is None:
+            raise ConfigError("to_spark() needs a job whose input was a Spark DataFrame; for this result use "
+                              "spark.createDataFrame(result.to_pandas()) or result.to_arrow()")
+        return self._spark_frame
+
+    def set_spark_frame(self, frame: Any) -> None:
+        """Attaches the Spark DataFrame :meth:`to_spark` returns (set by :mod:`spark_bridge`)."""
+        self._spark_frame = frame
 
     def to_pandas(self) -> Any:
         """The result as a ``pandas.DataFrame``."""

@@ -13,9 +13,11 @@ def is_spark_dataframe(obj: Any) -> bool:
 
 
 def _run(source: Any, **kwargs: Any) -> Any:
-    from spark_bridge.bridge import run
+    """``dpa.run(spark_df, ...)``: the :class:`dpa.Result`, whose ``to_spark()`` is the
+    Spark DataFrame :func:`spark_bridge.run` returns."""
+    from spark_bridge.bridge import run_with_result
 
-    return run(source, **kwargs)
+    return run_with_result(source, **kwargs)[1]
 
 
 def register() -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from dpa.errors import ConfigError
 
 from .convert import release_spark_dataset, spark_to_arrow_refs, validate_columns
+from .failures import spark_errors
 from .partials import native_partials
 from .paths import choose_path
 from .pushdown import parquet_scan
@@ -207,7 +208,19 @@ def run_with_result(
         dpa.errors.SchemaError: A key or input column is missing (lists available columns).
         dpa.errors.ConfigError: Bad ``key`` or reducer description; ``pushdown=True`` for
             a DataFrame that is not a plain parquet scan.
+        dpa.errors.JobFailedError: A Spark task failed while computing ``df`` (the message
+            names what it raised; :mod:`spark_bridge.failures`), or the dpa job failed.
     """
+    with spark_errors():
+        out, result = _run_with_result(df, key, reducer, map_fn, config, precombine, pushdown, path, staging_dir)
+    result.set_spark_frame(out)
+    return out, result
+
+
+def _run_with_result(df: DataFrame, key: str | Sequence[str], reducer: Any, map_fn: Callable[..., Any] | None,
+                     config: Any, precombine: bool | str | None, pushdown: bool | None, path: str | None,
+                     staging_dir: str | None) -> tuple[DataFrame, Any]:
+    """:func:`run_with_result`'s work, its Spark failures not yet translated."""
     key_columns = _key_columns(key)
     if isinstance(reducer, (list, tuple)):  # several aggregates in one pass
         from dpa.aggregates.composite import combine

@@ -4,23 +4,34 @@ Left to themselves, the three JVMs of Spark on Ray talk on the console: the driv
 Spark's default log4j2 profile (``WARN Utils`` hostname lines, ``WARN NativeCodeLoader``,
 "Setting default log level"), RayDP's app-master JVM is pointed at a ``log4j2.xml`` that is
 not on its class path (``ERROR StatusConsoleListener Reconfiguration failed``), and the Ray
-core worker inside the app master logs its start at INFO (``gcs_client.cc`` lines).
+core worker inside every JVM logs its start at INFO (``gcs_client.cc`` lines) before it reads
+any log level, and the Ray Java runtime inside the driver JVM replaces the driver's log4j2
+configuration with its own (everything at INFO on stdout, so a failed task prints
+``WARN TaskSetManager`` and its Java stack trace on the console).
 
 :func:`log4j2_file` writes one log4j2 properties file per level, which
 :class:`spark_bridge.SparkConfig` hands to every JVM (``spark.log4j.config.file.name``,
 ``spark.ray.log4j.config.file.name`` and the executors' ``-Dlog4j2.configurationFile``), and
 :func:`quiet_jvm_start` keeps what the JVMs print outside log4j (the Ray core worker's
-start-up lines) off the console.
+start-up lines) off the console. :func:`reapply_log4j2` puts the configuration back in the
+driver JVM once Ray's runtime has replaced it, and :func:`drop_jvm_start_lines` keeps the
+start-up lines of the JVMs Ray starts (the executor actors, whose stderr Ray forwards to the
+driver as ``(raylet)`` lines) off the console.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import re
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
 
 #: Levels :class:`spark_bridge.SparkConfig` accepts for ``log_level`` (log4j2's names).
 LOG_LEVELS = ("ERROR", "WARN", "INFO", "DEBUG")
@@ -106,3 +117,75 @@ def quiet_jvm_start(level: str) -> Iterator[Path | None]:
         os.close(saved)
         if set_env:
             os.environ.pop("RAY_BACKEND_LOG_LEVEL", None)
+
+
+#: Lines the Ray core worker inside a JVM logs at INFO before it has read any log level: they
+#: say nothing a user can act on.
+JVM_START_LINES = re.compile(r"gcs_client\.cc:\d+: GcsClient has no Cluster ID set")
+
+_FILTER_NAME = "ray_print_logs"
+
+
+def _without_start_lines(handler: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    def handle(batch: dict[str, Any]) -> None:
+        lines = batch.get("lines") or []
+        kept = [line for line in lines if not JVM_START_LINES.search(line)]
+        if len(kept) != len(lines):
+            if not kept:
+                return
+            batch = {**batch, "lines": kept}
+        handler(batch)
+
+    handle.dpa_filters_jvm_start = True  # type: ignore[attr-defined]
+    return handle
+
+
+def drop_jvm_start_lines() -> bool:
+    """Keeps the Ray core worker's start-up lines of Spark's JVMs (:data:`JVM_START_LINES`)
+    off the driver's console, every other forwarded line unchanged.
+
+    The executor actors are JVMs that the raylet starts: their stderr goes to the raylet's
+    error log, which Ray forwards to every driver (``(raylet) ... gcs_client.cc:96: GcsClient
+    has no Cluster ID set``), and so does RayDP's master actor for the app-master JVM it
+    starts. This wraps the handler with which Ray prints forwarded lines on this driver
+    (``log_to_driver``); it stays until Ray shuts down. Nothing to do when the driver prints
+    no forwarded lines.
+
+    Returns:
+        Whether Ray's printing handler was found (and is now filtered).
+    """
+    try:
+        from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+    except ImportError:  # another Ray layout: the lines stay, nothing breaks
+        return False
+    found = False
+    with dispatcher._lock:
+        for index, (name, handler) in enumerate(dispatcher.handlers):
+            if name == _FILTER_NAME:
+                found = True
+                if not getattr(handler, "dpa_filters_jvm_start", False):
+                    dispatcher.handlers[index] = (name, _without_start_lines(handler))
+    return found
+
+
+def reapply_log4j2(spark: Any, config_uri: str) -> None:
+    """Points the driver JVM's log4j2 back at ``config_uri``.
+
+    The Ray Java runtime that RayDP starts inside the driver JVM replaces its log4j2
+    configuration with one of its own (root logger at INFO, on stdout); Spark then lowers
+    the root to WARN, and a failed task prints ``WARN TaskSetManager`` with its Java stack
+    trace on the caller's stdout. Reconfiguring from the file the session was given restores
+    its level and destination (stderr).
+
+    Args:
+        spark: The SparkSession (its driver JVM is reached through py4j).
+        config_uri: The log4j2 file the session's JVMs were given.
+    """
+    if "://" not in config_uri and not config_uri.startswith("file:"):
+        config_uri = Path(config_uri).resolve().as_uri()  # a plain path, as a user may give it
+    try:
+        jvm = spark.sparkContext._jvm
+        context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
+        context.setConfigLocation(jvm.java.net.URI(config_uri))
+    except Exception as exc:  # noqa: BLE001 - a louder console is no reason to fail the session
+        logger.warning("could not reconfigure the Spark driver's logging from %s: %s", config_uri, exc)

@@ -36,7 +36,15 @@ from spark_bridge.java import (  # re-exported: part of this module's API
     java_version,
     parse_java_version,
 )
-from spark_bridge.logs import LOG_LEVELS, java_option, log4j2_file, quiet_jvm_start
+from spark_bridge.logs import (
+    LOG_LEVELS,
+    drop_jvm_start_lines,
+    java_option,
+    log4j2_file,
+    quiet_jvm_start,
+    reapply_log4j2,
+)
+from spark_bridge.security import local_ray, loopback_conf
 
 logger = logging.getLogger(__name__)
 
@@ -254,8 +262,12 @@ class SparkConfig:
             if isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or cpus < 0:
                 raise ValueError(f"executor_actor_cpus must be a number >= 0, got {cpus!r}")
 
-    def spark_conf(self) -> dict[str, str]:
+    def spark_conf(self, loopback: bool = False) -> dict[str, str]:
         """Return the ``configs`` dict handed to :func:`raydp.init_spark`.
+
+        Args:
+            loopback: Every JVM binds to ``127.0.0.1`` (a single-node Ray this process
+                started; :func:`spark_bridge.security.loopback_conf`).
 
         Returns:
             dpa defaults, overridden by ``extra_conf``, with Java 17 options merged in.
@@ -276,9 +288,15 @@ class SparkConfig:
         log_file = log4j2_file(self.log_level).as_uri()
         conf["spark.log4j.config.file.name"] = log_file
         conf["spark.ray.log4j.config.file.name"] = log_file
+        placement = loopback_conf(self.extra_conf) if loopback else {}
+        actor_options = placement.pop("java_options", "")
+        conf.update(placement)
         conf.update(self.extra_conf)
         for key in JAVA_OPTION_KEYS:  # the user's options last: they win
-            conf[key] = merge_java_options(conf.get(key), f"{JAVA17_OPTIONS} {java_option(self.log_level)}")
+            required = f"{JAVA17_OPTIONS} {java_option(self.log_level)}"
+            if key != "spark.driver.extraJavaOptions":
+                required = f"{required} {actor_options}"
+            conf[key] = merge_java_options(conf.get(key), required)
         return conf
 
 
@@ -389,6 +407,9 @@ def get_or_create_spark(config: SparkConfig | None = None) -> SparkSession:
         config.executor_cores,
         config.executor_memory,
     )
+    if config.log_level == "ERROR":
+        drop_jvm_start_lines()
+    conf = config.spark_conf(loopback=local_ray())
     try:
         with quiet_jvm_start(config.log_level) as jvm_log:
             if jvm_log is not None:
@@ -398,8 +419,9 @@ def get_or_create_spark(config: SparkConfig | None = None) -> SparkSession:
                 num_executors=int(config.num_executors),
                 executor_cores=int(config.executor_cores),
                 executor_memory=config.executor_memory,
-                configs=config.spark_conf(),
+                configs=conf,
             )
+        reapply_log4j2(spark, conf["spark.log4j.config.file.name"])
     except BaseException:
         _shutdown_driver_gateway()
         if _state["ray"] and not started_ray_before:

@@ -3,7 +3,8 @@
 ``dpa`` knows Arrow, pandas, Ray Datasets, parquet files and iterables. Packages built on
 top of it (``spark_bridge`` for Spark DataFrames) plug in an adapter: a predicate that
 recognises their source type and a ``run`` that takes ``dpa.run``'s arguments and returns
-the result in the source's own terms (a Spark DataFrame for a Spark DataFrame). Adapters
+a :class:`dpa.Result`, like ``dpa.run`` for every other input (``spark_bridge``'s also
+carries the result as a Spark DataFrame: ``Result.to_spark()``). Adapters
 are registered with :func:`register_source_adapter`, or advertised through the
 ``dpa.sources`` entry point group (a callable that registers them), which is loaded the
 first time ``dpa.run`` meets a source no registered adapter takes. ``dpa`` itself imports
@@ -31,7 +32,7 @@ class SourceAdapter:
     Attributes:
         name: Short name (e.g. ``"spark"``).
         matches: ``matches(source) -> bool``; must be cheap and must not import heavy modules.
-        run: ``run(source, key=..., reducer=..., map_fn=..., config=...)`` -> the result.
+        run: ``run(source, key=..., reducer=..., map_fn=..., config=...)`` -> a :class:`dpa.Result`.
     """
 
     name: str

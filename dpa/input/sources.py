@@ -468,6 +468,24 @@ def _tables(it: Iterator[Any]) -> Iterator[Any]:
         yield item[0]
 
 
+def pandas_table(frame: Any) -> pa.Table:
+    """``frame`` (a ``pandas.DataFrame``) as Arrow, its index left out.
+
+    pyarrow types an ``object`` column by its values, so an empty frame's string columns
+    would come out as ``null``: they are typed ``string`` instead (what ``object`` columns
+    hold, and what the same frame with rows gives), so that a result keyed by one keeps
+    its key type.
+    """
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    if table.num_rows:
+        return table
+    for index, column in enumerate(table.schema):
+        if (pa.types.is_null(column.type) and list(frame.columns).count(column.name) == 1
+                and frame[column.name].dtype == object):
+            table = table.set_column(index, column.with_type(pa.string()), pa.array([], pa.string()))
+    return table
+
+
 def normalize_source(source: Any, batch_size: int | None, num_mappers: int = 1) -> Source:
     """Wraps any supported input as a :class:`Source`.
 
@@ -483,7 +501,7 @@ def normalize_source(source: Any, batch_size: int | None, num_mappers: int = 1) 
         import pandas as pd
 
         if isinstance(source, pd.DataFrame):
-            source = pa.Table.from_pandas(source, preserve_index=False)
+            source = pandas_table(source)
     except ImportError:  # pragma: no cover
         pass
     if isinstance(source, pa.Table):

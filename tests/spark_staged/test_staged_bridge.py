@@ -73,8 +73,9 @@ def test_dpa_run_takes_the_dataframe_too(spark):
     from pyspark.sql import functions as F
 
     df = skewed_frame(spark)
-    out = dpa.run(df, key="k", reducer=dpa.Max("y"))
-    assert_same_rows(out, df.groupBy("k").agg(F.max("y").alias("max")))
+    res = dpa.run(df, key="k", reducer=dpa.Max("y"))
+    assert isinstance(res, dpa.Result) and res.stats.extra["spark_path"] == "staged"
+    assert_same_rows(res.to_spark(), df.groupBy("k").agg(F.max("y").alias("max")))
 
 
 def test_apply_in_pandas_equals_spark_apply_in_pandas(spark):

@@ -151,9 +151,13 @@ def test_vectorised_map_fn_word_count(spark):
 
 
 def test_dpa_run_accepts_a_spark_dataframe(spark, skewed):
-    out = dpa.run(skewed, key="k", reducer=dpa.Count())
+    res = dpa.run(skewed, key="k", reducer=dpa.Count())
+    assert isinstance(res, dpa.Result) and res.stats.extra["spark_path"] == "raydp"
+    out = res.to_spark()
     assert type(out).__name__ == "DataFrame"
-    assert rows_equal(out.collect(), skewed.groupBy("k").count().collect(), ["count"])
+    expected = skewed.groupBy("k").count().collect()
+    assert rows_equal(out.collect(), expected, ["count"])
+    assert res.to_dict() == {r["k"]: r["count"] for r in expected}
 
 
 LARGER_THAN_STORE = textwrap.dedent(

@@ -46,3 +46,50 @@ def test_the_jvms_stderr_goes_to_a_file_only_while_they_start(capfd):
     assert "from a child JVM" in path.read_text()
     with quiet_jvm_start("WARN") as path:
         assert path is None
+
+
+def test_the_jvm_start_lines_are_dropped_from_what_ray_forwards_and_the_rest_kept():
+    from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+
+    from spark_bridge.logs import drop_jvm_start_lines
+
+    printed = []
+    saved = dispatcher.handlers
+    dispatcher.handlers = [("ray_print_logs", printed.append)]  # Ray's own handler, if any, is put back below
+    try:
+        assert drop_jvm_start_lines() and drop_jvm_start_lines()  # idempotent: wrapped once
+        start = "[2026-01-01 10:00:00,000 I 5450 5468] gcs_client.cc:96: GcsClient has no Cluster ID set, and won't fetch"
+        dispatcher.emit({"pid": "raylet", "lines": [start], "is_err": True})
+        dispatcher.emit({"pid": 7, "lines": [start, "a user's print"], "is_err": False})
+        assert [batch["lines"] for batch in printed] == [["a user's print"]]
+    finally:
+        dispatcher.handlers = saved
+
+
+def test_the_driver_jvm_is_pointed_back_at_the_session_s_file():
+    from spark_bridge.logs import reapply_log4j2
+
+    calls = []
+
+    class Context:
+        def setConfigLocation(self, uri):  # noqa: N802 - log4j2's name
+            calls.append(uri)
+
+    class JVM:
+        class org:  # noqa: N801
+            class apache:  # noqa: N801
+                class logging:  # noqa: N801
+                    class log4j:  # noqa: N801
+                        class LogManager:  # noqa: N801
+                            @staticmethod
+                            def getContext(current):  # noqa: N802
+                                return Context()
+
+        class java:  # noqa: N801
+            class net:  # noqa: N801
+                URI = str
+
+    spark = type("Spark", (), {"sparkContext": type("SC", (), {"_jvm": JVM})()})()
+    reapply_log4j2(spark, "/etc/mine.properties")
+    reapply_log4j2(spark, "file:///tmp/x.properties")
+    assert calls == ["file:///etc/mine.properties", "file:///tmp/x.properties"]

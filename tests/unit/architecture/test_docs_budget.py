@@ -26,6 +26,13 @@ HISTORY_PATTERNS: tuple[tuple[str, str], ...] = (
     ("a scratch script", r"(/tmp|scratch|throwaway) (script|build)"),
     ("a commit hash in backticks", rf"`{_HEX}`"),
     ("a commit hash", rf"\b(commits?|on|since|from|before|after|at) {_HEX}\b"),
+    ("a period of the machine", r"\bin (a |the )?(slower|faster|slow|fast|busier|quieter|quiet|busy) periods?\b"
+                                r"|\b(slower|faster|busier|quieter) periods?\b"),
+    ("a target missed by", r"\bmissed (in [\w ]+ )?by \d"),
+    ("work left for later", r"^#+\s*not done\b|\bnot done\.|\bnone of these is done\b"),
+    ("a load average beside a figure", r"\bload averages? (of |~|around |about |up to )?\d"
+                                       r"|\b(at|under|with) (a )?load (of |~)?\d"),
+    ("'now/previously' in prose", r"\b(previously|formerly|used to be|no longer does)\b"),
 )
 
 
@@ -81,6 +88,15 @@ def test_no_tracked_file_names_development_history():
     "the commit before (`4bf30e9`) was slower",
     "re-measured on 83dd8e4",
     "unlike the previous session",
+    "in slower periods the runs measured 1.31x",
+    "missed in slow periods by 0.01, 0.01 and 0.05",
+    "Not done. Putting the coordinator in a host would save a process",
+    "## Not done",
+    "measured at load 130 to 220",
+    "a 1-minute load average of 130 to 220",
+    "(1-minute load average 0.9 to 2.6 while it ran)",
+    "mean of 3 runs (load average ~10)",
+    "this path previously copied the table",
 ])
 def test_the_patterns_catch_history(text):
     assert history_lines(text)
@@ -92,6 +108,12 @@ def test_the_patterns_catch_history(text):
     "murmur3 of b'abc' is 0xb3dd93fa",
     "keys it no longer owns go on to their owners",
     "run `python -m benchmarks.docs` after a benchmark",
+    "the reducer with the most load takes the next key",
+    "a reducer's queue reports every 50 ms (`report_interval_s`)",
+    "the page leaves out the figures of a busy machine",
+    "KG top load 82.7%, PKG top two 40.5%",
+    "if not done:",
+    "a load balancer moves keys between reducers",
 ])
 def test_the_patterns_leave_the_product_alone(text):
     assert not history_lines(text)

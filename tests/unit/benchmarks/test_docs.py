@@ -25,7 +25,8 @@ def test_every_results_file_gets_a_section_known_or_not(tmp_path):
     page = docs.render(tmp_path)
     assert "## Throughput: a cheap Count of 10M Zipf records" in page
     assert "`python -m benchmarks.throughput --reps 3`" in page  # --out and the interpreter's path dropped
-    assert "2 CPUs; load average 1.5 when the figures were written" in page
+    assert "2 CPUs; python 3.11.7; measured 2026-01-01T00:00:00" in page
+    assert "load" not in page.lower().replace("download", "")  # the run's condition, not a figure
     assert "| dpa | default | 0.2 | 0.2, 0.25, 0.19 |" in page
     assert "## unregistered" in page and "No description registered for `unregistered`" in page
     assert "| ray data | 1.25 |" in page
@@ -36,6 +37,18 @@ def test_every_results_file_gets_a_section_known_or_not(tmp_path):
     assert "| cheap Count of 10M Zipf records | 0.2 s (0.19–0.25) | Spark local[2] | 1 s | 5.00x | `throughput` |" in page
     # registered benchmarks first, the others by name
     assert page.index("## Throughput") < page.index("## Spark end to end") < page.index("## unregistered")
+
+
+def test_a_run_on_a_busy_machine_shows_its_command_but_not_its_figures(tmp_path):
+    write(tmp_path, "throughput", {
+        "env": {"cpus": 2, "load_avg_1m": 160.0}, "command": "python -m benchmarks.throughput --reps 3",
+        "results": [{"engine": "dpa", "config": "default", "median_s": 8.5}]})
+    write(tmp_path, "hashing", {"env": {"cpus": 2, "load_avg_1m": 7.9}, "results": [{"key type": "int64", "ms": 1.0}]})
+    page = docs.render(tmp_path)
+    assert "`python -m benchmarks.throughput --reps 3`" in page and "8.5" not in page
+    assert "not shown: the machine was busy" in page
+    assert "## Against the peers" not in page  # a busy run gives no headline either
+    assert "| int64 | 1 |" in page  # 7.9 on 2 CPUs is below the threshold
 
 
 def test_check_tells_whether_the_page_is_current(tmp_path):
