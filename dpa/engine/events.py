@@ -60,7 +60,8 @@ class StepPaid:
 
 @dataclass(frozen=True)
 class ReportDue:
-    """A report is due whatever changed (the reporter's timer)."""
+    """A tick of the reducer's report clock (the :class:`~dpa.engine.instructions.ReportAt`
+    it asked for, or a runtime's periodic tick): it sends what is due."""
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from dpa.runtime.ray.member import ActorFailure, JobMember, quiet_method, ready
 from dpa.runtime.ray.outbox import post
 from dpa.runtime.ray.pacing import SleepPacer
 from dpa.runtime.ray.telemetry import ReducerTelemetry
+from dpa.runtime.ray.wakes import wake_at
 
 
 class ReducerActor(JobMember):
@@ -104,6 +105,8 @@ class ReducerActor(JobMember):
                 self._answer(ins.request_id, ins.value)
             elif isinstance(ins, op.FetchSnapshot):
                 asyncio.ensure_future(self._fetch_snapshot(self.job_id))
+            elif isinstance(ins, op.ReportAt):
+                wake_at(ins.at, self._waker(self.job_id))
             else:
                 raise TypeError(f"the Ray reducer cannot carry out {ins!r}")
         if len(self.inflight) > 64:
@@ -170,39 +173,39 @@ class ReducerActor(JobMember):
         if self._serving(job_id):
             self._feed(ev.InputMapped())
 
-    async def _reporter(self, job_id: str) -> None:
-        while self._serving(job_id) and not self.machine.finished:
-            await asyncio.sleep(self.plan.report_interval_s)
-            if self._serving(job_id):
+    def _waker(self, job_id: str) -> Any:
+        """The callback of a :class:`~dpa.engine.instructions.ReportAt`: the tick, if this
+        reducer still serves the job (the machine decides what the tick sends)."""
+        machine = self.machine
+
+        def wake() -> None:
+            if self._serving(job_id) and self.machine is machine:
                 self._feed(ev.ReportDue())
+        return wake
 
     # -- the loop: steps ------------------------------------------------------------
     async def serve(self, job_id: str) -> dict[str, int]:
         if not self._serving(job_id):
             return {}
         self.task = asyncio.current_task()
-        reporter = asyncio.ensure_future(self._reporter(job_id))
         pacer = SleepPacer()  # (the job's sleeps add up to its costs: see dpa.runtime.ray.pacing)
-        try:
-            self._feed(ev.ReducerStarted())
-            while True:
-                step = await self.steps.get()
-                if step is None or isinstance(step, op.Finished):
-                    break
-                if step.cost_s > 0:
-                    if step.mode == "sleep":
-                        await pacer.pay(step.cost_s)
-                    else:
-                        end = time.perf_counter() + step.cost_s
-                        while time.perf_counter() < end:
-                            pass
-                try:
-                    self._feed(ev.StepPaid())
-                except Exception as exc:
-                    raise ActorFailure(self.name, exc, self.machine.current_key) from exc
-                await asyncio.sleep(0)
-        finally:
-            reporter.cancel()
+        self._feed(ev.ReducerStarted())
+        while True:
+            step = await self.steps.get()
+            if step is None or isinstance(step, op.Finished):
+                break
+            if step.cost_s > 0:
+                if step.mode == "sleep":
+                    await pacer.pay(step.cost_s)
+                else:
+                    end = time.perf_counter() + step.cost_s
+                    while time.perf_counter() < end:
+                        pass
+            try:
+                self._feed(ev.StepPaid())
+            except Exception as exc:
+                raise ActorFailure(self.name, exc, self.machine.current_key) from exc
+            await asyncio.sleep(0)
         if step is None:  # aborted
             return {}
         if self.inflight:
