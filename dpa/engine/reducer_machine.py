@@ -358,7 +358,7 @@ class ReducerMachine(Machine):
         slots = list(range(self.plan.num_reducers)) if event.slots is None else list(event.slots)
         out: list[Any] = []
         for dest, part in zip(slots, self.logic.partition_state(len(slots))):
-            if part is None:
+            if part is None or not len(part):  # (a peer gets only the keys it merges: none, no message)
                 continue
             if dest == self.logic.reducer_id:
                 self.logic.merge_partial(part)

@@ -91,6 +91,12 @@ class MemberHost:
         ``(role, method, args)``, a member's method, or this host's own for role None."""
         await run_batch(self, calls)
 
+    @quiet_method
+    async def call_all(self, calls: list[tuple[str | None, str, tuple]]) -> None:
+        """Runs calls sent together (:func:`~dpa.runtime.ray.outbox.send_together`), in
+        order; returns once all have run, raising the first error if any did."""
+        await run_batch(self, calls, strict=True)
+
     async def _invoke(self, role: str, method: str, args: tuple) -> Any:
         member = self.members[role]
         # The class's method, as Ray would call it (a member's attribute may share its name:
