@@ -29,11 +29,12 @@ def reference(table: pa.Table) -> dict[int, tuple[int, int]]:
 
 def test_64_logical_reducers_are_exact_with_the_defaults_but_the_width():
     table = skewed(64 * 40)
-    res = dpa.run(table, key="k", reducer=dpa.WithCost([dpa.Count(), dpa.Sum("v")], 1e-3), num_reducers=64)
+    res = dpa.run(table, key="k", reducer=dpa.WithCost(dpa.Sum("v"), 1e-3), num_reducers=64)
     out = res.to_arrow()
-    got = {int(k): (int(n), int(s)) for k, n, s in zip(*(out.column(i).to_pylist() for i in range(3)))}
-    assert got == reference(table)
+    got = dict(zip(out.column("k").to_pylist(), out.column(1).to_pylist()))
+    assert got == {k: s for k, (_, s) in reference(table).items()}
     assert len(res.stats.processed) == 64 and sum(res.stats.processed) == table.num_rows
+    assert res.stats.merged_keys > 0  # (the hot key was split: the final merge went through the hosts)
     assert sum(1 for p in res.stats.processed if p) > 32  # (the records went over the reducers)
 
 
