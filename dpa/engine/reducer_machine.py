@@ -277,8 +277,7 @@ class ReducerMachine(Machine):
         if self.finished:
             return []
         now = self.clock()
-        if self.wake is not None and self.wake <= now:
-            self.wake = None
+        self.wake = None  # (this is the tick asked for, or a runtime's own: ask again if need be)
         out: list[Any] = [self._report_now(now)] if self._worth_reporting() and self._changed() else []
         out += self._progress(now)
         if self.logic.processed != self.last_progress_value:

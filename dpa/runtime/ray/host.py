@@ -21,6 +21,7 @@ makes its co-hosted members unresponsive too; the repair kills the host and repl
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import threading
@@ -96,6 +97,14 @@ class MemberHost:
         """Runs calls sent together (:func:`~dpa.runtime.ray.outbox.send_together`), in
         order; returns once all have run, raising the first error if any did."""
         await run_batch(self, calls, strict=True)
+
+    async def call_gather(self, calls: list[tuple[str | None, str, tuple]]) -> list[Any]:
+        """Runs calls sent together (:func:`~dpa.runtime.ray.outbox.call_per_process`) at
+        once, as separate calls would run; returns their results in order (the first error
+        raises once all are done)."""
+        return list(await asyncio.gather(*[self._invoke(role, method, args) if role is not None
+                                           else getattr(type(self), method)(self, *args)
+                                           for role, method, args in calls]))
 
     async def _invoke(self, role: str, method: str, args: tuple) -> Any:
         member = self.members[role]

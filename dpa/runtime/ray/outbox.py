@@ -119,6 +119,28 @@ def send_together(calls: list[tuple[Any, str, tuple]]) -> list[Any]:
     return refs
 
 
+async def call_per_process(calls: list[tuple[Any, str, tuple]]) -> list[Any]:
+    """Runs ``(target, method, args)`` calls, one Ray call per destination process whose
+    calls run concurrently there (:meth:`~dpa.runtime.ray.host.MemberHost.call_gather`);
+    returns their results in the order of ``calls`` (the first error raises, as
+    ``asyncio.gather`` of one call each would). For the coordinator's fan-outs to every
+    reducer (stop, the final merge, finalize): ``hosts`` calls instead of ``W``."""
+    flush()
+    by_process: dict[str, tuple[Any, list[int], list[tuple[str | None, str, tuple]]]] = {}
+    for i, (target, method, args) in enumerate(calls):
+        handle, role, key = route(target)
+        entry = by_process.setdefault(key, (handle, [], []))
+        entry[1].append(i)
+        entry[2].append((role, method, args))
+    groups = list(by_process.values())
+    answers = await asyncio.gather(*[handle.call_gather.remote(batch) for handle, _, batch in groups])
+    out: list[Any] = [None] * len(calls)
+    for (_, places, _), results in zip(groups, answers):
+        for i, result in zip(places, results):
+            out[i] = result
+    return out
+
+
 def flush() -> None:
     """Sends the calls posted so far (before a direct call, to keep the process's order)."""
     if _OUTBOX.pending:
