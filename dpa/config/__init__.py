@@ -23,10 +23,10 @@ from dpa.config.groups import (
     ShapeConfig,
 )
 from dpa.config.job import JobConfig, known_fields
-from dpa.config.width import LOCAL_DEFAULT_WIDTH, MAX_DEFAULT_WIDTH, available_cpus, default_width
+from dpa.config.width import LOCAL_DEFAULT_WIDTH, available_cpus, default_width
 
 __all__ = [
-    "DEFAULT_POLICY", "FLAT_FIELDS", "GROUPS", "LOCAL_DEFAULT_WIDTH", "MAX_DEFAULT_WIDTH", "MIGRATE_MODES",
+    "DEFAULT_POLICY", "FLAT_FIELDS", "GROUPS", "LOCAL_DEFAULT_WIDTH", "MIGRATE_MODES",
     "BalanceConfig", "DefaultPolicyName", "FlowConfig", "JobConfig", "RecoveryConfig", "SemanticsConfig",
     "ShapeConfig", "available_cpus", "default_width", "known_fields",
 ]

@@ -9,8 +9,6 @@ import sys
 
 logger = logging.getLogger(__name__)
 
-#: Widest default job: the default shape never starts more mappers (or reducers) than this.
-MAX_DEFAULT_WIDTH = 16
 #: The local runtime's default shape (virtual time: no processes, so not tied to the machine).
 LOCAL_DEFAULT_WIDTH = 4
 
@@ -35,8 +33,9 @@ def available_cpus() -> int:
 
 def default_width(runtime: str) -> int:
     """Mappers (and reducers) of a job that leaves them unset: one per available CPU
-    (:func:`available_cpus`), at most :data:`MAX_DEFAULT_WIDTH`; the local runtime's
+    (:func:`available_cpus`), however many (a 64-CPU cluster runs 64 reducers, in one host
+    process per CPU: :func:`dpa.runtime.ray.host.default_width`); the local runtime's
     simulation uses :data:`LOCAL_DEFAULT_WIDTH` on every machine."""
     if runtime == "local":
         return LOCAL_DEFAULT_WIDTH
-    return min(MAX_DEFAULT_WIDTH, available_cpus())
+    return available_cpus()

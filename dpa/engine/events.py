@@ -66,7 +66,8 @@ class StepPaid(Event):
 
 @dataclass(frozen=True)
 class ReportDue(Event):
-    """A report is due whatever changed (the reporter's timer)."""
+    """A tick of the reducer's report clock (the :class:`~dpa.engine.instructions.ReportAt`
+    it asked for, or a runtime's periodic tick): it sends what is due."""
 
 
 @dataclass(frozen=True)

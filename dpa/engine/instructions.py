@@ -136,6 +136,16 @@ class Report(Instruction):
 
 
 @dataclass(frozen=True)
+class ReportAt(Instruction):
+    """Reducer -> its runtime: feed it :class:`~dpa.engine.events.ReportDue` at clock time
+    ``at`` (the reducer's clock; a tick of its report clock, shared by every reducer of
+    the process, so that what they report at one tick can leave the process as one
+    message). Asked once per tick and only when the reducer has something to say."""
+
+    at: float
+
+
+@dataclass(frozen=True)
 class Progress(Instruction):
     """Reducer -> coordinator: the records it has absorbed (its checkpoint's included)."""
 

@@ -68,7 +68,8 @@ class ReducerMachine(Machine):
         self.mapped = False
         self.cut: ev.CutCheckpoint | None = None
         self.last_report = -math.inf
-        self.last_sent: tuple[int, int, int] | None = None
+        self.last_sent: tuple[int, int, bool] | None = None  # (queued, version, backlog known) last reported
+        self.wake: float | None = None  # the ReportAt asked for and not yet come
         self.last_progress = -math.inf
         self.last_progress_value = self.logic.processed  # what the coordinator knows already
 
@@ -189,19 +190,72 @@ class ReducerMachine(Machine):
 
     # -- reports ----------------------------------------------------------------------
     def _report(self, force: bool = False) -> list[Any]:
-        """The queue length for the balancer (at most every ``report_interval_s`` unless
-        ``force``d, never one that repeats the last) and progress for the coordinator."""
-        logic = self.logic
+        """What the balancer and the coordinator hear now, or the wake that tells them later.
+
+        ``force``d (the reducer started, adopted a snapshot or is stopping) the queue goes to
+        the balancer at once unless it repeats the last report. Otherwise nothing is sent
+        here: a report is worth sending only when something the balancer acts on changed
+        (:meth:`_worth_reporting`), and progress only when the processed count did; then
+        the reducer asks to be woken (:class:`~dpa.engine.instructions.ReportAt`) at the next
+        tick of a clock of period ``report_interval_s`` (:meth:`_on_report_due` sends
+        them). Every reducer of a process ticks on the same clock, so what they have to say
+        leaves the process together, and a reducer with nothing new says nothing. The
+        exception is progress once every record is in a queue and this one is empty: it
+        goes at once (termination waits for it).
+        """
         now = self.clock()
         out: list[Any] = []
-        if force or now - self.last_report >= self.plan.report_interval_s:
-            sent = (logic.queued, logic.processed, logic.snapshot.version)
-            if sent != self.last_sent or logic.has_key_stats:
-                self.last_sent, self.last_report = sent, now
-                out.append(op.Report(logic.queued, logic.snapshot.version, logic.take_key_stats(), logic.backlog_s,
-                                  logic.processed, logic.forwarded,
-                                  self.plan.policy.tokens(logic.snapshot, logic.reducer_id)))
-        return out + self._progress(now)
+        if force and self._changed():
+            out.append(self._report_now(now))
+        if self._termination_progress():
+            return out + self._progress(now)
+        if self._worth_reporting() or self.logic.processed != self.last_progress_value:
+            out += self._wake_at(now)
+        return out
+
+    def _report_now(self, now: float) -> op.Report:
+        logic = self.logic
+        self.last_sent, self.last_report = (logic.queued, logic.snapshot.version, logic.backlog_s is not None), now
+        return op.Report(logic.queued, logic.snapshot.version, logic.take_key_stats(), logic.backlog_s,
+                         logic.processed, logic.forwarded, self.plan.policy.tokens(logic.snapshot, logic.reducer_id))
+
+    def _changed(self) -> bool:
+        """Whether a report would differ from the last one sent."""
+        logic = self.logic
+        return (self.last_sent != (logic.queued, logic.snapshot.version, logic.backlog_s is not None)
+                or logic.has_key_stats)
+
+    def _worth_reporting(self) -> bool:
+        """Whether the balancer should hear from this reducer: the first report, a new
+        snapshot version, key arrivals to count, a backlog measured for the first time, an
+        empty queue that filled or a queue that emptied, or a queue that moved by a step's
+        rows or more (the granularity of the reducer's own progress, and below the gap the
+        straggler rule acts on, ``min_gap_s`` being two steps). A queue that stays within
+        a step of what was reported says nothing, however long the reducer is busy."""
+        logic, last = self.logic, self.last_sent
+        if last is None or logic.has_key_stats:
+            return True
+        queued, version, known = last
+        if version != logic.snapshot.version or known != (logic.backlog_s is not None):
+            return True
+        if logic.queued == queued:
+            return False
+        if logic.queued == 0 or queued == 0:
+            return True
+        return abs(logic.queued - queued) >= max(1, logic.step_rows)
+
+    def _wake_at(self, now: float) -> list[Any]:
+        """Asks for :class:`~dpa.engine.events.ReportDue` at the next tick of the report
+        clock (once: a wake asked for and not yet come covers every later change)."""
+        if self.wake is not None and self.wake > now:
+            return []
+        interval = self.plan.report_interval_s
+        self.wake = (math.floor(now / interval) + 1) * interval
+        return [op.ReportAt(self.wake)]
+
+    def _termination_progress(self) -> bool:
+        logic = self.logic
+        return self.mapped and logic.queued == 0 and logic.processed != self.last_progress_value
 
     def _progress(self, now: float) -> list[Any]:
         """The processed count if it changed: at once when the queue is empty after every
@@ -218,12 +272,22 @@ class ReducerMachine(Machine):
 
     @handles(ev.ReportDue)
     def _on_report_due(self, event: ev.ReportDue) -> list[Any]:
-        return [] if self.finished else self._report(force=True)
+        """The report clock's tick: the report and the progress that are due go now;
+        progress held by :data:`PROGRESS_INTERVAL_S` asks for a later tick."""
+        if self.finished:
+            return []
+        now = self.clock()
+        self.wake = None  # (this is the tick asked for, or a runtime's own: ask again if need be)
+        out: list[Any] = [self._report_now(now)] if self._worth_reporting() and self._changed() else []
+        out += self._progress(now)
+        if self.logic.processed != self.last_progress_value:
+            out += self._wake_at(now)
+        return out
 
     @handles(ev.InputMapped)
     def _on_input_mapped(self, event: ev.InputMapped) -> list[Any]:
         self.mapped = True
-        return self._progress(self.clock())
+        return self._report()
 
     # -- forwards and state moves -----------------------------------------------------
     def _sends(self, forwards: list[op.Forward]) -> list[Any]:
@@ -293,7 +357,7 @@ class ReducerMachine(Machine):
         slots = list(range(self.plan.num_reducers)) if event.slots is None else list(event.slots)
         out: list[Any] = []
         for dest, part in zip(slots, self.logic.partition_state(len(slots))):
-            if part is None:
+            if part is None or not len(part):  # (a peer gets only the keys it merges: none, no message)
                 continue
             if dest == self.logic.reducer_id:
                 self.logic.merge_partial(part)

@@ -56,7 +56,7 @@ from dpa.runtime.ray.members import (
     member_starts,
     start_members,
 )
-from dpa.runtime.ray.outbox import post
+from dpa.runtime.ray.outbox import call_per_process, post
 from dpa.runtime.ray.scale_out import ElasticReducers
 from dpa.runtime.ray.telemetry import metric
 
@@ -475,15 +475,15 @@ class Coordinator(PoolMembers, ElasticReducers, CheckpointRounds, MemberHost):
         end: dict[str, Any] = {"applied": None}
         for ins in todo:
             if isinstance(ins, op.StopReducers):
-                await asyncio.gather(*[self.reducers[i].stop.remote(run_id, ins.snapshot, ins.finalize)
-                                       for i in ins.slots])
+                await call_per_process([(self.reducers[i], "stop", (run_id, ins.snapshot, ins.finalize))
+                                        for i in ins.slots])
                 end["counters"] = await asyncio.gather(*[t for t, name in tasks.items() if "reducer" in name])
             elif isinstance(ins, op.FailJob):
                 raise ins.error
             elif isinstance(ins, op.InputProgress):
                 metric("dpa_job_progress").set(ins.fraction, tags=self.job_tags)
             elif isinstance(ins, op.FinalMerge):
-                await asyncio.gather(*[self.reducers[i].exchange.remote(run_id, list(ins.slots)) for i in ins.slots])
+                await call_per_process([(self.reducers[i], "exchange", (run_id, list(ins.slots))) for i in ins.slots])
             elif isinstance(ins, op.ApplyGroups):
                 combined, end["applied"] = await run_apply_phase(
                     self.job_reducers, run_id, sum(c["processed"] for c in end["counters"]), self.job_tags)
@@ -491,7 +491,7 @@ class Coordinator(PoolMembers, ElasticReducers, CheckpointRounds, MemberHost):
             elif isinstance(ins, op.TakeFinalized):
                 end["merged_keys"] = [c["merged_keys"] for c in end["counters"]]
             elif isinstance(ins, op.FinalizeReducers):
-                end["merged_keys"] = await asyncio.gather(*[r.finalize.remote(run_id) for r in self.job_reducers])
+                end["merged_keys"] = await call_per_process([(r, "finalize", (run_id,)) for r in self.job_reducers])
             elif isinstance(ins, op.EndJob):
                 end["merged"] = ins.merged
             else:

@@ -21,6 +21,7 @@ makes its co-hosted members unresponsive too; the repair kills the host and repl
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import threading
@@ -90,6 +91,20 @@ class MemberHost:
         """Runs calls posted together (:func:`~dpa.runtime.ray.outbox.post`), in order:
         ``(role, method, args)``, a member's method, or this host's own for role None."""
         await run_batch(self, calls)
+
+    @quiet_method
+    async def call_all(self, calls: list[tuple[str | None, str, tuple]]) -> None:
+        """Runs calls sent together (:func:`~dpa.runtime.ray.outbox.send_together`), in
+        order; returns once all have run, raising the first error if any did."""
+        await run_batch(self, calls, strict=True)
+
+    async def call_gather(self, calls: list[tuple[str | None, str, tuple]]) -> list[Any]:
+        """Runs calls sent together (:func:`~dpa.runtime.ray.outbox.call_per_process`) at
+        once, as separate calls would run; returns their results in order (the first error
+        raises once all are done)."""
+        return list(await asyncio.gather(*[self._invoke(role, method, args) if role is not None
+                                           else getattr(type(self), method)(self, *args)
+                                           for role, method, args in calls]))
 
     async def _invoke(self, role: str, method: str, args: tuple) -> Any:
         member = self.members[role]
@@ -224,10 +239,37 @@ def find_member(role: str) -> tuple[Any, dict[str, str | None]] | None:
 
 
 def default_width(members: int) -> int:
-    """Hosts a pool of ``members`` members starts: one per CPU of the cluster, at most one
-    per member."""
-    cpus = int(ray.cluster_resources().get("CPU", 1) or 1)
-    return max(1, min(cpus, members))
+    """Hosts a pool of ``members`` members starts: one per CPU of the cluster (:func:`host_cpus`),
+    at most one per member."""
+    return max(1, min(host_cpus(), members))
+
+
+def host_cpus(nodes: list[dict[str, Any]] | None = None, here: str | None = None,
+              cores_here: int | None = None) -> int:
+    """The CPUs hosts are counted by: every alive node's CPUs, but for a node on this
+    machine at most this machine's cores. Ray's CPUs are logical: a Ray started with
+    ``num_cpus=8`` on 2 cores would otherwise run 8 hosts there, processes that add
+    context switches and messages but no CPU (and past a few times the cores Ray warns on
+    the console that too many worker processes started). A node elsewhere counts its
+    logical CPUs, as its cores are not known here.
+
+    Args:
+        nodes: ``ray.nodes()`` (read if None).
+        here: This machine's node IP address (read if None).
+        cores_here: This machine's cores (``os.cpu_count()`` if None).
+    """
+    import os
+
+    nodes = ray.nodes() if nodes is None else nodes
+    here = ray.util.get_node_ip_address() if here is None else here
+    cores = max(1, (os.cpu_count() or 1) if cores_here is None else cores_here)
+    total = 0
+    for node in nodes:
+        if not node.get("Alive", True):
+            continue
+        cpus = int(node.get("Resources", {}).get("CPU", 0) or 0)
+        total += min(cpus, cores) if node.get("NodeManagerAddress") == here else cpus
+    return max(1, total)
 
 
 def pack(roles: list[str], width: int, reducer_num_cpus: float = 0.0) -> list[list[str]]:

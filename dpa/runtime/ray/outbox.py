@@ -97,20 +97,71 @@ def post(target: Any, method: str, *args: Any) -> None:
     _OUTBOX.add(target, method, args)
 
 
+def send_together(calls: list[tuple[Any, str, tuple]]) -> list[Any]:
+    """Sends ``(target, method, args)`` calls now, one Ray call per destination process
+    (a host runs them in order, as :func:`post`'s batches); returns the refs to await, one
+    per process, each done once every call to that process has run. For a burst whose
+    answers the caller only waits for, like a reducer's share of the final merge sent to
+    every peer: ``R`` reducers send ``R x hosts`` calls, not ``R x R``. A call that raises
+    fails its ref (after the process's other calls ran), as its own Ray call would."""
+    flush()  # (calls posted earlier go first, in order)
+    by_process: dict[str, tuple[Any, list[tuple[str | None, str, tuple]]]] = {}
+    for target, method, args in calls:
+        handle, role, key = route(target)
+        by_process.setdefault(key, (handle, []))[1].append((role, method, args))
+    refs = []
+    for handle, batch in by_process.values():
+        if len(batch) == 1 and batch[0][0] is not None:
+            role, method, args = batch[0]
+            refs.append(handle.call.remote(role, method, *args))
+        else:
+            refs.append(handle.call_all.remote(batch))
+    return refs
+
+
+async def call_per_process(calls: list[tuple[Any, str, tuple]]) -> list[Any]:
+    """Runs ``(target, method, args)`` calls, one Ray call per destination process whose
+    calls run concurrently there (:meth:`~dpa.runtime.ray.host.MemberHost.call_gather`);
+    returns their results in the order of ``calls`` (the first error raises, as
+    ``asyncio.gather`` of one call each would). For the coordinator's fan-outs to every
+    reducer (stop, the final merge, finalize): ``hosts`` calls instead of ``W``."""
+    flush()
+    by_process: dict[str, tuple[Any, list[int], list[tuple[str | None, str, tuple]]]] = {}
+    for i, (target, method, args) in enumerate(calls):
+        handle, role, key = route(target)
+        entry = by_process.setdefault(key, (handle, [], []))
+        entry[1].append(i)
+        entry[2].append((role, method, args))
+    groups = list(by_process.values())
+    answers = await asyncio.gather(*[handle.call_gather.remote(batch) for handle, _, batch in groups])
+    out: list[Any] = [None] * len(calls)
+    for (_, places, _), results in zip(groups, answers):
+        for i, result in zip(places, results):
+            out[i] = result
+    return out
+
+
 def flush() -> None:
     """Sends the calls posted so far (before a direct call, to keep the process's order)."""
     if _OUTBOX.pending:
         _OUTBOX.flush()
 
 
-async def run_batch(host: Any, calls: list[tuple[str | None, str, tuple]]) -> None:
+async def run_batch(host: Any, calls: list[tuple[str | None, str, tuple]], strict: bool = False) -> None:
     """Runs a batch in ``host`` (a member host), in order: a member's method for a role, the
-    host's own method for None. A call that raises is logged and the rest still run."""
+    host's own method for None. A call that raises is logged and the rest still run; with
+    ``strict`` the first error is raised once they have (:func:`send_together`'s calls)."""
+    first: Exception | None = None
     for role, method, args in calls:
         try:
             if role is None:
                 await getattr(type(host), method)(host, *args)
             else:
                 await host._invoke(role, method, args)
-        except Exception:
-            logger.warning("posted call %s.%s failed", role or type(host).__name__, method, exc_info=True)
+        except Exception as exc:
+            if strict:
+                first = first or exc
+            else:
+                logger.warning("posted call %s.%s failed", role or type(host).__name__, method, exc_info=True)
+    if first is not None:
+        raise first

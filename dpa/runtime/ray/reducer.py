@@ -23,9 +23,10 @@ from dpa.engine.plan import JobPlan
 from dpa.engine.reducer_machine import IDLE_ANSWER, ReducerMachine
 from dpa.input.records import unify
 from dpa.runtime.ray.member import ActorFailure, JobMember, quiet_method, ready
-from dpa.runtime.ray.outbox import post
+from dpa.runtime.ray.outbox import post, send_together
 from dpa.runtime.ray.pacing import SleepPacer
 from dpa.runtime.ray.telemetry import ReducerTelemetry
+from dpa.runtime.ray.wakes import wake_at
 
 
 class ReducerActor(JobMember):
@@ -81,6 +82,7 @@ class ReducerActor(JobMember):
         self._execute(self.machine.handle(*events))
 
     def _execute(self, instructions: list[Any]) -> None:
+        partials: list[tuple[Any, str, tuple]] = []
         for ins in instructions:
             if isinstance(ins, op.SendForward):
                 self.inflight.append(self.peers[ins.dest].push.remote(self.job_id, ins.batch, ins.version, True,
@@ -98,14 +100,18 @@ class ReducerActor(JobMember):
             elif isinstance(ins, op.SendState):
                 ref = self.peers[ins.move.dest].accept_state.remote(self.job_id, ins.move)
                 (self.awaited if ins.awaited else self.inflight).append(ref)
-            elif isinstance(ins, op.SendPartial):
-                self.awaited.append(self.peers[ins.dest].accept_partial.remote(self.job_id, ins.partial))
+            elif isinstance(ins, op.SendPartial):  # (sent together below: one call per host)
+                partials.append((self.peers[ins.dest], "accept_partial", (self.job_id, ins.partial)))
             elif isinstance(ins, op.Reply):
                 self._answer(ins.request_id, ins.value)
             elif isinstance(ins, op.FetchSnapshot):
                 asyncio.ensure_future(self._fetch_snapshot(self.job_id))
+            elif isinstance(ins, op.ReportAt):
+                wake_at(ins.at, self._waker(self.job_id))
             else:
                 raise TypeError(f"the Ray reducer cannot carry out {ins!r}")
+        if partials:
+            self.awaited += send_together(partials)
         if len(self.inflight) > 64:
             self.inflight = [r for r in self.inflight if not ready(r)]
 
@@ -170,39 +176,39 @@ class ReducerActor(JobMember):
         if self._serving(job_id):
             self._feed(ev.InputMapped())
 
-    async def _reporter(self, job_id: str) -> None:
-        while self._serving(job_id) and not self.machine.finished:
-            await asyncio.sleep(self.plan.report_interval_s)
-            if self._serving(job_id):
+    def _waker(self, job_id: str) -> Any:
+        """The callback of a :class:`~dpa.engine.instructions.ReportAt`: the tick, if this
+        reducer still serves the job (the machine decides what the tick sends)."""
+        machine = self.machine
+
+        def wake() -> None:
+            if self._serving(job_id) and self.machine is machine:
                 self._feed(ev.ReportDue())
+        return wake
 
     # -- the loop: steps ------------------------------------------------------------
     async def serve(self, job_id: str) -> dict[str, int]:
         if not self._serving(job_id):
             return {}
         self.task = asyncio.current_task()
-        reporter = asyncio.ensure_future(self._reporter(job_id))
         pacer = SleepPacer()  # (the job's sleeps add up to its costs: see dpa.runtime.ray.pacing)
-        try:
-            self._feed(ev.ReducerStarted())
-            while True:
-                step = await self.steps.get()
-                if step is None or isinstance(step, op.Finished):
-                    break
-                if step.cost_s > 0:
-                    if step.mode == "sleep":
-                        await pacer.pay(step.cost_s)
-                    else:
-                        end = time.perf_counter() + step.cost_s
-                        while time.perf_counter() < end:
-                            pass
-                try:
-                    self._feed(ev.StepPaid())
-                except Exception as exc:
-                    raise ActorFailure(self.name, exc, self.machine.current_key) from exc
-                await asyncio.sleep(0)
-        finally:
-            reporter.cancel()
+        self._feed(ev.ReducerStarted())
+        while True:
+            step = await self.steps.get()
+            if step is None or isinstance(step, op.Finished):
+                break
+            if step.cost_s > 0:
+                if step.mode == "sleep":
+                    await pacer.pay(step.cost_s)
+                else:
+                    end = time.perf_counter() + step.cost_s
+                    while time.perf_counter() < end:
+                        pass
+            try:
+                self._feed(ev.StepPaid())
+            except Exception as exc:
+                raise ActorFailure(self.name, exc, self.machine.current_key) from exc
+            await asyncio.sleep(0)
         if step is None:  # aborted
             return {}
         if self.inflight:

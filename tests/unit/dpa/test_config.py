@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import dpa
-from dpa.config import LOCAL_DEFAULT_WIDTH, MAX_DEFAULT_WIDTH, available_cpus, default_width
+from dpa.config import LOCAL_DEFAULT_WIDTH, available_cpus, default_width
 from dpa.config import width as config_module
 from dpa.errors import ConfigError
 
@@ -27,7 +27,8 @@ def cpus(monkeypatch):
     (1, 1, 2),  # balancing needs two reducers
     (2, 2, 2),
     (8, 8, 8),
-    (64, MAX_DEFAULT_WIDTH, MAX_DEFAULT_WIDTH),
+    (64, 64, 64),  # the width follows the cluster, however wide
+    (1024, 1024, 1024),
 ])
 def test_the_default_shape_is_one_actor_per_cpu(cpus, n, mappers, reducers):
     cpus(n)
@@ -116,8 +117,23 @@ def test_available_cpus_asks_a_running_ray_for_the_cluster_s_cpus(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "ray", FakeRay)
     assert available_cpus() == 48
-    assert default_width("ray") == MAX_DEFAULT_WIDTH
+    assert default_width("ray") == 48
     assert default_width("local") == LOCAL_DEFAULT_WIDTH
+
+
+def test_a_default_job_on_a_64_cpu_ray_runs_64_reducers(monkeypatch):
+    class Ray64:
+        @staticmethod
+        def is_initialized() -> bool:
+            return True
+
+        @staticmethod
+        def cluster_resources() -> dict[str, float]:
+            return {"CPU": 64.0, "memory": 1e12}
+
+    monkeypatch.setitem(sys.modules, "ray", Ray64)
+    cfg = dpa.JobConfig().resolved()
+    assert (cfg.num_mappers, cfg.num_reducers) == (64, 64)
 
 
 def test_a_ray_that_cannot_answer_falls_back_to_this_machine(monkeypatch):

@@ -158,6 +158,22 @@ def test_a_checkpoint_given_up_leaves_the_previous_one_and_is_tried_again():
     assert m.handle(ev.Tick()) == [op.StartCheckpoint(0)]
 
 
+def test_a_slow_checkpoint_round_spaces_out_the_next_one():
+    from dpa.engine.coordinator_machine import CHECKPOINT_SPACING
+
+    m, clock = machine(interval=1.0)
+    mapped(m, clock)
+    assert m.handle(ev.Tick()) == [op.StartCheckpoint(0)]
+    clock.now += 2.0  # the round takes 2 s (a wide job)
+    round_to_verdict(m, [], sent=([0, 0], None))
+    ended = clock.now
+    clock.now = ended + 1.5  # past checkpoint_interval_s, within CHECKPOINT_SPACING rounds
+    assert CHECKPOINT_SPACING * 2.0 > 1.5
+    assert m.handle(ev.Tick()) == []  # an epoch could close, but the last round was costly
+    clock.now = ended + CHECKPOINT_SPACING * 2.0
+    assert [type(i) for i in m.handle(ev.Tick())] == [op.StartCheckpoint]
+
+
 def test_a_checkpoint_whose_shares_miss_records_is_dropped():
     m, clock = machine(interval=1.0)
     mapped(m, clock)

@@ -105,32 +105,58 @@ def test_a_push_under_a_newer_snapshot_waits_for_it_to_be_fetched():
     assert m.parked
 
 
-def test_reports_are_paced_and_forced_by_the_timer():
+def test_reports_go_at_the_ticks_the_reducer_asks_for_and_only_when_worth_it():
     plan, snap, clock, m, pushes = setup()
     batch = next(p.batch for p in pushes if p.dest == 0)
     out = m.handle(ev.ReducerStarted(), ev.PushArrived(1, batch, snap.version))
-    assert len(of(out, op.Report)) == 1  # (the first; the push's comes within report_interval_s)
+    assert len(of(out, op.Report)) == 1  # (the first goes at once)
+    wakes = of(out, op.ReportAt)
+    # the push changed the queue: a tick of the report clock is asked for, on its grid
+    assert len(wakes) == 1 and wakes[0].at > clock.t
+    assert wakes[0].at / plan.report_interval_s == pytest.approx(round(wakes[0].at / plan.report_interval_s))
     clock.t += m.busy.cost_s if m.busy.cost_s else 0.001
-    assert of(m.handle(ev.StepPaid()), op.Report) == []
-    reports = of(m.handle(ev.ReportDue()), op.Report)
+    out = m.handle(ev.StepPaid())
+    assert of(out, op.Report) == [] and of(out, op.ReportAt) == []  # (the asked tick covers it)
+    clock.t = wakes[0].at
+    out = m.handle(ev.ReportDue())
+    reports = of(out, op.Report)
     assert len(reports) == 1 and reports[0].queue_length == m.logic.queued
     assert of(m.handle(ev.ReportDue()), op.Report) == []  # nothing changed: no report
+
+
+def test_a_busy_reducer_whose_queue_moves_less_than_a_step_says_nothing():
+    plan, snap, clock, m, pushes = setup(chunk_size=4)
+    batch = next(p.batch for p in pushes if p.dest == 0)
+    m.handle(ev.ReducerStarted(), ev.PushArrived(1, batch, snap.version))
+    clock.t += 0.001  # (a cheap reducer: its steps take chunk_size rows)
+    m.handle(ev.StepPaid(), ev.ReportDue())  # (reports the queue after the first step)
+    assert m.logic.step_rows == 4
+    m.busy = None
+    m.logic.processed += 1  # (progress is not what this test watches)
+    m.last_progress_value = m.logic.processed
+    m.logic.queued -= 1  # less than a step's rows since the last report
+    clock.t += 1.0
+    assert of(m.handle(ev.ReportDue()), op.Report) == []
+    m.logic.queued -= m.logic.step_rows  # a step's rows: worth a report
+    clock.t += 1.0
+    assert [r.queue_length for r in of(m.handle(ev.ReportDue()), op.Report)] == [m.logic.queued]
 
 
 def test_progress_goes_at_once_only_when_the_queue_is_empty_after_input_mapped():
     plan, snap, clock, m, pushes = setup()
     batch = next(p.batch for p in pushes if p.dest == 0).slice(0, 10)
-    out = m.handle(ev.PushArrived(1, batch, snap.version))
-    out = m.handle(ev.StepPaid())
-    assert of(out, op.Progress) == [op.Progress(10)]  # the first one: the interval since "never" is up
+    out = m.handle(ev.PushArrived(1, batch, snap.version)) + m.handle(ev.StepPaid())
+    assert of(out, op.Progress) == [] and len(of(out, op.ReportAt)) == 1  # mapping goes on: at the next tick
+    assert of(m.handle(ev.ReportDue()), op.Progress) == [op.Progress(10)]  # the first: "never" is long ago
     m.handle(ev.PushArrived(2, batch, snap.version))
     clock.t += PROGRESS_INTERVAL_S / 2
-    assert of(m.handle(ev.StepPaid()), op.Progress) == []  # emptied queue, mapping still going: paced
+    m.handle(ev.StepPaid())
+    assert of(m.handle(ev.ReportDue()), op.Progress) == []  # paced
     assert m.handle(ev.InputMapped()) == [op.Progress(20)]  # the coordinator's word: at once
     m.handle(ev.PushArrived(3, batch, snap.version), ev.PushArrived(4, batch, snap.version, forwarded=True))
     m.busy = None  # (its step is dropped here: only progress is watched)
     m.logic.processed += 5
-    assert m.handle(ev.InputMapped()) == []  # queue not empty: waits for the interval
+    assert of(m.handle(ev.InputMapped()), op.Progress) == []  # queue not empty: waits for the interval
 
 
 def test_a_reducer_restored_from_a_checkpoint_reports_no_progress_it_already_told():
@@ -199,7 +225,7 @@ def test_stop_ends_the_loop_once_the_queue_is_empty_and_the_final_merge_answers(
     (finished,) = of(out, op.Finished)
     assert finished.finalize and finished.counters["processed"] == 10
     out = m.handle(ev.Exchange(5, [0, 1]))
-    assert kinds(out) == ["SendPartial", "Reply"] and out[0].dest == 1 and out[0].partial.num_rows == 0
+    assert kinds(out) == ["Reply"]  # (its part for reducer 1 is empty: no message)
     ((reply),) = m.handle(ev.Finalize(6))
     table, merged_keys = reply.value
     assert table.num_rows == 10 and merged_keys == 0

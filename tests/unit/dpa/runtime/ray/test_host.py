@@ -5,7 +5,7 @@ from __future__ import annotations
 import pickle
 from types import SimpleNamespace
 
-from dpa.runtime.ray.host import MemberRef, host_id, pack
+from dpa.runtime.ray.host import MemberRef, host_cpus, host_id, pack
 from dpa.runtime.ray.member import handles_key, member_id
 
 
@@ -39,6 +39,22 @@ def test_members_are_dealt_round_robin_so_every_host_gets_reducers_and_mappers()
                      ["reducer-0", "reducer-2", "reducer-4", "reducer-6", "mapper-0", "mapper-2"]]
     assert pack(roles, 99) == [[r] for r in roles]  # at most one host per member
     assert pack(["reducer-5"], 4) == [["reducer-5"]]
+
+
+def test_hosts_are_one_per_cpu_but_no_more_than_the_cores_of_a_node_on_this_machine():
+    here = {"NodeManagerAddress": "10.0.0.1", "Alive": True, "Resources": {"CPU": 8.0}}
+    # Ray started with 8 logical CPUs on 2 cores: 2 hosts, not 8
+    assert host_cpus([here], "10.0.0.1", cores_here=2) == 2
+    assert host_cpus([here], "10.0.0.1", cores_here=16) == 8
+    # nodes elsewhere count their CPUs; dead ones nothing
+    others = [{"NodeManagerAddress": f"10.0.0.{i}", "Alive": True, "Resources": {"CPU": 16.0}} for i in (2, 3)]
+    dead = {"NodeManagerAddress": "10.0.0.9", "Alive": False, "Resources": {"CPU": 64.0}}
+    assert host_cpus([here, *others, dead], "10.0.0.1", cores_here=2) == 2 + 32
+    # a 64-CPU cluster of 8 nodes: 64 hosts, 8 per node (a default job's 64 reducers and
+    # 64 mappers in 8 processes per node)
+    nodes = [{"NodeManagerAddress": f"10.1.0.{i}", "Alive": True, "Resources": {"CPU": 8.0}} for i in range(8)]
+    assert host_cpus(nodes, "10.9.9.9", cores_here=4) == 64
+    assert host_cpus([{"NodeManagerAddress": "x", "Alive": True, "Resources": {}}], "y", cores_here=2) == 1
 
 
 def test_reducers_that_reserve_cpus_get_a_host_each():

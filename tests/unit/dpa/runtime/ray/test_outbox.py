@@ -152,3 +152,40 @@ def test_a_batch_runs_in_order_and_a_failing_call_does_not_stop_the_others(caplo
     assert "reducer-1.update_ring failed" in caplog.text
     asyncio.run(run_batch(host, [("reducer-0", "update_ring", ("job", 3))]))
     assert host.log[-1] == ("update_ring", 3)
+
+
+def test_calls_per_process_go_as_one_call_each_and_answer_in_the_callers_order():
+    from dpa.runtime.ray.outbox import call_per_process, send_together
+
+    sent: list = []
+
+    class Gathering:
+        def __init__(self, name: str) -> None:
+            self._actor_id = SimpleNamespace(hex=lambda: f"id-{name}")
+            self.name = name
+
+        def __getattr__(self, method: str) -> SimpleNamespace:
+            if method.startswith("_"):
+                raise AttributeError(method)
+
+            def remote(*args):
+                sent.append((self.name, method, args))
+                fut = asyncio.get_running_loop().create_future()
+                fut.set_result([f"{self.name}:{role}" for role, _, _ in args[0]] if method == "call_gather" else None)
+                return fut
+            return SimpleNamespace(remote=remote)
+
+    a, b = Gathering("a"), Gathering("b")
+    refs = [MemberRef(a, "reducer-0"), MemberRef(b, "reducer-1"), MemberRef(a, "reducer-2")]
+
+    async def scenario() -> None:
+        got = await call_per_process([(r, "finalize", ("job",)) for r in refs])
+        assert got == ["a:reducer-0", "b:reducer-1", "a:reducer-2"]
+        assert sent == [
+            ("a", "call_gather", ([("reducer-0", "finalize", ("job",)), ("reducer-2", "finalize", ("job",))],)),
+            ("b", "call_gather", ([("reducer-1", "finalize", ("job",))],))]
+        sent.clear()
+        assert len(send_together([(r, "accept_partial", ("job", i)) for i, r in enumerate(refs)])) == 2
+        assert [(host, method) for host, method, _ in sent] == [("a", "call_all"), ("b", "call")]
+
+    asyncio.run(scenario())

@@ -1,0 +1,125 @@
+"""Scale on Ray: many logical reducers on a few cores, and what the control plane costs them.
+
+Job: every reducer sleeps ``--cost-ms`` (default 2 ms) per record
+(``dpa.WithCost(dpa.Count(), 2e-3)``, ``mode="sleep"``), so the reducers' own work needs no
+CPU and whatever CPU the job uses is the control plane's: mapping and routing, steps,
+reports, the balancer, the coordinator. ``--records-per-reducer`` (default 1,000) records
+per reducer, keys uniform over ``10 x`` the records' count / 100 ... (one key per 10
+records), so a reducer's ideal time is ``records per reducer x cost`` (2 s) whatever the
+width. Ray is started in this process with ``--cpus`` (default 8) logical CPUs, and the job
+runs with ``JobConfig()`` defaults but its width (``num_reducers``): the mappers are one
+per logical CPU.
+
+For each width (default 16, 64, 256) an untimed run at that width starts the pool and
+warms it; then ``--reps`` timed runs. Reported per width: wall time, ideal, time / ideal,
+the CPU seconds of the dpa processes (the hosts that run the reducers and mappers, and the
+coordinator that runs the balancer) and that CPU per reducer-second (CPU / (reducers x
+wall)), and whether the counts equal DuckDB's ``GROUP BY`` over the same table.
+Targets: 64 reducers <= 1.3x ideal, 256 <= 2x.
+
+Run::
+
+    python -m benchmarks.scale [--reducers 16 64 256] [--reps 2] [--out benchmarks/results/scale.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from benchmarks.common import CpuMeter, init_ray, print_table, stop_ray, write_json
+
+#: Targets of time / ideal by width.
+TARGETS = {64: 1.3, 256: 2.0}
+
+
+def make_table(records: int, seed: int) -> pa.Table:
+    """``records`` rows of ``key`` (uniform over one key per 10 records)."""
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(0, max(1, records // 10), records)
+    return pa.table({"key": pa.array(keys, pa.int64())})
+
+
+def reference(table: pa.Table) -> dict[int, int]:
+    """Counts per key by DuckDB (an engine independent of dpa)."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.register("t", table)
+    rows = con.execute("SELECT key, count(*) FROM t GROUP BY key").fetchall()
+    con.close()
+    return {int(k): int(n) for k, n in rows}
+
+
+def run_once(table: pa.Table, reducers: int, cost_s: float) -> tuple[Any, float, dict[str, float]]:
+    """One job; returns ``(result, wall seconds, CPU seconds by role)``."""
+    import dpa
+
+    cfg = dpa.JobConfig(shape=dpa.ShapeConfig(num_reducers=reducers), recovery=dpa.RecoveryConfig(timeout_s=600))
+    meter = CpuMeter()
+    meter.start()
+    t0 = time.perf_counter()
+    res = dpa.run(table, key="key", reducer=dpa.WithCost(dpa.Count(), cost_s), config=cfg)
+    out = res.to_arrow()
+    wall = time.perf_counter() - t0
+    return out, wall, meter.stop()
+
+
+def measure(reducers: int, args: argparse.Namespace) -> dict[str, Any]:
+    cost_s = args.cost_ms / 1e3
+    records = reducers * args.records_per_reducer
+    table = make_table(records, args.seed + reducers)
+    ref = reference(table)
+    run_once(make_table(reducers * 20, 0), reducers, cost_s)  # starts and warms the pool of this width
+    ideal = args.records_per_reducer * cost_s
+    reps = []
+    for _ in range(args.reps):
+        out, wall, cpu = run_once(table, reducers, cost_s)
+        got = dict(zip(out.column("key").to_pylist(), out.column(out.column_names[-1]).to_pylist()))
+        dpa_cpu = cpu.get("host", 0.0) + cpu.get("coordinator", 0.0)
+        reps.append({"wall_s": wall, "x_ideal": wall / ideal, "exact": got == ref,
+                     "host_cpu_s": cpu.get("host", 0.0), "coordinator_cpu_s": cpu.get("coordinator", 0.0),
+                     "driver_cpu_s": cpu.get("driver", 0.0), "ray_cpu_s": cpu.get("raylet", 0.0) + cpu.get("gcs", 0.0),
+                     "cpu_per_reducer_s": dpa_cpu / (reducers * wall)})
+    best = min(reps, key=lambda r: r["wall_s"])
+    return {"reducers": reducers, "records": records, "ideal_s": ideal, "reps": reps,
+            "wall_s": statistics.median(r["wall_s"] for r in reps), "x_ideal": statistics.median(r["x_ideal"] for r in reps),
+            "best_x_ideal": best["x_ideal"], "exact": all(r["exact"] for r in reps),
+            "host_cpu_s": statistics.median(r["host_cpu_s"] for r in reps),
+            "coordinator_cpu_s": statistics.median(r["coordinator_cpu_s"] for r in reps),
+            "cpu_per_reducer_s": statistics.median(r["cpu_per_reducer_s"] for r in reps),
+            "target_x_ideal": TARGETS.get(reducers)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--reducers", type=int, nargs="+", default=[16, 64, 256])
+    p.add_argument("--records-per-reducer", type=int, default=1_000)
+    p.add_argument("--cost-ms", type=float, default=2.0)
+    p.add_argument("--cpus", type=int, default=8, help="logical CPUs of the Ray started here")
+    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", default=os.path.join("benchmarks", "results", "scale.json"))
+    args = p.parse_args(argv)
+    init_ray(num_cpus=args.cpus)
+    try:
+        rows = [measure(w, args) for w in args.reducers]
+    finally:
+        stop_ray()
+    print_table([{"reducers": r["reducers"], "wall_s": r["wall_s"], "ideal_s": r["ideal_s"], "x_ideal": r["x_ideal"],
+                  "target": r["target_x_ideal"], "hosts_cpu_s": r["host_cpu_s"], "coord_cpu_s": r["coordinator_cpu_s"],
+                  "cpu/reducer-s": r["cpu_per_reducer_s"], "exact": r["exact"]} for r in rows],
+                title=f"sleep-cost job, {args.cost_ms:g} ms x {args.records_per_reducer:,} records per reducer, "
+                      f"Ray with {args.cpus} logical CPUs on {os.cpu_count()} cores")
+    write_json(args.out, {"ray": rows, "cpus": args.cpus, "cost_ms": args.cost_ms,
+                          "records_per_reducer": args.records_per_reducer})
+
+
+if __name__ == "__main__":
+    main()
