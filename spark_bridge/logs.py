@@ -152,7 +152,7 @@ def drop_jvm_start_lines() -> bool:
     no forwarded lines.
 
     Returns:
-        Whether Ray's printing handler was found (and is now filtered).
+        Whether Ray's printing handler was found (it is filtered from then on).
     """
     try:
         from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
