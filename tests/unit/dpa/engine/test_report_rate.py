@@ -20,7 +20,7 @@ import dpa
 from dpa.engine import events as ev
 from dpa.engine import instructions as op
 from dpa.engine.mapper import MapperLogic
-from dpa.engine.plan import build_plan
+from dpa.engine.planning import build_plan
 from dpa.engine.reducer_machine import ReducerMachine
 from dpa.input.sources import normalize_source
 
