@@ -8,6 +8,10 @@ Two parts, every job with the default ``JobConfig`` except what is named:
   pool's extra reducers: later jobs find them warm). Printed: makespan, the ratio of the
   medians (target <= 0.45), exactness against pyarrow's ``group_by``, and the scaling
   log of the last elastic run.
+* **first** (the scale part's jobs, each on a pool started for it: ``dpa.shutdown()``
+  before every run, Ray stays up): what a first elastic job of a driver gets, its pool's
+  start included, against a first fixed job, alternating, ``--reps`` each. Target: elastic
+  <= 0.5x fixed.
 * **migrate** (the straggler workload of ``benchmarks.stragglers``: 40k records,
   Zipf(1.1) over 10k keys, 1 ms per record, 8 reducers, ``policy="doubling"``):
   ``migrate="records"`` against ``migrate="state"``, alternating, ``--reps`` each.
@@ -100,6 +104,35 @@ def scale(args: argparse.Namespace) -> None:
               f"{event.reason}")
 
 
+def first(args: argparse.Namespace) -> None:
+    keys = np.arange(args.scale_rows) % 4000
+    table = pa.table({"key": np.random.default_rng(3).permutation(keys)})
+    ref = reference(table)
+    configs = {"fixed-2": dpa.JobConfig(shape=dpa.ShapeConfig(num_reducers=2)),
+               "elastic": dpa.JobConfig(shape=dpa.ShapeConfig(num_reducers=2, max_reducers=8))}
+    print(f"## first: the scale part's jobs, each on a new pool ({args.scale_rows} uniform records x "
+          f"{COST_S * 1e3:g} ms)", flush=True)
+    times: dict[str, list[float]] = {label: [] for label in configs}
+    for rep in range(args.reps):
+        for label, config in configs.items():
+            dpa.shutdown()
+            took, res, ok = run(table, config, ref)
+            widths = [e.width for e in res.stats.scaling if e.action == "scale_out"]
+            first_out = next((e.time_s for e in res.stats.scaling if e.action == "scale_out"), None)
+            print(f"  rep {rep} {label:>10}: {took:6.2f} s exact={ok} widths {widths} first scale-out at "
+                  f"{'-' if first_out is None else f'{first_out:.2f} s'}", flush=True)
+            if not ok:
+                raise SystemExit(f"first: {label} gave a wrong result")
+            times[label].append(took)
+    for label, values in times.items():
+        print(f"  first {label}: makespan median {spread(values)}")
+        RESULTS.append({"part": "first", "run": label, "median_s": statistics.median(values),
+                        "min_s": min(values), "max_s": max(values), "runs": len(values)})
+    ratio = statistics.median(times["elastic"]) / statistics.median(times["fixed-2"])
+    print(f"  first elastic / first fixed-2 = {ratio:.3f} (target <= 0.5)")
+    RESULTS[-1]["ratio_of_medians"] = ratio
+
+
 def migrate(args: argparse.Namespace) -> None:
     from workloads.generators import zipf
 
@@ -124,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--rows", type=int, default=40_000, help="records of the migrate part")
     parser.add_argument("--scale-rows", type=int, default=16_000, help="records of the scale part")
-    parser.add_argument("--only", choices=["scale", "migrate"], default=None)
+    parser.add_argument("--only", choices=["scale", "first", "migrate"], default=None)
     parser.add_argument("--out", default=None, help="write the figures as JSON to this file")
     args = parser.parse_args(argv)
     print(f"# {' '.join([sys.executable, '-m', 'benchmarks.elastic', *(argv or sys.argv[1:])])}  "
@@ -134,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     init_ray()
     if args.only in (None, "scale"):
         scale(args)
+    if args.only in (None, "first"):
+        first(args)
     if args.only in (None, "migrate"):
         migrate(args)
     from benchmarks.common import write_json

@@ -78,10 +78,16 @@ def start_members(pool_id: str, num_mappers: int, num_reducers: int, initial_red
 
     ``import_arrow_engine`` is :func:`~dpa.runtime.ray.host.start_hosts`'s.
 
+    An elastic pool whose reducers share hosts (``reducer_num_cpus`` 0) starts every slot's
+    member at once: a member is an object in a host that is started anyway, so a scale-out
+    only starts its run, in milliseconds, where a process of its own would take seconds of
+    the job's CPU to start. With ``reducer_num_cpus`` > 0 each reducer is a process holding
+    CPUs, so only the first ``initial_reducers`` start; a scale-out starts the others.
+
     Returns:
         ``(reducer slots, mappers)``: member refs (None for a slot not started).
     """
-    first = num_reducers if initial_reducers is None else initial_reducers
+    first = num_reducers if initial_reducers is None or reducer_num_cpus <= 0 else initial_reducers
     roles = [*[f"reducer-{i}" for i in range(first)], *[f"mapper-{i}" for i in range(num_mappers)]]
     refs = start_hosts(pool_id, roles, default_width(len(roles)), 0, reducer_num_cpus, import_arrow_engine)
     return [refs.get(f"reducer-{i}") for i in range(num_reducers)], [refs[f"mapper-{i}"] for i in range(num_mappers)]

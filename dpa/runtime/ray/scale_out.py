@@ -11,7 +11,7 @@ import ray
 from dpa.engine import events as ev
 from dpa.engine import instructions as op
 from dpa.engine.plan import JobPlan
-from dpa.runtime.ray.host import kill_member
+from dpa.runtime.ray.host import host_id, kill_member
 from dpa.runtime.ray.member import await_ref, describe
 from dpa.runtime.ray.telemetry import metric
 
@@ -58,7 +58,7 @@ class ElasticReducers:
                     metric("dpa_reducers").set(ins.width, tags=self.job_tags)
                 elif isinstance(ins, op.DropReducers):
                     for i in ins.slots:
-                        if self.reducers[i] is not None:
+                        if self.reducers[i] is not None and self._alone(f"reducer-{i}"):
                             kill_member(self.reducers[i])  # (its host of its own: see PoolMembers._create)
                             self.reducers[i] = None
                 elif isinstance(ins, op.AnswerScaleOut):
@@ -66,6 +66,13 @@ class ElasticReducers:
                 else:
                     self._do(ins)
         return list(answer.started), [self.reducers[i] for i in answer.started], answer.refused
+
+    def _alone(self, role: str) -> bool:
+        """Whether member ``role`` has its host to itself (a host shared with other members
+        stays up when a scale-out that wanted this one fails)."""
+        members = dict(self._members())
+        mine = host_id(members[role])
+        return not any(host_id(m) == mine for other, m in members.items() if other != role and m is not None)
 
     async def _start_reducers(self, run_id: str, slots: list[int], plan: JobPlan, snapshot: Any,
                               refused: str | None) -> Any:
