@@ -134,6 +134,10 @@ class Sum(_ColumnReducer):
     overflow; only other batches are summed exactly. A partial sum out of range is kept
     exact (:func:`dpa.aggregates.int_sums.exact_int_sums`), so only the key's final sum decides: it
     may come back into range, or the column may turn out to hold floats.
+
+    Decimal sums never wrap either: a decimal wider than 28 digits whose sums could leave
+    38 digits is summed in 256 bits, and a key whose (partial) sum leaves them raises
+    :class:`~dpa.errors.ArithmeticOverflowError` (:func:`dpa.aggregates.int_sums.exact_decimal_sums`).
     """
 
     kind = "sum"
