@@ -15,7 +15,13 @@
 
 ``--sketches`` also times a pass with ``count(DISTINCT session)`` and ``percentile_approx(latency,
 0.95)`` (exact distinct sets and KLL sketches), against DuckDB's ``count(DISTINCT ...)`` and
-``approx_quantile``. Each variant runs ``--reps`` times after ``--warmup`` untimed runs (default
+``approx_quantile``. ``--distinct`` times the distinct/quantile pass alone,
+``[CountDistinct("session"), ApproxCountDistinct("session"), ApproxQuantile("latency", 0.95)]``,
+beside DuckDB's ``count(DISTINCT session), approx_count_distinct(session),
+approx_quantile(latency, 0.95)`` and, where Polars is installed, its ``n_unique``,
+``approx_n_unique`` and ``quantile(0.95)`` on the same Arrow table (Polars' five-aggregate
+group-by joins the five then too); the three engines take turns, run by run, and
+``x_duckdb`` divides by DuckDB's median. Each variant runs ``--reps`` times after ``--warmup`` untimed runs (default
 1: the actors' and this process's first full-size run grows their heaps and pays the page
 faults; ``runs_s`` and ``warmup_s`` keep every time), the count and the one pass in turn;
 the figures are medians with their spread (max - min). The count and the one pass also
@@ -92,6 +98,23 @@ def sketches() -> list[Any]:
 
     return [dpa.Count(), dpa.Sum("amount"), dpa.Mean("latency"), dpa.CountDistinct("session"),
             dpa.ApproxQuantile("latency", q=0.95)]
+
+
+def distinct_trio() -> list[Any]:
+    import dpa
+
+    return [dpa.CountDistinct("session"), dpa.ApproxCountDistinct("session"), dpa.ApproxQuantile("latency", q=0.95)]
+
+
+def polars_job(table: pa.Table, exprs: Callable[[Any], list[Any]]) -> Callable[[], int] | None:
+    """Polars' group-by of ``table`` by ``key`` (``exprs(pl)`` the aggregations), or None
+    without Polars."""
+    try:
+        import polars as pl
+    except ImportError:
+        return None
+    frame = pl.from_arrow(table)
+    return lambda: frame.group_by("key").agg(exprs(pl)).height
 
 
 def timed(fn: Callable[[], Any], reps: int, warmup: int = 0) -> dict[str, Any]:
@@ -184,7 +207,15 @@ def run_aggregates(args: Any) -> dict[str, Any]:
                                                      ("amount", "max")]))
     duck_count = add("duckdb count", duckdb_job(table, "count(*)"))
     add("duckdb (5)", duckdb_job(table, "count(*), sum(amount), avg(latency), stddev_samp(latency), max(amount)"))
+    polars_five = polars_job(table, lambda pl: [pl.len(), pl.col("amount").sum(), pl.col("latency").mean(),
+                                                pl.col("latency").std(), pl.col("amount").max()])
+    polars_count = None
+    if polars_five is not None:
+        polars_count = add("polars count", polars_job(table, lambda pl: [pl.len()]))
+        add("polars (5)", polars_five)
     out: dict[str, Any] = {"rows": rows, "one_pass_over_count": one["median_s"] / count["median_s"]}
+    if args.distinct:
+        out["distinct"] = run_distinct(table, args, cfg, add)
     if args.sketches:
         sk = add("dpa one pass with sketches", dpa_job(table, sketches(), **cfg))
         add("duckdb with sketches", duckdb_job(
@@ -194,7 +225,8 @@ def run_aggregates(args: Any) -> dict[str, Any]:
     for row in rows:
         row["x_count"] = row["median_s"] / count["median_s"]
         own = duck_count if row["variant"].startswith("duckdb") else (
-            arrow_count if row["variant"].startswith("pyarrow") else count)
+            arrow_count if row["variant"].startswith("pyarrow") else
+            polars_count if row["variant"].startswith("polars") else count)
         row["x_own_count"] = row["median_s"] / own["median_s"]
     out["peers_five_over_count"] = {name: next(r["x_own_count"] for r in rows if r["variant"] == name)
                                     for name in ("pyarrow group_by (5)", "duckdb (5)")}
@@ -205,6 +237,25 @@ def run_aggregates(args: Any) -> dict[str, Any]:
                  for row in (count, one)], title="CPU seconds per job (median; host: the pool's hosts together)")
     print(f"one pass / single Count job = {out['one_pass_over_count']:.2f}x (target <= 1.5x)")
     return out
+
+
+def run_distinct(table: pa.Table, args: Any, cfg: dict[str, Any], add: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+    """The distinct/quantile pass: dpa, DuckDB and Polars in turn (see the module docstring)."""
+    jobs = {"dpa distinct+approx+quantile": dpa_job(table, distinct_trio(), **cfg),
+            "duckdb distinct+approx+quantile": duckdb_job(
+                table, "count(DISTINCT session), approx_count_distinct(session), approx_quantile(latency, 0.95)")}
+    polars = polars_job(table, lambda pl: [pl.col("session").n_unique(), pl.col("session").approx_n_unique(),
+                                           pl.col("latency").quantile(0.95)])
+    if polars is not None:
+        jobs["polars distinct+approx+quantile"] = polars
+    timings = timed_alternately(list(jobs.values()), args.reps, args.warmup)
+    rows = {name: add(name, None, timing) for name, timing in zip(jobs, timings)}
+    duck = rows["duckdb distinct+approx+quantile"]["median_s"]
+    for row in rows.values():
+        row["x_duckdb"] = row["median_s"] / duck
+    print(f"dpa distinct/quantile pass / DuckDB's = {rows['dpa distinct+approx+quantile']['x_duckdb']:.2f}x "
+          "(target <= 1.5x)")
+    return {"x_duckdb": {name: row["x_duckdb"] for name, row in rows.items()}}
 
 
 #: Arrow hash aggregates of the five, as the one pass asks for them (Mean's sum and count of
@@ -303,6 +354,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1, help="untimed runs of each variant first (default 1)")
     p.add_argument("--sketches", action="store_true", help="also time count(DISTINCT) and p95 in one pass")
+    p.add_argument("--distinct", action="store_true", help="also time the distinct/quantile pass beside DuckDB and "
+                   "Polars")
     p.add_argument("--stragglers", action="store_true", help="also run the costly skewed case")
     p.add_argument("--only-stragglers", action="store_true")
     p.add_argument("--straggler-rows", type=parse_int, default=40_000)

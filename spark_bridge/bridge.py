@@ -14,7 +14,7 @@ from .partials import native_partials
 from .paths import choose_path
 from .pushdown import parquet_scan
 from .staged import run_staged
-from .to_spark import arrow_refs_to_spark, result_spark_schema
+from .to_spark import arrow_refs_to_spark, result_spark_schema, spark_typed
 
 if TYPE_CHECKING:  # pragma: no cover - imported for type hints only
     from pyspark.sql import DataFrame
@@ -296,7 +296,7 @@ def _run_with_result(df: DataFrame, key: str | Sequence[str], reducer: Any, map_
     try:
         # ---- dpa core runtime call (contract: dpa.run -> result with .arrow_refs,
         # ---- .schema (pyarrow.Schema) and .stats) ------------------------------------
-        result = dpa.run(dataset, key=key_columns, reducer=reducer.spark_types(), map_fn=map_fn, config=config)
+        result = dpa.run(dataset, key=key_columns, reducer=spark_typed(reducer, input_schema), map_fn=map_fn, config=config)
         # -------------------------------------------------------------------------------
     finally:
         if source is not None:

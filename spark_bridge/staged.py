@@ -142,6 +142,7 @@ def run_staged(df: DataFrame, key_columns: list[str], reducer: Any, map_fn: Any,
     import dpa
 
     from .bridge import can_precombine, output_schema, precombined
+    from .to_spark import spark_typed
 
     if precombine == "sql":
         raise ConfigError("precombine='sql' runs Spark's partial aggregation through RayDP; the staged "
@@ -182,7 +183,7 @@ def run_staged(df: DataFrame, key_columns: list[str], reducer: Any, map_fn: Any,
             import ray.data
 
             source = ray.data.read_parquet(files).materialize()
-        result = dpa.run(source, key=key_columns, reducer=reducer.spark_types(), map_fn=map_fn, config=config)
+        result = dpa.run(source, key=key_columns, reducer=spark_typed(reducer, input_schema), map_fn=map_fn, config=config)
     finally:
         shutil.rmtree(in_dir, ignore_errors=True)
 

@@ -348,10 +348,24 @@ def result_spark_schema(
     validate_columns(by_name, [*key_columns, *(reducer.input_columns() or [])])
     from dpa.aggregates.contract import unwrap
 
-    reducer = reducer.spark_types()  # (the reducer the bridge runs: Spark's result types)
+    reducer = spark_typed(reducer, input_schema)  # (the reducer the bridge runs: Spark's result types)
     members = getattr(unwrap(reducer)[0], "members", None)  # several aggregates: a column each
     outputs = [_output_struct_field(m, by_name, key_columns, arrow_schema) for m in (members or [reducer])]
     return StructType([by_name[k] for k in key_columns] + outputs)
+
+
+def spark_typed(reducer: Any, input_schema: StructType) -> Any:
+    """The reducer the bridge runs: ``reducer.spark_types(...)`` (Spark's result types, e.g.
+    a decimal ``avg``) given the input columns as Arrow (those Arrow can hold)."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    fields = []
+    for field in input_schema.fields:
+        try:
+            fields.append(pa.field(field.name, to_arrow_type(field.dataType)))
+        except TypeError:
+            continue  # (a column Arrow cannot hold: no aggregate of dpa's reads it)
+    return reducer.spark_types(pa.schema(fields))
 
 
 def _output_struct_field(reducer: Any, by_name: dict[str, StructField], key_columns: Sequence[str],

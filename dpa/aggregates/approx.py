@@ -269,7 +269,7 @@ class ApproxQuantile(ColumnarReducer):
         # (a list of quantiles holds no null, as Spark's array of percentile_approx)
         return pa.list_(pa.field("item", value, nullable=False)) if isinstance(self.q, (list, tuple)) else value
 
-    def spark_types(self) -> ApproxQuantile:
+    def spark_types(self, input_schema: pa.Schema | None = None) -> ApproxQuantile:
         """This aggregate typed as Spark's ``percentile_approx``: the input column's own type
         (the quantile is one of the column's values; the Spark bridge casts the float64 it
         is computed as back to that type: exact for integers, floats and decimals of up to
@@ -403,7 +403,7 @@ class Median(ApproxQuantile):
     def spark_name(self) -> str:
         return self.name if self.name != self.default_name else f"median({self.column})"
 
-    def spark_types(self) -> Median:
+    def spark_types(self, input_schema: pa.Schema | None = None) -> Median:
         return self  # Spark's median is a double, as dpa's
 
     def __repr__(self) -> str:

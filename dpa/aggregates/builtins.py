@@ -134,6 +134,10 @@ class Sum(_ColumnReducer):
     overflow; only other batches are summed exactly. A partial sum out of range is kept
     exact (:func:`dpa.aggregates.int_sums.exact_int_sums`), so only the key's final sum decides: it
     may come back into range, or the column may turn out to hold floats.
+
+    Decimal sums never wrap either: a decimal wider than 28 digits whose sums could leave
+    38 digits is summed in 256 bits, and a key whose (partial) sum leaves them raises
+    :class:`~dpa.errors.ArithmeticOverflowError` (:func:`dpa.aggregates.int_sums.exact_decimal_sums`).
     """
 
     kind = "sum"
@@ -370,10 +374,15 @@ class Mean(_ColumnReducer):
             return spark_avg_type(input_type)
         return pa.float64()
 
-    def spark_types(self) -> Mean:
-        """This mean with the result types of Spark's ``avg`` (``as_decimal``)."""
+    def spark_types(self, input_schema: pa.Schema | None = None) -> Mean:
+        """This mean with the result types of Spark's ``avg`` (``as_decimal``); the input
+        schema tells a decimal column's precision wherever the job's partial states come
+        from."""
         out = copy.copy(self)
         out.as_decimal = True
+        if input_schema is not None and self.column in input_schema.names:
+            dtype = input_schema.field(self.column).type
+            out._decimal_type = dtype if pa.types.is_decimal(dtype) else None
         return out
 
     def state_aggregations(self) -> list[tuple[str | None, str, str]]:
@@ -398,7 +407,8 @@ class Mean(_ColumnReducer):
     def finalize_table(self, table: pa.Table, key_cols: list[str]) -> pa.Table:
         total, count = table["msum"], table["mcount"]
         if self.as_decimal and pa.types.is_decimal(total.type) and not is_pending(total.type):
-            mean = means_decimal(total, count)
+            known = self._decimal_type
+            mean = means_decimal(total, count, known if known is not None and known.scale == total.type.scale else None)
         else:
             mean = means_float64(total, count)
         return pa.table([table[c] for c in key_cols] + [mean], names=list(key_cols) + [self.name])

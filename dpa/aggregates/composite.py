@@ -162,9 +162,9 @@ class _Members:
         for m in self.members:
             m.validate(schema)
 
-    def spark_types(self) -> Reducer:
+    def spark_types(self, input_schema: pa.Schema | None = None) -> Reducer:
         """The composite with each member's :meth:`~dpa.aggregates.contract.Reducer.spark_types`."""
-        members = [m.spark_types() for m in self.members]
+        members = [m.spark_types(input_schema) for m in self.members]
         if all(a is b for a, b in zip(members, self.members)):
             return self  # type: ignore[return-value]
         out = copy.copy(self)

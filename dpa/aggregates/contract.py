@@ -98,10 +98,14 @@ class Reducer:
         out.name, out._aliased = name, True
         return out
 
-    def spark_types(self) -> Reducer:
+    def spark_types(self, input_schema: pa.Schema | None = None) -> Reducer:
         """This reducer with the result types Spark gives its own aggregate, where they
         differ from dpa's (``Mean`` of a decimal: Spark's decimal ``avg``); the reducer
-        itself where they do not. The Spark bridge runs what this returns."""
+        itself where they do not. The Spark bridge runs what this returns.
+
+        Args:
+            input_schema: The input columns as Arrow, where known.
+        """
         return self
 
     def add_batch(self, acc: Any, values: list[Any]) -> Any:
@@ -305,8 +309,8 @@ class WithCost(Reducer):
     def can_merge(self) -> bool:
         return self.inner.can_merge
 
-    def spark_types(self) -> Reducer:
-        inner = self.inner.spark_types()
+    def spark_types(self, input_schema: pa.Schema | None = None) -> Reducer:
+        inner = self.inner.spark_types(input_schema)
         if inner is self.inner:
             return self
         out = copy.copy(self)

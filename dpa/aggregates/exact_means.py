@@ -41,25 +41,23 @@ _DIVISION_SCALE = 39
 
 
 def mean_sum_type(dtype: pa.DataType) -> pa.DataType:
-    """The exact sum type of a mean over ``decimal(p, s)`` values.
+    """The exact sum type of a mean over ``decimal(p, s)`` values: Spark's sum type,
+    ``decimal128(min(38, p + 10), s)``.
 
-    ``decimal128(p + 10, s)`` for ``p <= 28``, Spark's sum type, which holds ``10**10``
-    values of ``p`` digits (and Arrow's 128-bit sum is exact well beyond its declared
-    precision: it wraps only past ``2**127``); ``decimal256(p + 38, s)`` for wider decimals,
-    whose 38-digit values would overflow 128 bits after 17 of them. The sum's type tells
-    the input's (:func:`mean_input_type`), so a partial state carries what the result
-    needs wherever it is finalized.
+    ``p + 10`` digits hold ``10**10`` values of ``p`` digits. A wider decimal's sums are
+    checked (:func:`dpa.aggregates.int_sums.sum_may_overflow`): summed in 256 bits where
+    they could leave 38 digits, and a key whose sum does raises
+    :class:`~dpa.errors.ArithmeticOverflowError` (Spark's ``avg`` fails there too in ANSI
+    mode, and is null outside it; DuckDB's fails), where Arrow's 128-bit sum would wrap.
     """
-    if dtype.precision <= _MAX_PRECISION - 10 and pa.types.is_decimal128(dtype):
-        return pa.decimal128(dtype.precision + 10, dtype.scale)
-    return pa.decimal256(min(_MAX_PRECISION, dtype.precision) + _MAX_PRECISION, dtype.scale)
+    return pa.decimal128(min(_MAX_PRECISION, dtype.precision + 10), dtype.scale)
 
 
 def mean_input_type(sum_type: pa.DataType) -> pa.DataType:
-    """The ``decimal(p, s)`` column whose mean is summed in ``sum_type`` (:func:`mean_sum_type`'s inverse)."""
-    if pa.types.is_decimal128(sum_type):
-        return pa.decimal128(max(sum_type.precision - 10, 1, sum_type.scale), sum_type.scale)
-    return pa.decimal128(max(sum_type.precision - _MAX_PRECISION, 1, sum_type.scale), sum_type.scale)
+    """The ``decimal(p, s)`` column whose mean is summed in ``sum_type`` (:func:`mean_sum_type`'s
+    inverse; a ``decimal(38, s)`` sum is read as ``decimal(28, s)``'s: the reducer knows the
+    column's type where it is wider)."""
+    return pa.decimal128(max(sum_type.precision - 10, 1, sum_type.scale), sum_type.scale)
 
 
 def spark_avg_type(dtype: pa.DataType) -> pa.DataType:
@@ -179,18 +177,20 @@ def spark_avg_value(total: int, count: int, input_type: pa.DataType) -> decimal.
     return decimal.Decimal(f"{unscaled}E-{out_type.scale}")  # (exact: Decimal arithmetic rounds at 28 digits)
 
 
-def means_decimal(total: pa.Array | pa.ChunkedArray, count: pa.Array | pa.ChunkedArray) -> pa.Array:
+def means_decimal(total: pa.Array | pa.ChunkedArray, count: pa.Array | pa.ChunkedArray,
+                  input_type: pa.DataType | None = None) -> pa.Array:
     """Spark's ``avg`` of a ``decimal(p, s)`` column per row (:func:`spark_avg_value`), from
     exact sums of its values.
 
     Args:
         total: Exact sums of the values, typed by :func:`mean_sum_type`.
         count: Non-null values per row.
+        input_type: The column's ``decimal(p, s)`` (default: :func:`mean_input_type` of the sums').
 
     Returns:
         A :func:`spark_avg_type` array; null where the count is 0 or the mean does not fit.
     """
-    input_type = mean_input_type(total.type)
+    input_type = input_type or mean_input_type(total.type)
     total = total.combine_chunks() if isinstance(total, pa.ChunkedArray) else total
     values = [None if value is None or not n else spark_avg_value(value, n, input_type)
               for value, n in zip(_unscaled(total), count.to_pylist())]

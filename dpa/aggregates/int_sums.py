@@ -29,7 +29,9 @@ def sum_may_overflow(column: pa.ChunkedArray | pa.Array) -> bool:
     overflow. This is a cheap, conservative test: False when no sum of any subset of the
     values can overflow (by the type's width, then ``n * min(x)`` and ``n * max(x)``, then
     the float64 sum of ``|x|``, each tried only if the previous one does not decide);
-    True when an exact sum is needed. Non-integer columns never overflow here (floats go to inf).
+    True when an exact sum is needed. A decimal128 column may leave 38 digits (where Arrow's
+    sum wraps around), see :func:`_decimal_sum_may_overflow`; other columns never overflow
+    here (floats go to inf).
 
     Args:
         column: The values (e.g. a column of records, or of partial sums).
@@ -38,6 +40,8 @@ def sum_may_overflow(column: pa.ChunkedArray | pa.Array) -> bool:
         True if the sums must be computed exactly (see :class:`Sum`).
     """
     dtype = column.type
+    if pa.types.is_decimal128(dtype):
+        return _decimal_sum_may_overflow(column)
     if not pa.types.is_integer(dtype):
         return False
     n = len(column) - column.null_count
@@ -57,6 +61,54 @@ def sum_may_overflow(column: pa.ChunkedArray | pa.Array) -> bool:
     return not total < limit / 2
 
 
+#: Decimals of at most this precision are summed in ``decimal(p + 10, s)`` (Spark's sum
+#: type), which no realistic number of their values leaves; wider ones are checked.
+_NARROW_DECIMAL = 28
+
+
+def _decimal_sum_may_overflow(column: pa.ChunkedArray | pa.Array) -> bool:
+    """Whether a group sum of decimal128 ``column`` could leave 38 digits, where Arrow's
+    128-bit sum wraps around without an error: False for ``p <= 28`` (10**10 values of
+    ``p`` digits fit) and where the float64 sum of ``|x|`` stays below half of ``10**(38 - s)``."""
+    dtype = column.type
+    if dtype.precision <= _NARROW_DECIMAL or len(column) == column.null_count:
+        return False
+    total = pc.sum(pc.abs(pc.cast(column, pa.float64(), safe=False))).as_py()
+    return not total < 10.0 ** (38 - dtype.scale) / 2
+
+
+def exact_decimal_sums(table: pa.Table, group_cols: list[str], column: str, aggs: list[Any], names: list[str],
+                       input_column: str | None, key_cols: list[str]) -> pa.Table:
+    """Group sums of decimal128 ``column`` computed in decimal256, then ``decimal128(38, s)``.
+
+    Raises:
+        ArithmeticOverflowError: a group's sum has more than 38 digits (Spark's decimal
+            ``sum`` fails there in ANSI mode and is null outside it; Arrow's would wrap).
+    """
+    dtype = table.schema.field(column).type
+    idx = table.schema.get_field_index(column)
+    wide = table.set_column(idx, column, pc.cast(table[column], pa.decimal256(76, dtype.scale)))
+    out = wide.group_by(group_cols, use_threads=False).aggregate(aggs).rename_columns(names)
+    sums = out[names[len(group_cols)]]
+    target = pa.decimal128(38, dtype.scale)
+    try:
+        narrow = pc.cast(sums, target)
+    except pa.ArrowInvalid:
+        values = sums.to_pylist()
+        limit = 10 ** (38 - dtype.scale)
+        row = next(i for i, v in enumerate(values) if v is not None and abs(v) >= limit)
+        key_values = [out[c][row].as_py() for c in key_cols]
+        key = key_values[0] if len(key_values) == 1 else tuple(key_values)
+        hint = (f"cast it to a smaller scale, e.g. decimal(38, {dtype.scale // 2}), or to float64" if dtype.scale
+                else "cast it to float64")
+        raise ArithmeticOverflowError(
+            f"the sum of column {input_column!r} for key {key!r} has more than 38 digits ({values[row]}), past "
+            f"{target}; dpa does not wrap around (like Spark in ANSI mode): {hint}",
+            column=input_column, key=key,
+        ) from None
+    return out.set_column(len(group_cols), names[len(group_cols)], narrow)
+
+
 def exact_int_sums(table: pa.Table, group_cols: list[str], column: str, aggs: list[Any], names: list[str],
                    input_column: str | None, hash_col: str) -> pa.Table:
     """Group sums of integer ``column`` computed as decimal128(38, 0), exactly.
@@ -69,6 +121,9 @@ def exact_int_sums(table: pa.Table, group_cols: list[str], column: str, aggs: li
     column among ``group_cols``.
     """
     dtype = table.schema.field(column).type
+    if pa.types.is_decimal128(dtype):
+        return exact_decimal_sums(table, group_cols, column, aggs, names, input_column,
+                                  [c for c in group_cols if c != hash_col] or list(group_cols))
     if is_pending(dtype):
         return table.group_by(group_cols, use_threads=False).aggregate(aggs).rename_columns(names)
     target = pa.int64() if pa.types.is_signed_integer(dtype) else pa.uint64()

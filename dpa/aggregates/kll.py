@@ -20,6 +20,7 @@ the smallest number whose cumulative weight reaches ``max(ceil(rank * n), 1)``.
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 
@@ -41,6 +42,13 @@ def normalized_rank_error(k: int) -> float:
 
 def _capacity(k: int, depth: int) -> int:
     return max(_MIN_CAPACITY, int(math.ceil(k * (2.0 / 3.0) ** depth)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _capacities(k: int, levels: int) -> tuple[tuple[int, ...], int]:
+    """Each level's capacity in a sketch of ``levels`` levels (the top one holds ``k``), and their total."""
+    caps = tuple(_capacity(k, levels - 1 - h) for h in range(levels))
+    return caps, sum(caps)
 
 
 class KLL:
@@ -75,15 +83,13 @@ class KLL:
         self._compress()
 
     def _capacity_left(self) -> int:
-        depth = len(self.levels)
-        total = sum(_capacity(self.k, depth - 1 - h) for h in range(depth))
-        return total - sum(len(level) for level in self.levels)
+        return _capacities(self.k, len(self.levels))[1] - sum(len(level) for level in self.levels)
 
     def _compress(self) -> None:
         """Compacts the lowest level at or over its capacity while the sketch is over its total."""
         while self._capacity_left() < 0:
-            depth = len(self.levels)
-            h = next(h for h in range(depth) if len(self.levels[h]) >= _capacity(self.k, depth - 1 - h))
+            caps = _capacities(self.k, len(self.levels))[0]
+            h = next(h for h, level in enumerate(self.levels) if len(level) >= caps[h])
             self._compact(h)
 
     def _compact(self, h: int) -> None:
