@@ -19,7 +19,7 @@ Targets: 64 reducers <= 1.3x ideal, 256 <= 2x.
 
 Run::
 
-    python -m benchmarks.scale [--reducers 16 64 256] [--reps 2] [--out benchmarks/results/scale.json]
+    python -m benchmarks.scale [--reducers 16 64 256] [--reps 2] [--batch-size N] [--out benchmarks/results/scale.json]
 """
 
 from __future__ import annotations
@@ -57,11 +57,13 @@ def reference(table: pa.Table) -> dict[int, int]:
     return {int(k): int(n) for k, n in rows}
 
 
-def run_once(table: pa.Table, reducers: int, cost_s: float) -> tuple[Any, float, dict[str, float]]:
+def run_once(table: pa.Table, reducers: int, cost_s: float,
+             batch_size: int | None = None) -> tuple[Any, float, dict[str, float]]:
     """One job; returns ``(result, wall seconds, CPU seconds by role)``."""
     import dpa
 
-    cfg = dpa.JobConfig(shape=dpa.ShapeConfig(num_reducers=reducers), recovery=dpa.RecoveryConfig(timeout_s=600))
+    cfg = dpa.JobConfig(shape=dpa.ShapeConfig(num_reducers=reducers), recovery=dpa.RecoveryConfig(timeout_s=600),
+                        flow=dpa.FlowConfig(batch_size=batch_size))
     meter = CpuMeter()
     meter.start()
     t0 = time.perf_counter()
@@ -76,11 +78,11 @@ def measure(reducers: int, args: argparse.Namespace) -> dict[str, Any]:
     records = reducers * args.records_per_reducer
     table = make_table(records, args.seed + reducers)
     ref = reference(table)
-    run_once(make_table(reducers * 20, 0), reducers, cost_s)  # starts and warms the pool of this width
+    run_once(make_table(reducers * 20, 0), reducers, cost_s, args.batch_size)  # starts and warms the pool
     ideal = args.records_per_reducer * cost_s
     reps = []
     for _ in range(args.reps):
-        out, wall, cpu = run_once(table, reducers, cost_s)
+        out, wall, cpu = run_once(table, reducers, cost_s, args.batch_size)
         got = dict(zip(out.column("key").to_pylist(), out.column(out.column_names[-1]).to_pylist()))
         dpa_cpu = cpu.get("host", 0.0) + cpu.get("coordinator", 0.0)
         reps.append({"wall_s": wall, "x_ideal": wall / ideal, "exact": got == ref,
@@ -105,6 +107,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cpus", type=int, default=8, help="logical CPUs of the Ray started here")
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="FlowConfig.batch_size (default dpa's: one block for these tables, so one busy mapper)")
     p.add_argument("--out", default=os.path.join("benchmarks", "results", "scale.json"))
     args = p.parse_args(argv)
     init_ray(num_cpus=args.cpus)

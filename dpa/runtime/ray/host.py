@@ -98,6 +98,7 @@ class MemberHost:
         order; returns once all have run, raising the first error if any did."""
         await run_batch(self, calls, strict=True)
 
+    @quiet_method
     async def call_gather(self, calls: list[tuple[str | None, str, tuple]]) -> list[Any]:
         """Runs calls sent together (:func:`~dpa.runtime.ray.outbox.call_per_process`) at
         once, as separate calls would run; returns their results in order (the first error

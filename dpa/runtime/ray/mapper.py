@@ -26,7 +26,7 @@ from dpa.runtime.ray.member import (
     quiet_method,
     ready,
 )
-from dpa.runtime.ray.outbox import post
+from dpa.runtime.ray.outbox import call_per_process, post
 from dpa.runtime.ray.telemetry import metric
 
 logger = logging.getLogger(__name__)
@@ -88,9 +88,7 @@ class MapperActor(JobMember):
             ins = instructions.pop(0)
             event: Any = None
             if isinstance(ins, op.SendPushes):
-                answers = await asyncio.gather(*[self._push(job_id, p.dest, p.batch, ins.version, ins.epoch)
-                                                 for p in ins.pushes])
-                event = ev.PushesAnswered(list(answers))
+                event = ev.PushesAnswered(await self._pushes(job_id, ins))
             elif isinstance(ins, op.RequestBlock) and self.first is not None:  # (the driver's)
                 pending = asyncio.get_running_loop().create_future()
                 pending.set_result(self.first)
@@ -131,14 +129,30 @@ class MapperActor(JobMember):
         self.job_id, self.task = None, None  # the job is over for this mapper: later news is dropped
         return machine.emitted
 
-    def _push(self, job_id: str, dest: int, batch: Any, version: int, epoch: int) -> Any:
-        """Pushes a batch to reducer ``dest``: a call of the reducer itself when it runs in
-        this process, else a Ray call (both awaitable)."""
-        ref = self.reducers[dest]
-        reducer = hosted_member(ref)
-        if reducer is None:
-            return ref.push.remote(job_id, batch, version, False, epoch)
-        return type(reducer).push(reducer, job_id, batch, version, False, epoch)
+    async def _pushes(self, job_id: str, ins: op.SendPushes) -> list[Any]:
+        """Sends one round of pushes and returns their answers, in order: a reducer of this
+        process is called directly (its batch handed over as it is); the pushes to the
+        reducers of another host go as one Ray call to that host, whose reducers take them
+        at once (:func:`~dpa.runtime.ray.outbox.call_per_process`). A round to ``W``
+        reducers on ``H`` hosts is ``H`` calls, not ``W``."""
+        answers: list[Any] = [None] * len(ins.pushes)
+        local: list[tuple[int, Any]] = []
+        remote: list[tuple[int, tuple[Any, str, tuple]]] = []
+        for i, p in enumerate(ins.pushes):
+            ref = self.reducers[p.dest]
+            reducer = hosted_member(ref)
+            args = (job_id, p.batch, ins.version, False, ins.epoch)
+            if reducer is None:
+                remote.append((i, (ref, "push", args)))
+            else:
+                local.append((i, type(reducer).push(reducer, *args)))
+        done = await asyncio.gather(call_per_process([call for _, call in remote]),
+                                    *[coro for _, coro in local])
+        for (i, _), answer in zip(remote, done[0]):
+            answers[i] = answer
+        for (i, _), answer in zip(local, done[1:]):
+            answers[i] = answer
+        return answers
 
     async def _block(self, item: list[Any]) -> ev.BlockArrived:
         """The block of an item the coordinator handed out: ``[item, epoch, token]``."""

@@ -105,9 +105,29 @@ def test_a_mapper_calls_a_reducer_of_its_own_process_and_sends_to_the_others(mon
     assert ray_member.hosted_member(here) is local and ray_member.hosted_member(there) is None
     assert ray_member.hosted_member(SimpleNamespace(_actor_id=None)) is None  # (a plain actor handle)
 
+    from dpa.engine.instructions import Push, SendPushes
+
+    sent = []
+
+    class Gathering(FakeHost):
+        def __getattr__(self, method):
+            if method != "call_gather":
+                raise AttributeError(method)
+
+            def remote(calls):
+                sent.append(calls)
+                fut = asyncio.get_running_loop().create_future()
+                fut.set_result([("remote", len(calls))] * len(calls))
+                return fut
+            return SimpleNamespace(remote=remote)
+
+    there, further = MemberRef(Gathering("h2"), "reducer-1"), MemberRef(Gathering("h2"), "reducer-2")
     mapper = MapperActor(0, "mapper-0")
-    mapper.reducers = [here, there]
+    mapper.reducers = [here, there, further]
     batch = pa.table({"k": [1, 2]})
-    assert asyncio.run(mapper._push("job", 0, batch, 3, 1)) == ("queued", 10)
+    pushes = SendPushes([Push(1, batch), Push(0, batch), Push(2, batch)], 3, 1)
+    answers = asyncio.run(mapper._pushes("job", pushes))
+    assert answers == [("remote", 2), ("queued", 10), ("remote", 2)]  # (in the pushes' order)
     assert local.pushes == [("job", batch, 3, False, 1)] and local.pushes[0][1] is batch  # (not copied)
-    assert mapper._push("job", 1, batch, 3, 1) == ("call", {}, ("reducer-1", "push", "job", batch, 3, False, 1))
+    # the two pushes to the other host's reducers went as one call
+    assert sent == [[("reducer-1", "push", ("job", batch, 3, False, 1)), ("reducer-2", "push", ("job", batch, 3, False, 1))]]
