@@ -148,3 +148,16 @@ def test_sql_partials_of_exact_means(spark):
     for r in out.collect():
         assert (r["avg(a)"], r["sum(l)"]) == want[r["k"]]
         assert r["avg(l)"] == float(Fraction(r["sum(l)"], counts[r["k"]]))  # (the nearest double)
+
+
+def test_staged_path_gives_sparks_decimal_avg(spark):
+    """The staged path (Parquet files in between) runs the same Spark-typed reducer."""
+    from pyspark.sql import functions as F
+
+    df = spark.range(0, 500).select(F.expr("cast(id % 4 as int)").alias("k"),
+                                    F.expr("cast(id * 1.37 as decimal(12, 2))").alias("a"))
+    out, result = run_with_result(df, "k", dpa.Mean("a"), path="staged")
+    assert result.stats.extra["spark_path"] == "staged"
+    theirs = df.groupBy("k").agg(F.avg("a").alias("mean"))
+    assert out.schema == theirs.schema
+    assert {r["k"]: r["mean"] for r in out.collect()} == {r["k"]: r["mean"] for r in theirs.collect()}
