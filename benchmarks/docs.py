@@ -295,6 +295,24 @@ BENCHMARKS: dict[str, Entry] = {
         "(Spark writes Parquet, dpa reads it, results come back as Parquet), against Spark's own "
         "`groupBy`, on PySpark 3.5 with RayDP and on PySpark 4 without it.",
     ),
+    "scale": Entry(
+        "Width on Ray: 16 to 256 logical reducers",
+        "Ray with 8 logical CPUs on the 2-core machine; reducers sleep 2 ms per record, 1,000 "
+        "records each (ideal 2 s at every width), `JobConfig()` but the width; time over ideal, "
+        "CPU per reducer-second, exact against DuckDB. See [scale.md](scale.md).",
+    ),
+    "scale_sim": Entry(
+        "Width in the simulator: 64 to 4,096 reducers",
+        "The in-process runtime with measured message costs, Zipf(1.2) records at 1 ms each; "
+        "time over ideal, the balancer's and coordinator's busy fractions, and the real seconds "
+        "the simulation took. See [scale.md](scale.md).",
+    ),
+    "multinode": Entry(
+        "Several Ray nodes, one killed mid-job",
+        "Ray nodes started with `ray start` on this machine, a job of one reducer per logical "
+        "CPU sleeping per record; the fault-free time, then a worker node killed at half of it: "
+        "time, recovery and exactness. See [scale.md](scale.md).",
+    ),
 }
 
 
