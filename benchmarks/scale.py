@@ -14,12 +14,13 @@ For each width (default 16, 64, 256) an untimed run at that width starts the poo
 warms it; then ``--reps`` timed runs. Reported per width: wall time, ideal, time / ideal,
 the CPU seconds of the dpa processes (the hosts that run the reducers and mappers, and the
 coordinator that runs the balancer) and that CPU per reducer-second (CPU / (reducers x
-wall)), and whether the counts equal DuckDB's ``GROUP BY`` over the same table.
+wall)), the records of the busiest reducer over the mean, the rebalances, and whether the
+counts equal DuckDB's ``GROUP BY`` over the same table.
 Targets: 64 reducers <= 1.3x ideal, 256 <= 2x.
 
 Run::
 
-    python -m benchmarks.scale [--reducers 16 64 256] [--reps 2] [--batch-size N] [--out benchmarks/results/scale.json]
+    python -m benchmarks.scale [--reducers 16 64 256] [--reps 2] [--batch-size N] [--policy P] [--out benchmarks/results/scale.json]
 """
 
 from __future__ import annotations
@@ -57,20 +58,22 @@ def reference(table: pa.Table) -> dict[int, int]:
     return {int(k): int(n) for k, n in rows}
 
 
-def run_once(table: pa.Table, reducers: int, cost_s: float,
-             batch_size: int | None = None) -> tuple[Any, float, dict[str, float]]:
-    """One job; returns ``(result, wall seconds, CPU seconds by role)``."""
+def run_once(table: pa.Table, reducers: int, cost_s: float, batch_size: int | None = None,
+             policy: str | None = None) -> tuple[Any, float, dict[str, float], Any]:
+    """One job; returns ``(result table, wall seconds, CPU seconds by role, stats)``."""
     import dpa
 
     cfg = dpa.JobConfig(shape=dpa.ShapeConfig(num_reducers=reducers), recovery=dpa.RecoveryConfig(timeout_s=600),
                         flow=dpa.FlowConfig(batch_size=batch_size))
+    if policy is not None:
+        cfg = cfg.with_options(policy=policy)
     meter = CpuMeter()
     meter.start()
     t0 = time.perf_counter()
     res = dpa.run(table, key="key", reducer=dpa.WithCost(dpa.Count(), cost_s), config=cfg)
     out = res.to_arrow()
     wall = time.perf_counter() - t0
-    return out, wall, meter.stop()
+    return out, wall, meter.stop(), res.stats
 
 
 def measure(reducers: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -78,17 +81,19 @@ def measure(reducers: int, args: argparse.Namespace) -> dict[str, Any]:
     records = reducers * args.records_per_reducer
     table = make_table(records, args.seed + reducers)
     ref = reference(table)
-    run_once(make_table(reducers * 20, 0), reducers, cost_s, args.batch_size)  # starts and warms the pool
+    run_once(make_table(reducers * 20, 0), reducers, cost_s, args.batch_size, args.policy)  # starts the pool
     ideal = args.records_per_reducer * cost_s
     reps = []
     for _ in range(args.reps):
-        out, wall, cpu = run_once(table, reducers, cost_s, args.batch_size)
+        out, wall, cpu, stats = run_once(table, reducers, cost_s, args.batch_size, args.policy)
+        processed = np.asarray(stats.processed, dtype=np.float64)
         got = dict(zip(out.column("key").to_pylist(), out.column(out.column_names[-1]).to_pylist()))
         dpa_cpu = cpu.get("host", 0.0) + cpu.get("coordinator", 0.0)
         reps.append({"wall_s": wall, "x_ideal": wall / ideal, "exact": got == ref,
                      "host_cpu_s": cpu.get("host", 0.0), "coordinator_cpu_s": cpu.get("coordinator", 0.0),
                      "driver_cpu_s": cpu.get("driver", 0.0), "ray_cpu_s": cpu.get("raylet", 0.0) + cpu.get("gcs", 0.0),
-                     "cpu_per_reducer_s": dpa_cpu / (reducers * wall)})
+                     "cpu_per_reducer_s": dpa_cpu / (reducers * wall),
+                     "busiest_over_mean": float(processed.max() / processed.mean()), "rebalances": len(stats.rebalances)})
     best = min(reps, key=lambda r: r["wall_s"])
     return {"reducers": reducers, "records": records, "ideal_s": ideal, "reps": reps,
             "wall_s": statistics.median(r["wall_s"] for r in reps), "x_ideal": statistics.median(r["x_ideal"] for r in reps),
@@ -96,6 +101,8 @@ def measure(reducers: int, args: argparse.Namespace) -> dict[str, Any]:
             "host_cpu_s": statistics.median(r["host_cpu_s"] for r in reps),
             "coordinator_cpu_s": statistics.median(r["coordinator_cpu_s"] for r in reps),
             "cpu_per_reducer_s": statistics.median(r["cpu_per_reducer_s"] for r in reps),
+            "busiest_over_mean": statistics.median(r["busiest_over_mean"] for r in reps),
+            "rebalances": statistics.median(r["rebalances"] for r in reps),
             "target_x_ideal": TARGETS.get(reducers)}
 
 
@@ -107,6 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cpus", type=int, default=8, help="logical CPUs of the Ray started here")
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--policy", default=None, help="BalanceConfig.policy (default dpa's)")
     p.add_argument("--batch-size", type=int, default=None,
                    help="FlowConfig.batch_size (default dpa's: one block for these tables, so one busy mapper)")
     p.add_argument("--out", default=os.path.join("benchmarks", "results", "scale.json"))
@@ -118,7 +126,8 @@ def main(argv: list[str] | None = None) -> None:
         stop_ray()
     print_table([{"reducers": r["reducers"], "wall_s": r["wall_s"], "ideal_s": r["ideal_s"], "x_ideal": r["x_ideal"],
                   "target": r["target_x_ideal"], "hosts_cpu_s": r["host_cpu_s"], "coord_cpu_s": r["coordinator_cpu_s"],
-                  "cpu/reducer-s": r["cpu_per_reducer_s"], "exact": r["exact"]} for r in rows],
+                  "cpu/reducer-s": r["cpu_per_reducer_s"], "busiest/mean": r["busiest_over_mean"],
+                  "rebalances": r["rebalances"], "exact": r["exact"]} for r in rows],
                 title=f"sleep-cost job, {args.cost_ms:g} ms x {args.records_per_reducer:,} records per reducer, "
                       f"Ray with {args.cpus} logical CPUs on {os.cpu_count()} cores")
     write_json(args.out, {"ray": rows, "cpus": args.cpus, "cost_ms": args.cost_ms,

@@ -190,10 +190,11 @@ class FlowConfig:
     """How records flow: input blocks, reducer queues, reports and reducer steps.
 
     Args:
-        report_interval_s: How often a busy reducer reports its queue length (an idle one
-            reports at once). Every report is an actor call: on a 2-core machine with 8
-            reducers, 5 ms reports took about a third of the CPU and made a 1 ms-per-record
-            job 1.33x its ideal time against 1.18x with 50 ms (``benchmarks.stragglers``).
+        report_interval_s: The period of the reducers' report clock. A reducer whose
+            queue moved by a step's rows or more (or that has a new snapshot or key counts)
+            reports at the clock's next tick; the reducers of a host tick together, so their
+            reports leave the host as one message per tick, and a reducer with nothing new
+            sends nothing (``docs/scale.md``).
         queue_capacity: Bound of each reducer's input queue, in records. Mappers wait
             (backpressure) while the target queue is full.
         queue_time_s: Bound of each reducer's input queue in estimated seconds of work
