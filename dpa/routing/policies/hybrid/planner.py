@@ -25,12 +25,18 @@ logger = logging.getLogger(__name__)
 FORECAST_KEYS = 64
 
 
+#: Bins from which :func:`fill` levels in numpy (below, plain floats are faster).
+_FILL_NUMPY = 48
+
+
 def fill(loads: list[float], amount: float) -> list[float]:
     """Continuous water filling: how much of ``amount`` each bin gets to level the lowest.
 
     The level is the largest ``k`` whose ``(sum of the k lowest loads + amount) / k``
-    reaches the ``k``-th lowest load. In plain Python floats: the planner fills a hot key's
-    few candidates many times per plan, where numpy's per-call cost would be most of the work.
+    reaches the ``k``-th lowest load. A key's few candidates are filled in plain Python
+    floats (the planner fills them many times per plan, where numpy's per-call cost would
+    be most of the work), a widely split key's in numpy: the same sums in the same order,
+    so both give the same floats.
 
     Args:
         loads: Current load of each bin.
@@ -42,6 +48,12 @@ def fill(loads: list[float], amount: float) -> list[float]:
     """
     if amount <= 0 or not loads:
         return [0.0] * len(loads)
+    if len(loads) >= _FILL_NUMPY:
+        x = np.sort(np.asarray(loads, dtype=np.float64))
+        candidate = (np.cumsum(x) + amount) / np.arange(1, len(x) + 1, dtype=np.float64)
+        reached = np.flatnonzero(candidate >= x)
+        level = float(candidate[reached[-1]]) if len(reached) else 0.0
+        return np.maximum(level - np.asarray(loads, dtype=np.float64), 0.0).tolist()
     prefix = 0.0
     level = 0.0
     for k, x in enumerate(sorted(loads), 1):
@@ -212,12 +224,23 @@ class HybridPlanner(DPAPlanner):
         load = tail.copy()
         for h, cands in hot.items():
             load[cands] += counts[h] / len(cands)
+        # (each step is O(R) in numpy and O(keys of one reducer) in Python: a plan at a
+        # thousand reducers grows thousands of candidates)
+        closed = ~active  # slots no key may grow to
+        keys_of: dict[int, set[int]] = {}  # reducer -> the hot keys it is a candidate of
+        for h, cands in hot.items():
+            for r in cands:
+                keys_of.setdefault(r, set()).add(h)
 
         def grow(h: int) -> None:
             cands = hot[h]
             load[cands] -= counts[h] / len(cands)
-            free = [r for r in slots if r not in cands]
-            cands.append(min(free, key=lambda r: (load[r], r)))
+            # the least loaded slot the key does not have yet, the lowest on ties
+            blocked = closed.copy()
+            blocked[cands] = True
+            r = int(np.argmin(np.where(blocked, np.inf, load)))
+            cands.append(r)
+            keys_of.setdefault(r, set()).add(h)
             load[cands] += counts[h] / len(cands)
 
         for h in sorted(hot, key=lambda k: -counts[k]):
@@ -228,7 +251,7 @@ class HybridPlanner(DPAPlanner):
             x = int(np.argmax(load)) if everyone else slots[int(np.argmax(load[active]))]
             if load[x] <= mean * (1.0 + self.settings.slack):
                 break
-            growable = [h for h, c in hot.items() if x in c and len(c) < R]
+            growable = [h for h in keys_of.get(x, ()) if len(hot[h]) < R]
             if not growable:
                 break
             grow(max(growable, key=lambda h: (counts[h] / len(hot[h]), h)))
