@@ -49,11 +49,7 @@ def fill(loads: list[float], amount: float) -> list[float]:
     if amount <= 0 or not loads:
         return [0.0] * len(loads)
     if len(loads) >= _FILL_NUMPY:
-        x = np.sort(np.asarray(loads, dtype=np.float64))
-        candidate = (np.cumsum(x) + amount) / np.arange(1, len(x) + 1, dtype=np.float64)
-        reached = np.flatnonzero(candidate >= x)
-        level = float(candidate[reached[-1]]) if len(reached) else 0.0
-        return np.maximum(level - np.asarray(loads, dtype=np.float64), 0.0).tolist()
+        return fill_array(np.asarray(loads, dtype=np.float64), amount).tolist()
     prefix = 0.0
     level = 0.0
     for k, x in enumerate(sorted(loads), 1):
@@ -62,6 +58,18 @@ def fill(loads: list[float], amount: float) -> list[float]:
         if candidate >= x:
             level = candidate
     return [max(level - load, 0.0) for load in loads]
+
+
+def fill_array(loads: np.ndarray, amount: float) -> np.ndarray:
+    """:func:`fill` over a ``float64`` array, in numpy (the same sums in the same order as
+    :func:`fill`'s plain floats, so the same results)."""
+    if amount <= 0 or not len(loads):
+        return np.zeros(len(loads))
+    x = np.sort(loads)
+    candidate = (np.cumsum(x) + amount) / np.arange(1, len(x) + 1, dtype=np.float64)
+    reached = np.flatnonzero(candidate >= x)
+    level = float(candidate[reached[-1]]) if len(reached) else 0.0
+    return np.maximum(level - loads, 0.0)
 
 
 class HybridPlanner(DPAPlanner):
@@ -234,14 +242,15 @@ class HybridPlanner(DPAPlanner):
 
         def grow(h: int) -> None:
             cands = hot[h]
-            load[cands] -= counts[h] / len(cands)
+            at = np.array(cands)
+            load[at] -= counts[h] / len(cands)
             # the least loaded slot the key does not have yet, the lowest on ties
             blocked = closed.copy()
-            blocked[cands] = True
+            blocked[at] = True
             r = int(np.argmin(np.where(blocked, np.inf, load)))
             cands.append(r)
             keys_of.setdefault(r, set()).add(h)
-            load[cands] += counts[h] / len(cands)
+            load[np.append(at, r)] += counts[h] / len(cands)
 
         for h in sorted(hot, key=lambda k: -counts[k]):
             while len(hot[h]) < min(R, self.settings.min_width):
@@ -272,27 +281,26 @@ class HybridPlanner(DPAPlanner):
                 movable = c * min(1.0, self.queue_lengths[home] / self.held[home])
                 level[home] -= movable
                 amount[h] += movable
-        levels: list[float] = np.maximum(level, 0.0).tolist()  # (floats: see fill)
-        parts: dict[int, list[float]] = {}
+        # (a key's candidates are distinct, so updating them at once is updating them in turn)
+        levels = np.maximum(level, 0.0)
+        at = {h: np.array(cands) for h, cands in hot.items()}
+        parts: dict[int, np.ndarray] = {}
         order = sorted(hot, key=lambda k: (-amount[k], k))
         for _ in range(8):
             for h in order:
-                cands = hot[h]
                 if h in parts:
-                    for r, part in zip(cands, parts[h]):
-                        levels[r] -= part
-                parts[h] = fill([levels[r] for r in cands], amount[h])
-                for r, part in zip(cands, parts[h]):
-                    levels[r] += part
+                    levels[at[h]] -= parts[h]
+                parts[h] = fill_array(levels[at[h]], amount[h])
+                levels[at[h]] += parts[h]
         shares: dict[int, np.ndarray] = {}
         for h in order:
-            got = np.array(parts[h])
+            got = parts[h]
             total = got.sum()
             shares[h] = np.round(got / total, 3) if total > 0 else np.full(len(hot[h]), 1.0 / len(hot[h]))
         self._shares = shares
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("hybrid plan: N=%d tail=%s expected=%s", self.sketch.n, tail.tolist(),
-                         [round(x, 1) for x in levels])
+                         [round(x, 1) for x in levels.tolist()])
         return hot
 
     def _shares_moved(self) -> bool:
