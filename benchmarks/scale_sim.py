@@ -51,11 +51,9 @@ def _exact(table: Any, got: Any) -> bool:
 
     con = duckdb.connect()
     con.register("t", table)
-    want = con.execute("select key, count(*) as n from t group by key").fetch_arrow_table()
+    want = dict(con.execute("select key, count(*) from t group by key").fetchall())
     count_col = [c for c in got.column_names if c != "key"][0]
-    a = dict(zip(want["key"].to_pylist(), want["n"].to_pylist()))
-    b = dict(zip(got["key"].to_pylist(), got[count_col].to_pylist()))
-    return a == b
+    return want == dict(zip(got["key"].to_pylist(), got[count_col].to_pylist()))
 
 
 def simulate(width: int, table: Any, cost_s: float, costs: Any = None) -> dict[str, Any]:
@@ -135,13 +133,16 @@ def _probe_class() -> Any:
     return Probe
 
 
-def _per_call(probe: Any, method: str, args_of: Any, calls: int) -> float:
-    """Receiver CPU seconds per call of ``method`` (calls fired without waiting)."""
+def _per_call(probe: Any, method: str, args_of: Any, calls: int, sent: dict[str, float]) -> float:
+    """Receiver CPU seconds per call of ``method`` (calls fired without waiting); the
+    caller's CPU seconds per call go to ``sent[method]``."""
     import ray
 
     ray.get(getattr(probe, method).remote(*args_of(0)))  # (warm)
     before = ray.get(probe.cpu.remote())
+    c0 = time.process_time()
     refs = [getattr(probe, method).remote(*args_of(i)) for i in range(calls)]
+    sent[method] = (time.process_time() - c0) / calls
     after = ray.get(probe.cpu.remote())
     ray.get(refs)
     return (after - before) / calls
@@ -211,22 +212,27 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         block_ref = ray.put(table.slice(0, 10_000))
         probe = _probe_class().remote(plan, plan.policy.initial_snapshot(width), [block_ref])
         n = args.calls
+        sent: dict[str, float] = {}
         ray_side = {
-            "progress_s": _per_call(probe, "progress", lambda i: ("run", i % width, i), n),
-            "report_s": _per_call(probe, "report", lambda i: ("run", i % width, 100, 0, key_stats, 0.1, i, 0, 16), n),
-            "block_request_s": _per_call(probe, "next_block", lambda i: ("run", i % 2, (0, 1000)), n),
-            "push_s": _per_call(probe, "push", lambda i: ("run", i, batch, 0, 0), n),
-            "snapshot_s": _per_call(probe, "snapshot", lambda i: ("run", snapshot), max(50, n // 10)),
+            "progress_s": _per_call(probe, "progress", lambda i: ("run", i % width, i), n, sent),
+            "report_s": _per_call(probe, "report", lambda i: ("run", i % width, 100, 0, key_stats, 0.1, i, 0, 16),
+                                  n, sent),
+            "block_request_s": _per_call(probe, "next_block", lambda i: ("run", i % 2, (0, 1000)), n, sent),
+            "push_s": _per_call(probe, "push", lambda i: ("run", i, batch, 0, 0), n, sent),
+            "snapshot_s": _per_call(probe, "snapshot", lambda i: ("run", snapshot), max(50, n // 10), sent),
         }
         ray.kill(probe)
     finally:
         stop_ray()
-    print_table([{"call": k, "receiver_cpu_us": round(v * 1e6, 1)} for k, v in ray_side.items()],
-                title=f"receiver CPU per call on Ray ({n:,} calls each, one async actor)")
+    print_table([{"call": k, "receiver_cpu_us": round(v * 1e6, 1), "caller_cpu_us": round(c * 1e6, 1)}
+                 for (k, v), c in zip(ray_side.items(), sent.values())],
+                title=f"CPU per call on Ray ({n:,} calls each, one async actor)")
+    if args.ray_only:
+        return {"ray": ray_side, "caller": sent}
     small = _handler_times(64, args.measure_rows, args.keys, args.zipf)
     large = _handler_times(1024, args.measure_rows, args.keys, args.zipf)
     per_reducer = max(0.0, (large["tick_s"] - small["tick_s"]) / (1024 - 64))
-    out = {"ray": ray_side, "handlers_64": small, "handlers_1024": large,
+    out = {"ray": ray_side, "caller": sent, "handlers_64": small, "handlers_1024": large,
            "tick_s": max(0.0, small["tick_s"] - 64 * per_reducer), "tick_per_reducer_s": per_reducer}
     print_table([{"reducers": w, "report_us": round(h["report_s"] * 1e6, 1), "reports": h["reports"],
                   "tick_ms": round(h["tick_s"] * 1e3, 2), "ticks": h["ticks"]}
@@ -248,6 +254,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--free", action="store_true", help="messages cost nothing (the protocol alone)")
     p.add_argument("--measure", action="store_true", help="measure the message costs on Ray instead")
     p.add_argument("--calls", type=int, default=3000, help="--measure: calls per kind")
+    p.add_argument("--ray-only", action="store_true", help="--measure: the calls on Ray only")
     p.add_argument("--measure-rows", type=parse_int, default=200_000,
                    help="--measure: records of the in-process runs that time the balancer's handlers")
     p.add_argument("--out", default=None, help="write the figures as JSON (default benchmarks/results/scale_sim.json)")

@@ -77,21 +77,24 @@ class MessageCosts:
         return asdict(self)
 
 
-#: Costs measured on Ray 2.60, 2-core machine (``python -m benchmarks.scale_sim --measure``):
-#: receiver process CPU per call of one actor, plus the handler's own CPU for the real
-#: machine's event where that is more than Ray's call (the report's planner bookkeeping,
-#: the tick's check). ``docs/scale.md`` ("Simulator") has the numbers and the method.
+#: Costs measured on Ray 2.60 on a shared 2-core machine (``python -m benchmarks.scale_sim
+#: --measure``; the median of three runs): the receiving process's CPU per call of one async
+#: actor, which includes the handler (a real balancer's for a report); a mapper's word about
+#: a block is taken as costly as a progress call (the same shape), a forecast as a report;
+#: ``publish_s`` is the caller's CPU per call carrying a snapshot; the tick is the balancer's
+#: check timed in-process on simulated runs at 64 and 1,024 reducers (fixed and per-reducer
+#: parts). ``docs/scale.md`` ("Simulator") has the figures.
 MEASURED = MessageCosts(
-    report_s=300e-6,
-    forecast_s=500e-6,
-    tick_s=1e-3,
-    tick_per_reducer_s=20e-6,
-    publish_s=40e-6,
-    block_request_s=300e-6,
-    mapper_report_s=250e-6,
-    progress_s=250e-6,
-    push_s=300e-6,
-    snapshot_s=250e-6,
+    report_s=670e-6,
+    forecast_s=670e-6,
+    tick_s=5.1e-3,
+    tick_per_reducer_s=15e-6,
+    publish_s=330e-6,
+    block_request_s=600e-6,
+    mapper_report_s=460e-6,
+    progress_s=460e-6,
+    push_s=700e-6,
+    snapshot_s=650e-6,
 )
 
 
