@@ -151,7 +151,6 @@ def _per_call(probe: Any, method: str, args_of: Any, calls: int, sent: dict[str,
 def _handler_times(width: int, rows: int, keys: int, z: float) -> dict[str, float]:
     """CPU seconds per report and per tick of the real balancer on a simulated run at
     ``width`` reducers (messages free, so the run is the protocol's own)."""
-    import dpa
     from dpa.engine import events as ev
     from dpa.engine.balancer import BalancerLogic
     from dpa.runtime.message_costs import MessageCosts

@@ -362,8 +362,14 @@ class LocalRun:
                 if not self.awaiting[m]:
                     continue
                 self.awaiting[m] = False
-                self._at("coordinator", self.costs.block_request_s, "block_request",
-                         lambda wanted=ev.BlockWanted(m): (self._coordinate(wanted), self._deliver()))
+                self._at("coordinator", self.costs.block_request_s, "block_request", self._wants_block(m))
+
+    def _wants_block(self, m: int) -> Callable[[], None]:
+        """The coordinator's handling of mapper ``m``'s block request."""
+        def handle() -> None:
+            self._coordinate(ev.BlockWanted(m))
+            self._deliver()
+        return handle
 
     def _tick(self) -> None:
         for r in range(self.R):

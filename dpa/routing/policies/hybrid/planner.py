@@ -394,6 +394,8 @@ class HybridPlanner(DPAPlanner):
             shared[:, ix(int(self.ring.lookup_batch(np.array([h], np.uint32))[0]))] = False
         moves = np.zeros((R, R), dtype=np.int64)
         for s in order.tolist():
+            if excess[s] <= 0:
+                continue  # (nothing to hand over: no sort of the receivers, O(R log R) each)
             for d in np.argsort(-deficit, kind="stable").tolist():
                 if excess[s] <= 0:
                     break
