@@ -84,6 +84,7 @@ class LocalRun:
         self.waiting: dict[int, Callable[[], Any]] = {}  # heap seq -> a message an actor handles then
         self.pending = {"balancer": 0, "coordinator": 0}  # its messages in the heap
         self.tick_waiting = False  # a balancer tick is queued behind its messages
+        self.tick_armed = False  # the balancer's (and the reports') timer is in the heap
         self.reducer_message_s = 0.0  # what messages cost the reducers, in all
         self.R, self.M = plan.num_reducers, plan.num_mappers
         self.progress_cb = progress
@@ -170,6 +171,8 @@ class LocalRun:
             owed, self.owed[r] = self.owed[r], 0.0
             self.reducer_message_s += owed
             heapq.heappush(self.heap, (self.now + ins.cost_s + owed, next(self.seq), "paid", r))
+            if not self.tick_armed:  # (the timer stopped while every reducer was idle)
+                self._arm_tick()
         elif isinstance(ins, op.Report):
             report = ev.QueueReported(r, ins.queue_length, ins.version, ins.keys, ins.backlog_s)
             self._at("balancer", self.costs.report_s, "report", lambda: self.balancer.handle(report))
@@ -384,12 +387,17 @@ class LocalRun:
         self.tick_waiting = False
         self._balancer_handles(ev.BalancerTick(self.now))
 
+    def _arm_tick(self) -> None:
+        """The timer fires ``lb_interval_s`` from now: the reducers report, the balancer ticks.
+        It stops while every reducer is idle and starts again with the next step."""
+        self.tick_armed = True
+        heapq.heappush(self.heap, (self.now + self.plan.lb_interval_s, next(self.seq), "tick", -1))
+
     # -- the loop -------------------------------------------------------------------
     def run(self) -> RunOutput:
         started = last_progress = time.perf_counter()
-        plan = self.plan
         self._feed()
-        heapq.heappush(self.heap, (plan.lb_interval_s, next(self.seq), "tick", -1))
+        self._arm_tick()
         while not self.ended:
             if not self.heap:
                 self._feed()
@@ -408,15 +416,16 @@ class LocalRun:
             elif kind in self.pending:  # ("balancer", "coordinator")
                 self._handled(kind, arg)
             elif kind == "tick":
+                self.tick_armed = False
                 self._tick()
                 if not self.ended and any(red.busy is not None for red in self.reducers):
-                    heapq.heappush(self.heap, (self.now + plan.lb_interval_s, next(self.seq), "tick", -1))
+                    self._arm_tick()
             elif kind == "fault":
                 role = self.faults[arg][1]
                 self._coordinate(ev.MemberLost(self.now, "injected", role), ev.MembersReplaced([role], []))
                 self._feed()
-                if not any(e[2] == "tick" for e in self.heap):
-                    heapq.heappush(self.heap, (self.now + plan.lb_interval_s, next(self.seq), "tick", -1))
+                if not self.tick_armed:
+                    self._arm_tick()
         return self._finish(started)
 
     def _finish(self, started: float) -> RunOutput:
