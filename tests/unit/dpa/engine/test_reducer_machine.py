@@ -199,7 +199,7 @@ def test_stop_ends_the_loop_once_the_queue_is_empty_and_the_final_merge_answers(
     (finished,) = of(out, op.Finished)
     assert finished.finalize and finished.counters["processed"] == 10
     out = m.handle(ev.Exchange(5, [0, 1]))
-    assert kinds(out) == ["SendPartial", "Reply"] and out[0].dest == 1 and out[0].partial.num_rows == 0
+    assert kinds(out) == ["Reply"]  # (reducer 1's part holds none of the keys: nothing is sent)
     ((reply),) = m.handle(ev.Finalize(6))
     table, merged_keys = reply.value
     assert table.num_rows == 10 and merged_keys == 0
