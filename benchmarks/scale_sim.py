@@ -1,10 +1,10 @@
 """The in-process runtime as a scale simulator: time / ideal, the balancer's and the
 coordinator's busy fraction, and the real seconds a run takes, at 64 to 4,096 reducers.
 
-Each run is ``dpa.run(..., runtime="local")`` with ``JobConfig()`` defaults but the width:
+Each run is the in-process runtime with ``JobConfig()`` defaults but the width:
 ``--rows`` records (default 1M) whose keys follow Zipf(``--zipf``, default 1.2) over
 ``--keys`` keys, each costing 1 ms (``dpa.WithCost(dpa.Count(), 1e-3)``), with the message
-costs measured on Ray (:data:`dpa.runtime.message_costs.MEASURED`, the default): every
+costs measured on Ray (``run_local(..., costs=MEASURED)``, :data:`dpa.runtime.message_costs.MEASURED`): every
 report, block request, progress count, push and snapshot costs its receiver CPU time,
 and the balancer and the coordinator are each one queue. Reported per width: virtual
 time / ideal (ideal = records x 1 ms / reducers), the balancer's and the coordinator's
@@ -56,8 +56,9 @@ def _exact(table: Any, got: Any) -> bool:
     return want == dict(zip(got["key"].to_pylist(), got[count_col].to_pylist()))
 
 
-def simulate(width: int, table: Any, cost_s: float, costs: Any = None) -> dict[str, Any]:
-    """One run at ``width`` reducers; its figures (see the module docstring)."""
+def simulate(width: int, table: Any, cost_s: float, costs: Any) -> dict[str, Any]:
+    """One run at ``width`` reducers with message ``costs``; its figures (see the module
+    docstring)."""
     import pyarrow as pa
 
     import dpa
@@ -68,19 +69,12 @@ def simulate(width: int, table: Any, cost_s: float, costs: Any = None) -> dict[s
     config = dpa.JobConfig(shape=dpa.ShapeConfig(num_reducers=width), runtime="local").resolved()
     reducer = dpa.WithCost(dpa.Count(), cost_s)
     t0, c0 = time.perf_counter(), time.process_time()
-    if costs is None:  # (the default: what dpa.run does)
-        res = dpa.run(table, key="key", reducer=reducer, config=config)
-        sim, processed, vt = res.stats.extra["sim"], res.stats.processed, res.stats.virtual_time_s
-        real, cpu = time.perf_counter() - t0, time.process_time() - c0
-        got = res.to_arrow()
-    else:
-        src = normalize_source(table, config.batch_size, config.num_mappers)
-        plan, blocks = build_plan(src, "key", reducer, None, config)
-        out = run_local(plan, blocks, costs=costs)
-        sim, processed, vt = out.extra["sim"], out.processed, out.virtual_time_s
-        real, cpu = time.perf_counter() - t0, time.process_time() - c0
-        got = pa.concat_tables([t for t in out.tables if t is not None])
-    exact = _exact(table, got)
+    src = normalize_source(table, config.batch_size, config.num_mappers)
+    plan, blocks = build_plan(src, "key", reducer, None, config)
+    out = run_local(plan, blocks, costs=costs)
+    sim, processed, vt = out.extra["sim"], out.processed, out.virtual_time_s
+    real, cpu = time.perf_counter() - t0, time.process_time() - c0
+    exact = _exact(table, pa.concat_tables([t for t in out.tables if t is not None]))
     ideal = table.num_rows * cost_s / width
     bal, coord = sim["balancer"], sim["coordinator"]
     return {
@@ -264,12 +258,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         write_json(args.out, payload)
         return payload
 
-    from dpa.runtime.message_costs import MessageCosts
+    from dpa.runtime.message_costs import MEASURED, MessageCosts
 
     table = _table(args.rows, args.keys, args.zipf, 1)
     rows = []
     for width in [int(w) for w in args.reducers_list.split(",")]:
-        row = simulate(width, table, args.cost_ms * 1e-3, MessageCosts.free() if args.free else None)
+        row = simulate(width, table, args.cost_ms * 1e-3, MessageCosts.free() if args.free else MEASURED)
         rows.append(row)
         print_table([row], columns=["reducers", "x_ideal", "balancer_busy", "coordinator_busy",
                                     "balancer_msgs_per_s", "coordinator_msgs_per_s", "real_s", "cpu_s", "exact"],

@@ -12,14 +12,16 @@ virtual seconds. Because nothing sleeps, a job that would take minutes on Ray wi
 expensive reducers runs here in seconds: it is the correctness oracle of the Ray runtime,
 a simulator of the load balancer at scale and a fault injector.
 
-Messages cost their receiver CPU time (:class:`~dpa.runtime.message_costs.MessageCosts`,
-by default the costs measured on Ray): the balancer and the coordinator are each one
-FIFO queue (:class:`~dpa.runtime.message_costs.ActorQueue`), so a report or a block
-request waits while the actor handles earlier ones and takes effect when it has been
-handled, and a reducer's next step starts later by the pushes, forwards and snapshots it
-received. The balancer's and the coordinator's busy fraction and message counts are in
-``res.stats.extra["sim"]``. ``MessageCosts.free()`` gives the protocol alone (every
-message at once, for nothing).
+Messages can cost their receiver CPU time (``costs``: a
+:class:`~dpa.runtime.message_costs.MessageCosts`, e.g.
+:data:`~dpa.runtime.message_costs.MEASURED`, the costs measured on Ray): the balancer and
+the coordinator are then each one FIFO queue (:class:`~dpa.runtime.message_costs.ActorQueue`),
+so a report or a block request waits while the actor handles earlier ones and takes effect
+when it has been handled, and a reducer's next step starts later by the pushes, forwards
+and snapshots it received. By default messages are free (the protocol alone: every
+message at once, for nothing), which is the oracle's and the papers' model. The
+balancer's and the coordinator's busy fraction and message counts are in the output's
+``extra["sim"]`` (``res.stats.extra["sim"]``).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from dpa.engine.output import DRIVER_PROGRESS_INTERVAL_S, RunOutput
 from dpa.engine.plan import JobPlan
 from dpa.engine.reducer_machine import ReducerMachine
 from dpa.input.records import unify
-from dpa.runtime.message_costs import MEASURED, ActorQueue, MessageCosts
+from dpa.runtime.message_costs import ActorQueue, MessageCosts
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +66,9 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
     rolls back to the last checkpoint (:mod:`dpa.engine.epochs`; a dead balancer restarts
     from the checkpoint's snapshot, a live one keeps its own) and the blocks after it are
     handed out again; more failures than ``plan.max_recoveries`` fail the job.
-    ``costs``: what each message costs its receiver (default
-    :data:`~dpa.runtime.message_costs.MEASURED`; ``MessageCosts.free()`` for none).
+    ``costs``: what each message costs its receiver (default none,
+    ``MessageCosts.free()``; :data:`~dpa.runtime.message_costs.MEASURED` simulates the
+    balancer's and the coordinator's load on Ray).
 
     Raises:
         JobFailedError: More failures than ``plan.max_recoveries``.
@@ -79,7 +82,7 @@ class LocalRun:
     def __init__(self, plan: JobPlan, blocks: Iterator[pa.Table], progress: Callable[[int], None] | None,
                  faults: Sequence[tuple[float, str]], costs: MessageCosts | None = None) -> None:
         self.plan = plan
-        self.costs = MEASURED if costs is None else costs
+        self.costs = MessageCosts.free() if costs is None else costs
         self.actors = {"balancer": ActorQueue("balancer"), "coordinator": ActorQueue("coordinator")}
         self.waiting: dict[int, Callable[[], Any]] = {}  # heap seq -> a message an actor handles then
         self.pending = {"balancer": 0, "coordinator": 0}  # its messages in the heap

@@ -9,8 +9,10 @@ virtual time (a message that arrives while the actor is busy waits), and keeps i
 time, so that the saturation of the balancer or the coordinator shows in the job's
 virtual time and in ``res.stats.extra["sim"]``.
 
-The defaults (:data:`MEASURED`) were measured on Ray with ``python -m benchmarks.scale_sim
---measure`` (``docs/scale.md``, section "Simulator", has the figures and the method).
+:data:`MEASURED` holds the costs measured on Ray with ``python -m benchmarks.scale_sim
+--measure`` (``docs/scale.md``, section "Simulator", has the figures and the method); the
+in-process runtime's default is :meth:`MessageCosts.free` (the protocol alone), and
+``run_local(..., costs=MEASURED)`` is the scale simulator.
 """
 
 from __future__ import annotations

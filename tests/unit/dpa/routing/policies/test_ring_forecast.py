@@ -220,11 +220,8 @@ def test_a_hot_key_job_runs_on_its_forecast_ring_and_counts_exactly():
     res = dpa.run(pa.table({"key": keys}), key="key", reducer=dpa.WithCost(dpa.Count(), 1e-3),
                   config=dpa.JobConfig(num_reducers=8, runtime="local", policy="doubling"))
     assert res.to_dict() == dict(collections.Counter(keys.tolist()))
-    # the forecast's rounds: at once (after the reducers' first reports reach the balancer:
-    # messages cost their receiver time), before any record is queued
-    start = res.stats.rebalances[0].time_s
-    first = [e for e in res.stats.rebalances if e.time_s == start]
-    assert start < 0.01 and first and all(not any(e.queue_lengths) for e in first)
+    first = [e for e in res.stats.rebalances if e.time_s == 0.0]
+    assert first and all(not any(e.queue_lengths) for e in first)
     no_lb = dpa.run(pa.table({"key": keys}), key="key", reducer=dpa.WithCost(dpa.Count(), 1e-3),
                     config=dpa.JobConfig(num_reducers=8, runtime="local", policy="doubling", max_rounds=0))
     assert res.stats.virtual_time_s < no_lb.stats.virtual_time_s
@@ -265,8 +262,7 @@ def test_a_job_whose_only_rounds_came_from_the_forecast_skips_the_merge_and_stay
         cfg = dpa.JobConfig(num_reducers=8, runtime="local", policy="doubling", tau=tau)
         res = dpa.run(pa.table({"key": keys}), key="key", reducer=dpa.WithCost(dpa.Count(), 1e-3), config=cfg)
         assert res.to_dict() == dict(collections.Counter(keys.tolist()))
-        assert res.stats.rebalances and res.stats.rebalances[0].time_s < 0.01
-        later = [e for e in res.stats.rebalances if e.time_s > res.stats.rebalances[0].time_s]  # (after the forecast's)
-        assert res.stats.merged == bool(later)
+        later = [e for e in res.stats.rebalances if e.time_s > 0]
+        assert res.stats.rebalances and res.stats.merged == bool(later)
         if tau > 1:
             assert not later and not res.stats.merged
