@@ -192,6 +192,21 @@ BENCHMARKS: dict[str, Entry] = {
         "10M uniform records (100,000 keys), the balancer on against off, alternating pairs: "
         "what balancing costs when there is nothing to balance (target: within 5%).",
     ),
+    "scale_sim_costs": Entry(
+        "Message costs measured on Ray (the simulator's defaults)",
+        "Receiver CPU per call of one async actor on a local Ray, per kind of dpa message "
+        "(`python -m benchmarks.scale_sim --measure`), and the balancer's report handler and tick "
+        "timed in-process at 64 and 1,024 reducers; `dpa.runtime.message_costs.MEASURED` and "
+        "`docs/scale.md` (\"Simulator\").",
+    ),
+    "scale_sim": Entry(
+        "The in-process runtime as a scale simulator, 64 to 4,096 reducers",
+        "No Ray: 1M records, Zipf(1.2) over 100,000 keys, 1 ms per record, `JobConfig()` defaults "
+        "but the width, `runtime=\"local\"` with the message costs measured on Ray (`_free`: "
+        "messages cost nothing). Time / ideal, the balancer's and the coordinator's busy fraction "
+        "and message rates in virtual time, the run's real and CPU seconds, exact against DuckDB "
+        "(`docs/scale.md`, \"Simulator\").",
+    ),
     "first_ring": Entry(
         "First ring planned on the forecast",
         "No Ray: Zipf(1.1) jobs of 40,000 records over 10,000 keys, 8 reducers; the ring the "

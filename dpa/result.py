@@ -86,7 +86,7 @@ class Stats:
             virtual_time_s=out.virtual_time_s, peak_queue=out.peak_queue, runtime=runtime,
             policy=policy, job_id=job_id, timeline=out.timeline, recoveries=list(out.recoveries),
             checkpoints=out.checkpoints, merged_keys=out.merged_keys, state_moves=out.state_moves,
-            scaling=list(out.scaling), group_apply=out.group_apply,
+            scaling=list(out.scaling), group_apply=out.group_apply, extra=dict(out.extra),
         )
 
     @property

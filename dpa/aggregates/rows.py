@@ -139,7 +139,8 @@ class RowsState:
         self._parts = []
         if table is None:
             return [None] * n
-        return list(split_by(table, (table[HASH_COL].to_numpy() % n).astype(np.int64), n))
+        parts = split_by(table, (table[HASH_COL].to_numpy() % n).astype(np.int64), n)
+        return [p if p.num_rows else None for p in parts]  # (None: nothing to send)
 
     def finalize(self) -> pa.Table | None:
         """Runs ``fn`` on every group held here, in one unit (no apply phase scheduled)."""

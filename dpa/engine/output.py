@@ -38,6 +38,8 @@ class RunOutput:
         result_meta: ``(rows, schema, bytes)`` of each table behind :attr:`arrow_refs` (Ray runtime).
         group_apply: The apply phase of a per-group function
             (:meth:`~dpa.engine.group_schedule.GroupScheduler.stats`), else None.
+        extra: A runtime's own figures, by name (the in-process runtime's ``"sim"``: its
+            message cost model), carried into ``Stats.extra``.
     """
 
     tables: list[pa.Table | None]
@@ -59,6 +61,7 @@ class RunOutput:
     state_moves: int = 0
     scaling: list[Any] = field(default_factory=list)
     group_apply: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
     result_meta: list[tuple[int, pa.Schema, int]] | None = None
 
 

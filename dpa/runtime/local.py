@@ -7,10 +7,21 @@ and :class:`~dpa.engine.coordinator_machine.CoordinatorMachine`): it only delive
 instructions.
 Mappers are infinitely fast (blocks go to the mappers that wait for one, round-robin),
 reducers pay their :class:`~dpa.aggregates.contract.WithCost` cost in virtual seconds,
-messages arrive at once, and the balancer ticks (and every reducer's report timer fires)
-every ``lb_interval_s`` virtual seconds. Because nothing sleeps, a job that would take
-minutes on Ray with expensive reducers runs here in milliseconds: it is the correctness
-oracle of the Ray runtime, a fast simulator of the load balancer and a fault injector.
+and the balancer ticks (and every reducer's report timer fires) every ``lb_interval_s``
+virtual seconds. Because nothing sleeps, a job that would take minutes on Ray with
+expensive reducers runs here in seconds: it is the correctness oracle of the Ray runtime,
+a simulator of the load balancer at scale and a fault injector.
+
+Messages can cost their receiver CPU time (``costs``: a
+:class:`~dpa.runtime.message_costs.MessageCosts`, e.g.
+:data:`~dpa.runtime.message_costs.MEASURED`, the costs measured on Ray): the balancer and
+the coordinator are then each one FIFO queue (:class:`~dpa.runtime.message_costs.ActorQueue`),
+so a report or a block request waits while the actor handles earlier ones and takes effect
+when it has been handled, and a reducer's next step starts later by the pushes, forwards
+and snapshots it received. By default messages are free (the protocol alone: every
+message at once, for nothing), which is the oracle's and the papers' model. The
+balancer's and the coordinator's busy fraction and message counts are in the output's
+``extra["sim"]`` (``res.stats.extra["sim"]``).
 """
 
 from __future__ import annotations
@@ -39,13 +50,14 @@ from dpa.engine.output import DRIVER_PROGRESS_INTERVAL_S, RunOutput
 from dpa.engine.plan import JobPlan
 from dpa.engine.reducer_machine import ReducerMachine
 from dpa.input.records import unify
+from dpa.runtime.message_costs import ActorQueue, MessageCosts
 
 logger = logging.getLogger(__name__)
 
 
 def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
               progress: Callable[[int], None] | None = None,
-              faults: Sequence[tuple[float, str]] = ()) -> RunOutput:
+              faults: Sequence[tuple[float, str]] = (), costs: MessageCosts | None = None) -> RunOutput:
     """Runs ``plan`` over ``blocks`` in-process and returns the per-reducer outputs.
 
     ``progress(records_processed)`` is called about every ``DRIVER_PROGRESS_INTERVAL_S``.
@@ -54,19 +66,29 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
     rolls back to the last checkpoint (:mod:`dpa.engine.epochs`; a dead balancer restarts
     from the checkpoint's snapshot, a live one keeps its own) and the blocks after it are
     handed out again; more failures than ``plan.max_recoveries`` fail the job.
+    ``costs``: what each message costs its receiver (default none,
+    ``MessageCosts.free()``; :data:`~dpa.runtime.message_costs.MEASURED` simulates the
+    balancer's and the coordinator's load on Ray).
 
     Raises:
         JobFailedError: More failures than ``plan.max_recoveries``.
     """
-    return LocalRun(plan, blocks, progress, faults).run()
+    return LocalRun(plan, blocks, progress, faults, costs).run()
 
 
 class LocalRun:
     """One job in virtual time: the machines, their mail and the clock."""
 
     def __init__(self, plan: JobPlan, blocks: Iterator[pa.Table], progress: Callable[[int], None] | None,
-                 faults: Sequence[tuple[float, str]]) -> None:
+                 faults: Sequence[tuple[float, str]], costs: MessageCosts | None = None) -> None:
         self.plan = plan
+        self.costs = MessageCosts.free() if costs is None else costs
+        self.actors = {"balancer": ActorQueue("balancer"), "coordinator": ActorQueue("coordinator")}
+        self.waiting: dict[int, Callable[[], Any]] = {}  # heap seq -> a message an actor handles then
+        self.pending = {"balancer": 0, "coordinator": 0}  # its messages in the heap
+        self.tick_waiting = False  # a balancer tick is queued behind its messages
+        self.tick_armed = False  # the balancer's (and the reports') timer is in the heap
+        self.reducer_message_s = 0.0  # what messages cost the reducers, in all
         self.R, self.M = plan.num_reducers, plan.num_mappers
         self.progress_cb = progress
         self.faults = list(faults)
@@ -106,6 +128,7 @@ class LocalRun:
         self.answers: list[dict[int, tuple[int, int | None]]] = [{} for _ in range(self.M)]
         self.push_owner: dict[int, tuple[int, int]] = {}  # push id -> (mapper, batch index)
         self.push_size = [0] * self.M
+        self.owed = [0.0] * self.R  # message costs each reducer pays with its next step
         for r in range(self.R):
             self._to_reducer(r, ev.ReducerStarted())
         for m in range(self.M):
@@ -137,6 +160,7 @@ class LocalRun:
 
     def _reducer_does(self, r: int, ins: Any) -> None:
         if isinstance(ins, op.SendForward):
+            self.owed[ins.dest] += self.costs.push_s
             self._to_reducer(ins.dest, ev.PushArrived(next(self.ids), ins.batch, ins.version, ins.epoch, True))
         elif isinstance(ins, op.AnswerPush):
             owner = self.push_owner.pop(ins.push_id, None)
@@ -147,11 +171,17 @@ class LocalRun:
                     got, self.answers[m] = self.answers[m], {}
                     self._to_mapper(m, ev.PushesAnswered([got[k] for k in range(len(got))]))
         elif isinstance(ins, op.PayStep):
-            heapq.heappush(self.heap, (self.now + ins.cost_s, next(self.seq), "paid", r))
+            owed, self.owed[r] = self.owed[r], 0.0
+            self.reducer_message_s += owed
+            heapq.heappush(self.heap, (self.now + ins.cost_s + owed, next(self.seq), "paid", r))
+            if not self.tick_armed:  # (the timer stopped while every reducer was idle)
+                self._arm_tick()
         elif isinstance(ins, op.Report):
-            self.balancer.handle(ev.QueueReported(r, ins.queue_length, ins.version, ins.keys, ins.backlog_s))
+            report = ev.QueueReported(r, ins.queue_length, ins.version, ins.keys, ins.backlog_s)
+            self._at("balancer", self.costs.report_s, "report", lambda: self.balancer.handle(report))
         elif isinstance(ins, op.Progress):
-            self._coordinate(ev.ProgressReported(r, ins.processed))
+            progress = ev.ProgressReported(r, ins.processed)
+            self._at("coordinator", self.costs.progress_s, "progress", lambda: self._coordinate(progress))
         elif isinstance(ins, op.SendState):
             self._to_reducer(ins.move.dest, ev.StateArrived(ins.move))
         elif isinstance(ins, op.FetchSnapshot):
@@ -171,22 +201,51 @@ class LocalRun:
             for index, push in enumerate(ins.pushes):
                 pid = next(self.ids)
                 self.push_owner[pid] = (m, index)
+                self.owed[push.dest] += self.costs.push_s
                 self._to_reducer(push.dest, ev.PushArrived(pid, push.batch, ins.version, ins.epoch))
         elif isinstance(ins, op.AwaitBlock):
             self.awaiting[m] = True
         elif isinstance(ins, op.SendForecast):
-            for published in self.balancer.handle(ev.ForecastArrived(m, ins.hashes, ins.counts, ins.total, self.now)):
-                self._publish(published.snapshot)
-            if ins.wait:
-                self._to_mapper(m, ev.ForecastAnswered(self.balancer.snapshot))
+            self._at("balancer", self.costs.forecast_s, "forecast", lambda: self._forecast(m, ins))
         elif isinstance(ins, op.SplitBlock):
-            self._coordinate(ev.BlockCut(m, ins.epoch, ins.emitted, Rest(ins.rest), ins.token))
+            cut = ev.BlockCut(m, ins.epoch, ins.emitted, Rest(ins.rest), ins.token)
+            self._at("coordinator", self.costs.mapper_report_s, "block_cut", lambda: self._coordinate(cut))
         elif isinstance(ins, op.BlockDone):
-            self._coordinate(ev.BlockFinished(m, ins.epoch, ins.emitted))
+            done = ev.BlockFinished(m, ins.epoch, ins.emitted)
+            self._at("coordinator", self.costs.mapper_report_s, "block_done", lambda: self._coordinate(done))
         elif isinstance(ins, op.MapperDone):
-            self._coordinate(ev.MapperFinished(m, ins.first_routed))
+            over = ev.MapperFinished(m, ins.first_routed)
+            self._at("coordinator", self.costs.mapper_report_s, "mapper_done", lambda: self._coordinate(over))
         elif not isinstance(ins, op.RequestBlock):  # (items are handed out when a mapper waits)
             raise TypeError(f"the local runtime cannot carry out {ins!r}")
+
+    def _forecast(self, m: int, ins: op.SendForecast) -> None:
+        """The balancer takes mapper ``m``'s forecast; a waiting mapper gets the snapshot."""
+        for published in self.balancer.handle(ev.ForecastArrived(m, ins.hashes, ins.counts, ins.total, self.now)):
+            self._publish(published.snapshot)
+        if ins.wait:
+            self._to_mapper(m, ev.ForecastAnswered(self.balancer.snapshot))
+
+    # -- message costs ----------------------------------------------------------------
+    def _at(self, actor: str, cost: float, kind: str, handle: Callable[[], Any]) -> None:
+        """A message of ``kind`` reaches ``actor`` (the balancer or the coordinator) now:
+        ``handle`` runs when the actor has handled it, after the messages before it
+        (at once when it is free and the message costs nothing)."""
+        done = self.actors[actor].admit(self.now, cost, kind)
+        if done <= self.now and not self.pending[actor]:
+            handle()
+            return
+        seq = next(self.seq)
+        self.waiting[seq] = handle
+        self.pending[actor] += 1
+        heapq.heappush(self.heap, (done, seq, actor, seq))
+
+    def _handled(self, actor: str, seq: int) -> None:
+        """A queued message's time has come: the actor handles it."""
+        self.pending[actor] -= 1
+        self.waiting.pop(seq)()
+        self._deliver()
+        self._feed()
 
     def _ask(self, r: int, event: Any) -> Any:
         """Hands reducer ``r`` a request event; its answer (it arrives at once here)."""
@@ -197,6 +256,11 @@ class LocalRun:
         return self.replies.pop(event.request_id)
 
     def _publish(self, snapshot: Any) -> None:
+        cost = self.costs.publish_s * (self.R + self.M)
+        if cost:  # (sending to every member keeps the balancer busy)
+            self.actors["balancer"].spend(self.now, cost, "publish")
+        for r in range(self.R):
+            self.owed[r] += self.costs.snapshot_s
         for mapper in self.mappers:
             mapper.handle(ev.SnapshotArrived(snapshot))
         # Every reducer adopts before any forward is delivered (on Ray a push carrying a
@@ -205,6 +269,10 @@ class LocalRun:
         for r in range(self.R):
             self.mail.extend(("reducer", r, ins) for ins in self.reducers[r].handle(ev.SnapshotArrived(snapshot)))
         self._deliver()
+
+    def _balancer_handles(self, event: Any) -> None:
+        for ins in self.balancer.handle(event):
+            self._balancer_does(ins)
 
     def _balancer_does(self, ins: Any) -> None:
         if isinstance(ins, op.ScaleOut):  # (the coordinator decides which slots start)
@@ -231,7 +299,7 @@ class LocalRun:
             for r in ins.slots:
                 self._to_reducer(r, ev.InputMapped())
         elif isinstance(ins, op.TellBalancerMapped):
-            self.balancer.handle(ev.InputDone())
+            self._at("balancer", 0.0, "input_done", lambda: self.balancer.handle(ev.InputDone()))
         elif isinstance(ins, op.StartCheckpoint):
             self._coordinate(ev.CheckpointOpened())
         elif isinstance(ins, op.AskPrepare):
@@ -256,8 +324,8 @@ class LocalRun:
         elif isinstance(ins, op.StartReducers):
             self._coordinate(ev.ScaleOutStarted(list(ins.slots), ins.refused))
         elif isinstance(ins, op.AnswerScaleOut):
-            for published in self.balancer.handle(ev.ScaledOut(self.now, list(ins.started), ins.refused)):
-                self._balancer_does(published)
+            self._at("balancer", 0.0, "scaled_out", lambda: self._balancer_handles(
+                ev.ScaledOut(self.now, list(ins.started), ins.refused)))
         elif isinstance(ins, op.StopBalancer):
             self.ended = True  # (the run loop ends; _finish goes on)
         elif isinstance(ins, op.StopReducers):
@@ -283,8 +351,12 @@ class LocalRun:
         snapshot); the coordinator hands its later items out again."""
         if ins.new_balancer:
             self.balancer = BalancerLogic(self.plan, ins.balancer_snapshot, resume=True)
-        self.heap = [e for e in self.heap if e[2] != "paid"]
+        # (what the old members sent and nobody handled yet is lost with them)
+        self.heap = [e for e in self.heap if e[2] not in ("paid", "balancer", "coordinator")]
         heapq.heapify(self.heap)
+        self.waiting.clear()
+        self.pending = {"balancer": 0, "coordinator": 0}
+        self.tick_waiting = False
         self.mail.clear()
         self._start_members(self.balancer.snapshot, ins.checkpoint)
 
@@ -296,22 +368,39 @@ class LocalRun:
                 if not self.awaiting[m]:
                     continue
                 self.awaiting[m] = False
-                self._coordinate(ev.BlockWanted(m))
-                self._deliver()
+                self._at("coordinator", self.costs.block_request_s, "block_request", self._wants_block(m))
+
+    def _wants_block(self, m: int) -> Callable[[], None]:
+        """The coordinator's handling of mapper ``m``'s block request."""
+        def handle() -> None:
+            self._coordinate(ev.BlockWanted(m))
+            self._deliver()
+        return handle
 
     def _tick(self) -> None:
         for r in range(self.R):
             self._to_reducer(r, ev.ReportDue())
         self._deliver()
-        for ins in self.balancer.handle(ev.BalancerTick(self.now)):
-            self._balancer_does(ins)
+        if self.tick_waiting:  # (the balancer has not reached the last one: a timer fires once)
+            return
+        self.tick_waiting = True
+        self._at("balancer", self.costs.tick_cost(self.R), "tick", self._balancer_tick)
+
+    def _balancer_tick(self) -> None:
+        self.tick_waiting = False
+        self._balancer_handles(ev.BalancerTick(self.now))
+
+    def _arm_tick(self) -> None:
+        """The timer fires ``lb_interval_s`` from now: the reducers report, the balancer ticks.
+        It stops while every reducer is idle and starts again with the next step."""
+        self.tick_armed = True
+        heapq.heappush(self.heap, (self.now + self.plan.lb_interval_s, next(self.seq), "tick", -1))
 
     # -- the loop -------------------------------------------------------------------
     def run(self) -> RunOutput:
         started = last_progress = time.perf_counter()
-        plan = self.plan
         self._feed()
-        heapq.heappush(self.heap, (plan.lb_interval_s, next(self.seq), "tick", -1))
+        self._arm_tick()
         while not self.ended:
             if not self.heap:
                 self._feed()
@@ -327,16 +416,19 @@ class LocalRun:
                 if self.progress_cb is not None and time.perf_counter() - last_progress >= DRIVER_PROGRESS_INTERVAL_S:
                     last_progress = time.perf_counter()
                     self.progress_cb(self.coordinator.processed)
+            elif kind in self.pending:  # ("balancer", "coordinator")
+                self._handled(kind, arg)
             elif kind == "tick":
+                self.tick_armed = False
                 self._tick()
                 if not self.ended and any(red.busy is not None for red in self.reducers):
-                    heapq.heappush(self.heap, (self.now + plan.lb_interval_s, next(self.seq), "tick", -1))
+                    self._arm_tick()
             elif kind == "fault":
                 role = self.faults[arg][1]
                 self._coordinate(ev.MemberLost(self.now, "injected", role), ev.MembersReplaced([role], []))
                 self._feed()
-                if not any(e[2] == "tick" for e in self.heap):
-                    heapq.heappush(self.heap, (self.now + plan.lb_interval_s, next(self.seq), "tick", -1))
+                if not self.tick_armed:
+                    self._arm_tick()
         return self._finish(started)
 
     def _finish(self, started: float) -> RunOutput:
@@ -366,9 +458,23 @@ class LocalRun:
             state_moves=sum(c["keys_moved"] for c in counters),
             scaling=list(balancer.scaling),
             group_apply=self.applied,
+            extra={"sim": self._sim_stats()},
         )
         self._coordinate(ev.JobClosed())  # (as the Ray coordinator does when its job ends)
         return output
+
+    def _sim_stats(self) -> dict[str, Any]:
+        """The message cost model's figures: the costs, and per actor its busy fraction
+        over the job's virtual time, the seconds it was busy and messages waited, and its
+        messages by kind; the reducers' message seconds in all."""
+        elapsed = self.now
+        return {
+            "costs": self.costs.as_dict(),
+            "virtual_time_s": elapsed,
+            **{name: q.stats(elapsed) for name, q in self.actors.items()},
+            "reducers": {"message_s": self.reducer_message_s,
+                         "busy_fraction": self.reducer_message_s / (self.R * elapsed) if elapsed > 0 else 0.0},
+        }
 
     def _apply_groups(self, total_rows: int) -> tuple[list[tuple[pa.Table | None, int]], dict[str, Any]]:
         """The apply phase of a per-group function, in virtual time: every worker's clock

@@ -7,6 +7,16 @@ every worker is tracked over time. It uses the *same* policy objects as the dpa 
 (:meth:`~dpa.routing.policy.PolicySpec.make_router` per source, the planner and snapshots), so what
 it measures is what a job would do, minus the data movement.
 
+dpa has one simulator of its own jobs: the in-process runtime (``JobConfig(runtime="local")``,
+:mod:`dpa.runtime.local`), which runs the real machines in virtual time with what each
+message costs its receiver. This module is not a second one: it models the one thing the
+runtime cannot, the papers' abstract time, counted in messages (message ``i`` arrives at
+``i``, a worker serves ``service_rate`` messages per unit), under which the PKG, DKG and
+Fang et al. figures are defined (their loads and imbalance sampled message by message,
+any policy including those dpa's reducers do not run, no records processed), so that
+those figures can be reproduced as published. For how a dpa job behaves (seconds, the
+balancer's and coordinator's load, stragglers), use the in-process runtime.
+
 Model:
 
 * Time is counted in messages: message ``i`` (0-based) of the stream arrives at time

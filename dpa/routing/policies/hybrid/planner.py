@@ -25,12 +25,18 @@ logger = logging.getLogger(__name__)
 FORECAST_KEYS = 64
 
 
+#: Bins from which :func:`fill` levels in numpy (below, plain floats are faster).
+_FILL_NUMPY = 48
+
+
 def fill(loads: list[float], amount: float) -> list[float]:
     """Continuous water filling: how much of ``amount`` each bin gets to level the lowest.
 
     The level is the largest ``k`` whose ``(sum of the k lowest loads + amount) / k``
-    reaches the ``k``-th lowest load. In plain Python floats: the planner fills a hot key's
-    few candidates many times per plan, where numpy's per-call cost would be most of the work.
+    reaches the ``k``-th lowest load. A key's few candidates are filled in plain Python
+    floats (the planner fills them many times per plan, where numpy's per-call cost would
+    be most of the work), a widely split key's in numpy: the same sums in the same order,
+    so both give the same floats.
 
     Args:
         loads: Current load of each bin.
@@ -42,6 +48,8 @@ def fill(loads: list[float], amount: float) -> list[float]:
     """
     if amount <= 0 or not loads:
         return [0.0] * len(loads)
+    if len(loads) >= _FILL_NUMPY:
+        return fill_array(np.asarray(loads, dtype=np.float64), amount).tolist()
     prefix = 0.0
     level = 0.0
     for k, x in enumerate(sorted(loads), 1):
@@ -50,6 +58,18 @@ def fill(loads: list[float], amount: float) -> list[float]:
         if candidate >= x:
             level = candidate
     return [max(level - load, 0.0) for load in loads]
+
+
+def fill_array(loads: np.ndarray, amount: float) -> np.ndarray:
+    """:func:`fill` over a ``float64`` array, in numpy (the same sums in the same order as
+    :func:`fill`'s plain floats, so the same results)."""
+    if amount <= 0 or not len(loads):
+        return np.zeros(len(loads))
+    x = np.sort(loads)
+    candidate = (np.cumsum(x) + amount) / np.arange(1, len(x) + 1, dtype=np.float64)
+    reached = np.flatnonzero(candidate >= x)
+    level = float(candidate[reached[-1]]) if len(reached) else 0.0
+    return np.maximum(level - loads, 0.0)
 
 
 class HybridPlanner(DPAPlanner):
@@ -212,13 +232,25 @@ class HybridPlanner(DPAPlanner):
         load = tail.copy()
         for h, cands in hot.items():
             load[cands] += counts[h] / len(cands)
+        # (each step is O(R) in numpy and O(keys of one reducer) in Python: a plan at a
+        # thousand reducers grows thousands of candidates)
+        closed = ~active  # slots no key may grow to
+        keys_of: dict[int, set[int]] = {}  # reducer -> the hot keys it is a candidate of
+        for h, cands in hot.items():
+            for r in cands:
+                keys_of.setdefault(r, set()).add(h)
 
         def grow(h: int) -> None:
             cands = hot[h]
-            load[cands] -= counts[h] / len(cands)
-            free = [r for r in slots if r not in cands]
-            cands.append(min(free, key=lambda r: (load[r], r)))
-            load[cands] += counts[h] / len(cands)
+            at = np.array(cands)
+            load[at] -= counts[h] / len(cands)
+            # the least loaded slot the key does not have yet, the lowest on ties
+            blocked = closed.copy()
+            blocked[at] = True
+            r = int(np.argmin(np.where(blocked, np.inf, load)))
+            cands.append(r)
+            keys_of.setdefault(r, set()).add(h)
+            load[np.append(at, r)] += counts[h] / len(cands)
 
         for h in sorted(hot, key=lambda k: -counts[k]):
             while len(hot[h]) < min(R, self.settings.min_width):
@@ -228,7 +260,7 @@ class HybridPlanner(DPAPlanner):
             x = int(np.argmax(load)) if everyone else slots[int(np.argmax(load[active]))]
             if load[x] <= mean * (1.0 + self.settings.slack):
                 break
-            growable = [h for h, c in hot.items() if x in c and len(c) < R]
+            growable = [h for h in keys_of.get(x, ()) if len(hot[h]) < R]
             if not growable:
                 break
             grow(max(growable, key=lambda h: (counts[h] / len(hot[h]), h)))
@@ -249,27 +281,26 @@ class HybridPlanner(DPAPlanner):
                 movable = c * min(1.0, self.queue_lengths[home] / self.held[home])
                 level[home] -= movable
                 amount[h] += movable
-        levels: list[float] = np.maximum(level, 0.0).tolist()  # (floats: see fill)
-        parts: dict[int, list[float]] = {}
+        # (a key's candidates are distinct, so updating them at once is updating them in turn)
+        levels = np.maximum(level, 0.0)
+        at = {h: np.array(cands) for h, cands in hot.items()}
+        parts: dict[int, np.ndarray] = {}
         order = sorted(hot, key=lambda k: (-amount[k], k))
         for _ in range(8):
             for h in order:
-                cands = hot[h]
                 if h in parts:
-                    for r, part in zip(cands, parts[h]):
-                        levels[r] -= part
-                parts[h] = fill([levels[r] for r in cands], amount[h])
-                for r, part in zip(cands, parts[h]):
-                    levels[r] += part
+                    levels[at[h]] -= parts[h]
+                parts[h] = fill_array(levels[at[h]], amount[h])
+                levels[at[h]] += parts[h]
         shares: dict[int, np.ndarray] = {}
         for h in order:
-            got = np.array(parts[h])
+            got = parts[h]
             total = got.sum()
             shares[h] = np.round(got / total, 3) if total > 0 else np.full(len(hot[h]), 1.0 / len(hot[h]))
         self._shares = shares
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("hybrid plan: N=%d tail=%s expected=%s", self.sketch.n, tail.tolist(),
-                         [round(x, 1) for x in levels])
+                         [round(x, 1) for x in levels.tolist()])
         return hot
 
     def _shares_moved(self) -> bool:
@@ -363,6 +394,8 @@ class HybridPlanner(DPAPlanner):
             shared[:, ix(int(self.ring.lookup_batch(np.array([h], np.uint32))[0]))] = False
         moves = np.zeros((R, R), dtype=np.int64)
         for s in order.tolist():
+            if excess[s] <= 0:
+                continue  # (nothing to hand over: no sort of the receivers, O(R log R) each)
             for d in np.argsort(-deficit, kind="stable").tolist():
                 if excess[s] <= 0:
                     break

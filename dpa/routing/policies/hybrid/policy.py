@@ -71,8 +71,15 @@ class HybridPolicy(RingPolicy):
         dest = snapshot.lookup_batch(hashes).astype(np.int64)
         idx = snapshot.hot_index(hashes)
         was_hot = None if previous is None else previous.hot_index(hashes) >= 0
-        for k in np.unique(idx[idx >= 0]).tolist():
-            rows = np.flatnonzero(idx == k)
+        hot_rows = np.flatnonzero(idx >= 0)
+        if not len(hot_rows):
+            return dest
+        # the rows of each hot key, in order (one sort, not a scan of the batch per key)
+        grouped = hot_rows[np.argsort(idx[hot_rows], kind="stable")]
+        keys, sizes = np.unique(idx[grouped], return_counts=True)
+        bounds = np.concatenate(([0], np.cumsum(sizes))).tolist()
+        for j, k in enumerate(keys.tolist()):
+            rows = grouped[bounds[j]:bounds[j + 1]]
             cands = snapshot.candidates(k)
             mine = bool((cands == reducer).any())
             # The home spreads what it holds of a key that has just become hot (or a batch
@@ -99,8 +106,10 @@ class HybridPolicy(RingPolicy):
         idx = snapshot.hot_index(hashes)
         free = (dest == reducer) & (idx >= 0)
         dest = dest.copy()
+        keys = np.unique(idx[free])  # the hot keys of the records that may move
+        cands = snapshot.cands[keys]  # (their candidate rows: a few keys x R, not records x R)
         for d in np.flatnonzero(moves[reducer]).tolist():
-            ok = free & (snapshot.cands[np.maximum(idx, 0)] == d).any(axis=1)
+            ok = free & np.isin(idx, keys[(cands == d).any(axis=1)])
             rows = np.flatnonzero(ok)[::-1][: int(moves[reducer, d])]
             dest[rows] = d
             free[rows] = False

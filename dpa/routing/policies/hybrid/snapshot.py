@@ -5,6 +5,7 @@ keys) and the router that spreads a hot key's records by those shares.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -65,10 +66,14 @@ class HybridSnapshot:
         pos = np.minimum(np.searchsorted(self.hot, hashes), len(self.hot) - 1)
         return np.where(self.hot[pos] == hashes, pos, -1).astype(np.int64)
 
+    @cached_property
+    def widths(self) -> np.ndarray:
+        """How many candidates each hot key has (its row of :attr:`cands` up to the padding)."""
+        return (self.cands >= 0).sum(axis=1)
+
     def candidates(self, i: int) -> np.ndarray:
         """The reducers hot key number ``i`` is split over (home first)."""
-        row = self.cands[i]
-        return row[row >= 0]
+        return self.cands[i, : int(self.widths[i])]
 
     def assign(self, i: int, positions: np.ndarray, phase: float) -> np.ndarray:
         """Candidates for the records at ``positions`` of hot key ``i``'s sequence.
