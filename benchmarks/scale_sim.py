@@ -62,7 +62,7 @@ def simulate(width: int, table: Any, cost_s: float, costs: Any) -> dict[str, Any
     import pyarrow as pa
 
     import dpa
-    from dpa.engine.plan import build_plan
+    from dpa.engine.planning import build_plan
     from dpa.input.sources import normalize_source
     from dpa.runtime.local import run_local
 
@@ -177,7 +177,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     import dpa
     from benchmarks.common import init_ray, stop_ray
-    from dpa.engine.plan import build_plan
+    from dpa.engine.planning import build_plan
     from dpa.input.records import HASH_COL
     from dpa.input.sources import normalize_source
     from dpa.keys.columns import hash_key_columns

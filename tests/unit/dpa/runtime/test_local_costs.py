@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 import dpa
-from dpa.engine.plan import build_plan
+from dpa.engine.planning import build_plan
 from dpa.errors import ConfigError
 from dpa.input.sources import normalize_source
 from dpa.runtime.local import run_local
