@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dpa.aggregates.dense import group_order
 from dpa.keys.encoding import encode_key
 from dpa.keys.murmur3 import murmur3_32_batch
 
@@ -125,7 +126,7 @@ def _register_rank(hashes: np.ndarray, lg_k: int) -> tuple[np.ndarray, np.ndarra
 
 def build_states(lg_k: int, size: int, gid: np.ndarray, hashes: np.ndarray,
                  reg_gid: np.ndarray | None = None, regs: np.ndarray | None = None
-                 ) -> tuple[pa.ListArray, pa.BinaryArray]:
+                 ) -> tuple[pa.ListArray, pa.LargeBinaryArray]:
     """The states of ``size`` keys from hashes (``hashes[i]`` of key ``gid[i]``) and, for a
     merge, register rows (``regs[j]``, ``2**lg_k`` bytes, of key ``reg_gid[j]``).
 
@@ -133,33 +134,45 @@ def build_states(lg_k: int, size: int, gid: np.ndarray, hashes: np.ndarray,
         ``(hashes column, registers column)``, one row per key.
     """
     m = 1 << lg_k
-    order = np.lexsort((hashes, gid))
-    g, h = gid[order], hashes[order]
-    first = np.ones(len(g), bool)
-    first[1:] = (g[1:] != g[:-1]) | (h[1:] != h[:-1])
-    g, h = g[first], h[first]
-    counts = np.bincount(g, minlength=size)
-    dense = counts > exact_limit(lg_k)
+    limit = exact_limit(lg_k)
+    forced = np.zeros(size, bool)  # keys with registers in a part: registers
     if reg_gid is not None and len(reg_gid):
-        dense[reg_gid] = True
-    position = np.cumsum(dense) - 1  # each dense key's row of the register matrix
-    registers = np.zeros((int(dense.sum()), m), dtype=np.uint8)
+        forced[reg_gid] = True
+    # Keys with more hashes than the limit (repeats included) get registers at once, from all
+    # their hashes (a maximum: repeats change nothing). More non-zero registers than the limit
+    # prove more distinct values than it, so only the other keys' hashes are sorted.
+    many = (np.bincount(gid, minlength=size) > limit) | forced
+    position = np.cumsum(many) - 1  # each such key's row of the register matrix
+    registers = np.zeros((int(many.sum()), m), dtype=np.uint8)
+    dense = forced.copy()
     if len(registers):
-        to_regs = dense[g]
-        index, rank = _register_rank(h[to_regs], lg_k)
-        np.maximum.at(registers.reshape(-1), position[g[to_regs]] * m + index, rank)
+        to_regs = many[gid]
+        index, rank = _register_rank(hashes[to_regs], lg_k)
+        np.maximum.at(registers.reshape(-1), position[gid[to_regs]] * m + index, rank)
         if reg_gid is not None and len(reg_gid):
             rows = position[reg_gid]
             by_row = np.argsort(rows, kind="stable")
             rows, regs = rows[by_row], regs[by_row]
             starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
             registers[rows[starts]] = np.maximum(registers[rows[starts]], np.maximum.reduceat(regs, starts, axis=0))
+        dense[many] |= np.count_nonzero(registers, axis=1) > limit
+    rest = ~dense[gid]
+    g, h = gid[rest], hashes[rest]
+    order = np.argsort(h)
+    order = order[group_order(g[order], size)]  # by key, then by hash (faster than a lexsort)
+    g, h = g[order], h[order]
+    first = np.ones(len(g), bool)
+    first[1:] = (g[1:] != g[:-1]) | (h[1:] != h[:-1])
+    g, h = g[first], h[first]
+    counts = np.bincount(g, minlength=size)
+    dense |= counts > limit  # (only keys of ``many`` can have more)
+    registers = registers[dense[many]]
     sparse_counts = np.where(dense, 0, counts)
     kept = h[~dense[g]]
     hash_col = pa.ListArray.from_arrays(pa.array(np.r_[0, np.cumsum(sparse_counts)].astype(np.int32)),
                                         pa.array(kept, pa.uint64()))
-    reg_offsets = np.r_[0, np.cumsum(dense * m)].astype(np.int32)
-    reg_col = pa.BinaryArray.from_buffers(pa.binary(), size, [None, pa.py_buffer(reg_offsets.tobytes()),
+    reg_offsets = np.r_[0, np.cumsum(dense * m)].astype(np.int64)
+    reg_col = pa.LargeBinaryArray.from_buffers(pa.large_binary(), size, [None, pa.py_buffer(reg_offsets.tobytes()),
                                                               pa.py_buffer(registers.tobytes())])
     return hash_col, reg_col
 
@@ -171,7 +184,7 @@ def state_arrays(hash_col: Any, reg_col: Any, lg_k: int) -> tuple[np.ndarray, np
     if isinstance(hash_col, pa.ChunkedArray):
         hash_col = hash_col.combine_chunks() if hash_col.num_chunks else pa.array([], pa.list_(pa.uint64()))
     if isinstance(reg_col, pa.ChunkedArray):
-        reg_col = reg_col.combine_chunks() if reg_col.num_chunks else pa.array([], pa.binary())
+        reg_col = reg_col.combine_chunks() if reg_col.num_chunks else pa.array([], pa.large_binary())
     rows = np.asarray(pc.list_parent_indices(hash_col), dtype=np.int64)
     hashes = np.asarray(pc.list_flatten(hash_col), dtype=np.uint64)
     lengths = np.asarray(pc.binary_length(reg_col).fill_null(0), dtype=np.int64)
@@ -179,7 +192,7 @@ def state_arrays(hash_col: Any, reg_col: Any, lg_k: int) -> tuple[np.ndarray, np
     if not len(reg_rows):
         return rows, hashes, reg_rows, np.zeros((0, m), np.uint8)
     buffers = reg_col.buffers()
-    offsets = np.frombuffer(buffers[1], dtype=np.int32)[reg_col.offset:reg_col.offset + len(reg_col) + 1]
+    offsets = np.frombuffer(buffers[1], dtype=np.int64)[reg_col.offset:reg_col.offset + len(reg_col) + 1]
     data = np.frombuffer(buffers[2], dtype=np.uint8)
     regs = data[offsets[reg_rows][:, None] + np.arange(m)]
     return rows, hashes, reg_rows, regs
