@@ -3,8 +3,9 @@
 * :mod:`dpa.aggregates.composite` — a list of reducers as one reducer (one pass, one row
   per key, one column per aggregate, Spark's output names);
 * :mod:`dpa.aggregates.distinct` — exact :class:`CountDistinct` and :class:`CollectSet`;
-* :mod:`dpa.aggregates.approx` — :class:`ApproxCountDistinct` (HLL) and
-  :class:`ApproxQuantile` / :class:`Median` (KLL), with Apache DataSketches;
+* :mod:`dpa.aggregates.approx` — :class:`ApproxCountDistinct` (HyperLogLog,
+  :mod:`dpa.aggregates.hll`) and :class:`ApproxQuantile` / :class:`Median` (KLL,
+  :mod:`dpa.aggregates.kll`);
 * :mod:`dpa.aggregates.moments` — :class:`Var` and :class:`Std` (Chan et al.'s merge);
 * :mod:`dpa.aggregates.conditional` — :class:`CountIf`, :class:`Any`, :class:`All`;
 * :mod:`dpa.aggregates.extremes` — :class:`MaxBy` and :class:`MinBy` (the value at a key's

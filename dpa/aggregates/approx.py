@@ -1,11 +1,11 @@
-"""Approximate distinct counts and quantiles per key, with Apache DataSketches.
+"""Approximate distinct counts and quantiles per key.
 
-* :class:`ApproxCountDistinct` keeps an HLL sketch per key (``datasketches.hll_sketch``,
-  ``lg_k=12`` by default): about 4 KiB per key however many values it has, merged with
-  ``hll_union``. Relative standard error ``1.04 / sqrt(2**lg_k)`` (1.6% at ``lg_k=12``);
-  dpa's tests hold every estimate within three of them (4.9%). Keys with few distinct
-  values (below about ``2**lg_k / 8``) are counted almost exactly (the sketch's list and
-  set modes).
+* :class:`ApproxCountDistinct` keeps a HyperLogLog state per key (:mod:`dpa.aggregates.hll`,
+  ``lg_k=12`` by default): at most ``2**lg_k`` bytes per key however many values it has
+  (4 KiB), merged register-wise. Relative standard error ``1.04 / sqrt(2**lg_k)`` (1.6% at
+  ``lg_k=12``); dpa's tests hold every estimate within three of them (4.9%). Keys with at
+  most ``2**lg_k / 8`` distinct values are counted exactly (their states keep the values'
+  64-bit hashes).
 * :class:`ApproxQuantile` / :class:`Median` keep a KLL sketch per key
   (:class:`dpa.aggregates.kll.KLL`, ``k=200``: DataSketches' algorithm with reproducible
   compactions), merged with KLL's merge. The value returned for ``q`` has a normalised
@@ -14,8 +14,9 @@
   exact. The same partial states give the same sketch whatever order they merge in. The quantile is the smallest value whose rank (the
   fraction of values ``<=`` it) is at least ``q``, as Spark's ``percentile_approx``.
 
-Both read only the distinct values of each key per batch into the HLL sketch, and whole
-numpy arrays per key into KLL, so the Python work per batch is per key, not per record.
+The HLL states of all keys of a batch are built and merged with numpy at once (hashes
+sorted by key, registers maxed by key); KLL reads whole numpy arrays per key, so the Python
+work per batch is per key, not per record.
 Nulls are ignored. Values order as in Spark and DuckDB: NaN is larger than every number
 and equal to itself — the quantile sketch counts NaNs beside the KLL sketch (which skips
 them), so a key's high quantiles are NaN when enough of its values are. ApproxCountDistinct
@@ -32,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dpa.aggregates import hll
 from dpa.aggregates.builtins import Sum
 from dpa.aggregates.contract import ColumnarReducer
 from dpa.aggregates.dense import group_order
@@ -43,38 +45,12 @@ from dpa.keys.encoding import encode_key
 
 __all__ = ["ApproxCountDistinct", "ApproxQuantile", "Median"]
 
-_ONLY_VALID = pc.CountOptions(mode="only_valid")
-
-
-def _datasketches() -> Any:
-    try:
-        import datasketches
-    except ImportError as exc:  # pragma: no cover - a runtime dependency
-        raise ConfigError("approximate aggregates need Apache DataSketches: pip install datasketches") from exc
-    return datasketches
-
-
-def _hll_item(value: Any) -> Any:
-    """What the HLL sketch hashes for a value: ints and floats as themselves, strings with a
-    one-character prefix, other types as their canonical key encoding (dates, decimals, ...)."""
-    if isinstance(value, (bool, np.bool_)):
-        return int(value)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):  # (prefixed: the sketch skips empty strings)
-        return "s" + value
-    if isinstance(value, float):
-        return canonical_value(value)
-    return encode_key(value).hex()
-
-
-def _grouped(table: pa.Table, group_cols: list[str], column: str, fn: str, options: Any = None) -> pa.Table:
-    agg = (column, fn) if options is None else (column, fn, options)
-    return table.group_by(group_cols, use_threads=False).aggregate([agg, ([], "count_all")])
-
-
 class ApproxCountDistinct(ColumnarReducer):
     """Approximate number of distinct non-null values of ``column`` per key (HLL; int64).
+
+    A key's state is the set of its values' 64-bit hashes while it has at most
+    ``2**lg_k / 8`` distinct values (counted exactly), then ``2**lg_k`` HLL registers
+    (:mod:`dpa.aggregates.hll`), built and merged with numpy for all keys of a batch at once.
 
     Args:
         column: The column.
@@ -96,32 +72,29 @@ class ApproxCountDistinct(ColumnarReducer):
         """The sketch's relative standard error, ``1.04 / sqrt(2**lg_k)``."""
         return 1.04 / (2 ** self.lg_k) ** 0.5
 
-    def _sketch(self, items: Sequence[Any] = ()) -> Any:
-        sketch = _datasketches().hll_sketch(self.lg_k)
-        for item in items:
-            sketch.update(_hll_item(item))
-        return sketch
+    # -- scalar contract: (hashes column, registers column) of one key ----------------------
+    def create(self) -> tuple[pa.Array, pa.Array]:
+        return hll.build_states(self.lg_k, 1, np.zeros(0, np.int64), np.zeros(0, np.uint64))
 
-    def create(self) -> bytes:
-        return self._sketch().serialize_compact()
+    def add_batch(self, acc: tuple[pa.Array, pa.Array], values: list[Any]) -> tuple[pa.Array, pa.Array]:
+        try:
+            array = pa.array([canonical_value(v) for v in values])
+        except (pa.ArrowException, TypeError, ValueError):  # (mixed types: by their key encoding)
+            array = pa.array([None if v is None else encode_key(v) for v in values], pa.binary())
+        hashes, valid = hll.hash_column(array)
+        batch = hll.build_states(self.lg_k, 1, np.zeros(int(valid.sum()), np.int64), hashes[valid])
+        return self.merge(acc, batch)
 
-    def add_batch(self, acc: bytes, values: list[Any]) -> bytes:
-        return self.merge(acc, self._sketch([v for v in set(map(canonical_value, values)) if v is not None])
-                          .serialize_compact())
-
-    def add(self, acc: bytes, value: Any) -> bytes:
+    def add(self, acc: tuple[pa.Array, pa.Array], value: Any) -> tuple[pa.Array, pa.Array]:
         return self.add_batch(acc, [value])
 
-    def merge(self, a: bytes, b: bytes) -> bytes:
-        ds = _datasketches()
-        union = ds.hll_union(self.lg_k)
-        union.update(ds.hll_sketch.deserialize(a))
-        union.update(ds.hll_sketch.deserialize(b))
-        return union.get_result().serialize_compact()
+    def merge(self, a: tuple[pa.Array, pa.Array], b: tuple[pa.Array, pa.Array]) -> tuple[pa.Array, pa.Array]:
+        return self._merged(pa.concat_arrays([a[0], b[0]]), pa.concat_arrays([a[1], b[1]]), np.zeros(2, np.int64), 1)
 
-    def finalize(self, acc: bytes) -> int:
-        return int(round(_datasketches().hll_sketch.deserialize(acc).get_estimate()))
+    def finalize(self, acc: tuple[pa.Array, pa.Array]) -> int:
+        return int(self._estimates(acc[0], acc[1])[0])
 
+    # -- columnar contract -----------------------------------------------------------------
     def check_type(self, dtype: pa.DataType) -> None:
         if pa.types.is_nested(dtype):
             raise SchemaError(f"ApproxCountDistinct({self.column!r}) cannot hash values of type {dtype}")
@@ -134,68 +107,57 @@ class ApproxCountDistinct(ColumnarReducer):
         return None if field is None else field.with_nullable(False)
 
     def state_aggregations(self) -> list[tuple[str | None, str, str]]:
-        return [(self.column, "hll", "hll")]
-
-    def prepare(self, table: pa.Table) -> pa.Table:
-        from dpa.aggregates.distinct import CountDistinct
-
-        return CountDistinct(self.column).prepare(table)
+        return [(self.column, "hll_hashes", "hll"), (self.column, "hll_registers", "hll_regs")]
 
     def partial_from_batch(self, table: pa.Table, group_cols: list[str], weight_col: str | None = None) -> pa.Table:
-        out = _grouped(self.prepare(table), group_cols, self.column, "distinct", _ONLY_VALID)
-        sketches = [self._sketch(values).serialize_compact() for values in out[self.column + "_distinct"].to_pylist()]
-        columns = [out[c] for c in group_cols] + [pa.array(sketches, pa.binary())]
-        names = list(group_cols) + ["hll"]
+        from dpa.aggregates.composite import group_ids
+
+        n = table.num_rows
+        gid, size = group_ids(table, group_cols) if n else (np.zeros(0, np.int64), 0)
+        hashes, valid = hll.hash_column(table[self.column])
+        hash_col, reg_col = hll.build_states(self.lg_k, size, gid[valid], hashes[valid])
+        order = group_order(gid, size)
+        first = order[np.searchsorted(gid[order], np.arange(size))]
+        keys = table.select(group_cols).take(pa.array(first, pa.int64()))
+        columns = [keys[c] for c in group_cols] + [hash_col, reg_col]
+        names = list(group_cols) + ["hll", "hll_regs"]
         if weight_col is not None:
-            columns.append(out["count_all"])
+            columns.append(pa.array(np.bincount(gid, minlength=size).astype(np.int64)))
             names.append(weight_col)
         return pa.table(columns, names=names)
 
+    def _merged(self, hash_col: Any, reg_col: Any, gid: np.ndarray, size: int) -> tuple[pa.Array, pa.Array]:
+        rows, hashes, reg_rows, regs = hll.state_arrays(hash_col, reg_col, self.lg_k)
+        return hll.build_states(self.lg_k, size, gid[rows], hashes, gid[reg_rows], regs)
+
     def merge_partials(self, table: pa.Table, group_cols: list[str]) -> pa.Table:
-        return _merge_binary(table, group_cols, "hll", lambda parts: _hll_union(self.lg_k, parts))
+        from dpa.aggregates.composite import group_ids
+
+        gid, size = group_ids(table, group_cols)
+        hash_col, reg_col = self._merged(table["hll"], table["hll_regs"], gid, size)
+        order = group_order(gid, size)
+        first = order[np.searchsorted(gid[order], np.arange(size))]
+        keys = table.select(group_cols).take(pa.array(first, pa.int64()))
+        return pa.table([keys[c] for c in group_cols] + [hash_col, reg_col],
+                        names=list(group_cols) + ["hll", "hll_regs"])
+
+    def _estimates(self, hash_col: Any, reg_col: Any) -> np.ndarray:
+        """Each row's count: its number of hashes, or its registers' estimate, rounded."""
+        rows, _, reg_rows, regs = hll.state_arrays(hash_col, reg_col, self.lg_k)
+        out = np.bincount(rows, minlength=len(hash_col)).astype(np.float64)
+        out[reg_rows] = hll.estimates(regs, self.lg_k)
+        return np.round(out).astype(np.int64)
 
     def finalize_table(self, table: pa.Table, key_cols: list[str]) -> pa.Table:
-        ds = _datasketches()
-        estimates = [int(round(ds.hll_sketch.deserialize(b).get_estimate())) for b in table["hll"].to_pylist()]
-        return pa.table([table[c] for c in key_cols] + [pa.array(estimates, pa.int64())], names=list(key_cols) + [self.name])
+        estimates = self._estimates(table["hll"], table["hll_regs"])
+        return pa.table([table[c] for c in key_cols] + [pa.array(estimates, pa.int64())],
+                        names=list(key_cols) + [self.name])
 
     def spark_name(self) -> str:
         return self.name if self.name != self.default_name else f"approx_count_distinct({self.column})"
 
     def __repr__(self) -> str:
         return f"ApproxCountDistinct({self.column!r}, lg_k={self.lg_k})"
-
-
-def _hll_union(lg_k: int, parts: list[bytes]) -> bytes:
-    ds = _datasketches()
-    if len(parts) == 1:
-        return parts[0]
-    union = ds.hll_union(lg_k)
-    for b in parts:
-        union.update(ds.hll_sketch.deserialize(b))
-    return union.get_result().serialize_compact()
-
-
-def _merge_binary(table: pa.Table, group_cols: list[str], state: str, fold: Any,
-                  extra: Sequence[str] = ()) -> pa.Table:
-    """Merges partial rows with equal keys: ``fold(list of state bytes) -> bytes`` per key;
-    ``extra`` integer columns are summed."""
-    from dpa.aggregates.composite import group_ids
-
-    gid, size = group_ids(table, group_cols)
-    order = group_order(gid, size)
-    bounds = np.searchsorted(gid[order], np.arange(size + 1))
-    blobs = table[state].to_pylist()
-    merged = [fold([blobs[j] for j in order[bounds[g]:bounds[g + 1]]]) for g in range(size)]
-    first = order[bounds[:-1]]
-    keys = table.select(group_cols).take(pa.array(first))
-    columns = [keys[c] for c in group_cols] + [pa.array(merged, pa.binary())]
-    names = list(group_cols) + [state]
-    for col in extra:
-        columns.append(pa.array(np.bincount(gid, weights=np.asarray(table[col], dtype=np.float64),
-                                            minlength=size).astype(np.int64)))
-        names.append(col)
-    return pa.table(columns, names=names)
 
 
 class ApproxQuantile(ColumnarReducer):
