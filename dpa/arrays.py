@@ -172,6 +172,13 @@ _EXACT_POWERS = 22
 _EXACT_INTEGERS = 2**53
 
 
+def fill_null(values: pa.Array | pa.ChunkedArray, value: Any) -> pa.Array | pa.ChunkedArray:
+    """``values.fill_null(value)`` with the fill value made by :func:`scalar`: pyarrow's own
+    conversion of a Python number or bool goes through its pandas shim, which would load
+    pandas in every process that aggregates."""
+    return pc.fill_null(values, scalar(value, values.type))
+
+
 def as_float64(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     """``column`` as float64, each value the float64 nearest to it (nulls stay null).
 

@@ -23,7 +23,7 @@ from dpa.aggregates.exact_means import (
     spark_avg_value,
 )
 from dpa.aggregates.int_sums import exact_int_sums, finalize_int_sums, is_pending, sum_may_overflow
-from dpa.arrays import as_float64, scalar
+from dpa.arrays import as_float64, fill_null, scalar
 from dpa.errors import ConfigError, SchemaError
 from dpa.input.records import HASH_COL
 
@@ -272,14 +272,14 @@ def _nan_ordered(table: pa.Table, group_cols: list[str], column: str, fn: str, o
     # One chunk throughout: Arrow's hash_any misreads a column chunked unlike the keys.
     work = table.select(group_cols).combine_chunks()
     values = table[column].combine_chunks()
-    nan = pc.is_nan(values).fill_null(False)
+    nan = fill_null(pc.is_nan(values), False)
     numbers = pc.if_else(nan, scalar(None, values.type), values)
     work = work.append_column("__dpa_v", numbers).append_column("__dpa_nan", nan)
     aggs: list[tuple[Any, str]] = [("__dpa_v", fn), ("__dpa_nan", "any")]
     if weight_col is not None:
         aggs.append(([], "count_all"))
     grouped = work.group_by(group_cols, use_threads=False).aggregate(aggs)
-    best, has_nan = grouped.column(len(group_cols)), grouped.column(len(group_cols) + 1).fill_null(False)
+    best, has_nan = grouped.column(len(group_cols)), fill_null(grouped.column(len(group_cols) + 1), False)
     nan_value = scalar(float("nan"), values.type)
     if fn == "max":  # any NaN is the maximum
         result = pc.if_else(has_nan, nan_value, best)

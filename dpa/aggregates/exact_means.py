@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dpa.arrays import from_numpy, to_numpy
+from dpa.arrays import fill_null, from_numpy, to_numpy
 
 __all__ = ["mean_input_type", "mean_sum_type", "means_decimal", "means_float64", "spark_avg_type", "spark_avg_unscaled", "spark_avg_value"]
 
@@ -86,7 +86,7 @@ def _small_unscaled(total: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
     they fit (``small``) within ``2**53``; None for other types."""
     dtype = total.type
     if pa.types.is_integer(dtype):
-        raw = to_numpy(total.fill_null(0)) if total.null_count else to_numpy(total)
+        raw = to_numpy(fill_null(total, 0)) if total.null_count else to_numpy(total)
         if pa.types.is_unsigned_integer(dtype):
             small = raw <= _EXACT
             return np.where(small, raw, 0).astype(np.int64), small
@@ -113,10 +113,10 @@ def means_float64(total: pa.Array | pa.ChunkedArray, count: pa.Array | pa.Chunke
     """
     total = total.combine_chunks() if isinstance(total, pa.ChunkedArray) else total
     count = count.combine_chunks() if isinstance(count, pa.ChunkedArray) else count
-    n = to_numpy(count.fill_null(0)).astype(np.int64, copy=False)
+    n = to_numpy(fill_null(count, 0)).astype(np.int64, copy=False)
     empty = n == 0
     if pa.types.is_floating(total.type):
-        sums = to_numpy(pc.fill_null(pc.cast(total, pa.float64()), 0.0))
+        sums = to_numpy(fill_null(pc.cast(total, pa.float64()), 0.0))
         with np.errstate(invalid="ignore", divide="ignore"):
             out = np.where(empty, 0.0, sums / np.where(empty, 1, n))
         return from_numpy(out, pa.float64(), mask=empty if empty.any() else None)

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dpa.aggregates.dense import group_order
+from dpa.arrays import fill_null
 from dpa.keys.encoding import encode_key
 from dpa.keys.murmur3 import murmur3_32_batch
 
@@ -92,12 +93,12 @@ def hash_column(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndar
         return np.zeros(len(column), np.uint64), valid
     if pa.types.is_boolean(dtype) or pa.types.is_integer(dtype):
         if pa.types.is_uint64(dtype):
-            bits = np.asarray(column.fill_null(0), dtype=np.uint64)
+            bits = np.asarray(fill_null(column, 0), dtype=np.uint64)
         else:
-            bits = np.asarray(column.cast(pa.int64()).fill_null(0), dtype=np.int64).view(np.uint64)
+            bits = np.asarray(fill_null(column.cast(pa.int64()), 0), dtype=np.int64).view(np.uint64)
         return _fmix64(bits), valid
     if pa.types.is_floating(dtype):
-        x = np.asarray(column.cast(pa.float64()).fill_null(0.0), dtype=np.float64) + 0.0
+        x = np.asarray(fill_null(column.cast(pa.float64()), 0.0), dtype=np.float64) + 0.0
         bits = x.view(np.uint64).copy()
         bits[np.isnan(x)] = _NAN_BITS
         return _fmix64(bits ^ np.uint64(0x9E3779B97F4A7C15)), valid
@@ -108,7 +109,7 @@ def hash_column(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndar
     encoded = column.dictionary_encode()
     uniques = [encode_key(v) for v in encoded.dictionary.to_pylist()]
     per_unique = _binary_hashes(pa.array(uniques, pa.binary()))
-    indices = np.asarray(encoded.indices.fill_null(0), dtype=np.int64)
+    indices = np.asarray(fill_null(encoded.indices, 0), dtype=np.int64)
     return (per_unique[indices] if len(per_unique) else np.zeros(len(column), np.uint64)), valid
 
 
@@ -187,7 +188,7 @@ def state_arrays(hash_col: Any, reg_col: Any, lg_k: int) -> tuple[np.ndarray, np
         reg_col = reg_col.combine_chunks() if reg_col.num_chunks else pa.array([], pa.large_binary())
     rows = np.asarray(pc.list_parent_indices(hash_col), dtype=np.int64)
     hashes = np.asarray(pc.list_flatten(hash_col), dtype=np.uint64)
-    lengths = np.asarray(pc.binary_length(reg_col).fill_null(0), dtype=np.int64)
+    lengths = np.asarray(fill_null(pc.binary_length(reg_col), 0), dtype=np.int64)
     reg_rows = np.flatnonzero(lengths == m)
     if not len(reg_rows):
         return rows, hashes, reg_rows, np.zeros((0, m), np.uint8)

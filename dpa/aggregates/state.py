@@ -89,7 +89,7 @@ def split_by(table: pa.Table, parts: np.ndarray, n: int) -> list[pa.Table]:
         sizes = np.bincount(parts, minlength=n)
         bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
         rows = {i: order[bounds[i]:bounds[i + 1]] for i in np.flatnonzero(sizes).tolist()}
-    empty = table.schema.empty_table()
+    empty = table.slice(0, 0)
     return [table.take(from_numpy(rows[i])) if i in rows and len(rows[i]) else empty for i in range(n)]
 
 
