@@ -182,8 +182,8 @@ class GroupApply(Reducer):
         """The unit's output in one conversion, when every group returned a pandas frame with
         the same columns: ``pandas.concat`` of the frames, then one Arrow table.
 
-        None when that does not apply (other kinds of output, different columns, a column
-        whose dtype the concatenation changed, or a frame Arrow does not convert): the
+        None when that does not apply (other kinds of output, different columns or dtypes
+        between groups, or a frame Arrow does not convert): the
         caller converts each group's output on its own, which names the key of a bad one.
         An empty unit output is an empty table of the first frame's columns.
         """
@@ -201,12 +201,13 @@ class GroupApply(Reducer):
         frames = [out for _, out in outputs if len(out)]
         if not frames or any(list(out.columns) != names for _, out in outputs):
             return None
+        # pandas promotes dtypes it concatenates (bool + int -> int, int + float -> float); the
+        # per-group path promotes them as Arrow does (or refuses), so it decides those cases.
+        dtypes = frames[0].dtypes.tolist()
+        if any(out.dtypes.tolist() != dtypes for out in frames[1:]):
+            return None
         try:
             whole = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True, copy=False)
-            # pandas promotes dtypes it concatenates (bool + int -> object, int + float -> float);
-            # the per-group path promotes them as Arrow does, so it decides those cases.
-            if any(a != b for a, b in zip(whole.dtypes.tolist(), frames[0].dtypes.tolist())):
-                return None
             if self.schema is not None:
                 return pa.Table.from_pandas(whole[self.schema.names], schema=self.schema, preserve_index=False)
             return pa.Table.from_pandas(whole, preserve_index=False)
