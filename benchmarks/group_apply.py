@@ -76,6 +76,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from benchmarks import group_apply_small
 from benchmarks.common import (
     fmt,
     init_ray,
@@ -529,13 +530,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out", default=None,
                    help="JSON file (default benchmarks/results/group_apply.json; none with --quick; '' for none)")
     p.add_argument("--spark-child", action="store_true", help=argparse.SUPPRESS)
+    group_apply_small.add_arguments(p)
     args = p.parse_args(argv)
     args.rows = args.rows or (2_000 if args.quick else 40_000)
     args.keys = args.keys or (500 if args.quick else 10_000)
     args.reps = args.reps if args.reps is not None else (1 if args.quick else 3)
     args.engines = args.engines or (QUICK_ENGINES if args.quick else DEFAULT_ENGINES)
     if args.out is None and not args.quick:
-        args.out = "benchmarks/results/group_apply.json"
+        args.out = f"benchmarks/results/group_apply{'_small' if args.small_groups else ''}.json"
     return args
 
 
@@ -547,6 +549,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.spark_child:
         spark_child(args)
         return {}
+    if args.small_groups:
+        return group_apply_small.main(args)
     table = make_table(args)
     cost = args.cost_ms / 1000.0
     cores = min(os.cpu_count() or 1, WORKERS)

@@ -23,10 +23,11 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from dpa.aggregates.contract import Reducer
@@ -139,28 +140,79 @@ class GroupApply(Reducer):
         offsets = unit.offsets.tolist()
         firsts = unit.table.select(key_cols).take(pa.array(offsets[:-1], pa.int64())) if unit.groups else None
         keys = list(zip(*(firsts.column(c).to_pylist() for c in key_cols))) if firsts is not None else []
-        frame = unit.table.to_pandas() if self.batch_format == "pandas" else unit.table
-        outputs: list[pa.Table] = []
-        for i, key in enumerate(keys):
-            a, b = offsets[i], offsets[i + 1]
-            if self.batch_format == "pandas":
-                group = frame.iloc[a:b].reset_index(drop=True)
-            elif self.batch_format == "arrow":
-                group = frame.slice(a, b - a)
-            else:
-                group = {name: col.to_numpy() for name, col in zip(frame.column_names, frame.slice(a, b - a).columns)}
+        outputs: list[tuple[tuple[Any, ...], Any]] = []
+        for key, group in zip(keys, self._groups(unit)):
             try:
                 out = self.fn(key, group) if self.with_key else self.fn(group)
             except Exception as exc:
                 raise UserCodeError(f"GroupApply fn raised {type(exc).__name__}: {exc} on the group of key "
-                                    f"{_show(key)} ({b - a} rows)", key=shown_key(key)) from exc
-            table = self._as_table(out, key)
-            if table is not None and table.num_rows:
-                outputs.append(table)
-        table = None
-        if outputs:
-            table = outputs[0] if len(outputs) == 1 else unify(outputs)
+                                    f"{_show(key)} ({_rows(group)} rows)", key=shown_key(key)) from exc
+            outputs.append((key, out))
+        table = self._concat_frames(outputs)
+        if table is None:
+            tables = [t for t in (self._as_table(out, key) for key, out in outputs) if t is not None and t.num_rows]
+            table = (tables[0] if len(tables) == 1 else unify(tables)) if tables else None
         return UnitResult(table, unit.rows, unit.groups, time.perf_counter() - started)
+
+    def _groups(self, unit: GroupUnit) -> Iterator[Any]:
+        """The groups of ``unit`` in :attr:`batch_format`, in order.
+
+        pandas: the unit becomes one frame, split by pandas' own group-by over the groups'
+        ordinals (each group a slice of it, as ``DataFrame.groupby(...).apply`` hands out),
+        its index reset to ``0..rows-1``: one Arrow conversion per unit, not per group.
+        """
+        offsets = unit.offsets
+        if self.batch_format == "pandas":
+            import pandas as pd
+
+            frame = unit.table.to_pandas()
+            ids = np.repeat(np.arange(unit.groups, dtype=np.int64), np.diff(offsets))
+            for _, group in frame.groupby(ids, sort=False):
+                group.index = pd.RangeIndex(len(group))
+                yield group
+            return
+        for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
+            piece = unit.table.slice(a, b - a)
+            if self.batch_format == "arrow":
+                yield piece
+            else:
+                yield {name: col.to_numpy() for name, col in zip(piece.column_names, piece.columns)}
+
+    def _concat_frames(self, outputs: list[tuple[tuple[Any, ...], Any]]) -> pa.Table | None:
+        """The unit's output in one conversion, when every group returned a pandas frame with
+        the same columns: ``pandas.concat`` of the frames, then one Arrow table.
+
+        None when that does not apply (other kinds of output, different columns or dtypes
+        between groups, or a frame Arrow does not convert): the
+        caller converts each group's output on its own, which names the key of a bad one.
+        An empty unit output is an empty table of the first frame's columns.
+        """
+        import pandas as pd
+
+        if len(outputs) < 2 or not all(isinstance(out, pd.DataFrame) for _, out in outputs):
+            return None
+        first = outputs[0][1]
+        names = list(first.columns)
+        if not all(isinstance(n, str) for n in names) or len(set(names)) != len(names):
+            return None
+        if self.schema is not None:
+            for key, out in outputs:
+                self._check_names([str(c) for c in out.columns], key)
+        frames = [out for _, out in outputs if len(out)]
+        if not frames or any(list(out.columns) != names for _, out in outputs):
+            return None
+        # pandas promotes dtypes it concatenates (bool + int -> int, int + float -> float); the
+        # per-group path promotes them as Arrow does (or refuses), so it decides those cases.
+        dtypes = frames[0].dtypes.tolist()
+        if any(out.dtypes.tolist() != dtypes for out in frames[1:]):
+            return None
+        try:
+            whole = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True, copy=False)
+            if self.schema is not None:
+                return pa.Table.from_pandas(whole[self.schema.names], schema=self.schema, preserve_index=False)
+            return pa.Table.from_pandas(whole, preserve_index=False)
+        except (pa.ArrowException, TypeError, ValueError):
+            return None
 
     def _as_table(self, out: Any, key: tuple[Any, ...]) -> pa.Table | None:
         """``fn``'s output as an Arrow table (cast to :attr:`schema`), or None for no rows."""
@@ -214,6 +266,13 @@ class GroupApply(Reducer):
 
     def __repr__(self) -> str:
         return f"GroupApply({getattr(self.fn, '__name__', type(self.fn).__name__)})"
+
+
+def _rows(group: Any) -> int:
+    """Rows of a group in any batch format."""
+    if isinstance(group, dict):
+        return len(next(iter(group.values()), ()))
+    return len(group)
 
 
 def _one_line(schema: pa.Schema) -> str:

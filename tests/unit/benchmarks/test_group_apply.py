@@ -101,3 +101,20 @@ def test_the_docs_section_and_the_peer_rows(repo_benchmark, tmp_path):
     assert "| 5.5 s (5.4–5.9) | Spark applyInPandas, default partitions | 22 s (22–22) | 4.00x |" in page
     assert "| spark-tuned (the best peer) | 6.6 s (6.6–6.6) | 1.10x |" in page  # a wrong answer is no peer
     assert "`targets.sleep`:" in page and "| spark-default / dpa >= 3 | 4 | yes |" in page
+
+
+def test_the_small_groups_case_has_equal_groups_and_checks_rows_in_any_order(repo_benchmark):
+    ga = repo_benchmark("group_apply")
+    small = repo_benchmark("group_apply_small")
+    args = ga.parse_args(["--small-groups", "--groups", "50", "--group-rows", "3", "7"])
+    assert args.small_groups and args.group_rows == [3, 7] and args.out == "benchmarks/results/group_apply_small.json"
+    table = small.make_table(50, 3)
+    assert table.num_rows == 150 and set(np.unique(table["key"].to_numpy(), return_counts=True)[1]) == {3}
+    for fn in small.FUNCTIONS.values():
+        want = small.run_pandas(table.to_pandas(), fn)
+        shuffled = pa.Table.from_pandas(want.iloc[::-1], preserve_index=False)
+        assert small.same_rows(shuffled, want) == "ok"
+        assert small.same_rows(shuffled.slice(1), want).startswith("MISMATCH")
+    summary = small.run_pandas(table.to_pandas(), small.summary_fn)
+    wrong = summary.assign(n=summary.n + 1)
+    assert small.same_rows(pa.Table.from_pandas(wrong, preserve_index=False), summary).startswith("MISMATCH")

@@ -162,3 +162,94 @@ def test_a_wrapped_group_apply_or_combined_input_is_refused_before_the_job():
         dpa.run(table, key="k", reducer=dpa.WithCost(GroupApply(_count), 0.001), runtime="local")
     with pytest.raises(ConfigError, match="partial states"):
         dpa.run(table, key="k", reducer=GroupApply(_count), runtime="local", input_combined=True)
+
+
+def _many_small(groups: int = 600, seed: int = 3) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(0, groups, groups * 6)
+    return _rows(keys.tolist(), rng.random(len(keys)).tolist())
+
+
+def _pandas_reference(table: pa.Table, fn) -> pd.DataFrame:
+    pdf = table.drop_columns([HASH_COL]).to_pandas()
+    return pd.concat([fn(g.reset_index(drop=True)) for _, g in pdf.groupby("k")], ignore_index=True)
+
+
+def _by_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.sort_values(list(frame.columns)).reset_index(drop=True)
+
+
+def _units_of(table: pa.Table, target_rows: int | None) -> list[GroupUnit]:
+    state = RowsState(GroupApply(_count), KEY_COLS)
+    state.add(table)
+    return state.units(target_rows)
+
+
+def _mutating(pdf: pd.DataFrame) -> pd.DataFrame:
+    pdf["x"] = pdf.v - pdf.v.mean()  # assigning into the group hands no warning and no other group's rows
+    pdf.loc[0, "v"] = -1.0  # the group's index is 0..rows-1
+    return pdf
+
+
+@pytest.mark.parametrize("fn", [
+    lambda pdf: pdf.assign(x=pdf.v - pdf.v.mean()),
+    lambda pdf: pd.DataFrame({"k": [pdf.k.iloc[0]], "n": [len(pdf)], "m": [pdf.v.mean()]}),
+    _mutating,
+    lambda pdf: pdf.head(0) if pdf.k.iloc[0] % 3 else pdf.tail(1),  # some groups return no rows
+], ids=["assign", "summary", "mutating", "some-empty"])
+@pytest.mark.parametrize("target_rows", [None, 50])
+def test_many_small_groups_give_pandas_answer(fn, target_rows):
+    table = _many_small()
+    units = _units_of(table, target_rows)
+    got = [GroupApply(fn).apply(u, KEY_COLS) for u in units]
+    out = pd.concat([r.table.to_pandas() for r in got if r.table is not None], ignore_index=True)
+    pd.testing.assert_frame_equal(_by_rows(out), _by_rows(_pandas_reference(table, fn)))
+    assert sum(r.groups for r in got) == table["k"].to_pandas().nunique()
+
+
+def test_outputs_whose_types_or_columns_differ_between_groups_combine_as_arrow_promotes_them():
+    table = _many_small(groups=200)
+    (unit,) = _units_of(table, None)
+
+    def mixed(pdf):  # int for even keys, float for odd ones; the first group decides nothing
+        n = len(pdf) if pdf.k.iloc[0] % 2 == 0 else len(pdf) + 0.5
+        return pd.DataFrame({"k": [pdf.k.iloc[0]], "n": [n]})
+
+    done = GroupApply(mixed).apply(unit, KEY_COLS)
+    assert done.table.schema.field("n").type == pa.float64()
+    assert sorted(done.table["n"].to_pylist()) == sorted(_pandas_reference(table, mixed)["n"].tolist())
+
+    def flags(pdf):  # bool for some groups, int for others: Arrow cannot combine them, pandas would
+        flag = bool(pdf.k.iloc[0] % 2) if pdf.k.iloc[0] < 100 else int(pdf.k.iloc[0])
+        return pd.DataFrame({"k": [pdf.k.iloc[0]], "f": [flag]})
+
+    with pytest.raises(SchemaError):
+        GroupApply(flags).apply(unit, KEY_COLS)
+
+    def shuffled(pdf):  # the same columns in another order for odd keys
+        out = pd.DataFrame({"k": [pdf.k.iloc[0]], "n": [len(pdf)]})
+        return out[["n", "k"]] if pdf.k.iloc[0] % 2 else out
+
+    schema = pa.schema([("k", pa.int64()), ("n", pa.int32())])
+    done = GroupApply(shuffled, schema=schema).apply(unit, KEY_COLS)
+    assert done.table.schema == schema and done.groups == done.table.num_rows
+
+
+def test_a_bad_output_among_many_groups_names_its_key():
+    table = _many_small(groups=200)
+    (unit,) = _units_of(table, None)
+
+    def one_bad(pdf):
+        k = int(pdf.k.iloc[0])
+        return pd.DataFrame({"k": [k], "n": ["many" if k == 77 else len(pdf)]})
+
+    schema = pa.schema([("k", pa.int64()), ("n", pa.int64())])
+    with pytest.raises(SchemaError, match="for the group of key 77 does not fit the schema"):
+        GroupApply(one_bad, schema=schema).apply(unit, KEY_COLS)
+
+    def mixed_objects(pdf):
+        k = int(pdf.k.iloc[0])
+        return pd.DataFrame({"k": [k, k], "n": pd.Series([1, "x"] if k == 77 else ["a", "b"], dtype=object)})
+
+    with pytest.raises(UserCodeError, match="Arrow cannot convert for the group of key 77"):
+        GroupApply(mixed_objects).apply(unit, KEY_COLS)

@@ -110,3 +110,19 @@ def test_recovery_from_failures_while_collecting_keeps_the_answer():
     assert out.recoveries
     got = pd.concat([t.to_pandas() for t in out.tables if t is not None])
     pd.testing.assert_frame_equal(_sorted(got), _reference(top_two, "k"), check_dtype=False)
+
+
+def test_many_small_groups_give_pandas_answer_and_run_in_a_few_units():
+    rng = np.random.default_rng(11)
+    table = pa.table({"k": rng.integers(0, 3_000, 24_000), "s": pa.array([f"s{i % 5}" for i in range(24_000)]),
+                      "v": rng.random(24_000)})
+
+    def centre(pdf):
+        return pdf.assign(x=pdf.v - pdf.v.mean())
+
+    res = dpa.run(table, key="k", reducer=dpa.GroupApply(centre), runtime="local", num_reducers=2)
+    pdf = table.to_pandas()
+    want = pd.concat([centre(g) for _, g in pdf.groupby("k")], ignore_index=True)
+    pd.testing.assert_frame_equal(_sorted(res.to_pandas()), _sorted(want))
+    ga = res.stats.group_apply
+    assert ga["groups"] == pdf.k.nunique() and ga["units"] <= 2 * 8 + 2
