@@ -316,12 +316,6 @@ BENCHMARKS: dict[str, Entry] = {
         "records each (ideal 2 s at every width), `JobConfig()` but the width; time over ideal, "
         "CPU per reducer-second, exact against DuckDB. See [scale.md](scale.md).",
     ),
-    "scale_sim": Entry(
-        "Width in the simulator: 64 to 4,096 reducers",
-        "The in-process runtime with measured message costs, Zipf(1.2) records at 1 ms each; "
-        "time over ideal, the balancer's and coordinator's busy fractions, and the real seconds "
-        "the simulation took. See [scale.md](scale.md).",
-    ),
     "multinode": Entry(
         "Several Ray nodes, one killed mid-job",
         "Ray nodes started with `ray start` on this machine, a job of one reducer per logical "
