@@ -282,7 +282,7 @@ def test_result_schema_keys_keep_type_and_nullability() -> None:
         (dpa.Sum("dec"), DecimalType(20, 2)),  # Spark widens a decimal sum by 10 digits
         (dpa.Sum("bigdec"), DecimalType(38, 4)),
         (dpa.Mean("i"), DoubleType()),
-        (dpa.Mean("dec"), DoubleType()),
+        (dpa.Mean("dec"), DecimalType(14, 6)),  # Spark's avg of a decimal(p, s): decimal(p + 4, s + 4)
         (dpa.Min("s"), StringType()),
         (dpa.Max("day"), DateType()),
         (dpa.Min("dec"), DecimalType(10, 2)),
