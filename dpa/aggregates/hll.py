@@ -4,7 +4,9 @@ The state of a key is two columns of a partial-state table:
 
 * ``hashes``: the sorted distinct 64-bit hashes of its values while it has at most
   :func:`exact_limit` of them (``2**lg_k / 8``, as many bytes as the registers), so a key
-  with few distinct values is counted exactly (barring a 64-bit hash collision);
+  with few distinct values is counted exactly (barring a 64-bit hash collision); stored as
+  a list of int64 holding the hashes' bits, as Spark's Arrow conversion (the bridge's
+  map-side combine) has no uint64;
 * ``registers``: beyond that, ``2**lg_k`` one-byte HLL registers (``hashes`` then empty).
 
 Merging is the union of the hash sets, or the register-wise maximum once a key has
@@ -171,7 +173,7 @@ def build_states(lg_k: int, size: int, gid: np.ndarray, hashes: np.ndarray,
     sparse_counts = np.where(dense, 0, counts)
     kept = h[~dense[g]]
     hash_col = pa.ListArray.from_arrays(pa.array(np.r_[0, np.cumsum(sparse_counts)].astype(np.int32)),
-                                        pa.array(kept, pa.uint64()))
+                                        pa.array(kept.view(np.int64), pa.int64()))  # (bits: Spark has no uint64)
     reg_offsets = np.r_[0, np.cumsum(dense * m)].astype(np.int64)
     reg_col = pa.LargeBinaryArray.from_buffers(pa.large_binary(), size, [None, pa.py_buffer(reg_offsets.tobytes()),
                                                               pa.py_buffer(registers.tobytes())])
@@ -183,11 +185,11 @@ def state_arrays(hash_col: Any, reg_col: Any, lg_k: int) -> tuple[np.ndarray, np
     registers as a (rows, 2**lg_k) uint8 matrix)``."""
     m = 1 << lg_k
     if isinstance(hash_col, pa.ChunkedArray):
-        hash_col = hash_col.combine_chunks() if hash_col.num_chunks else pa.array([], pa.list_(pa.uint64()))
+        hash_col = hash_col.combine_chunks() if hash_col.num_chunks else pa.array([], pa.list_(pa.int64()))
     if isinstance(reg_col, pa.ChunkedArray):
         reg_col = reg_col.combine_chunks() if reg_col.num_chunks else pa.array([], pa.large_binary())
     rows = np.asarray(pc.list_parent_indices(hash_col), dtype=np.int64)
-    hashes = np.asarray(pc.list_flatten(hash_col), dtype=np.uint64)
+    hashes = np.asarray(pc.list_flatten(hash_col), dtype=np.int64).view(np.uint64)
     lengths = np.asarray(fill_null(pc.binary_length(reg_col), 0), dtype=np.int64)
     reg_rows = np.flatnonzero(lengths == m)
     if not len(reg_rows):
