@@ -15,6 +15,7 @@ from dpa.errors import ConfigError
 from dpa.input.sources import normalize_source
 from dpa.runtime.local import run_local
 from dpa.runtime.message_costs import MEASURED, ActorQueue, MessageCosts
+from tests.unit.dpa.runtime.outputs import key_counts
 
 KEYS = (np.random.default_rng(3).zipf(1.3, 8000) % 500).astype(np.int64)
 EXPECTED = collections.Counter(KEYS.tolist())
@@ -27,15 +28,6 @@ def _run(costs, reducers=8, batch_size=500, **fields):
     plan, blocks = build_plan(normalize_source(table, batch_size), "k", dpa.WithCost(dpa.Count(), COST_S),
                               None, config)
     return run_local(plan, blocks, costs=costs)
-
-
-def _counts(out):
-    got = collections.Counter()
-    for table in out.tables:
-        if table is not None:
-            for k, c in zip(table["k"].to_pylist(), table["count"].to_pylist()):
-                got[k] += c
-    return got
 
 
 def test_actor_queue_is_one_fifo_server():
@@ -61,7 +53,7 @@ def test_costs_are_validated():
 
 def test_free_messages_cost_no_time():
     out = _run(MessageCosts.free())
-    assert _counts(out) == EXPECTED
+    assert key_counts(out) == EXPECTED
     sim = out.extra["sim"]
     for actor in ("balancer", "coordinator"):
         assert sim[actor]["busy_s"] == 0.0 and sim[actor]["waited_s"] == 0.0
@@ -79,7 +71,7 @@ def test_the_measured_costs_run_deterministically_and_exactly():
     assert a.extra["sim"]["costs"] == MEASURED.as_dict()
     assert a.virtual_time_s == b.virtual_time_s and a.processed == b.processed
     assert a.extra["sim"]["balancer"] == b.extra["sim"]["balancer"]
-    assert _counts(a) == EXPECTED
+    assert key_counts(a) == EXPECTED
     assert 0.0 < a.extra["sim"]["balancer"]["busy_fraction"] <= 1.0
 
 
@@ -87,7 +79,7 @@ def test_busy_time_is_the_messages_times_their_costs():
     costs = MessageCosts(report_s=1e-4, forecast_s=2e-4, tick_s=3e-4, tick_per_reducer_s=1e-5, publish_s=1e-5,
                          block_request_s=4e-4, mapper_report_s=5e-4, progress_s=6e-4, push_s=1e-4, snapshot_s=1e-4)
     out = _run(costs)
-    assert _counts(out) == EXPECTED
+    assert key_counts(out) == EXPECTED
     sim, R, M = out.extra["sim"], len(out.processed), len(out.emitted)
     bal, coord = sim["balancer"]["messages"], sim["coordinator"]["messages"]
     assert sim["balancer"]["busy_s"] == pytest.approx(
@@ -123,7 +115,7 @@ def test_a_balancer_slower_than_its_tick_is_saturated_and_the_job_slower():
     answer is still exact."""
     free = _run(MessageCosts.free())
     slow = _run(MessageCosts(tick_s=0.2, report_s=0.03))
-    assert _counts(slow) == EXPECTED
+    assert key_counts(slow) == EXPECTED
     ideal = len(KEYS) * COST_S / 8
     assert free.virtual_time_s <= 1.2 * ideal
     assert slow.extra["sim"]["balancer"]["busy_fraction"] >= 0.9
@@ -138,7 +130,7 @@ def test_a_slow_coordinator_delays_the_end():
     later and the job ends later; the coordinator shows busy."""
     free = _run(MessageCosts.free())
     slow = _run(MessageCosts(block_request_s=0.05, progress_s=0.01))
-    assert _counts(slow) == EXPECTED
+    assert key_counts(slow) == EXPECTED
     assert slow.virtual_time_s > free.virtual_time_s
     assert slow.extra["sim"]["coordinator"]["busy_fraction"] > 0.3
 

@@ -14,6 +14,7 @@ import dpa
 from dpa.engine.planning import build_plan
 from dpa.input.sources import normalize_source
 from dpa.runtime.local import run_local
+from tests.unit.dpa.runtime.outputs import key_counts
 
 _RNG = np.random.default_rng(7)
 KEYS = (_RNG.zipf(1.3, 30_000) % 300).astype(np.int64)
@@ -29,31 +30,22 @@ def _run(policy, faults, interval=0.5, reducer=None, batch_size=400, max_recover
     return run_local(plan, blocks, faults=faults)
 
 
-def _counts(out):
-    got = collections.Counter()
-    for table in out.tables:
-        if table is not None:
-            for k, c in zip(table["k"].to_pylist(), table["count"].to_pylist()):
-                got[k] += c
-    return got
-
-
 @pytest.mark.parametrize("policy", sorted(dpa.policies()))
 def test_every_policy_is_exact_after_failures_of_each_kind_of_member(policy):
     out = _run(policy, [(1.5, "reducer-2"), (2.5, "balancer"), (3.5, "mapper-1")])
-    assert _counts(out) == EXPECTED
+    assert key_counts(out) == EXPECTED
     assert sum(out.processed) == sum(out.emitted) == len(KEYS)
     assert out.recoveries and out.merged
 
 
 def test_a_rollback_replays_only_what_came_after_the_last_checkpoint():
     out = _run("doubling", [(6.0, "reducer-0")])  # a 9 s job (virtual time)
-    assert _counts(out) == EXPECTED
+    assert key_counts(out) == EXPECTED
     (rec,) = out.recoveries
     assert rec.epoch >= 0 and out.checkpoints >= 1
     assert 0 < rec.replayed_records < len(KEYS) / 2
     whole = _run("doubling", [(6.0, "reducer-0")], interval=0)
-    assert _counts(whole) == EXPECTED and whole.checkpoints == 0
+    assert key_counts(whole) == EXPECTED and whole.checkpoints == 0
     assert whole.recoveries[0].epoch == -1 and whole.recoveries[0].replayed_records > rec.replayed_records
 
 
@@ -63,21 +55,21 @@ def test_one_big_block_is_checkpointed_in_parts_so_a_late_failure_replays_only_i
     # and the parts already absorbed are checkpointed.
     one = _run(policy, [], batch_size=len(KEYS))
     assert one.checkpoints >= 3 and sum(one.blocks_per_mapper) == 1
-    assert _counts(one) == EXPECTED
+    assert key_counts(one) == EXPECTED
     late = 0.7 * one.virtual_time_s
     out = _run(policy, [(late, "reducer-1")], batch_size=len(KEYS))
-    assert _counts(out) == EXPECTED and sum(out.processed) == sum(out.emitted) == len(KEYS)
+    assert key_counts(out) == EXPECTED and sum(out.processed) == sum(out.emitted) == len(KEYS)
     (rec,) = out.recoveries
     assert rec.epoch >= 1 and rec.replayed_blocks == 1  # the rest of the block, not the block
     assert rec.replayed_records < len(KEYS) / 3
     twice = _run(policy, [(late, "mapper-0"), (late + 1.0, "reducer-1")], batch_size=len(KEYS))
-    assert _counts(twice) == EXPECTED and len(twice.recoveries) == 2
+    assert key_counts(twice) == EXPECTED and len(twice.recoveries) == 2
 
 
 def test_checkpoints_change_nothing_without_a_failure():
     with_ckpt, without = _run("halving", []), _run("halving", [], interval=0)
     assert with_ckpt.checkpoints > 3 and without.checkpoints == 0
-    assert _counts(with_ckpt) == _counts(without) == EXPECTED
+    assert key_counts(with_ckpt) == key_counts(without) == EXPECTED
     assert with_ckpt.virtual_time_s == pytest.approx(without.virtual_time_s, rel=0.05)
     assert not with_ckpt.recoveries
 
@@ -102,7 +94,7 @@ class SumOfKeys(dpa.Reducer):
 
 def test_a_user_reducer_restored_twice_from_one_checkpoint_stays_exact():
     out = _run("halving", [(5.0, "reducer-1"), (5.3, "reducer-4")], reducer=dpa.WithCost(SumOfKeys("k", name="count"), 1e-3))
-    assert _counts(out) == EXPECTED
+    assert key_counts(out) == EXPECTED
     assert len(out.recoveries) == 2 and out.recoveries[0].epoch == out.recoveries[1].epoch >= 0
 
 
@@ -113,7 +105,7 @@ def test_a_user_reducer_restored_twice_from_one_checkpoint_stays_exact():
        interval=st.sampled_from([0, 0.2, 0.5, 2.0]))
 def test_any_failures_at_any_moments_leave_the_result_exact(faults, policy, interval):
     out = _run(policy, faults, interval)
-    assert _counts(out) == EXPECTED
+    assert key_counts(out) == EXPECTED
     assert sum(out.processed) == sum(out.emitted) == len(KEYS)
 
 
@@ -123,7 +115,7 @@ def test_a_restarted_balancer_continues_from_the_checkpoints_routing(policy):
     assert first.events  # it rebalanced
     late = 0.8 * first.virtual_time_s
     out = _run(policy, [(late, "balancer")])
-    assert _counts(out) == EXPECTED
+    assert key_counts(out) == EXPECTED
     (rec,) = out.recoveries
     assert rec.epoch >= 0
     # the new balancer's versions go on from the checkpoint's snapshot, not from 0
@@ -149,7 +141,7 @@ class CountNoMerge(dpa.Reducer):
 def test_a_reducer_without_merge_takes_no_checkpoints_and_a_failure_replays_the_whole_input(faults):
     out = _run("hash", faults, reducer=dpa.WithCost(CountNoMerge("k", name="count"), 1e-3))
     assert out.virtual_time_s > 5 * 0.5  # outlived several checkpoint intervals
-    assert _counts(out) == EXPECTED and sum(out.processed) == len(KEYS)
+    assert key_counts(out) == EXPECTED and sum(out.processed) == len(KEYS)
     assert out.checkpoints == 0
     assert len(out.recoveries) == len(faults)
     assert all(rec.epoch == -1 for rec in out.recoveries)
