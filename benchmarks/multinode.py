@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -63,10 +64,10 @@ class LocalCluster:
         self.port = _free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.raylets: list[int] = []  # per node, the head's first
-        self._start(["--head", f"--port={self.port}", "--include-dashboard=false", f"--temp-dir={self.temp}",
-                     "--node-ip-address=127.0.0.1"], cpus_per_node)
+        self._start(["--head", f"--port={self.port}", "--include-dashboard=false", f"--temp-dir={self.temp}"],
+                    cpus_per_node)
         for _ in range(nodes - 1):
-            self._start([f"--address={self.address}", "--node-ip-address=127.0.0.1"], cpus_per_node)
+            self._start([f"--address={self.address}"], cpus_per_node)
 
     def _start(self, args: list[str], cpus: int) -> None:
         """``ray start`` with ``args``; a node that misses Ray's 30 s registration deadline (a
@@ -170,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cost-ms", type=float, default=2.0, help="sleep per record at the reducer")
     p.add_argument("--out", default=None, help="JSON file to write")
     args = p.parse_args(argv)
+    # Ray's token authentication, with a token of this cluster's own that every node and the
+    # driver present (set before Ray is imported: it reads them then).
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
 
     import ray
 
