@@ -32,13 +32,14 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any
 
 import psutil
 import pyarrow as pa
 
 import dpa
 from benchmarks.common import command_line, environment, write_json
+from benchmarks.recovery import exact
+from benchmarks.recovery import reference as counts
 
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 #: Tries of each ``ray start``.
@@ -135,17 +136,6 @@ def zipf_table(rows: int, seed: int = 3) -> pa.Table:
     from workloads.generators import zipf
 
     return zipf(1.2, max(1000, rows // 20), rows, seed=seed)
-
-
-def counts(table: pa.Table) -> dict[Any, int]:
-    out = table.group_by("key").aggregate([([], "count_all")])
-    return dict(zip(out["key"].to_pylist(), out["count_all"].to_pylist()))
-
-
-def exact(res: dpa.Result, ref: dict[Any, int]) -> bool:
-    t = res.to_arrow()
-    got = dict(zip(t["key"].to_pylist(), t["count"].to_pylist()))
-    return t.num_rows == len(ref) and got == ref
 
 
 def member_nodes() -> dict[str, int]:
