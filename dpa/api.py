@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from dpa.aggregates.contract import Reducer, unwrap, what_it_is
+from dpa.aggregates.contract import Reducer, what_it_is
 from dpa.aggregates.state import make_state
 from dpa.config import JobConfig
 from dpa.engine.output import RunOutput
@@ -121,8 +121,7 @@ def _run_source(source: Any, key: Any, reducer: Reducer, map_fn: Any, config: Jo
     if src.ray_dataset is not None and config.runtime == "local":
         raise ConfigError("a ray.data.Dataset or ArrowRefs source needs runtime='ray'")
     plan, blocks = build_plan(src, key, reducer, map_fn, config)
-    inner, _, _ = unwrap(plan.reducer)
-    empty = make_state(inner, plan.key_cols, plan.record_kind).empty_result(empty_input_table(plan).schema)
+    empty = make_state(plan.aggregate, plan.key_cols, plan.record_kind).empty_result(empty_input_table(plan).schema)
 
     report = None if progress is None else _progress_reporter(progress, src.num_rows if map_fn is None else None)
     if config.runtime == "local" or src.num_rows == 0:
@@ -150,11 +149,11 @@ def _run_source(source: Any, key: Any, reducer: Reducer, map_fn: Any, config: Jo
     from dpa.aggregates.composite import output_names
 
     if plan.applies_groups:  # fn's rows, as it returned them (no key columns added)
-        result = Result(tables, empty, [], inner.output_names(), stats, arrow_refs=out.arrow_refs,
+        result = Result(tables, empty, [], plan.aggregate.output_names(), stats, arrow_refs=out.arrow_refs,
                         result_meta=out.result_meta)
         stats.num_keys = (out.group_apply or {}).get("groups", 0)
         return result
-    result = Result(tables, empty, plan.key_cols, output_names(plan.reducer), stats, arrow_refs=out.arrow_refs,
+    result = Result(tables, empty, plan.key_cols, output_names(plan.aggregate), stats, arrow_refs=out.arrow_refs,
                     key_types=dictionaries, result_meta=out.result_meta)
     if tables is not None:
         stats.num_keys = len(result)

@@ -64,10 +64,9 @@ def _schema_after_map(input_schema: Any, key_columns: list[str], arrow_schema: A
 
 def is_group_apply(reducer: Any) -> bool:
     """Whether ``reducer`` is a per-group function (:class:`dpa.GroupApply`)."""
-    from dpa.aggregates.contract import unwrap
-    from dpa.aggregates.group_apply import GroupApply
+    from dpa.aggregates.requested import requested
 
-    return isinstance(unwrap(reducer)[0], GroupApply)
+    return requested(reducer).group_apply is not None
 
 
 def output_schema(input_schema: Any, key_columns: list[str], reducer: Any, map_fn: Any, arrow_schema: Any) -> Any:
@@ -103,11 +102,12 @@ def run(
 
 def can_precombine(reducer: Any, map_fn: Any, config: Any) -> bool:
     """Whether Spark's tasks may do dpa's map-side combine (see :func:`run_with_result`)."""
-    from dpa.aggregates.contract import ColumnarReducer, unwrap
+    from dpa.aggregates.contract import ColumnarReducer
+    from dpa.aggregates.requested import requested
     from dpa.routing.registry import make_policy
 
-    inner, cost, _ = unwrap(reducer)
-    return (map_fn is None and isinstance(inner, ColumnarReducer) and not cost
+    asked = requested(reducer)
+    return (map_fn is None and isinstance(asked.aggregate, ColumnarReducer) and not asked.cost.seconds_per_record
             and bool(config.map_side_combine) and make_policy(config).combinable)
 
 
@@ -127,10 +127,10 @@ def precombined(df: DataFrame, key_columns: list[str], reducer: Any) -> DataFram
     from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
     from pyspark.sql.types import StructField, StructType
 
-    from dpa.aggregates.contract import unwrap
+    from dpa.aggregates.requested import requested
     from dpa.input.records import WEIGHT_COL
 
-    inner = unwrap(reducer)[0]
+    inner = requested(reducer).aggregate
     needed = [*key_columns, *[c for c in (inner.input_columns() or []) if c not in key_columns]]
     narrow = df.select(*needed)
     proto = inner.partial_from_batch(to_arrow_schema(narrow.schema).empty_table(), key_columns, WEIGHT_COL)
@@ -250,9 +250,7 @@ def _run_with_result(df: DataFrame, key: str | Sequence[str], reducer: Any, map_
     config = dpa.JobConfig() if config is None else config
     scan = None
     if map_fn is None and pushdown is not False:
-        from dpa.aggregates.contract import unwrap
-
-        wanted = unwrap(reducer)[0].input_columns()
+        wanted = reducer.input_columns()
         needed = columns if wanted is None else [*key_columns, *(c for c in wanted if c not in key_columns)]
         scan = parquet_scan(df, needed)
     if pushdown and scan is None:

@@ -68,7 +68,7 @@ def _children(node: Any) -> list[Any]:
     return [seq.apply(i) for i in range(seq.size())]
 
 
-def _unwrap(node: Any) -> Any:
+def _below_wrappers(node: Any) -> Any:
     """``node`` without the code-generation and sort nodes wrapped around it."""
     while _name(node) in _WRAPPERS:
         children = _children(node)
@@ -94,12 +94,12 @@ def _partial_node(plan: Any) -> Any | None:
     partition, or hash-partitioned by them): the final aggregate then sits right on the
     partial one, whose rows are partial states all the same.
     """
-    final = _unwrap(plan)
+    final = _below_wrappers(plan)
     if _name(final) not in _AGGREGATES or len(_children(final)) != 1:
         return None
-    below = _unwrap(_children(final)[0])
+    below = _below_wrappers(_children(final)[0])
     partial = _children(below)[0] if _name(below) == "ShuffleExchangeExec" else _children(final)[0]
-    return partial if _is_partial(_unwrap(partial)) else None
+    return partial if _is_partial(_below_wrappers(partial)) else None
 
 
 def _executed_plan(jdf: Any, jsession: Any) -> Any:

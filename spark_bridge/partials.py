@@ -331,10 +331,10 @@ def native_partials(
     from pyspark.sql.pandas.types import to_arrow_type
 
     from dpa.aggregates.builtins import Count, Mean
-    from dpa.aggregates.contract import unwrap
+    from dpa.aggregates.requested import requested
     from dpa.input.records import WEIGHT_COL
 
-    inner = unwrap(reducer)[0]
+    inner = requested(reducer).aggregate
     fields = {f.name: f for f in df.schema.fields}
     if getattr(inner, "members", None) is not None:
         return _composite_partials(df, key_columns, inner.members, fields)

@@ -158,9 +158,7 @@ def run_staged(df: DataFrame, key_columns: list[str], reducer: Any, map_fn: Any,
         )
     input_schema = df.schema
     if map_fn is None:
-        from dpa.aggregates.contract import unwrap
-
-        wanted = unwrap(reducer)[0].input_columns()
+        wanted = reducer.input_columns()
         needed = ([f.name for f in input_schema.fields] if wanted is None
                   else [*key_columns, *(c for c in wanted if c not in key_columns)])
         narrow = df.select(*needed)

@@ -346,10 +346,10 @@ def result_spark_schema(
         )
     by_name = {f.name: f for f in input_schema.fields}
     validate_columns(by_name, [*key_columns, *(reducer.input_columns() or [])])
-    from dpa.aggregates.contract import unwrap
+    from dpa.aggregates.requested import requested
 
     reducer = spark_typed(reducer, input_schema)  # (the reducer the bridge runs: Spark's result types)
-    members = getattr(unwrap(reducer)[0], "members", None)  # several aggregates: a column each
+    members = getattr(requested(reducer).aggregate, "members", None)  # several aggregates: a column each
     outputs = [_output_struct_field(m, by_name, key_columns, arrow_schema) for m in (members or [reducer])]
     return StructType([by_name[k] for k in key_columns] + outputs)
 

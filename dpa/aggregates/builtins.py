@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dpa.aggregates.contract import ColumnarReducer, Reducer, unwrap, what_it_is
+from dpa.aggregates.contract import ColumnarReducer, Reducer, what_it_is
 from dpa.aggregates.exact_means import (
     mean_sum_type,
     means_decimal,
@@ -518,6 +518,10 @@ class TopK(_ColumnReducer):
 def bind_reducer(reducer: Reducer, record_kind: str) -> Reducer:
     """Resolves a built-in's default column for scalar records (``"value"``).
 
+    Args:
+        reducer: The aggregate (no cost wrapper: :func:`dpa.aggregates.requested.requested`).
+        record_kind: The kind of the records it reads.
+
     Raises:
         ConfigError: a built-in that needs a column got none for dict/tuple records.
     """
@@ -525,14 +529,12 @@ def bind_reducer(reducer: Reducer, record_kind: str) -> Reducer:
         raise ConfigError(
             f"reducer must be a dpa.Reducer (e.g. dpa.Count(), dpa.Sum('x')), {what_it_is(reducer)}"
         )
-    inner, _, _ = unwrap(reducer)
-    if hasattr(inner, "bind"):  # several aggregates (dpa.aggregates.combine): bound member by member
-        inner.bind(record_kind)
+    if hasattr(reducer, "bind"):  # several aggregates (dpa.aggregates.combine): bound member by member
+        reducer.bind(record_kind)
         return reducer
-    if isinstance(inner, ColumnarReducer) and not isinstance(inner, Count) and inner.column is None:
+    if isinstance(reducer, ColumnarReducer) and not isinstance(reducer, Count) and reducer.column is None:
         if record_kind == "scalar":
-            inner.column = "value"
             reducer.column = "value"
         else:
-            raise ConfigError(f"{type(inner).__name__} needs a column to read, e.g. {type(inner).__name__}('price')")
+            raise ConfigError(f"{type(reducer).__name__} needs a column to read, e.g. {type(reducer).__name__}('price')")
     return reducer

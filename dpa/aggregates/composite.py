@@ -43,11 +43,11 @@ from dpa.aggregates.contract import (
     Reducer,
     WithCost,
     by_group_id,
-    unwrap,
     what_it_is,
 )
 from dpa.aggregates.dense import dense_keys, group_aggregate
 from dpa.aggregates.int_sums import sum_may_overflow
+from dpa.aggregates.requested import requested
 from dpa.arrays import from_numpy, one_array, to_numpy
 from dpa.errors import ConfigError
 from dpa.input.records import HASH_COL
@@ -84,10 +84,10 @@ def spark_name(reducer: Reducer) -> str:
 
 
 def output_names(reducer: Reducer) -> list[str]:
-    """The output columns a (possibly composite) reducer adds after the key columns."""
-    inner = unwrap(reducer)[0]
-    if isinstance(inner, (Aggregates, RecordAggregates)):
-        return [m.name for m in inner.members]
+    """The output columns an aggregate (possibly a composite; no cost wrapper, e.g. a job
+    plan's :attr:`~dpa.engine.plan.JobPlan.aggregate`) adds after the key columns."""
+    if isinstance(reducer, (Aggregates, RecordAggregates)):
+        return [m.name for m in reducer.members]
     return [reducer.name]
 
 
@@ -106,11 +106,12 @@ def combine(reducers: Sequence[Reducer]) -> Reducer:
         if not isinstance(r, Reducer):
             raise ConfigError(
                 f"reducer[{i}] must be a dpa.Reducer (e.g. dpa.Count(), dpa.Sum('x')), {what_it_is(r)}")
-        inner, c, m = unwrap(r)
+        asked = requested(r)
+        inner = asked.aggregate
         if isinstance(inner, (Aggregates, RecordAggregates)):
             raise ConfigError(f"reducer[{i}] is a list of aggregates itself; give one flat list")
-        if c:
-            cost, mode = cost + c, m
+        if asked.cost.seconds_per_record:
+            cost, mode = cost + asked.cost.seconds_per_record, asked.cost.mode
         member = copy.copy(inner)
         member.name = spark_name(inner)
         members.append(member)

@@ -21,12 +21,15 @@ partial states are merged with another group-by, and ``finalize_table`` produces
 output columns.
 
 :class:`WithCost` wraps any reducer with a per-record processing cost (sleep or CPU
-spin) so experiments can model compute-heavy reducers, as in the DPA paper.
+spin) so experiments can model compute-heavy reducers, as in the DPA paper. The wrapper
+exists only at the API edge: :func:`dpa.aggregates.requested.requested` takes it apart into
+the aggregate and its :class:`Cost`, and the job plan carries the two side by side.
 """
 
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -264,6 +267,29 @@ class ColumnarReducer(Reducer):
 
 
 
+#: Ways a reducer pays its per-record cost (:class:`Cost`).
+COST_MODES = ("sleep", "spin")
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a reducer pays for every record it processes (forwarded records are free).
+
+    Attributes:
+        seconds_per_record: Seconds per processed record (>= 0; 0 = no cost).
+        mode: ``"sleep"`` waits without using a CPU, ``"spin"`` busy-waits on it.
+    """
+
+    seconds_per_record: float = 0.0
+    mode: str = "sleep"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.seconds_per_record, (int, float)) or self.seconds_per_record < 0:
+            raise ConfigError(f"a cost needs seconds_per_record >= 0, got {self.seconds_per_record!r}")
+        if self.mode not in COST_MODES:
+            raise ConfigError(f"a cost's mode must be 'sleep' or 'spin', got {self.mode!r}")
+
+
 class WithCost(Reducer):
     """Wraps a reducer with a fixed processing cost per record.
 
@@ -273,6 +299,9 @@ class WithCost(Reducer):
     cores), and a timer's lateness is taken off the next wait, so a reducer's waits add up
     to the cost of its records (:mod:`dpa.runtime.ray.pacing`); ``mode="spin"`` busy-waits
     on the CPU. The in-process runtime charges the cost in virtual time instead.
+
+    The engine never runs the wrapper: a job's plan holds ``inner`` and the :class:`Cost`
+    side by side (:func:`dpa.aggregates.requested.requested` takes the wrapper apart).
 
     Args:
         inner: The reducer doing the actual aggregation.
@@ -285,7 +314,7 @@ class WithCost(Reducer):
             raise ConfigError(f"WithCost wraps a dpa.Reducer, got {type(inner).__name__}")
         if not isinstance(seconds_per_record, (int, float)) or seconds_per_record < 0:
             raise ConfigError(f"WithCost needs seconds_per_record >= 0, got {seconds_per_record!r}")
-        if mode not in ("sleep", "spin"):
+        if mode not in COST_MODES:
             raise ConfigError(f"WithCost mode must be 'sleep' or 'spin', got {mode!r}")
         super().__init__(inner.column, inner.name)
         self.inner = inner
@@ -337,13 +366,3 @@ def what_it_is(value: Any) -> str:
         example = "dpa.Count()" if value.__name__ == "Count" else f"dpa.{value.__name__}('x')"
         return f"got the class {value.__name__}; make one: {example}"
     return f"got {type(value).__name__}"
-
-
-def unwrap(reducer: Reducer) -> tuple[Reducer, float, str]:
-    """Returns ``(aggregating reducer, seconds per record, cost mode)``."""
-    if isinstance(reducer, WithCost):
-        inner, cost, mode = unwrap(reducer.inner)
-        return inner, cost + reducer.seconds_per_record, reducer.mode
-    return reducer, 0.0, "sleep"
-
-

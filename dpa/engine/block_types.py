@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dpa.aggregates.contract import ColumnarReducer, Reducer, unwrap
+from dpa.aggregates.contract import ColumnarReducer, Reducer
 from dpa.errors import DPAError, KeyEncodingError, SchemaError
 from dpa.input.records import (
     FLOAT_EXACT_INT,
@@ -45,7 +45,7 @@ class BlockPlan(Protocol):
     key_types: list[pa.DataType | None] | None
     key_fn: Callable[[Any], Any] | None
     keep_cols: list[str] | None
-    reducer: Reducer
+    aggregate: Reducer
 
 
 def is_record_iterable(produced: Any) -> bool:
@@ -105,8 +105,8 @@ class BlockTypes:
         self.key_types: dict[str, pa.DataType | None] = dict(zip(self.key_cols, plan.key_types or [None] * len(self.key_cols)))
         self.values = values
         self.value_types: dict[str, pa.DataType] = {}
-        inner = unwrap(plan.reducer)[0]
-        self.exact = not (isinstance(inner, ColumnarReducer) and inner.float_rounding)
+        aggregate = plan.aggregate
+        self.exact = not (isinstance(aggregate, ColumnarReducer) and aggregate.float_rounding)
         self.int_peak: dict[str, tuple[int, str]] = {}  # column -> (max |int| seen, where)
         self.float_at: dict[str, str] = {}  # column -> where floats were first seen
         self._last: list[pa.DataType] | None = None
@@ -145,7 +145,7 @@ class BlockTypes:
         if changed:
             schema = pa.schema([(n, t) for n, t in self.value_types.items()])
             try:
-                self.plan.reducer.validate(schema)
+                self.plan.aggregate.validate(schema)
             except SchemaError as exc:
                 raise SchemaError(f"{exc} (after the column types changed in {where()})") from exc
 
@@ -195,7 +195,7 @@ class BlockTypes:
             raise SchemaError(
                 f"column {name!r} holds both floats (first in {self.float_at[name]}) and integers beyond 2**53 "
                 f"(up to {peak}, in {at}); float64 cannot hold such integers exactly, so promoting the column "
-                f"would change values {self.plan.reducer!r} keeps. Cast the column to float64 yourself to accept "
+                f"would change values {self.plan.aggregate!r} keeps. Cast the column to float64 yourself to accept "
                 "the rounding, or to decimal, or give it one type"
             )
 

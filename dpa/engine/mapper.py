@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dpa.aggregates.contract import unwrap
 from dpa.aggregates.state import split_by
 from dpa.arrays import from_numpy, to_numpy
 from dpa.engine.flow import PUSH_GROW, PUSH_SHRINK, top_key_counts, weight
@@ -97,7 +96,7 @@ class MapperLogic:
         self.emitted = 0
         self.blocks = 0
         self.pushes = 0
-        self.combiner = unwrap(plan.reducer)[0] if plan.combine else None
+        self.combiner = plan.aggregate if plan.combine else None
         self.window = FIRST_PUSH_ROWS  # rows of the next push
         #: Version of the snapshot this mapper's first push was routed under (None: none yet).
         self.first_routed: int | None = None

@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from dpa.aggregates.contract import Reducer, unwrap
+from dpa.aggregates.contract import Cost, Reducer
 from dpa.aggregates.group_apply import GroupApply
 from dpa.engine.block_types import (
     BlockTypes,
@@ -56,7 +56,9 @@ class JobPlan:
     record_kind: str  # kind of the records the key and reducer see (after map_fn)
     input_kind: str  # kind of the source records (what map_fn sees)
     keep_cols: list[str] | None  # columns shipped to reducers besides key + hash; None = all
-    reducer: Reducer
+    # The reducer each key's records go through, bare (a cost wrapper taken off at plan time:
+    # dpa.aggregates.requested): an aggregate, a composite of several, or a GroupApply.
+    aggregate: Reducer
     policy: PolicySpec
     num_mappers: int
     num_reducers: int
@@ -67,6 +69,8 @@ class JobPlan:
     output_schema: pa.Schema | None = None  # of mapped records, when known
     input_schema: pa.Schema | None = None  # of the records reducers see, when known
     job_id: str = ""  # short id tagging metrics and logs
+    # What the reducers pay per record they process (dpa.WithCost's; zero by default).
+    cost: Cost = Cost()
     combine: bool = False  # mappers ship per-key partial states with a WEIGHT_COL
     input_combined: bool = False  # source blocks are partial states already (JobConfig.input_combined)
     # Arrow type of each key column as far as known when planning (None: unknown yet, e.g.
@@ -108,10 +112,15 @@ class JobPlan:
         return set(self.key_cols) | set(self.keep_cols)
 
     @property
+    def group_apply(self) -> GroupApply | None:
+        """The per-group function the job runs (its :attr:`aggregate`), or None for an aggregation."""
+        return self.aggregate if isinstance(self.aggregate, GroupApply) else None
+
+    @property
     def applies_groups(self) -> bool:
         """Whether the job runs a per-group function (:class:`~dpa.aggregates.group_apply.GroupApply`):
         its reducers collect rows, and an apply phase runs the function."""
-        return isinstance(unwrap(self.reducer)[0], GroupApply)
+        return self.group_apply is not None
 
     def apply_map(self, block: pa.Table) -> pa.Table:
         """Runs ``map_fn`` over a block of source records.

@@ -6,8 +6,11 @@
    input the source could not read;
 2. **probe** (:class:`BlockProbe`, :func:`probe_records`): the first blocks are read ahead
    (and re-chained in front of the input) to learn what records ``map_fn`` emits;
-3. **fit** (:func:`fit_policy`): the reducer against the policy (merge, elastic reducers,
-   checkpoints), with the fall-back of the default policy to ``hash``;
+3. **fit** (:func:`fit_policy`): the reducer argument taken apart once
+   (:func:`~dpa.aggregates.requested.requested`: the bare aggregate and its per-record cost,
+   which the plan carries as :attr:`JobPlan.aggregate` and :attr:`JobPlan.cost`), then the
+   aggregate against the policy (merge, elastic reducers, checkpoints), with the fall-back of
+   the default policy to ``hash``;
 4. **route** (:func:`resolve_key`): the key columns and their types, a key function run on a
    sample;
 5. **type** (:func:`type_reducer`): output names, the reducer against the column types,
@@ -32,8 +35,9 @@ from typing import Any
 import pyarrow as pa
 
 from dpa.aggregates.builtins import bind_reducer
-from dpa.aggregates.contract import ColumnarReducer, Reducer, unwrap
+from dpa.aggregates.contract import ColumnarReducer, Cost, Reducer
 from dpa.aggregates.group_apply import GroupApply
+from dpa.aggregates.requested import Requested, requested
 from dpa.config import DefaultPolicyName, JobConfig
 from dpa.engine.block_types import (
     check_head_keys,
@@ -86,7 +90,8 @@ def build_plan(source: Source, key: Any, reducer: Reducer, map_fn: Any,
     config, policy = validate_config(source, key, reducer, map_fn, config)
     probe = BlockProbe(source)
     record_kind, schema = probe_records(probe, map_fn, key)
-    fitted = fit_policy(bind_reducer(reducer, record_kind), config, policy)
+    asked = requested(reducer)  # the aggregate and its cost, apart from here on
+    fitted = fit_policy(asked, bind_reducer(asked.aggregate, record_kind), config, policy)
     key_fn, key_cols, key_types = resolve_key(probe, key, map_fn, record_kind, schema)
     schema = type_reducer(fitted, map_fn, key_fn, key_cols, schema)
     plan = assemble(fitted, probe.source, map_fn, record_kind, key_fn, key_cols, key_types, schema)
@@ -206,21 +211,19 @@ def _map_sample(block: pa.Table, map_fn: Any, input_kind: str) -> list[Any]:
 
 @dataclass
 class Fitted:
-    """A bound reducer with the config and policy it runs under."""
+    """A bound aggregate and its cost, with the config and policy they run under."""
 
-    reducer: Reducer
+    aggregate: Reducer
+    cost: Cost
+    wrapped: bool  # the user's reducer was wrapped in WithCost
     config: JobConfig
     policy: PolicySpec
     checkpoint_interval_s: float
 
-    @property
-    def inner(self) -> Reducer:
-        """The aggregating reducer inside any cost wrapper."""
-        return unwrap(self.reducer)[0]
 
-
-def fit_policy(bound: Reducer, config: JobConfig, policy: PolicySpec) -> Fitted:
-    """Checks that the reducer can run under the policy and the shape the config asks for.
+def fit_policy(asked: Requested, bound: Reducer, config: JobConfig, policy: PolicySpec) -> Fitted:
+    """Checks that the aggregate ``bound`` (``asked``'s, its default column resolved) can run
+    under the policy and the shape the config asks for.
 
     A reducer without ``merge`` under the *default* policy falls back to ``hash``; under a
     policy the user named, it is an error. Without ``merge`` a job takes no checkpoints.
@@ -255,7 +258,7 @@ def fit_policy(bound: Reducer, config: JobConfig, policy: PolicySpec) -> Fitted:
                     "ignored), so a failure replays the whole input; implement merge() to checkpoint",
                     bound, config.checkpoint_interval_s)
         checkpoint_interval_s = 0.0
-    return Fitted(bound, config, policy, checkpoint_interval_s)
+    return Fitted(bound, asked.cost, asked.wrapped, config, policy, checkpoint_interval_s)
 
 
 # -- 4. route: the key ----------------------------------------------------------------------
@@ -341,15 +344,15 @@ def type_reducer(fitted: Fitted, map_fn: Any, key_fn: Any, key_cols: list[str],
                  schema: pa.Schema | None) -> pa.Schema | None:
     """Checks the reducer's output names against the key's and its input columns against
     their types; returns the schema reducers see (dictionaries decoded)."""
-    bound, inner, config = fitted.reducer, fitted.inner, fitted.config
-    if isinstance(inner, GroupApply):
-        _check_group_apply(config, bound, inner)
-    elif hasattr(inner, "check_key_names"):  # several aggregates: one output column each
-        inner.check_key_names(key_cols)
+    bound, config = fitted.aggregate, fitted.config
+    if isinstance(bound, GroupApply):
+        _check_group_apply(config, fitted.wrapped, bound)
+    elif hasattr(bound, "check_key_names"):  # several aggregates: one output column each
+        bound.check_key_names(key_cols)
     elif bound.name in key_cols:
         raise ConfigError(
             f"the reducer's output column {bound.name!r} has the same name as a key column; "
-            f"give the reducer another name, e.g. {type(inner).__name__}(..., name='{bound.name}_out')"
+            f"give the reducer another name, e.g. {type(bound).__name__}(..., name='{bound.name}_out')"
         )
     if config.input_combined:
         _check_combined_input(fitted, map_fn, key_fn, key_cols, schema)
@@ -363,9 +366,9 @@ def type_reducer(fitted: Fitted, map_fn: Any, key_fn: Any, key_cols: list[str],
     return schema
 
 
-def _check_group_apply(config: JobConfig, bound: Reducer, inner: GroupApply) -> None:
+def _check_group_apply(config: JobConfig, wrapped: bool, inner: GroupApply) -> None:
     """Rejects what a per-group function cannot run with."""
-    if bound is not inner:
+    if wrapped:
         raise ConfigError(f"{inner!r} cannot be wrapped (e.g. in WithCost): the cost of a per-group function is "
                           "in the function itself; pass GroupApply(fn) as the reducer")
     if config.input_combined:
@@ -375,10 +378,11 @@ def _check_group_apply(config: JobConfig, bound: Reducer, inner: GroupApply) -> 
 def _check_combined_input(fitted: Fitted, map_fn: Any, key_fn: Any, key_cols: list[str],
                           schema: pa.Schema | None) -> None:
     """Validates a job whose source holds partial states (``JobConfig.input_combined``)."""
-    inner, cost, _ = unwrap(fitted.reducer)
+    inner, cost = fitted.aggregate, fitted.cost.seconds_per_record
     problems = []
     if not isinstance(inner, ColumnarReducer) or cost:
-        problems.append(f"a built-in reducer without cost (got {fitted.reducer!r})")
+        got = f"{inner!r} at {cost} s per record" if cost else repr(inner)
+        problems.append(f"a built-in reducer without cost (got {got})")
     if map_fn is not None or key_fn is not None:
         problems.append("no map_fn and a column key")
     if not fitted.policy.combinable:
@@ -402,20 +406,19 @@ def assemble(fitted: Fitted, source: Source, map_fn: Any, record_kind: str, key_
              key_types: list[pa.DataType | None], schema: pa.Schema | None) -> JobPlan:
     """The plan: the shape and pacing from the config, map-side combine where the reducer is
     a built-in one without per-record cost and the policy accepts combined rows."""
-    bound, config, policy = fitted.reducer, fitted.config, fitted.policy
-    inner, cost, _ = unwrap(bound)
+    bound, config, policy = fitted.aggregate, fitted.config, fitted.policy
     needed = None if config.input_combined else bound.input_columns()
     keep = None if needed is None else [c for c in needed if c not in key_cols]
     return JobPlan(
         key_cols=key_cols, key_fn=key_fn, map_fn=map_fn, record_kind=record_kind, input_kind=source.kind,
-        keep_cols=keep, reducer=bound, policy=policy, num_mappers=config.num_mappers,
+        keep_cols=keep, aggregate=bound, cost=fitted.cost, policy=policy, num_mappers=config.num_mappers,
         num_reducers=config.slots, queue_capacity=config.queue_capacity, chunk_size=config.chunk_size,
         lb_interval_s=config.lb_interval_s, report_interval_s=config.report_interval_s,
         step_time_s=float(config.step_time_s), queue_time_s=float(config.queue_time_s),
         checkpoint_interval_s=fitted.checkpoint_interval_s, max_recoveries=int(config.max_recoveries),
         output_schema=None, input_schema=schema, job_id=uuid.uuid4().hex[:8],
-        combine=(bool(config.map_side_combine) and policy.combinable and isinstance(inner, ColumnarReducer)
-                 and cost == 0 and not config.input_combined),
+        combine=(bool(config.map_side_combine) and policy.combinable and isinstance(bound, ColumnarReducer)
+                 and fitted.cost.seconds_per_record == 0 and not config.input_combined),
         input_combined=bool(config.input_combined), migrate=config.migrate,
         active_reducers=config.num_reducers if config.elastic else 0,
         min_reducers=(config.min_reducers or config.num_reducers) if config.elastic else 0,

@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dpa.aggregates.contract import unwrap
 from dpa.aggregates.state import make_state, split_by, split_partial
 from dpa.arrays import to_numpy
 from dpa.engine.flow import PUSH_GROW, PUSH_KEEP, Chunk, top_key_counts, weight
@@ -62,7 +61,8 @@ class ReducerLogic:
         self.reducer_id = reducer_id
         self.plan = plan
         self.snapshot = snapshot
-        inner, self.cost_per_record, self.cost_mode = unwrap(plan.reducer)
+        inner = plan.aggregate
+        self.cost_per_record, self.cost_mode = plan.cost.seconds_per_record, plan.cost.mode
         self.state = make_state(inner, plan.key_cols, plan.record_kind)
         # Sums may round ints to float64 where a column is int in some blocks and float in others.
         self.float_rounding = bool(getattr(inner, "float_rounding", False))
@@ -473,8 +473,7 @@ class ReducerLogic:
             return self.state
         state = self.open_states.get(epoch)
         if state is None:
-            inner = unwrap(self.plan.reducer)[0]
-            state = self.open_states[epoch] = make_state(inner, self.plan.key_cols, self.plan.record_kind)
+            state = self.open_states[epoch] = make_state(self.plan.aggregate, self.plan.key_cols, self.plan.record_kind)
         return state
 
     def _fold(self, upto: int | None = None) -> None:

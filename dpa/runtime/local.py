@@ -37,7 +37,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from dpa.aggregates.contract import unwrap
 from dpa.aggregates.rows import unit_size
 from dpa.engine import events as ev
 from dpa.engine import instructions as op
@@ -487,7 +486,7 @@ class LocalRun:
         scheduler = GroupScheduler(range(self.R))
         for r in range(self.R):
             scheduler.handle(ev.UnitsListed(r, [unit_size(u) for u in units[r]]))
-        group_fn = unwrap(self.plan.reducer)[0]
+        group_fn = self.plan.aggregate
         outputs: list[list[pa.Table]] = [[] for _ in range(self.R)]
         ran: dict[int, tuple[int, float]] = {r: (0, 0.0) for r in range(self.R)}
         free = [(self.now, r) for r in range(self.R)]

@@ -15,7 +15,6 @@ from typing import Any
 import pyarrow as pa
 import ray
 
-from dpa.aggregates.contract import unwrap
 from dpa.aggregates.rows import unit_size
 from dpa.engine import events as ev
 from dpa.engine import instructions as op
@@ -311,9 +310,8 @@ class ReducerActor(JobMember):
         keeps answering); returns ``(rows, seconds)``."""
         if not self._serving(job_id):
             return 0, 0.0
-        inner = unwrap(self.plan.reducer)[0]
         try:
-            done = await asyncio.to_thread(inner.apply, unit, self.plan.key_cols)
+            done = await asyncio.to_thread(self.plan.aggregate.apply, unit, self.plan.key_cols)
         except Exception as exc:
             raise ActorFailure(self.name, exc, getattr(exc, "key", None)) from exc
         if done.table is not None and self._serving(job_id):  # (not a run given up meanwhile)
@@ -324,7 +322,7 @@ class ReducerActor(JobMember):
         """The rows the per-group function returned here become this reducer's result."""
         if self._serving(job_id):
             applied, self.applied = self.applied, []
-            self.result = unify(applied) if applied else unwrap(self.plan.reducer)[0].empty_output()
+            self.result = unify(applied) if applied else self.plan.aggregate.empty_output()
 
     async def result(self, job_id: str) -> tuple[pa.Table, tuple[int, pa.Schema, int]]:
         """Hands the finalized table over and forgets it; called with ``num_returns=2``:
