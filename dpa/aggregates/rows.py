@@ -142,15 +142,6 @@ class RowsState:
         parts = split_by(table, (table[HASH_COL].to_numpy() % n).astype(np.int64), n)
         return [p if p.num_rows else None for p in parts]  # (None: nothing to send)
 
-    def finalize(self) -> pa.Table | None:
-        """Runs ``fn`` on every group held here, in one unit (no apply phase scheduled)."""
-        units = self.units(None)
-        if not units:
-            return None
-        results = [self.reducer.apply(u, self.key_cols).table for u in units]
-        parts = [t for t in results if t is not None]
-        return unify(parts) if parts else None
-
     def empty_result(self, input_schema: pa.Schema) -> pa.Table:
         return self.reducer.empty_output()
 

@@ -570,7 +570,9 @@ class ReducerLogic:
         self.state.add_partial(partial)
 
     def finalize(self) -> pa.Table | None:
-        """The reducer's share of the result (None if it holds no keys)."""
+        """The reducer's share of an aggregation's result (None if it holds no keys). A
+        per-group function's rows are never finalized here: its job ends in the apply phase
+        (:meth:`group_units`; the coordinator's machine asks for that instead)."""
         self._fold()
         self.merged_keys = self.state.end_merge()
         return self.state.finalize()

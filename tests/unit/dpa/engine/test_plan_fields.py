@@ -74,3 +74,25 @@ def test_the_runtime_pays_the_plans_cost():
     # 4,000 records at 1 ms over 4 reducers: at least a second of virtual time.
     assert costly.virtual_time_s >= 0.999 * len(KEYS) * 1e-3 / 4
     assert free.virtual_time_s < 0.5 * costly.virtual_time_s
+
+
+@pytest.mark.parametrize("finalize_at_stop", [True, False])
+def test_a_group_apply_job_ends_in_its_apply_phase_and_never_asks_reducers_to_finalize(finalize_at_stop):
+    """Why the row store (:class:`~dpa.aggregates.rows.RowsState`) has no ``finalize``: the
+    coordinator's machine ends a per-group function's job with the apply phase, and its
+    reducers' loops never finalize as they end."""
+    from dpa.engine import events as ev
+    from dpa.engine import instructions as op
+    from dpa.engine.coordinator_machine import CoordinatorMachine
+
+    plan, _ = _plan(dpa.GroupApply(lambda pdf: pdf.head(1)), num_mappers=2, policy="hash")
+    m = CoordinatorMachine(plan, lambda: 0.0, None, finalize_at_stop=finalize_at_stop)
+    m.initial_snapshot = snapshot = plan.policy.initial_snapshot(plan.num_reducers)
+    m.handle(ev.JobStarted(snapshot), ev.RunStarted(0.0))
+    m.handle(ev.BlockWanted(0), ev.BlockWanted(1), ev.BlocksOffered(["b0"]), ev.InputExhausted())
+    m.handle(ev.BlockFinished(0, 0, 1), ev.MapperFinished(0), ev.MapperFinished(1))
+    m.handle(ev.ProgressReported(0, 1))
+    end = m.handle(ev.BalancingEnded(snapshot))
+    assert end[0] == op.StopReducers(tuple(range(plan.num_reducers)), snapshot, False)
+    assert op.ApplyGroups() in end
+    assert not [i for i in end if isinstance(i, (op.FinalizeReducers, op.TakeFinalized))]
