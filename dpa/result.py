@@ -2,92 +2,51 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import copy
+from dataclasses import dataclass, fields
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from dpa.aggregates.state import concat_results
-from dpa.engine.output import RunOutput
+from dpa.engine.output import JobFigures, RunOutput
 from dpa.errors import ConfigError
 from dpa.metrics import skew
 
 
-@dataclass
-class Stats:
-    """What happened in a job.
+@dataclass(kw_only=True)
+class Stats(JobFigures):
+    """What happened in a job: the runtime's figures (:class:`~dpa.engine.output.JobFigures`:
+    ``processed``, ``forwarded``, ``emitted``, ``blocks_per_mapper``, ``rebalances``,
+    ``merged``, ``wall_time_s``, ``virtual_time_s``, ``peak_queue``, ``timeline``,
+    ``recoveries``, ``checkpoints``, ``merged_keys``, ``state_moves``, ``scaling``,
+    ``group_apply``, ``extra``) and what the job was.
 
     Attributes:
-        processed: Records processed by each reducer (``M_i``; forwarded ones not counted).
-        forwarded: Records each reducer forwarded to the key's new owner.
-        emitted: Records each mapper emitted (after ``map_fn``).
-        blocks_per_mapper: Input blocks each mapper pulled.
-        rebalances: The balancer's event log (:class:`dpa.routing.policy.RebalanceEvent`).
         final_tokens: Tokens per reducer at the end (ring policies), else None.
         ring_version: Routing-state version at the end (0 = never changed).
-        merged: Whether a final state merge across reducers was needed.
-        wall_time_s: Seconds from the start of ``run`` to the result.
-        virtual_time_s: Simulated seconds (in-process runtime only).
-        peak_queue: Largest queue length seen per reducer, in records.
         runtime: ``"ray"`` or ``"local"``.
         policy: Policy name.
-        recoveries: The failures the job recovered from, oldest first
-            (:class:`dpa.Recovery`: time, dead actors, their nodes, the checkpoint epoch
-            rolled back to, blocks and records replayed, seconds to recover).
-        checkpoints: Checkpoints taken (``JobConfig.checkpoint_interval_s``).
-        merged_keys: Keys whose partial states the final merge combined (0 when every
-            key ended on one reducer, e.g. ``migrate="state"`` with a ring policy).
-        state_moves: Keys whose accumulated state was handed to another reducer during
-            the job (``JobConfig.migrate="state"``; elastic scale-in).
-        scaling: Elastic reducers' event log (:class:`dpa.ScalingEvent`: scale-outs,
-            scale-ins and refused scale-outs, with the width after each); empty for a
-            fixed width. :attr:`processed` lists every reducer slot that existed.
-        group_apply: The apply phase of a per-group function (:class:`dpa.GroupApply`):
-            units and groups run, the largest group's rows, the units, groups and rows
-            that ran away from the reducer that collected them (``moved_*``, and the
-            first ``moves``), measured seconds per row and each worker's busy seconds;
-            None for other jobs.
+        num_keys: Keys in the result (groups, for a per-group function).
+        job_id: The job's short id, as metrics and logs tag it.
     """
 
-    processed: list[int]
-    forwarded: list[int]
-    emitted: list[int]
-    blocks_per_mapper: list[int]
-    rebalances: list[Any]
     final_tokens: list[int] | None
     ring_version: int
-    merged: bool
-    wall_time_s: float
-    virtual_time_s: float | None
-    peak_queue: list[int]
     runtime: str
     policy: str
     num_keys: int = 0
     job_id: str = ""
-    timeline: list[Any] = field(default_factory=list)
-    recoveries: list[Any] = field(default_factory=list)
-    checkpoints: int = 0
-    merged_keys: int = 0
-    state_moves: int = 0
-    scaling: list[Any] = field(default_factory=list)
-    group_apply: dict[str, Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_output(cls, out: RunOutput, *, runtime: str, policy: str, job_id: str) -> Stats:
-        """The stats of a run from what its runtime returned."""
+        """The stats of a run from what its runtime returned (its figures, each list and
+        dict copied)."""
+        figures = {f.name: copy.copy(getattr(out, f.name)) for f in fields(JobFigures)}
         snap = out.final_snapshot
-        return cls(
-            processed=out.processed, forwarded=out.forwarded, emitted=out.emitted,
-            blocks_per_mapper=out.blocks_per_mapper, rebalances=out.events,
-            final_tokens=list(snap.token_counts) if hasattr(snap, "token_counts") else None,
-            ring_version=snap.version, merged=out.merged, wall_time_s=out.wall_time_s,
-            virtual_time_s=out.virtual_time_s, peak_queue=out.peak_queue, runtime=runtime,
-            policy=policy, job_id=job_id, timeline=out.timeline, recoveries=list(out.recoveries),
-            checkpoints=out.checkpoints, merged_keys=out.merged_keys, state_moves=out.state_moves,
-            scaling=list(out.scaling), group_apply=out.group_apply, extra=dict(out.extra),
-        )
+        return cls(**figures, final_tokens=list(snap.token_counts) if hasattr(snap, "token_counts") else None,
+                   ring_version=snap.version, runtime=runtime, policy=policy, job_id=job_id)
 
     @property
     def skew(self) -> float:

@@ -11,49 +11,52 @@ import pyarrow as pa
 DRIVER_PROGRESS_INTERVAL_S = 0.5
 
 
-@dataclass
-class RunOutput:
-    """What a runtime returns to :func:`dpa.run`.
+@dataclass(kw_only=True)
+class JobFigures:
+    """What happened in a job, as its runtime counted it: the figures a runtime hands back
+    in its :class:`RunOutput` and :class:`dpa.Stats` shows (both are these, and more).
 
     Attributes:
-        tables: Per-reducer result tables (in-process runtime), else empty.
-        processed: Records processed per reducer.
-        forwarded: Records forwarded per reducer.
-        emitted: Records emitted per mapper.
-        blocks_per_mapper: Input blocks each mapper took.
-        events: The balancer's :class:`~dpa.routing.policy.RebalanceEvent` log.
-        final_snapshot: The routing snapshot at the end.
-        merged: Whether the partitioned final merge ran (:func:`needs_final_merge`).
-        wall_time_s: Seconds the runtime took.
+        processed: Records processed by each reducer (``M_i``; forwarded ones not counted).
+        forwarded: Records each reducer forwarded to the key's new owner.
+        emitted: Records each mapper emitted (after ``map_fn``).
+        blocks_per_mapper: Input blocks each mapper pulled.
+        rebalances: The balancer's event log (:class:`dpa.routing.policy.RebalanceEvent`).
+        merged: Whether a final state merge across reducers was needed
+            (:func:`needs_final_merge`).
+        wall_time_s: Seconds the job took.
         virtual_time_s: Simulated seconds (in-process runtime only).
-        peak_queue: Largest queue length per reducer, in records.
-        arrow_refs: Per-reducer result refs in Ray's object store (Ray runtime).
+        peak_queue: Largest queue length seen per reducer, in records.
         timeline: ``(time, queue lengths, version)`` samples.
-        recoveries: The failures the job recovered from (:class:`~dpa.engine.epochs.Recovery`).
-        checkpoints: Checkpoints taken.
-        merged_keys: Keys whose partial states were merged by the final merge.
-        state_moves: Keys whose state was handed to another reducer during the job
-            (``JobConfig.migrate="state"``, and elastic scale-in).
-        scaling: Elastic reducers' event log (:class:`~dpa.engine.elastic.ScalingEvent`).
-        result_meta: ``(rows, schema, bytes)`` of each table behind :attr:`arrow_refs` (Ray runtime).
-        group_apply: The apply phase of a per-group function
-            (:meth:`~dpa.engine.group_schedule.GroupScheduler.stats`), else None.
+        recoveries: The failures the job recovered from, oldest first
+            (:class:`dpa.Recovery`: time, dead actors, their nodes, the checkpoint epoch
+            rolled back to, blocks and records replayed, seconds to recover).
+        checkpoints: Checkpoints taken (``JobConfig.checkpoint_interval_s``).
+        merged_keys: Keys whose partial states the final merge combined (0 when every
+            key ended on one reducer, e.g. ``migrate="state"`` with a ring policy).
+        state_moves: Keys whose accumulated state was handed to another reducer during
+            the job (``JobConfig.migrate="state"``; elastic scale-in).
+        scaling: Elastic reducers' event log (:class:`dpa.ScalingEvent`: scale-outs,
+            scale-ins and refused scale-outs, with the width after each); empty for a
+            fixed width. :attr:`processed` lists every reducer slot that existed.
+        group_apply: The apply phase of a per-group function (:class:`dpa.GroupApply`;
+            :meth:`~dpa.engine.group_schedule.GroupScheduler.stats`): units and groups run,
+            the largest group's rows, the units, groups and rows that ran away from the
+            reducer that collected them (``moved_*``, and the first ``moves``), measured
+            seconds per row and each worker's busy seconds; None for other jobs.
         extra: A runtime's own figures, by name (the in-process runtime's ``"sim"``: its
-            message cost model), carried into ``Stats.extra``.
+            message cost model; the Spark bridge's ``"spark_path"``).
     """
 
-    tables: list[pa.Table | None]
     processed: list[int]
     forwarded: list[int]
     emitted: list[int]
     blocks_per_mapper: list[int]
-    events: list[Any]
-    final_snapshot: Any
+    rebalances: list[Any]
     merged: bool
     wall_time_s: float
     virtual_time_s: float | None = None
     peak_queue: list[int] = field(default_factory=list)
-    arrow_refs: list[Any] | None = None
     timeline: list[tuple[float, tuple[int, ...], int]] = field(default_factory=list)
     recoveries: list[Any] = field(default_factory=list)
     checkpoints: int = 0
@@ -62,6 +65,23 @@ class RunOutput:
     scaling: list[Any] = field(default_factory=list)
     group_apply: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class RunOutput(JobFigures):
+    """What a runtime returns to :func:`dpa.run`: the job's figures (:class:`JobFigures`),
+    its result and the routing it ended on.
+
+    Attributes:
+        tables: Per-reducer result tables (in-process runtime), else empty.
+        final_snapshot: The routing snapshot at the end.
+        arrow_refs: Per-reducer result refs in Ray's object store (Ray runtime).
+        result_meta: ``(rows, schema, bytes)`` of each table behind :attr:`arrow_refs` (Ray runtime).
+    """
+
+    tables: list[pa.Table | None]
+    final_snapshot: Any
+    arrow_refs: list[Any] | None = None
     result_meta: list[tuple[int, pa.Schema, int]] | None = None
 
 

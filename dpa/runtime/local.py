@@ -444,7 +444,7 @@ class LocalRun:
             forwarded=[c["forwarded"] for c in counters[:width]],
             emitted=coordinator.emitted,
             blocks_per_mapper=coordinator.blocks_per_mapper,
-            events=list(balancer.events),
+            rebalances=list(balancer.events),
             timeline=list(balancer.timeline),
             final_snapshot=balancer.snapshot,
             merged=self.merged,

@@ -339,7 +339,7 @@ def run_ray(plan: JobPlan, blocks: Any, dataset: Any, config: Any, progress: Any
         release(pool, keep)
     return RunOutput(
         tables=[], processed=summary["processed"], forwarded=summary["forwarded"], emitted=summary["emitted"],
-        blocks_per_mapper=summary["blocks_per_mapper"], events=summary["events"],
+        blocks_per_mapper=summary["blocks_per_mapper"], rebalances=summary["events"],
         final_snapshot=summary["final_snapshot"], merged=summary["merged"], timeline=summary["timeline"],
         wall_time_s=time.perf_counter() - started, peak_queue=summary["peak_queue"], arrow_refs=refs,
         recoveries=summary["recoveries"], checkpoints=summary["checkpoints"],
