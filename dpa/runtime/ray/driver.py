@@ -150,7 +150,8 @@ def open_job(pool: Pool, plan: JobPlan, snapshot: Any, items: Any, deadline: _De
     """
     first = [item for _, item in zip(range(plan.num_mappers), items)]
     slots = range(plan.active_reducers or plan.num_reducers)
-    machine = CoordinatorMachine(plan, time.monotonic, slots, pool.reducer_num_cpus, max_pending=MAX_PENDING * plan.num_mappers)
+    machine = CoordinatorMachine(plan, time.monotonic, slots, pool.reducer_num_cpus,
+                                 max_pending=MAX_PENDING * plan.num_mappers)
     machine.handle(ev.JobStarted(snapshot), ev.RunStarted(0.0))
     given: dict[int, list[Any]] = {}
     for ins in machine.handle(ev.BlocksOffered(first), *[ev.BlockWanted(m) for m in range(len(first))]):

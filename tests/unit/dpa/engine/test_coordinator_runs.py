@@ -1,6 +1,6 @@
-"""The coordinator machine's part of what its runtimes used to decide: the back-pressure on the
-driver's offers, the runs of a job (their names, which run's messages count), a job
-cancelled from outside, and the result's width."""
+"""What the coordinator machine decides for its runtimes beyond the hand-out: the
+back-pressure on the driver's offers, the runs of a job (their names, which run's messages
+count), a job cancelled from outside, and the result's width."""
 
 from __future__ import annotations
 
