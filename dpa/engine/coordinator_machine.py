@@ -3,8 +3,8 @@ instructions out.
 
 The coordinator takes the input items a runtime offers (holding an offer back while
 ``max_pending`` items wait: the driver feels back-pressure), hands them to the mappers that
-ask (the items of a rolled-back run first, in the order they first went out), tells the balancer and the reducers once that
-every input record is queued, starts a checkpoint when an epoch can close and decides what
+ask (the items of a rolled-back run first, in the order they first went out), tells the
+balancer and the reducers once that every input record is queued, starts a checkpoint when an epoch can close and decides what
 each round's verdict means (stored, given up, or the job fails), recovers a run that lost a
 member (or fails the job after ``plan.max_recoveries`` recoveries) as a new *run* of the
 job (``<job id>.<n>``, whose members' messages it takes while it drops an earlier run's:
@@ -113,7 +113,7 @@ class CoordinatorMachine(Machine):
     # -- what the runtimes read -----------------------------------------------------
     @property
     def queued(self) -> int:
-        """Items waiting to be handed out (the bound of a runtime that offers ahead)."""
+        """Items waiting to be handed out."""
         return len(self.queue)
 
     @property
