@@ -117,6 +117,11 @@ class CoordinatorMachine(Machine):
         return len(self.queue)
 
     @property
+    def serving(self) -> str | None:
+        """The job this machine serves: its id, None once it is aborted or closed."""
+        return None if self.aborted or self.closed else self.plan.job_id
+
+    @property
     def run_id(self) -> str:
         """The run that serves the job (the last one started): ``<job id>``, then
         ``<job id>.<n>`` after ``n`` recoveries."""

@@ -103,6 +103,11 @@ class Coordinator(MemberHost):
         # driver started early (see run_job's ``opening``) wait for it.
         self.opened = asyncio.Event()
 
+    @property
+    def job_id(self) -> str | None:
+        """The job this coordinator serves (None between jobs)."""
+        return None if self.job is None else self.job.machine.serving
+
     async def _until_opened(self) -> None:
         """Waits until the pool's first job is known here (at once from then on)."""
         if not self.opened.is_set():

@@ -43,7 +43,7 @@ BOOKKEEPING = {
 }
 #: What a shell may read of a machine: its entry point and its results.
 MACHINE_API = {"handle", "processed", "emitted", "blocks_per_mapper", "recoveries", "checkpoints", "checkpoint",
-               "job_slots", "run_id", "result_width", "plan",
+               "job_slots", "run_id", "serving", "result_width", "plan",
                "snapshot", "events", "timeline", "scaling",  # (the balancer's)
                "current_key"}  # (a reducer's: the key its user code was at, for an error)
 #: Protocol state: no comparison in a shell may hold it, and no decision may test it.

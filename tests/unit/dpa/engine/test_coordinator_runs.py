@@ -118,7 +118,9 @@ def test_an_aborted_job_takes_no_message_and_cannot_start():
     m = machine()
     assert m.handle(ev.CancelRequested("another job", "timeout")) == []
     assert m.handle(ev.CancelRequested("job", "timeout")) == [op.AbortJob("timeout")]
+    assert m.serving == "job"
     m.handle(ev.JobAborted())
+    assert m.serving is None
     assert m.handle(ev.CancelRequested("job", "again")) == []  # (once)
     assert m.handle(ev.FromRun("job", (ev.BlockWanted(0, 1),))) == [op.NoMoreBlocks(0, 1)]
     (fail,) = m.handle(ev.RunJob("job"))
