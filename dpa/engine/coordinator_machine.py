@@ -36,6 +36,7 @@ from dpa.engine.epochs import Checkpoint, Recovery
 from dpa.engine.machine import Machine, handles
 from dpa.engine.output import finalize_at_stop, needs_final_merge
 from dpa.engine.plan import JobPlan
+from dpa.engine.runs import run_name, serves
 from dpa.errors import JobFailedError
 
 logger = logging.getLogger(__name__)
@@ -125,8 +126,7 @@ class CoordinatorMachine(Machine):
     def run_id(self) -> str:
         """The run that serves the job (the last one started): ``<job id>``, then
         ``<job id>.<n>`` after ``n`` recoveries."""
-        n = len(self.recoveries)
-        return self.plan.job_id if n == 0 else f"{self.plan.job_id}.{n}"
+        return run_name(self.plan.job_id, len(self.recoveries))
 
     def result_width(self, counters: Mapping[int, Mapping[str, int]]) -> int:
         """The reducer slots ``0 .. width - 1`` the job's result covers, given each slot's
@@ -199,7 +199,7 @@ class CoordinatorMachine(Machine):
     @handles(ev.FromRun)
     def _on_from_run(self, event: ev.FromRun) -> list[Any]:
         """The events of a member of run ``event.run``: taken while that run serves the job."""
-        current = self.live and event.run == self.run_id
+        current = serves(self.run_id if self.live else None, event.run)
         out: list[Any] = []
         for inner in event.events:
             if current:
