@@ -433,12 +433,13 @@ class Restart(Instruction):
     """Coordinator -> runtime: run the job again from ``checkpoint``: every reducer restarts
     from it, the balancer from ``balancer_snapshot`` (``new_balancer``: the balancer was
     replaced and resumes from the checkpoint's snapshot; otherwise it keeps its own), as
-    run ``run_id`` (members drop the messages of an earlier run)."""
+    run ``run_id`` (members drop the messages of an earlier run; the coordinator machine
+    always names it, a balancer told to restart needs no name)."""
 
     checkpoint: Any
     balancer_snapshot: Any
     new_balancer: bool
-    run_id: str
+    run_id: str | None = None
 
 
 @dataclass(frozen=True)
