@@ -1,13 +1,17 @@
 """The coordinator's protocol: one entry point, :meth:`CoordinatorMachine.handle`, events in,
 instructions out.
 
-The coordinator hands input items to the mappers that ask (the items of a rolled-back run
-first, in the order they first went out), tells the balancer and the reducers once that
-every input record is queued, starts a checkpoint when an epoch can close and decides what
+The coordinator takes the input items a runtime offers (holding an offer back while
+``max_pending`` items wait: the driver feels back-pressure), hands them to the mappers that
+ask (the items of a rolled-back run first, in the order they first went out), tells the
+balancer and the reducers once that every input record is queued, starts a checkpoint when an epoch can close and decides what
 each round's verdict means (stored, given up, or the job fails), recovers a run that lost a
-member (or fails the job after ``plan.max_recoveries`` recoveries), decides which
+member (or fails the job after ``plan.max_recoveries`` recoveries) as a new *run* of the
+job (``<job id>.<n>``, whose members' messages it takes while it drops an earlier run's:
+:class:`~dpa.engine.events.FromRun`), decides which
 requested reducers of an elastic job start, and ends the job by conservation: balancer,
-reducers, the final merge when keys may sit on several reducers, then finalize. The
+reducers, the final merge when keys may sit on several reducers, then finalize; and says
+how many reducer slots the result covers (:meth:`CoordinatorMachine.result_width`). The
 bookkeeping (epochs, conservation counts) is :class:`~dpa.engine.coordinator.CoordinatorLogic`'s;
 one checkpoint is a :class:`~dpa.engine.checkpoint_round.CheckpointRound`.
 
@@ -21,7 +25,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dpa.engine import events as ev
@@ -32,6 +36,7 @@ from dpa.engine.epochs import Checkpoint, Recovery
 from dpa.engine.machine import Machine, handles
 from dpa.engine.output import finalize_at_stop, needs_final_merge
 from dpa.engine.plan import JobPlan
+from dpa.engine.runs import run_name, serves
 from dpa.errors import JobFailedError
 
 logger = logging.getLogger(__name__)
@@ -59,15 +64,22 @@ class CoordinatorMachine(Machine):
             the free CPUs fit; 0: no limit).
         finalize_at_stop: Whether the runtime's reducers can finalize as their loops end
             (:func:`~dpa.engine.output.finalize_at_stop` then decides when they do).
+        max_pending: Items an offer with an id may find queued and still be taken at once
+            (None: no bound); see :class:`~dpa.engine.events.BlocksOffered`.
     """
 
     role = "coordinator"
 
     def __init__(self, plan: JobPlan, clock: Callable[[], float], slots: Sequence[int] | None = None,
-                 reducer_num_cpus: float = 0.0, finalize_at_stop: bool = True) -> None:
+                 reducer_num_cpus: float = 0.0, finalize_at_stop: bool = True,
+                 max_pending: int | None = None) -> None:
         self.plan = plan
         self.clock = clock
         R = plan.num_reducers
+        self.max_pending = max_pending
+        #: Reducer slots that served the job (the first ``plan.active_reducers`` and every one
+        #: a scale-out started): with the slots that did any work, the result's width.
+        self.served = set(range(plan.active_reducers or R))
         self.job_slots = list(range(plan.active_reducers or R)) if slots is None else sorted(slots)
         self.reducer_num_cpus = float(reducer_num_cpus)
         self.can_finalize_at_stop = finalize_at_stop
@@ -78,6 +90,9 @@ class CoordinatorMachine(Machine):
         self.recoveries: list[Recovery] = []
         self.failures: list[str] = []
         self.queue: deque[Any] = deque()  # items to hand out, in order
+        self.held: deque[ev.BlocksOffered] = deque()  # offers waiting for room (max_pending)
+        self.aborted = False  # the runtime stops the job: no run serves it, no offer is taken
+        self.closed = False
         self.round_started = 0.0
         self.next_round = -math.inf  # no checkpoint round before (CHECKPOINT_SPACING)
         self._reset_run()
@@ -85,7 +100,8 @@ class CoordinatorMachine(Machine):
 
     def _reset_run(self) -> None:
         """What a run starts without: nobody waits, nothing told, no checkpoint under way."""
-        self.waiting: list[int] = []  # mappers waiting for an item, in the order they asked
+        # mappers waiting for an item (with their requests), in the order they asked
+        self.waiting: list[tuple[int, int | None]] = []
         self.reading = False  # a ReadInput is out
         self.told_mapped = False
         self.ending = False  # every record is absorbed: the job ends
@@ -98,8 +114,26 @@ class CoordinatorMachine(Machine):
     # -- what the runtimes read -----------------------------------------------------
     @property
     def queued(self) -> int:
-        """Items waiting to be handed out (the bound of a runtime that offers ahead)."""
+        """Items waiting to be handed out."""
         return len(self.queue)
+
+    @property
+    def serving(self) -> str | None:
+        """The job this machine serves: its id, None once it is aborted or closed."""
+        return None if self.aborted or self.closed else self.plan.job_id
+
+    @property
+    def run_id(self) -> str:
+        """The run that serves the job (the last one started): ``<job id>``, then
+        ``<job id>.<n>`` after ``n`` recoveries."""
+        return run_name(self.plan.job_id, len(self.recoveries))
+
+    def result_width(self, counters: Mapping[int, Mapping[str, int]]) -> int:
+        """The reducer slots ``0 .. width - 1`` the job's result covers, given each slot's
+        end-of-loop ``counters``: every slot that served the job (slots are taken lowest
+        first) and every one that processed or forwarded records."""
+        worked = [slot for slot, c in counters.items() if c["processed"] or c["forwarded"]]
+        return max(max(self.served, default=-1), max(worked, default=-1)) + 1
 
     @property
     def processed(self) -> int:
@@ -135,13 +169,50 @@ class CoordinatorMachine(Machine):
         out since the last checkpoint and the checkpoint's states. On Ray these are refs
         that keep input blocks and states in the object store, which an idle pool would
         otherwise hold until its next job."""
-        self.live = False
+        self.live, self.closed = False, True
+        out = self._refuse_offers()
         self.queue.clear()
         self.logic.ledger.forget_items()
         self.checkpoint.states = [None] * len(self.checkpoint.states)
         self.checkpoint.pending = None
         self.round = self.verdict = None
+        return out
+
+    @handles(ev.RunJob)
+    def _on_run_job(self, event: ev.RunJob) -> list[Any]:
+        if event.job != self.plan.job_id or self.aborted or self.closed:
+            return [op.FailJob(JobFailedError(f"job {event.job} was cancelled before it started"))]
         return []
+
+    @handles(ev.CancelRequested)
+    def _on_cancel(self, event: ev.CancelRequested) -> list[Any]:
+        """Aborts the job if it is this one and still open."""
+        if event.job != self.plan.job_id or self.aborted or self.closed:
+            return []
+        return [op.AbortJob(event.reason)]
+
+    @handles(ev.JobAborted)
+    def _on_aborted(self, event: ev.JobAborted) -> list[Any]:
+        self.live, self.aborted = False, True
+        return self._refuse_offers()
+
+    @handles(ev.FromRun)
+    def _on_from_run(self, event: ev.FromRun) -> list[Any]:
+        """The events of a member of run ``event.run``: taken while that run serves the job."""
+        current = serves(self.run_id if self.live else None, event.run)
+        out: list[Any] = []
+        for inner in event.events:
+            if current:
+                out += self.handlers[type(inner)](self, inner)
+            elif isinstance(inner, ev.BlockWanted):
+                out.append(op.NoMoreBlocks(inner.mapper, inner.request))
+            elif isinstance(inner, ev.BlockCut):
+                out.append(op.AnswerSplit(inner.mapper, None, inner.request))
+            elif isinstance(inner, ev.ScaleOutRequested | ev.ScaleOutStarted):
+                out.append(op.AnswerScaleOut((), "the run ended"))
+            elif isinstance(inner, ev.ScaleOutFailed):  # (its reducers stop whatever the run)
+                out += self._on_scale_out_failed(inner)
+        return out
 
     def settle(self) -> list[Any]:
         """Ends the run when it is complete; tells the balancer and the reducers once that
@@ -159,20 +230,49 @@ class CoordinatorMachine(Machine):
     # -- block hand-out -------------------------------------------------------------
     @handles(ev.BlocksOffered)
     def _on_offered(self, event: ev.BlocksOffered) -> list[Any]:
+        if event.offer is None:
+            return self._take(event)
+        if (event.job is not None and event.job != self.plan.job_id) or self.aborted or self.closed:
+            return [op.AnswerOffer(event.offer, False)]
+        if self.held or not self._room():
+            self.held.append(event)
+            return []
+        return [op.AnswerOffer(event.offer, True), *self._take(event)]
+
+    def _room(self) -> bool:
+        """Whether an offer may add its items now (back-pressure on the driver)."""
+        return self.max_pending is None or len(self.queue) < self.max_pending
+
+    def _take(self, event: ev.BlocksOffered) -> list[Any]:
         self.queue.extend(event.items)
         self.logic.blocks_offered += len(event.items)
         self.reading = False
         return self._hand_out()
 
+    def _admit(self) -> list[Any]:
+        """Takes the held offers, in order, while there is room."""
+        out: list[Any] = []
+        while self.held and self._room():
+            offer = self.held.popleft()
+            out += [op.AnswerOffer(offer.offer, True), *self._take(offer)]
+        return out
+
+    def _refuse_offers(self) -> list[Any]:
+        refused = [op.AnswerOffer(offer.offer, False) for offer in self.held]
+        self.held.clear()
+        return refused
+
     @handles(ev.InputExhausted)
     def _on_exhausted(self, event: ev.InputExhausted) -> list[Any]:
+        if event.job is not None and event.job != self.plan.job_id:
+            return []
         self.logic.input_done = True
         self.reading = False
         return self._hand_out()
 
     @handles(ev.BlockWanted)
     def _on_wanted(self, event: ev.BlockWanted) -> list[Any]:
-        self.waiting.append(event.mapper)
+        self.waiting.append((event.mapper, event.request))
         return self._hand_out()
 
     def _hand_out(self) -> list[Any]:
@@ -182,13 +282,15 @@ class CoordinatorMachine(Machine):
             return []
         logic, out = self.logic, []
         while self.waiting and self.queue:
-            mapper, item = self.waiting.pop(0), self.queue.popleft()
-            out.append(op.GiveBlock(mapper, item, *logic.on_block_taken(mapper, item, self.clock())))
+            (mapper, request), item = self.waiting.pop(0), self.queue.popleft()
+            out.append(op.GiveBlock(mapper, item, *logic.on_block_taken(mapper, item, self.clock()), request))
             if logic.input_done:
                 taken = sum(logic.blocks_per_mapper)
                 out.append(op.InputProgress(taken / max(1, taken + len(self.queue))))
+        if self.held and self._room():  # (the hand-out made room for an offer held back)
+            return out + self._admit()
         if self.waiting and logic.input_done:
-            out += [op.NoMoreBlocks(m) for m in self.waiting]
+            out += [op.NoMoreBlocks(m, request) for m, request in self.waiting]
             self.waiting = []
         elif self.waiting and not self.reading:
             self.reading = True
@@ -204,7 +306,7 @@ class CoordinatorMachine(Machine):
     def _on_block_cut(self, event: ev.BlockCut) -> list[Any]:
         split = self.logic.on_block_split(event.mapper, event.epoch, event.emitted, event.rest, event.parent,
                                           self.clock())
-        return [op.AnswerSplit(event.mapper, split)]
+        return [op.AnswerSplit(event.mapper, split, event.request)]
 
     @handles(ev.MapperFinished)
     def _on_mapper_finished(self, event: ev.MapperFinished) -> list[Any]:
@@ -319,7 +421,7 @@ class CoordinatorMachine(Machine):
                                         len(items), replayed, 0.0))
         # A new balancer continues from the checkpoint's routing; one that survived keeps its own.
         new_balancer = "balancer" in event.roles
-        return [op.Restart(ck, ck.snapshot if new_balancer else self.initial, new_balancer)]
+        return [op.Restart(ck, ck.snapshot if new_balancer else self.initial, new_balancer, self.run_id)]
 
     # -- elastic reducers -----------------------------------------------------------
     @handles(ev.ScaleOutRequested)
@@ -339,6 +441,7 @@ class CoordinatorMachine(Machine):
     @handles(ev.ScaleOutStarted)
     def _on_scaled_out(self, event: ev.ScaleOutStarted) -> list[Any]:
         new = tuple(s for s in event.slots if s not in self.job_slots)
+        self.served |= set(event.slots)
         self.job_slots = sorted(set(self.job_slots) | set(event.slots))
         out: list[Any] = [op.ServeReducers(new, len(self.job_slots))]
         if self.told_mapped and new:  # (an idle one reports its progress at once from now on)

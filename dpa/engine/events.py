@@ -317,21 +317,33 @@ class RunStarted(Event):
 
 @dataclass(frozen=True)
 class BlocksOffered(Event):
-    """Input items to hand out, in order (on Ray block refs the driver sends ahead)."""
+    """Input items to hand out, in order (on Ray block refs the driver sends ahead).
+
+    An offer with an ``offer`` id waits while the machine holds ``max_pending`` items or
+    more (back-pressure on the driver); the machine answers it with
+    :class:`~dpa.engine.instructions.AnswerOffer` once it takes the items, or refuses it
+    (the job was aborted, closed, or is not ``job``). Without an id the items are taken at
+    once (a runtime that reads its input on demand)."""
 
     items: list[Any]
+    offer: int | None = None
+    job: str | None = None
 
 
 @dataclass(frozen=True)
 class InputExhausted(Event):
-    """The input has no block left to offer."""
+    """The input has no block left to offer (``job``: the job it is about; None: this one)."""
+
+    job: str | None = None
 
 
 @dataclass(frozen=True)
 class BlockWanted(Event):
-    """``mapper`` waits for its next item."""
+    """``mapper`` waits for its next item; ``request`` names the wait (the answer's, where a
+    runtime keeps several)."""
 
     mapper: int
+    request: int | None = None
 
 
 @dataclass(frozen=True)
@@ -353,6 +365,7 @@ class BlockCut(Event):
     emitted: int
     rest: Any
     parent: int
+    request: int | None = None
 
 
 @dataclass(frozen=True)
@@ -450,6 +463,38 @@ class ScaleOutFailed(Event):
 
     slots: list[int]
     reason: str
+
+
+@dataclass(frozen=True)
+class FromRun(Event):
+    """``events`` a member of run ``run`` sent (``<job id>`` or ``<job id>.<n>`` after ``n``
+    recoveries): the machine takes them if that run is the one serving the job; otherwise
+    it drops them, answering the ones that wait for an answer (a block asked for: none; a
+    split: none; a scale-out: the run ended; a scale-out that failed still stops its reducers)."""
+
+    run: str
+    events: tuple[Event, ...]
+
+
+@dataclass(frozen=True)
+class RunJob(Event):
+    """The runtime is asked to run job ``job`` (it fails if that job was aborted meanwhile)."""
+
+    job: str
+
+
+@dataclass(frozen=True)
+class CancelRequested(Event):
+    """Job ``job`` is to fail from outside (the driver's timeout, a broken source): ``reason``."""
+
+    job: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class JobAborted(Event):
+    """The runtime stops the job on its members (it failed, or was cancelled): no run serves
+    it from now on and no offer is taken."""
 
 
 @dataclass(frozen=True)

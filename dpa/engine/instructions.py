@@ -335,13 +335,15 @@ class GiveBlock(Instruction):
     item: Any
     epoch: int
     token: int
+    request: int | None = None
 
 
 @dataclass(frozen=True)
 class NoMoreBlocks(Instruction):
-    """Coordinator -> ``mapper``: no item is left for it."""
+    """Coordinator -> ``mapper``: no item is left for it (or its run ended)."""
 
     mapper: int
+    request: int | None = None
 
 
 @dataclass(frozen=True)
@@ -361,10 +363,27 @@ class InputProgress(Instruction):
 
 @dataclass(frozen=True)
 class AnswerSplit(Instruction):
-    """Coordinator -> ``mapper``: the ``(epoch, token)`` of the rest it handed back."""
+    """Coordinator -> ``mapper``: the ``(epoch, token)`` of the rest it handed back (None:
+    its run ended)."""
 
     mapper: int
-    split: tuple[int, int]
+    split: tuple[int, int] | None
+    request: int | None = None
+
+
+@dataclass(frozen=True)
+class AnswerOffer(Instruction):
+    """Coordinator -> the driver: its offer ``offer`` was taken (``accepted``) or refused."""
+
+    offer: int
+    accepted: bool
+
+
+@dataclass(frozen=True)
+class AbortJob(Instruction):
+    """Coordinator -> runtime: stop the job on every member; it fails with ``reason``."""
+
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -413,11 +432,14 @@ class FailJob(Instruction):
 class Restart(Instruction):
     """Coordinator -> runtime: run the job again from ``checkpoint``: every reducer restarts
     from it, the balancer from ``balancer_snapshot`` (``new_balancer``: the balancer was
-    replaced and resumes from the checkpoint's snapshot; otherwise it keeps its own)."""
+    replaced and resumes from the checkpoint's snapshot; otherwise it keeps its own), as
+    run ``run_id`` (members drop the messages of an earlier run; the coordinator machine
+    always names it, a balancer told to restart needs no name)."""
 
     checkpoint: Any
     balancer_snapshot: Any
     new_balancer: bool
+    run_id: str | None = None
 
 
 @dataclass(frozen=True)

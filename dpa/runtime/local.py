@@ -435,9 +435,7 @@ class LocalRun:
         self._coordinate(ev.BalancingEnded(balancer.snapshot))
         counters = [self.counters[r] for r in range(self.R)]
         results = self.results
-        # (an elastic job: the slots that took part; a replaced balancer knows only its own)
-        width = max(balancer.width, max((i + 1 for i, c in enumerate(counters) if c["processed"] or c["forwarded"]),
-                                        default=0))
+        width = coordinator.result_width(self.counters)  # (an elastic job: the slots that took part)
         output = RunOutput(
             tables=[table for table, _ in results[:width]],
             processed=[c["processed"] for c in counters[:width]],

@@ -12,13 +12,19 @@ job is started by the driver while this process starts (:func:`~dpa.runtime.ray.
 :meth:`Coordinator.run_job` then takes over the machine and the members' loops, and the
 members' calls that came first wait until it has (:meth:`Coordinator._until_opened`).
 
+It is composed of objects: the pool's members and their repair
+(:class:`~dpa.runtime.ray.members.PoolMembers`), the current job
+(:class:`~dpa.runtime.ray.job.JobShell`: the machine, the answers callers wait for, the job's
+checkpoint rounds and scale-outs), and the calls that reach the balancer it runs
+(:class:`~dpa.runtime.ray.host.MemberHost`, its one base).
+
 Fault recovery (:mod:`dpa.engine.epochs`): it hands blocks out in epochs, keeps the refs of the
 blocks after the last checkpoint, and stores each checkpoint's reducer states in its own
 object store. When a member dies (or its node, or an object it needed) the job is not
 failed: the members' loops are stopped, the dead ones replaced, every reducer restarts
 from the checkpoint and the blocks after it are handed out again, as a new *run* of the
-job (``<job id>.<n>``: members drop the messages of an earlier run). Errors raised by user
-code still fail the job at once.
+job (``<job id>.<n>``, named by the machine: members drop the messages of an earlier run,
+and so does the machine). Errors raised by user code still fail the job at once.
 """
 
 from __future__ import annotations
@@ -38,9 +44,9 @@ from dpa.engine.epochs import Rest
 from dpa.engine.plan import JobPlan
 from dpa.errors import JobFailedError
 from dpa.runtime.ray import host
-from dpa.runtime.ray.checkpoints import CheckpointRounds
 from dpa.runtime.ray.group_apply import run_apply_phase
 from dpa.runtime.ray.host import MemberHost, MemberRef, build_member
+from dpa.runtime.ray.job import JobShell, raise_failure
 from dpa.runtime.ray.member import (
     ActorFailure,
     await_ref,
@@ -56,8 +62,7 @@ from dpa.runtime.ray.members import (
     member_starts,
     start_members,
 )
-from dpa.runtime.ray.outbox import call_per_process, post
-from dpa.runtime.ray.scale_out import ElasticReducers
+from dpa.runtime.ray.outbox import call_per_process
 from dpa.runtime.ray.telemetry import metric
 
 logger = logging.getLogger(__name__)
@@ -67,56 +72,41 @@ logger = logging.getLogger(__name__)
 ABORT_TIMEOUT_S = 1.0
 
 
-def _finished(mapper: int, done: tuple[int, int] | None) -> list[Any]:
+def _finished(mapper: int, done: tuple[int, int] | None) -> tuple[Any, ...]:
     """The block a mapper's call says it finished (``(epoch, emitted)``), as an event."""
-    return [] if done is None else [ev.BlockFinished(mapper, *done)]
+    return () if done is None else (ev.BlockFinished(mapper, *done),)
 
 
-class Coordinator(PoolMembers, ElasticReducers, CheckpointRounds, MemberHost):
+class Coordinator(MemberHost):
     """Holds one pool's members (the reducers' and mappers' hosts started by the driver with
     it, or by itself when ``members`` is not given; replacements and an elastic job's new
     reducers it starts itself) and runs the balancer itself; runs the pool's jobs one at a time.
 
-    Hands out input blocks, decides termination, fails the job (and aborts its members) if
-    any of them raises or dies, and replaces members that died between jobs.
+    Hands out input blocks, ends the job, fails it (and aborts its members) if any of them
+    raises or dies, and replaces members that died between jobs, as the job's machine says.
     """
 
     def __init__(self, pool_id: str, num_mappers: int, num_reducers: int, initial_reducers: int | None = None,
                  reducer_num_cpus: float = 0.0, members: Members | None = None) -> None:
         self.pool_id = pool_id
-        self.num_mappers = num_mappers
-        self.num_reducers = num_reducers  # reducer slots (an elastic job's max_reducers)
         self.reducer_num_cpus = float(reducer_num_cpus)
-        self.generation = 0
-        self.answered: set[str] = set()  # members that answered a ping at least once
         if members is None:
             members = start_members(pool_id, num_mappers, num_reducers, initial_reducers, reducer_num_cpus)
         reducers, mappers = members
         # The balancer runs here (MemberHost): a lost host never takes its routing with it.
         self.members = {"balancer": build_member("balancer", f"dpa:{pool_id}:balancer")}
-        self.balancer = MemberRef(host.own_handle(), "balancer")
-        # Slots without an actor yet are None: an elastic job starts them when it scales out.
-        self.reducers: list[Any] = list(reducers)
-        self.scale_lock = asyncio.Lock()  # a scale-out and a checkpoint never overlap
-        self.mappers: list[Any] = list(mappers)
-        self.machine: CoordinatorMachine | None = None  # the current job's protocol
-        self.nodes: dict[str, str] = {}  # role -> Ray node id (as its last ping said)
-        self.job_id: str | None = None
-        self.run_id: str | None = None  # the run members serve now (None while recovering)
-        self.member_run: str | None = None  # the run members were last started with
-        self.failed: str | None = None
+        self.team = PoolMembers(pool_id, reducers, mappers, MemberRef(host.own_handle(), "balancer"),
+                                reducer_num_cpus, frozenset(self.members))
+        self.job: JobShell | None = None  # the current (or last) job
         self.job_task: asyncio.Task | None = None
-        self.members_changed = asyncio.Event()  # (a run's own, from its start)
         # Set once the pool's first job is known here: until then the calls of members the
         # driver started early (see run_job's ``opening``) wait for it.
         self.opened = asyncio.Event()
-        self.checkpoint_error: BaseException | None = None  # user code raised in a checkpoint
-        self.cond = asyncio.Condition()
-        self.waiters: dict[int, asyncio.Future] = {}  # per mapper, its next_block's answer
-        self.splits: dict[int, asyncio.Future] = {}  # per mapper, its split_block's answer
-        # Per member (by actor id), the peers' handles (by actor id) its last start_job
-        # was sent: a member whose peers did not change is told so instead (PEERS_UNCHANGED).
-        self.peers_sent: dict[tuple, tuple] = {}
+
+    @property
+    def job_id(self) -> str | None:
+        """The job this coordinator serves (None between jobs)."""
+        return None if self.job is None else self.job.machine.serving
 
     async def _until_opened(self) -> None:
         """Waits until the pool's first job is known here (at once from then on)."""
@@ -129,82 +119,23 @@ class Coordinator(PoolMembers, ElasticReducers, CheckpointRounds, MemberHost):
         await self._until_opened()
         return await super()._invoke(role, method, args)
 
-    @property
-    def job_slots(self) -> list[int]:
-        """The reducer slots serving the current job."""
-        return self.machine.job_slots if self.machine is not None else []
-
-    # -- the machine ----------------------------------------------------------------
-    def _handle(self, *events: Any) -> None:
-        """Hands the machine ``events`` and carries out what it says at once. A
-        :class:`~dpa.engine.events.Tick` goes with every event that ends some work (a
-        checkpoint may be due then), before the next block goes out."""
-        for ins in self.machine.handle(*events):
-            self._do(ins)
-
-    def _do(self, ins: Any) -> None:
-        """Carries out an instruction that needs no waiting."""
-        if isinstance(ins, op.GiveBlock):
-            self._answer(self.waiters, ins.mapper, [ins.item, ins.epoch, ins.token])
-        elif isinstance(ins, op.NoMoreBlocks):
-            self._answer(self.waiters, ins.mapper, None)
-        elif isinstance(ins, op.AnswerSplit):
-            self._answer(self.splits, ins.mapper, ins.split)
-        elif isinstance(ins, op.InputProgress):
-            metric("dpa_job_progress").set(ins.fraction, tags=self.job_tags)
-        elif isinstance(ins, op.TellBalancerMapped):
-            post(self.balancer, "input_done", self.run_id)
-        elif isinstance(ins, op.TellReducersMapped):
-            for slot in ins.slots:  # (an idle one reports its progress at once from now on)
-                post(self.reducers[slot], "input_mapped", self.run_id)
-        elif isinstance(ins, op.StartCheckpoint):
-            asyncio.ensure_future(self._checkpoint(self.run_id))
-        elif isinstance(ins, op.StoreCheckpoint):
-            ck = ins.checkpoint  # (its states go into this actor's object store: it outlives the reducers)
-            ck.states = [None if state is None else ray.put(state) for state in ck.states]
-            ck.pending = [ray.put(held) if held else None for held in ck.pending]
-            metric("dpa_checkpoints").inc(1, tags=self.job_tags)
-            self._handle(ev.CheckpointStored(ck), ev.Tick())
-        elif isinstance(ins, op.CheckpointFailed):
-            self.checkpoint_error = ins.error
-            self.members_changed.set()
-        elif isinstance(ins, op.StopBalancer):
-            self.done.set()
-        elif not isinstance(ins, op.ReadInput):  # (the driver offers its blocks ahead)
-            raise TypeError(f"the Ray coordinator cannot carry out {ins!r} here")
-
-    @staticmethod
-    def _answer(futures: dict[int, asyncio.Future], mapper: int, value: Any) -> None:
-        fut = futures.pop(mapper, None)
-        if fut is not None and not fut.done():
-            fut.set_result(value)
-
-    def _release_waiters(self) -> None:
-        """The mappers waiting for an item get none (the run ended)."""
-        for futures in (self.waiters, self.splits):
-            for mapper in list(futures):
-                self._answer(futures, mapper, None)
+    async def ping(self) -> bool:
+        return True
 
     # -- block hand-out (driver -> coordinator -> mappers) --------------------------
     @quiet_method
     async def offer(self, job_id: str, refs: list[Any]) -> bool:
-        """Queues input block refs; waits while too many are pending. False once failed."""
+        """Queues input block refs; waits while the machine holds the offer back
+        (back-pressure). False once the job failed (or is not ``job_id``)."""
         await self._until_opened()
-        if job_id != self.job_id:
-            return False
-        async with self.cond:
-            await self.cond.wait_for(lambda: self.machine.queued < self.max_pending or self.failed is not None
-                                     or job_id != self.job_id)
-            if self.failed is not None or job_id != self.job_id:
-                return False
-            self._handle(ev.BlocksOffered(list(refs)))
-        return True
+        job = self.job
+        offer, answer = job.expect(job.offers)
+        job.handle(ev.BlocksOffered(list(refs), offer, job_id))
+        return await answer
 
     async def input_done(self, job_id: str) -> None:
         await self._until_opened()
-        if job_id != self.job_id:
-            return
-        self._handle(ev.InputExhausted(), ev.Tick())
+        self.job.handle(ev.InputExhausted(job_id), ev.Tick())
 
     @quiet_method
     async def next_block(self, run_id: str, mapper: int, done: tuple[int, int] | None = None) -> list[Any] | None:
@@ -216,20 +147,16 @@ class Coordinator(PoolMembers, ElasticReducers, CheckpointRounds, MemberHost):
         :meth:`block_done` takes it (which saves a call per block).
         """
         await self._until_opened()
-        if run_id != self.run_id:
-            return None
-        answer = self.waiters[mapper] = asyncio.get_running_loop().create_future()
-        self._handle(*_finished(mapper, done), ev.Tick(), ev.BlockWanted(mapper))
-        async with self.cond:  # (an offer may wait for the room this made)
-            self.cond.notify_all()
+        job = self.job
+        request, answer = job.expect(job.waiters)
+        job.handle(ev.FromRun(run_id, (*_finished(mapper, done), ev.Tick(), ev.BlockWanted(mapper, request))))
         return await answer
 
     @quiet_method
     async def block_done(self, run_id: str, mapper: int, epoch: int, emitted: int) -> None:
         """``mapper`` pushed every record of a block of ``epoch``."""
         await self._until_opened()
-        if run_id == self.run_id:
-            self._handle(ev.BlockFinished(mapper, epoch, emitted), ev.Tick())
+        self.job.handle(ev.FromRun(run_id, (ev.BlockFinished(mapper, epoch, emitted), ev.Tick())))
 
     @quiet_method
     async def split_block(self, run_id: str, mapper: int, epoch: int, emitted: int, rest: Any,
@@ -238,11 +165,10 @@ class Coordinator(PoolMembers, ElasticReducers, CheckpointRounds, MemberHost):
         the ``rest`` (a table) in a new item, which this actor stores for replay; returns the
         rest's ``(epoch, token)``, or None if the run ended."""
         await self._until_opened()
-        if run_id != self.run_id:
-            return None
-        answer = self.splits[mapper] = asyncio.get_running_loop().create_future()
+        job = self.job
+        request, answer = job.expect(job.waiters)
         rest = Rest(ray.put(rest))  # (owned here: it outlives the mapper)
-        self._handle(ev.BlockCut(mapper, epoch, emitted, rest, parent), ev.Tick())
+        job.handle(ev.FromRun(run_id, (ev.BlockCut(mapper, epoch, emitted, rest, parent, request), ev.Tick())))
         return await answer
 
     async def mapper_done(self, run_id: str, mapper: int, done: tuple[int, int] | None = None,
@@ -250,20 +176,26 @@ class Coordinator(PoolMembers, ElasticReducers, CheckpointRounds, MemberHost):
         """``mapper`` routed all its items; ``done`` as :meth:`next_block` takes it;
         ``first_routed``: the snapshot version of its first push (None: it pushed nothing)."""
         await self._until_opened()
-        if run_id == self.run_id:
-            self._handle(*_finished(mapper, done), ev.MapperFinished(mapper, first_routed), ev.Tick())
+        self.job.handle(ev.FromRun(run_id, (*_finished(mapper, done), ev.MapperFinished(mapper, first_routed),
+                                            ev.Tick())))
 
     @quiet_method
     async def processed_total(self) -> int:
         """Records processed by all reducers so far (the driver's progress callback)."""
-        return self.machine.processed if self.machine is not None else 0
+        return 0 if self.job is None else self.job.machine.processed
 
     @quiet_method
     async def progress(self, run_id: str, reducer: int, processed: int) -> None:
         await self._until_opened()
-        if self.machine is not None and run_id == self.run_id:
-            self._handle(ev.ProgressReported(reducer, processed), ev.Tick())
-            metric("dpa_job_records_processed").set(self.machine.processed, tags=self.job_tags)
+        job = self.job
+        job.handle(ev.FromRun(run_id, (ev.ProgressReported(reducer, processed), ev.Tick())))
+        metric("dpa_job_records_processed").set(job.machine.processed, tags=job.tags)
+
+    async def scale_out(self, run_id: str, slots: list[int], plan: JobPlan,
+                        snapshot: Any) -> tuple[list[int], list[Any], str | None]:
+        """Starts reducers in the free ``slots`` for the running job (the balancer asks):
+        :meth:`~dpa.runtime.ray.scale_out.ElasticReducers.scale_out`."""
+        return await self.job.elastic.scale_out(run_id, slots, plan, snapshot)
 
     # -- the job --------------------------------------------------------------------
     async def prepare_job(self, plan: JobPlan, max_pending: int,
@@ -272,37 +204,30 @@ class Coordinator(PoolMembers, ElasticReducers, CheckpointRounds, MemberHost):
         offering blocks (async actor calls do not run in submission order, so an ``offer``
         sent right after ``run_job`` could otherwise run first).
 
+        ``max_pending``: the offers the machine takes at once (it holds back later ones).
+
         Returns:
-            What :meth:`repair` returns; the handles are None if they are the driver's
-            ``known`` ones (:meth:`~dpa.runtime.ray.pool.Pool.members_key`).
+            What :meth:`~dpa.runtime.ray.members.PoolMembers.repair` returns; the handles are
+            None if they are the driver's ``known`` ones (:meth:`~dpa.runtime.ray.pool.Pool.members_key`).
         """
+        team = self.team
         first = plan.active_reducers or plan.num_reducers
         for i in range(first):
-            if self.reducers[i] is None:
-                self.reducers[i] = self._create(f"reducer-{i}")
-        *_, replaced = await self.repair()
-        async with self.cond:
-            self._take_job(plan.job_id, CoordinatorMachine(plan, time.monotonic, range(first), self.reducer_num_cpus),
-                           max_pending)
-            self.opened.set()
-            self.cond.notify_all()
-        return (*self._for_driver(known), replaced)
+            if team.reducers[i] is None:
+                team.reducers[i] = team.create(f"reducer-{i}")
+        *_, replaced = await team.repair()
+        self._take_job(CoordinatorMachine(plan, time.monotonic, range(first), self.reducer_num_cpus,
+                                          max_pending=max_pending))
+        self.opened.set()
+        return (*team.for_driver(known), replaced)
 
-    def _take_job(self, job_id: str, machine: CoordinatorMachine, max_pending: int, run_id: str | None = None) -> None:
-        """Makes ``job_id``, run by ``machine``, the current job (``run_id``: the run its
-        members serve already, if the driver started them)."""
-        self.job_id = job_id
-        self.machine = machine
-        self.run_id = self.member_run = run_id
-        self.job_tags = {"job_id": self.job_id}
-        metric("dpa_job_progress").set(0.0, tags=self.job_tags)
-        self.done = asyncio.Event()
-        self.failed = None
-        self.max_pending = max_pending
+    def _take_job(self, machine: CoordinatorMachine) -> None:
+        """Makes the job ``machine`` runs the current job."""
+        self.job = JobShell(machine, self.team)
         self.job_task = None
 
     async def run_job(self, plan: JobPlan, snapshot: Any, known: tuple | None = None,
-                      opening: tuple[CoordinatorMachine, int, list[tuple[str, Any]]] | None = None) -> dict[str, Any]:
+                      opening: tuple[CoordinatorMachine, list[tuple[str, Any]]] | None = None) -> dict[str, Any]:
         """Runs the prepared job to its end; raises :class:`JobFailedError` if it fails.
 
         The summary's ``handles`` are the members' (None unless a recovery changed the
@@ -313,45 +238,41 @@ class Coordinator(PoolMembers, ElasticReducers, CheckpointRounds, MemberHost):
 
         ``opening``: a new pool's first job, which the driver started while this process
         started (:func:`~dpa.runtime.ray.driver.open_job`), instead of :meth:`prepare_job`:
-        ``(machine, max_pending, loops)``, the job's machine after its first hand-out, the
-        bound of the driver's offers, and ``(role, ref)`` of each reducer's and mapper's loop
-        (in a list, so that Ray passes the refs on unresolved).
+        ``(machine, loops)``, the job's machine after its first hand-out and ``(role, ref)``
+        of each reducer's and mapper's loop (in a list, so that Ray passes the refs on
+        unresolved).
         """
+        loops = None
         if opening is not None:
-            self._take_job(plan.job_id, opening[0], opening[1], plan.job_id)
-        job_id = plan.job_id
-        if job_id != self.job_id:
-            raise JobFailedError(f"job {job_id} was cancelled before it started")
+            self._take_job(opening[0])
+            loops = opening[1]
+        job = self.job
+        machine = job.machine
+        raise_failure(machine.handle(ev.RunJob(plan.job_id)))  # (cancelled before it started)
         self.job_task = asyncio.current_task()
         started = self.job_started = time.monotonic()
-        machine = self.machine
         if opening is None:
             machine.handle(ev.JobStarted(snapshot))
         tasks: dict[asyncio.Future, str] = {}
-        attempt, resume = 0, False
+        run_id, resume = machine.run_id, False
         try:
             while True:
-                run_id = job_id if attempt == 0 else f"{job_id}.{attempt}"
                 tasks = {}
                 try:
-                    loops = opening[2] if opening is not None and attempt == 0 else None
                     summary = await self._run(plan, snapshot, run_id, tasks, resume, loops)
                     break
                 except RunLost as exc:
                     lost = exc
-                self.run_id = None  # the lost run's late messages are dropped from now on
-                machine.handle(ev.MemberLost(time.monotonic() - started, str(lost), lost.actor))
+                loops = None  # (a recovered run starts its members' loops itself)
+                job.handle(ev.MemberLost(time.monotonic() - started, str(lost), lost.actor))
                 # The member whose call failed first is often not the dead one (a mapper
                 # pushing to a dead reducer): the repair finds out who died.
                 lost_nodes = await self._recover(run_id, tasks)
-                (ins,) = machine.handle(ev.MembersReplaced(sorted(lost_nodes),
-                                                           sorted({n for n in lost_nodes.values() if n})))
-                if isinstance(ins, op.FailJob):
-                    raise ins.error
-                snapshot, resume = ins.balancer_snapshot, True  # (op.Restart)
-                self.done.clear()
-                metric("dpa_recoveries").inc(1, tags=self.job_tags)
-                attempt += 1
+                for ins in raise_failure(machine.handle(ev.MembersReplaced(
+                        sorted(lost_nodes), sorted({n for n in lost_nodes.values() if n})))):
+                    snapshot, run_id, resume = ins.balancer_snapshot, ins.run_id, True  # (op.Restart)
+                job.done.clear()
+                metric("dpa_recoveries").inc(1, tags=job.tags)
         except asyncio.CancelledError:
             await self._abort_members(tasks)
             raise
@@ -363,13 +284,10 @@ class Coordinator(PoolMembers, ElasticReducers, CheckpointRounds, MemberHost):
             await self._abort_members(tasks)
             raise error from None
         finally:
-            machine.handle(ev.JobClosed())  # (the input blocks and checkpoints it kept can go)
-            async with self.cond:
-                self.cond.notify_all()
-        self.job_id = self.run_id = None  # done: late progress reports of this job are dropped
+            job.handle(ev.JobClosed())  # (the input blocks and checkpoints it kept can go)
         return {**summary, "recoveries": machine.recoveries, "checkpoints": machine.checkpoints,
-                "run_id": run_id, "handles": (*self._for_driver(known), []),
-                "job_reducers": self.job_reducers}
+                "run_id": run_id, "handles": (*self.team.for_driver(known), []),
+                "job_reducers": job.reducers}
 
     async def _run(self, plan: JobPlan, snapshot: Any, run_id: str, tasks: dict[asyncio.Future, str],
                    resume: bool, loops: list[tuple[str, Any]] | None = None) -> dict[str, Any]:
@@ -377,66 +295,67 @@ class Coordinator(PoolMembers, ElasticReducers, CheckpointRounds, MemberHost):
         if a member, a node or an object is lost on the way. ``loops``: the reducers' and
         mappers' loops the driver started (see :meth:`run_job`); only the balancer is
         started here then."""
+        job, team = self.job, self.team
         me = ray.get_runtime_context().current_actor
-        self.member_run = run_id
-        balancer_peers = self._peers_for(self.balancer, (self.mappers, self.job_reducers, me))
+        job.member_run = run_id
+        balancer_peers = team.peers_for(team.balancer, (team.mappers, job.reducers, me))
         if loops is not None:  # (the balancer runs here: started before any call reaches it)
             await MemberHost._invoke(self, "balancer", "start_job", (plan, snapshot, balancer_peers, run_id, False))
-            self.peers_sent.clear()  # (the driver sent the others theirs)
+            team.peers_sent.clear()  # (the driver sent the others theirs)
             self.opened.set()  # (the calls of the members the driver started come in now)
-            asyncio.ensure_future(self.note_members()).add_done_callback(retrieved)
+            asyncio.ensure_future(team.note_members()).add_done_callback(retrieved)
         else:
             await self._start_run(plan, snapshot, run_id, resume, balancer_peers, me)
-        self.tasks = tasks  # (a scale-out adds its reducers' loops)
-        self.members_changed = asyncio.Event()
-        self.checkpoint_error = None
+        job.tasks = tasks  # (a scale-out adds its reducers' loops)
+        job.members_changed = asyncio.Event()
+        job.checkpoint_error = None
         started = dict(loops or ())
-        for role, actor in self._job_members():
+        for role, actor in team.serving(job.job_slots):
             if role in started:
                 ref = started[role]
             else:
                 ref = (actor.run if role.startswith("mapper") else actor.serve).remote(run_id)
             tasks[asyncio.ensure_future(await_ref(ref))] = f"dpa:{self.pool_id}:{role}"
-        done_waiter = asyncio.ensure_future(self.done.wait())
+        done_waiter = asyncio.ensure_future(job.done.wait())
         seen: set[asyncio.Future] = set()  # member loops that ended well
-        while not self.done.is_set():
-            changed = asyncio.ensure_future(self.members_changed.wait())
+        while not job.done.is_set():
+            changed = asyncio.ensure_future(job.members_changed.wait())
             finished, _ = await asyncio.wait((set(tasks) - seen) | {done_waiter, changed},
                                              return_when=asyncio.FIRST_COMPLETED)
             changed.cancel()
-            self.members_changed.clear()
+            job.members_changed.clear()
             seen |= finished
             for fut in finished:
                 if fut in tasks and fut.exception() is not None:
                     if member_lost(fut.exception()):
                         raise RunLost(tasks[fut], fut.exception())
                     raise self._fail(tasks[fut], fut.exception())
-            if self.checkpoint_error is not None:
-                raise self._fail(f"dpa:{self.pool_id}:checkpoint", self.checkpoint_error)
-        if self.checkpoint_error is not None:
-            raise self._fail(f"dpa:{self.pool_id}:checkpoint", self.checkpoint_error)
+            if job.checkpoint_error is not None:
+                raise self._fail(f"dpa:{self.pool_id}:checkpoint", job.checkpoint_error)
+        if job.checkpoint_error is not None:
+            raise self._fail(f"dpa:{self.pool_id}:checkpoint", job.checkpoint_error)
         for fut in set(tasks) - seen:  # (a loop still returning when its host is killed: not an error)
             fut.add_done_callback(retrieved)
         try:
             # The balancer stops first: the reducers end on its final routing (and hand
             # over the states it moves) with no newer one on the way.
-            events, final, timeline, scaling = await self.balancer.stop.remote(run_id)
-            end = await self._end(run_id, tasks, self.machine.handle(ev.BalancingEnded(final)))
+            events, final, timeline, scaling = await team.balancer.stop.remote(run_id)
+            end = await self._end(run_id, tasks, job.machine.handle(ev.BalancingEnded(final)))
         except Exception as exc:
             if member_lost(exc):
                 raise RunLost("coordinator", exc) from exc
             raise
         counters = end["counters"]
-        width = max(self.job_slots) + 1  # (slots are taken lowest first: every one that existed)
         per_slot = {c["reducer"]: c for c in counters}
+        width = job.machine.result_width(per_slot)
         zero = {"processed": 0, "forwarded": 0, "peak_queue": 0}
         counters_by_slot = [per_slot.get(i, zero) for i in range(width)]
         return {
             "processed": [c["processed"] for c in counters_by_slot],
             "forwarded": [c["forwarded"] for c in counters_by_slot],
             "peak_queue": [c["peak_queue"] for c in counters_by_slot],
-            "emitted": self.machine.emitted,
-            "blocks_per_mapper": self.machine.blocks_per_mapper,
+            "emitted": job.machine.emitted,
+            "blocks_per_mapper": job.machine.blocks_per_mapper,
             "events": events,
             "timeline": timeline,
             "final_snapshot": final,
@@ -451,47 +370,45 @@ class Coordinator(PoolMembers, ElasticReducers, CheckpointRounds, MemberHost):
                          me: Any) -> None:
         """Starts the balancer (first, with the checkpoint's snapshot, for a recovered run),
         the job's reducers and the mappers on run ``run_id``, and the run itself."""
+        job, team = self.job, self.team
         try:
             if resume:  # a recovered run starts from the snapshot the balancer (kept or new) has
-                snapshot = await self.balancer.start_job.remote(plan, snapshot, balancer_peers, run_id, True)
+                snapshot = await team.balancer.start_job.remote(plan, snapshot, balancer_peers, run_id, True)
             await asyncio.gather(
-                *([] if resume else [self.balancer.start_job.remote(plan, snapshot, balancer_peers, run_id, False)]),
-                *member_starts(plan, snapshot, run_id, self.machine.checkpoint, self.job_slots, self.reducers,
-                               self.mappers, self.balancer, me, self._peers_for))
+                *([] if resume else [team.balancer.start_job.remote(plan, snapshot, balancer_peers, run_id, False)]),
+                *member_starts(plan, snapshot, run_id, job.machine.checkpoint, job.job_slots, team.reducers,
+                               team.mappers, team.balancer, me, team.peers_for))
         except BaseException as exc:  # (cancelled meanwhile, too)
-            self.peers_sent.clear()  # (some member may not have taken what it was sent)
+            team.peers_sent.clear()  # (some member may not have taken what it was sent)
             if isinstance(exc, Exception) and member_lost(exc):
                 raise RunLost("coordinator", exc) from exc
             raise
-        async with self.cond:
-            self.run_id = run_id
-            self.cond.notify_all()
-        self._handle(ev.RunStarted(time.monotonic() - self.job_started), ev.Tick())  # (a restored run may have nothing left to do)
+        job.handle(ev.RunStarted(time.monotonic() - self.job_started), ev.Tick())  # (a restored run may have nothing left to do)
 
     async def _end(self, run_id: str, tasks: dict[asyncio.Future, str], todo: list[Any]) -> dict[str, Any]:
         """Carries out the job's end as the machine lays it out (stop the reducers, the final
         merge, finalize); returns the reducers' counters, the merged keys, the apply phase's
         stats and whether the final merge ran."""
+        job, reducers = self.job, self.team.reducers
         end: dict[str, Any] = {"applied": None}
         for ins in todo:
             if isinstance(ins, op.StopReducers):
-                await call_per_process([(self.reducers[i], "stop", (run_id, ins.snapshot, ins.finalize))
-                                        for i in ins.slots])
+                await call_per_process([(reducers[i], "stop", (run_id, ins.snapshot, ins.finalize)) for i in ins.slots])
                 end["counters"] = await asyncio.gather(*[t for t, name in tasks.items() if "reducer" in name])
             elif isinstance(ins, op.FailJob):
                 raise ins.error
             elif isinstance(ins, op.InputProgress):
-                metric("dpa_job_progress").set(ins.fraction, tags=self.job_tags)
+                metric("dpa_job_progress").set(ins.fraction, tags=job.tags)
             elif isinstance(ins, op.FinalMerge):
-                await call_per_process([(self.reducers[i], "exchange", (run_id, list(ins.slots))) for i in ins.slots])
+                await call_per_process([(reducers[i], "exchange", (run_id, list(ins.slots))) for i in ins.slots])
             elif isinstance(ins, op.ApplyGroups):
                 combined, end["applied"] = await run_apply_phase(
-                    self.job_reducers, run_id, sum(c["processed"] for c in end["counters"]), self.job_tags)
+                    job.reducers, run_id, sum(c["processed"] for c in end["counters"]), job.tags)
                 end["merged_keys"] = [combined]
             elif isinstance(ins, op.TakeFinalized):
                 end["merged_keys"] = [c["merged_keys"] for c in end["counters"]]
             elif isinstance(ins, op.FinalizeReducers):
-                end["merged_keys"] = await call_per_process([(r, "finalize", (run_id,)) for r in self.job_reducers])
+                end["merged_keys"] = await call_per_process([(r, "finalize", (run_id,)) for r in job.reducers])
             elif isinstance(ins, op.EndJob):
                 end["merged"] = ins.merged
             else:
@@ -502,19 +419,23 @@ class Coordinator(PoolMembers, ElasticReducers, CheckpointRounds, MemberHost):
         """Stops the lost run on every member and replaces the dead ones; returns the
         replaced members with the node each ran on ("" if unknown)."""
         await self._stop_members(run_id, tasks)
-        nodes = dict(self.nodes)
-        _, _, _, replaced = await self.repair()
+        nodes = dict(self.team.nodes)
+        _, _, _, replaced = await self.team.repair()
         return {role: nodes.get(role, "") for role in replaced}
 
     async def cancel_job(self, job_id: str, reason: str) -> None:
         """Fails ``job_id`` from outside (the driver's timeout, a broken source) and aborts it."""
         await self._until_opened()
-        if job_id != self.job_id:
-            return
-        self.failed = self.failed or reason
-        self._release_waiters()
-        async with self.cond:
-            self.cond.notify_all()
+        job = self.job
+        for ins in job.machine.handle(ev.CancelRequested(job_id, reason)):
+            if isinstance(ins, op.AbortJob):
+                await self._cancel(job)
+
+    async def _cancel(self, job: JobShell) -> None:
+        """Carries out :class:`~dpa.engine.instructions.AbortJob`: no offer is taken and no
+        mapper waits from now on; the job's task is cancelled (it aborts its members)."""
+        job.handle(ev.JobAborted())
+        job.release_waiters()
         task = self.job_task
         if task is not None and not task.done():
             task.cancel()
@@ -524,24 +445,17 @@ class Coordinator(PoolMembers, ElasticReducers, CheckpointRounds, MemberHost):
             await self._abort_members({})
 
     async def _abort_members(self, tasks: dict[asyncio.Future, str]) -> None:
-        """Stops every member's work on the job (bounded wait) and forgets the job."""
-        self.failed = self.failed or "aborted"
-        self.run_id = None
-        async with self.cond:
-            self.cond.notify_all()
-        await self._stop_members(self.member_run or self.job_id, tasks)
-        self.job_id = None
+        """Stops every member's work on the job (bounded wait); the job is over."""
+        job = self.job
+        job.handle(ev.JobAborted())
+        await self._stop_members(job.member_run, tasks)
 
-    async def _stop_members(self, run_id: str | None, tasks: dict[asyncio.Future, str]) -> None:
+    async def _stop_members(self, run_id: str, tasks: dict[asyncio.Future, str]) -> None:
         """Stops every member's work on ``run_id`` (bounded wait)."""
-        self._release_waiters()
-        async with self.cond:
-            self.cond.notify_all()
+        self.job.release_waiters()
         for fut in tasks:
             fut.cancel()
-        if run_id is None:
-            return
-        calls = [asyncio.ensure_future(await_ref(actor.abort.remote(run_id))) for _, actor in self._members()]
+        calls = [asyncio.ensure_future(await_ref(actor.abort.remote(run_id))) for _, actor in self.team.all()]
         if calls:
             await asyncio.wait(calls, timeout=ABORT_TIMEOUT_S)
         for call in calls:
@@ -556,7 +470,6 @@ class Coordinator(PoolMembers, ElasticReducers, CheckpointRounds, MemberHost):
             actor, message, key = cause.actor, str(cause), cause.key
         else:
             message, key = f"{actor}: {describe(exc)}", None
-        self.failed = message
         where = f" while processing key {key!r}" if key is not None else ""
         return JobFailedError(f"dpa job failed in {message}{where}", actor=actor, key=key)
 

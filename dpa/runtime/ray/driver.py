@@ -51,6 +51,9 @@ __all__ = ["run_ray", "ensure_ray", "shutdown_pool", "METRICS_REPORT_INTERVAL_MS
 #: How long the driver waits for a failed job's actors to acknowledge the abort before it
 #: kills the pool instead of keeping it warm.
 CANCEL_WAIT_S = 1.0
+#: Input blocks the coordinator takes ahead per mapper; it holds back the driver's next
+#: offer until its machine hands some out (back-pressure on the driver).
+MAX_PENDING = 2
 #: Longest single wait, so that deadlines and progress are checked regularly.
 _POLL_S = 0.25
 
@@ -114,7 +117,8 @@ def _start(plan: JobPlan, reuse: bool, deadline: _Deadline) -> Pool:
         if pool.fresh:  # (started with the job: open_job)
             return pool
         try:
-            replaced = pool.adopt(_get(pool.coordinator.prepare_job.remote(plan, 2 * plan.num_mappers, pool.members_key()),
+            replaced = pool.adopt(_get(pool.coordinator.prepare_job.remote(plan, MAX_PENDING * plan.num_mappers,
+                                                                       pool.members_key()),
                                        deadline, "starting its actors"))
         except ray.exceptions.RayActorError:
             logger.warning("dpa pool %s lost its coordinator; starting a new pool", pool.pool_id)
@@ -146,7 +150,8 @@ def open_job(pool: Pool, plan: JobPlan, snapshot: Any, items: Any, deadline: _De
     """
     first = [item for _, item in zip(range(plan.num_mappers), items)]
     slots = range(plan.active_reducers or plan.num_reducers)
-    machine = CoordinatorMachine(plan, time.monotonic, slots, pool.reducer_num_cpus)
+    machine = CoordinatorMachine(plan, time.monotonic, slots, pool.reducer_num_cpus,
+                                 max_pending=MAX_PENDING * plan.num_mappers)
     machine.handle(ev.JobStarted(snapshot), ev.RunStarted(0.0))
     given: dict[int, list[Any]] = {}
     for ins in machine.handle(ev.BlocksOffered(first), *[ev.BlockWanted(m) for m in range(len(first))]):
@@ -164,7 +169,7 @@ def open_job(pool: Pool, plan: JobPlan, snapshot: Any, items: Any, deadline: _De
         raise JobFailedError(f"dpa actors died while starting: {describe(exc).splitlines()[0]}") from exc
     loops = [(f"reducer-{i}", reducers[i].serve.remote(job_id)) for i in machine.job_slots]
     loops += [(f"mapper-{i}", m.run.remote(job_id)) for i, m in enumerate(mappers)]
-    return coord.run_job.remote(plan, snapshot, pool.members_key(), (machine, 2 * plan.num_mappers, loops))
+    return coord.run_job.remote(plan, snapshot, pool.members_key(), (machine, loops))
 
 
 def _input_items(blocks: Any, dataset: Any, columns: set[str] | None = None, num_mappers: int = 1,

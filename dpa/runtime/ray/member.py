@@ -33,6 +33,7 @@ from typing import Any
 import pyarrow as pa
 import ray
 
+from dpa.engine.runs import serves
 from dpa.input.sources import ParquetPiece
 
 logger = logging.getLogger(__name__)
@@ -128,7 +129,9 @@ class JobMember:
     task: asyncio.Task | None = None
 
     def _serving(self, job_id: str) -> bool:
-        return job_id is not None and job_id == self.job_id
+        """Whether a message of run ``job_id`` is for the run this member serves
+        (:func:`~dpa.engine.runs.serves`)."""
+        return serves(self.job_id, job_id)
 
     def _peers(self, peers: Any) -> tuple:
         """The handles a ``start_job`` call names: ``peers`` itself, or the ones this member

@@ -114,53 +114,80 @@ def member_starts(plan: Any, snapshot: Any, run_id: str, checkpoint: Any, slots:
 
 
 class PoolMembers:
-    """The members of one pool as its coordinator holds them: which actors serve the job,
-    the handles each member was sent, and the repair of dead or hung ones (a base of
-    :class:`~dpa.runtime.ray.coordinator.CoordinatorActor`)."""
+    """The members of one pool as its coordinator holds them: the reducer slots and mappers
+    (member refs) and the balancer's ref, which actors serve a job, the handles each member
+    was sent, and the repair of dead or hung ones.
 
-    members: dict[str, Any]  # the members this process runs itself (MemberHost): the balancer
+    Args:
+        pool_id: The pool's id (in the members' names).
+        reducers: A member ref per reducer slot (None: not started yet).
+        mappers: A member ref per mapper.
+        balancer: The ref of the balancer (the coordinator's process runs it).
+        reducer_num_cpus: CPUs a reducer takes (> 0: each in a host of its own).
+        own: The roles the coordinator's process runs itself (never pinged nor replaced).
+    """
 
-    def _create(self, role: str) -> Any:
+    def __init__(self, pool_id: str, reducers: list[Any], mappers: list[Any], balancer: Any,
+                 reducer_num_cpus: float = 0.0, own: frozenset[str] = frozenset({"balancer"})) -> None:
+        self.pool_id = pool_id
+        # Slots without an actor yet are None: an elastic job starts them when it scales out.
+        self.reducers = list(reducers)
+        self.mappers = list(mappers)
+        self.balancer = balancer
+        self.reducer_num_cpus = float(reducer_num_cpus)
+        self.own = own
+        self.generation = 0
+        self.answered: set[str] = set()  # members that answered a ping at least once
+        self.nodes: dict[str, str] = {}  # role -> Ray node id (as its last ping said)
+        # Per member (by actor id), the peers' handles (by actor id) its last start_job
+        # was sent: a member whose peers did not change is told so instead (PEERS_UNCHANGED).
+        self.peers_sent: dict[tuple, tuple] = {}
+
+    def create(self, role: str) -> Any:
         """Starts the member ``role`` in a host of its own (an elastic job's new reducer)."""
-        return self._create_together([role])[role]
+        return self.create_together([role])[role]
 
-    def _create_together(self, roles: list[str]) -> dict[str, Any]:
+    def create_together(self, roles: list[str]) -> dict[str, Any]:
         """Starts ``roles`` in one new host (a lost host's members; with
         ``reducer_num_cpus`` > 0 each reducer in a host of its own)."""
         return start_hosts(self.pool_id, roles, 1, self.generation, self.reducer_num_cpus)
 
-    def _members(self) -> list[tuple[str, Any]]:
+    def all(self) -> list[tuple[str, Any]]:
+        """Every member started: ``(role, ref)``."""
         return ([("balancer", self.balancer)]
                 + [(f"reducer-{i}", r) for i, r in enumerate(self.reducers) if r is not None]
                 + [(f"mapper-{i}", m) for i, m in enumerate(self.mappers)])
 
-    def _job_members(self) -> list[tuple[str, Any]]:
-        """The members serving the current job: the balancer, its reducer slots, the mappers."""
-        return ([("balancer", self.balancer)] + [(f"reducer-{i}", self.reducers[i]) for i in self.job_slots]
+    def serving(self, slots: list[int]) -> list[tuple[str, Any]]:
+        """The members serving a job on reducer ``slots``: the balancer, those reducers, the mappers."""
+        return ([("balancer", self.balancer)] + [(f"reducer-{i}", self.reducers[i]) for i in slots]
                 + [(f"mapper-{i}", m) for i, m in enumerate(self.mappers)])
 
-    @property
-    def job_reducers(self) -> list[Any]:
-        return [self.reducers[i] for i in self.job_slots]
+    def reducers_of(self, slots: list[int]) -> list[Any]:
+        return [self.reducers[i] for i in slots]
 
-    def _peers_for(self, member: Any, peers: tuple) -> Any:
+    def peers_for(self, member: Any, peers: tuple) -> Any:
         """``peers`` for ``member``'s ``start_job``, or :data:`PEERS_UNCHANGED` when they are
-        the ones it was sent last (a failed start forgets every member's: see :meth:`_run`)."""
+        the ones it was sent last (a failed start forgets every member's)."""
         sent, to = handles_key(*peers), handles_key(member)
         if self.peers_sent.get(to) == sent:
             return PEERS_UNCHANGED
         self.peers_sent[to] = sent
         return peers
 
-    def _for_driver(self, known: tuple | None) -> tuple[Any, list[Any], list[Any]]:
+    def for_driver(self, known: tuple | None) -> tuple[Any, list[Any], list[Any]]:
         """The members' handles for the driver; ``(None, None, None)`` if the driver's
         ``known`` handles (:func:`~dpa.runtime.ray.member.handles_key`) are these already."""
         if known is not None and tuple(known) == handles_key(self.balancer, self.reducers, self.mappers):
             return None, None, None
         return self.balancer, self.reducers, self.mappers
 
-    async def ping(self) -> bool:
-        return True
+    def alone(self, role: str) -> bool:
+        """Whether member ``role`` has its host to itself (a host shared with other members
+        stays up when a scale-out that wanted this one fails)."""
+        members = dict(self.all())
+        mine = host_id(members[role])
+        return not any(host_id(m) == mine for other, m in members.items() if other != role and m is not None)
 
     def _note_answers(self, members: list[tuple[str, Any]], results: list[Any]) -> None:
         """Notes the members whose ping answered (with their node)."""
@@ -169,11 +196,15 @@ class PoolMembers:
                 self.answered.add(role)
                 self.nodes[role] = ok
 
+    def _hosted(self) -> list[tuple[str, Any]]:
+        """The members in hosts (not those the coordinator's process runs itself)."""
+        return [(role, actor) for role, actor in self.all() if role not in self.own]
+
     async def note_members(self) -> None:
         """Pings the hosted members without repairing any: the members the driver started
         for a new pool's first job (which no repair pinged) are then known to have answered,
         and their nodes."""
-        members = [(role, actor) for role, actor in self._members() if role not in self.members]
+        members = self._hosted()
         self._note_answers(members, await asyncio.gather(*[await_ref(actor.ping.remote()) for _, actor in members],
                                                          return_exceptions=True))
 
@@ -189,8 +220,8 @@ class PoolMembers:
         Raises:
             JobFailedError: A member's replacements kept dying.
         """
-        # (Members this process runs itself, the balancer, live as long as it does.)
-        members = [(role, actor) for role, actor in self._members() if role not in self.members]
+        # (Members the coordinator's process runs itself, the balancer, live as long as it does.)
+        members = self._hosted()
         replaced: list[str] = []
         for attempt in range(REPAIR_ATTEMPTS + 1):
             # A member that never answered may still be starting (seconds on a busy machine):
@@ -218,20 +249,19 @@ class PoolMembers:
                 state = f"unresponsive for {PING_TIMEOUT_S:.0f} s" if hung else f"dead ({type(why).__name__})"
                 logger.warning("dpa pool %s: member %s is %s; replacing it", self.pool_id, role, state)
                 lost_hosts.setdefault(host_id(actor), [])
-            for role, actor in self._members():
+            for role, actor in self.all():
                 if host_id(actor) in lost_hosts:
                     if not lost_hosts[host_id(actor)]:
                         kill_member(actor)  # (the host, once)
                     lost_hosts[host_id(actor)].append(role)
             for roles in lost_hosts.values():
-                for role, fresh in self._create_together(roles).items():
+                for role, fresh in self.create_together(roles).items():
                     self.answered.discard(role)
                     kind, index = role.split("-")
                     (self.reducers if kind == "reducer" else self.mappers)[int(index)] = fresh
                     if role not in replaced:
                         replaced.append(role)
             dead = [(role, None, None) for roles in lost_hosts.values() for role in roles]
-            current = dict(self._members())
+            current = dict(self.all())
             members = [(role, current[role]) for role, _, _ in dead]
         return self.balancer, self.reducers, self.mappers, replaced
-

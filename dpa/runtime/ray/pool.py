@@ -42,7 +42,7 @@ class Pool:
     balancer: Any = None
     reducers: list[Any] = field(default_factory=list)
     mappers: list[Any] = field(default_factory=list)
-    epoch: int = 0  # the registry's epoch when the pool was created (dpa.shutdown bumps it)
+    shutdowns: int = 0  # dpa.shutdown() calls before the pool was created
     reducer_num_cpus: float = 0.0
     fresh: bool = False  # no job has started on it: the driver starts the first (driver.open_job)
 
@@ -75,7 +75,7 @@ class Pool:
 _LOCK = threading.Lock()
 _IDLE: list[Pool] = []  # least recently used first
 _BUSY: set[str] = set()
-_EPOCH = 0
+_SHUTDOWNS = 0
 
 
 def _session() -> str:
@@ -101,7 +101,7 @@ def acquire(num_mappers: int, num_reducers: int, reuse: bool, initial_reducers: 
                     _IDLE.remove(pool)
                     _BUSY.add(pool.pool_id)
                     return pool
-        epoch = _EPOCH
+        shutdowns = _SHUTDOWNS
     pool_id = uuid.uuid4().hex[:8]
     # On the driver's node (alive while the driver is): losing another node loses members the
     # coordinator recovers, never the coordinator and the checkpoints it holds.
@@ -116,7 +116,7 @@ def acquire(num_mappers: int, num_reducers: int, reuse: bool, initial_reducers: 
         pool_id, num_mappers, num_reducers, initial_reducers, reducer_num_cpus, (reducers, mappers))
     balancer = MemberRef(coordinator, "balancer")  # (run by the coordinator: see start_members)
     pool = Pool(pool_id, session, num_mappers, num_reducers, coordinator, balancer=balancer, reducers=reducers,
-                mappers=mappers, epoch=epoch, reducer_num_cpus=reducer_num_cpus, fresh=True)
+                mappers=mappers, shutdowns=shutdowns, reducer_num_cpus=reducer_num_cpus, fresh=True)
     with _LOCK:
         _BUSY.add(pool_id)
     return pool
@@ -127,7 +127,7 @@ def release(pool: Pool, keep: bool) -> None:
     evicted: list[Pool] = []
     with _LOCK:
         _BUSY.discard(pool.pool_id)
-        if keep and pool.epoch == _EPOCH:
+        if keep and pool.shutdowns == _SHUTDOWNS:
             _IDLE.append(pool)
             while len(_IDLE) > MAX_IDLE_POOLS:
                 evicted.append(_IDLE.pop(0))
@@ -148,10 +148,10 @@ def kill(pool: Pool) -> None:
 
 def shutdown_pools() -> None:
     """Kills the idle pools; pools running a job are killed when the job ends."""
-    global _EPOCH
+    global _SHUTDOWNS
     with _LOCK:
         idle, _IDLE[:] = list(_IDLE), []
-        _EPOCH += 1
+        _SHUTDOWNS += 1
     for pool in idle:
         kill(pool)
 

@@ -11,7 +11,7 @@ import ray
 from dpa.engine import events as ev
 from dpa.engine import instructions as op
 from dpa.engine.plan import JobPlan
-from dpa.runtime.ray.host import host_id, kill_member
+from dpa.runtime.ray.host import kill_member
 from dpa.runtime.ray.member import await_ref, describe
 from dpa.runtime.ray.telemetry import metric
 
@@ -20,79 +20,67 @@ SCALE_OUT_WAIT_S = 30.0
 
 
 class ElasticReducers:
-    """The coordinator's part of a scale-out (a base of
-    :class:`~dpa.runtime.ray.coordinator.CoordinatorActor`): it carries out what the job's
+    """A job's scale-outs on the Ray coordinator: it carries out what the job's
     :class:`~dpa.engine.coordinator_machine.CoordinatorMachine` decides."""
+
+    def __init__(self, job: Any) -> None:
+        self.job = job  # the JobShell (dpa.runtime.ray.job)
 
     async def scale_out(self, run_id: str, slots: list[int], plan: JobPlan,
                         snapshot: Any) -> tuple[list[int], list[Any], str | None]:
-        """Starts reducers in the free ``slots`` for the running job (the balancer asks, see
+        """Starts reducers in the free ``slots`` for run ``run_id`` (the balancer asks, see
         :class:`~dpa.engine.instructions.ScaleOut`) if the machine says so: each starts empty,
         and every member learns its handle before the balancer routes keys to it.
 
         Returns:
             ``(started slots, their handles, why the others did not start or None)``.
         """
-        if run_id != self.run_id:
-            return [], [], "the run ended"
-        free = float(ray.available_resources().get("CPU", 0.0))
-        decided, *others = self.machine.handle(ev.ScaleOutRequested(list(slots), free))
-        for ins in others:
-            self._do(ins)
-        if isinstance(decided, op.AnswerScaleOut):  # (none fits)
-            return [], [], decided.refused
-        async with self.scale_lock:  # (op.StartReducers)
-            if run_id != self.run_id:
-                return [], [], "the run ended"
-            event = await self._start_reducers(run_id, list(decided.slots), plan, snapshot, decided.refused)
-            if event is None:
-                return [], [], "the run ended"
-            answer = None
-            for ins in self.machine.handle(event):
-                if isinstance(ins, op.ServeReducers):
+        job, team = self.job, self.job.team
+        answer = None
+        async with job.scale_lock:  # (no checkpoint round meanwhile)
+            free = float(ray.available_resources().get("CPU", 0.0))
+            todo = job.machine.handle(ev.FromRun(run_id, (ev.ScaleOutRequested(list(slots), free),)))
+            while todo:
+                ins, *todo = todo
+                if isinstance(ins, op.StartReducers):
+                    event = await self._start_reducers(run_id, list(ins.slots), plan, snapshot, ins.refused)
+                    todo += job.machine.handle(ev.FromRun(run_id, (event,)))
+                elif isinstance(ins, op.ServeReducers):
                     for i in ins.slots:
-                        self.answered.add(f"reducer-{i}")
-                        self.tasks[asyncio.ensure_future(await_ref(self.reducers[i].serve.remote(run_id)))] = \
-                            f"dpa:{self.pool_id}:reducer-{i}"
-                    self.members_changed.set()
-                    metric("dpa_reducers").set(ins.width, tags=self.job_tags)
+                        team.answered.add(f"reducer-{i}")
+                        job.tasks[asyncio.ensure_future(await_ref(team.reducers[i].serve.remote(run_id)))] = \
+                            f"dpa:{team.pool_id}:reducer-{i}"
+                    job.members_changed.set()
+                    metric("dpa_reducers").set(ins.width, tags=job.tags)
                 elif isinstance(ins, op.DropReducers):
                     for i in ins.slots:
-                        if self.reducers[i] is not None and self._alone(f"reducer-{i}"):
-                            kill_member(self.reducers[i])  # (its host of its own: see PoolMembers._create)
-                            self.reducers[i] = None
+                        if team.reducers[i] is not None and team.alone(f"reducer-{i}"):
+                            kill_member(team.reducers[i])  # (its host of its own: see PoolMembers.create)
+                            team.reducers[i] = None
                 elif isinstance(ins, op.AnswerScaleOut):
                     answer = ins
                 else:
-                    self._do(ins)
-        return list(answer.started), [self.reducers[i] for i in answer.started], answer.refused
-
-    def _alone(self, role: str) -> bool:
-        """Whether member ``role`` has its host to itself (a host shared with other members
-        stays up when a scale-out that wanted this one fails)."""
-        members = dict(self._members())
-        mine = host_id(members[role])
-        return not any(host_id(m) == mine for other, m in members.items() if other != role and m is not None)
+                    job.do(ins)
+        return list(answer.started), [team.reducers[i] for i in answer.started], answer.refused
 
     async def _start_reducers(self, run_id: str, slots: list[int], plan: JobPlan, snapshot: Any,
                               refused: str | None) -> Any:
         """Starts reducers in ``slots`` and gives every member their handles; the outcome as an
-        event, or None if the run ended meanwhile."""
+        event."""
+        job, team = self.job, self.job.team
         me = ray.get_runtime_context().current_actor
         for i in slots:
-            if self.reducers[i] is None:
-                self.reducers[i] = self._create(f"reducer-{i}")
-        fresh = [self.reducers[i] for i in slots]
+            if team.reducers[i] is None:
+                team.reducers[i] = team.create(f"reducer-{i}")
+        fresh = [team.reducers[i] for i in slots]
         try:
             await asyncio.wait_for(asyncio.gather(*[await_ref(r.ping.remote()) for r in fresh]), SCALE_OUT_WAIT_S)
             await asyncio.gather(*[
-                r.start_job.remote(plan, snapshot, self._peers_for(r, (self.reducers, self.balancer, me)), run_id,
-                                   None, 0, self.machine.checkpoint.epoch) for r in fresh])
-            others = [m for _, m in self._job_members()[1:]]
+                r.start_job.remote(plan, snapshot, team.peers_for(r, (team.reducers, team.balancer, me)), run_id,
+                                   None, 0, job.machine.checkpoint.epoch) for r in fresh])
+            others = [m for _, m in team.serving(job.job_slots)[1:]]
             await asyncio.gather(*[m.add_peers.remote(run_id, dict(zip(slots, fresh))) for m in others])
         except Exception as exc:  # (e.g. no node can place it): the job goes on at its width
             return ev.ScaleOutFailed(slots, f"the new reducers did not start within {SCALE_OUT_WAIT_S:.0f} s "
                                             f"({describe(exc)})")
-        if run_id != self.run_id:
-            return None
         return ev.ScaleOutStarted(slots, refused)

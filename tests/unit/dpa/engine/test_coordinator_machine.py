@@ -227,7 +227,7 @@ def test_a_lost_member_rolls_back_and_the_items_after_the_checkpoint_go_out_agai
     assert m.handle(ev.MemberLost(3.0, "reducer-1: died", "mapper-0")) == []
     assert m.handle(ev.BlockWanted(0)) == []  # (no hand-out until the members are replaced)
     (restart,) = m.handle(ev.MembersReplaced(["reducer-1"], ["node-a"]))
-    assert restart == op.Restart(m.checkpoint, m.initial_snapshot, False)  # the balancer keeps its own routing
+    assert restart == op.Restart(m.checkpoint, m.initial_snapshot, False, f"{m.plan.job_id}.1")  # the balancer keeps its own routing
     (rec,) = m.recoveries
     assert (rec.at_s, rec.actors, rec.nodes, rec.error, rec.epoch) == (3.0, ["reducer-1"], ["node-a"],
                                                                        "reducer-1: died", 0)
@@ -254,7 +254,7 @@ def test_a_closed_job_keeps_no_item_or_state_for_a_replay_and_its_counts():
 def test_a_replaced_balancer_resumes_from_the_checkpoints_routing():
     m, _ = checkpointed()
     m.handle(ev.MemberLost(3.0, "balancer: died", "balancer"))
-    assert m.handle(ev.MembersReplaced(["balancer", "mapper-1"], [])) == [op.Restart(m.checkpoint, "routing", True)]
+    assert m.handle(ev.MembersReplaced(["balancer", "mapper-1"], [])) == [op.Restart(m.checkpoint, "routing", True, f"{m.plan.job_id}.1")]
 
 
 def test_more_failures_than_max_recoveries_fail_the_job_naming_every_one():

@@ -20,34 +20,34 @@ def fake(name: str) -> SimpleNamespace:
 def coordinator() -> object:
     cls = ray_coordinator.CoordinatorActor.__ray_metadata__.modified_class
     coord = cls("pool", 2, 2, None, 0.0, ([fake("reducer-0"), None], [fake("m0"), fake("m1")]))
-    coord.balancer = fake("balancer")  # (a stand-in for the ref to the balancer it runs)
+    coord.team.balancer = fake("balancer")  # (a stand-in for the ref to the balancer it runs)
     return coord
 
 
 def test_a_member_gets_its_peers_once_until_they_change():
     coord = coordinator()
-    me, mapper = fake("coordinator"), coord.mappers[0]
-    peers = (me, coord.reducers, coord.balancer)
-    assert coord._peers_for(mapper, peers) is peers
-    assert coord._peers_for(mapper, peers) == PEERS_UNCHANGED
-    assert coord._peers_for(coord.mappers[1], peers) is peers  # another member: its own record
-    coord.reducers[1] = fake("reducer-1")  # an elastic job's new reducer: the peers changed
-    changed = (me, coord.reducers, coord.balancer)
-    assert coord._peers_for(mapper, changed) is changed
-    assert coord._peers_for(mapper, changed) == PEERS_UNCHANGED
-    coord.mappers[0] = fake("m0.1")  # a replacement is a new actor: it never got any
-    assert coord._peers_for(coord.mappers[0], changed) is changed
-    coord.peers_sent.clear()  # what a failed start does
-    assert coord._peers_for(coord.mappers[1], changed) is changed
+    me, mapper = fake("coordinator"), coord.team.mappers[0]
+    peers = (me, coord.team.reducers, coord.team.balancer)
+    assert coord.team.peers_for(mapper, peers) is peers
+    assert coord.team.peers_for(mapper, peers) == PEERS_UNCHANGED
+    assert coord.team.peers_for(coord.team.mappers[1], peers) is peers  # another member: its own record
+    coord.team.reducers[1] = fake("reducer-1")  # an elastic job's new reducer: the peers changed
+    changed = (me, coord.team.reducers, coord.team.balancer)
+    assert coord.team.peers_for(mapper, changed) is changed
+    assert coord.team.peers_for(mapper, changed) == PEERS_UNCHANGED
+    coord.team.mappers[0] = fake("m0.1")  # a replacement is a new actor: it never got any
+    assert coord.team.peers_for(coord.team.mappers[0], changed) is changed
+    coord.team.peers_sent.clear()  # what a failed start does
+    assert coord.team.peers_for(coord.team.mappers[1], changed) is changed
 
 
 def test_the_driver_gets_handles_only_when_its_own_are_out_of_date():
     coord = coordinator()
-    assert coord._for_driver(None) == (coord.balancer, coord.reducers, coord.mappers)
-    known = handles_key(coord.balancer, coord.reducers, coord.mappers)
-    assert coord._for_driver(known) == (None, None, None)
-    coord.balancer = fake("balancer.1")
-    assert coord._for_driver(known)[0].name == "balancer.1"
+    assert coord.team.for_driver(None) == (coord.team.balancer, coord.team.reducers, coord.team.mappers)
+    known = handles_key(coord.team.balancer, coord.team.reducers, coord.team.mappers)
+    assert coord.team.for_driver(known) == (None, None, None)
+    coord.team.balancer = fake("balancer.1")
+    assert coord.team.for_driver(known)[0].name == "balancer.1"
 
 
 def test_handles_key_keeps_the_groups_apart():

@@ -1,4 +1,4 @@
-"""CoordinatorActor.repair on fake members (no Ray): dead members are replaced, a
+"""PoolMembers.repair (a CoordinatorActor's) on fake members (no Ray): dead members are replaced, a
 replacement that dies before it answers (its node went away too) is replaced again, the
 members of a lost host are replaced together, and the balancer (run by the coordinator
 itself) is never pinged nor replaced."""
@@ -52,27 +52,27 @@ def coordinator(reducer_alive: bool = True) -> object:
 def test_a_replacement_that_dies_before_it_answers_is_replaced_again(killed):
     coord = coordinator(reducer_alive=False)
     fresh = iter([fake("reducer-0.1", False), fake("reducer-0.2", True)])
-    coord._create_together = one_each(lambda role: next(fresh))
-    balancer, reducers, mappers, replaced = asyncio.run(coord.repair())
+    coord.team.create_together = one_each(lambda role: next(fresh))
+    balancer, reducers, mappers, replaced = asyncio.run(coord.team.repair())
     assert [r.name for r in reducers] == ["reducer-0.2"] and replaced == ["reducer-0"]
     assert [m.name for m in mappers] == ["mapper-0"] and balancer.role == "balancer"
-    assert coord.generation == 2 and coord.nodes["reducer-0"] == "node-of-reducer-0.2"
+    assert coord.team.generation == 2 and coord.team.nodes["reducer-0"] == "node-of-reducer-0.2"
     assert killed == ["reducer-0", "reducer-0.1"]
 
 
 def test_replacements_that_keep_dying_fail_the_job_naming_the_member():
     coord = coordinator(reducer_alive=False)
-    coord._create_together = one_each(lambda role: fake(role, False))
+    coord.team.create_together = one_each(lambda role: fake(role, False))
     with pytest.raises(JobFailedError, match=r"reducer-0 died 4 times in a row while starting .*reducer-0 died"):
-        asyncio.run(coord.repair())
-    assert coord.generation == ray_members.REPAIR_ATTEMPTS
+        asyncio.run(coord.team.repair())
+    assert coord.team.generation == ray_members.REPAIR_ATTEMPTS
 
 
 def test_live_members_are_left_alone_and_the_balancer_is_not_pinged():
     coord = coordinator()
-    coord._create_together = lambda roles: pytest.fail(f"{roles} replaced")
-    balancer, *_, replaced = asyncio.run(coord.repair())
-    assert replaced == [] and coord.answered == {"reducer-0", "mapper-0"}
+    coord.team.create_together = lambda roles: pytest.fail(f"{roles} replaced")
+    balancer, *_, replaced = asyncio.run(coord.team.repair())
+    assert replaced == [] and coord.team.answered == {"reducer-0", "mapper-0"}
     # The balancer runs in the coordinator's process: its ref names the coordinator as host.
     assert balancer.role == "balancer" and balancer.host_key == "id-coordinator"
     assert set(coord.members) == {"balancer"}
@@ -90,8 +90,8 @@ def test_the_members_of_a_lost_host_are_replaced_together_in_one_host(killed):
         started.append(list(roles))
         return {role: fake(f"{role}.1", True, "h2") for role in roles}
 
-    coord._create_together = together
-    balancer, reducers, mappers, replaced = asyncio.run(coord.repair())
+    coord.team.create_together = together
+    balancer, reducers, mappers, replaced = asyncio.run(coord.team.repair())
     assert started == [["reducer-0", "mapper-1"]] and replaced == ["reducer-0", "mapper-1"]
     assert [r.name for r in reducers] == ["reducer-0.1", "reducer-1"]
     assert [m.name for m in mappers] == ["mapper-0", "mapper-1.1"] and balancer.role == "balancer"

@@ -16,6 +16,7 @@ import pytest
 import dpa
 import dpa.runtime.ray.coordinator as ray_coordinator
 import dpa.runtime.ray.driver as ray_driver
+import dpa.runtime.ray.job as ray_job
 from dpa.engine import events as ev
 from dpa.engine.coordinator_machine import CoordinatorMachine
 from dpa.engine.planning import build_plan
@@ -77,8 +78,8 @@ def test_the_driver_hands_each_mapper_a_first_item_and_starts_every_member_befor
     assert firsts["mapper-0"][2] != firsts["mapper-1"][2]  # each its own ledger token
     mapper_peers = next(args[2] for name, method, args in log if name == "mapper-0" and method == "start_job")
     assert mapper_peers == (pool.coordinator, pool.reducers, pool.balancer)
-    (_, _, (_, _, known, (machine, max_pending, loops))), = [c for c in log if c[1] == "run_job"]
-    assert known == ("known",) and max_pending == 2 * p.num_mappers
+    (_, _, (_, _, known, (machine, loops))), = [c for c in log if c[1] == "run_job"]
+    assert known == ("known",) and machine.max_pending == ray_driver.MAX_PENDING * p.num_mappers
     assert loops == [("reducer-0", "ref:reducer-0.serve"), ("reducer-1", "ref:reducer-1.serve"),
                      ("mapper-0", "ref:mapper-0.run"), ("mapper-1", "ref:mapper-1.run")]
     assert machine.live and machine.queued == 0 and machine.blocks_per_mapper == [1, 1]
@@ -94,7 +95,8 @@ def test_a_mapper_without_a_first_item_asks_the_coordinator(log):
 
 @pytest.fixture
 def coordinator(monkeypatch) -> Any:
-    monkeypatch.setattr(ray_coordinator, "metric", lambda name: SimpleNamespace(set=lambda *a, **k: None))
+    for module in (ray_coordinator, ray_job):
+        monkeypatch.setattr(module, "metric", lambda name: SimpleNamespace(set=lambda *a, **k: None))
     cls = ray_coordinator.CoordinatorActor.__ray_metadata__.modified_class
     log: list[Any] = []
     return cls("pool", 1, 1, None, 0.0, ([Member("reducer-0", log)], [Member("mapper-0", log)]))
@@ -117,7 +119,7 @@ def test_members_calls_wait_until_the_coordinator_has_taken_the_job_over(coordin
         report = asyncio.ensure_future(coordinator._invoke("balancer", "report", (p.job_id, 0, 5, 0)))
         await asyncio.sleep(0.05)
         assert not (done.done() or progress.done() or report.done())
-        coordinator._take_job(p.job_id, machine, 2, p.job_id)
+        coordinator._take_job(machine)
         coordinator.opened.set()
         await asyncio.wait_for(asyncio.gather(done, progress, report), 1.0)
         assert machine.emitted == [100] and machine.processed == 100
@@ -132,9 +134,9 @@ def test_a_coordinator_that_prepared_a_job_lets_calls_in_at_once(coordinator):
 
     async def main() -> None:
         async def repair() -> tuple:
-            return coordinator.balancer, coordinator.reducers, coordinator.mappers, []
+            return coordinator.team.balancer, coordinator.team.reducers, coordinator.team.mappers, []
 
-        coordinator.repair = repair
+        coordinator.team.repair = repair
         await coordinator.prepare_job(p, 2)
         assert coordinator.opened.is_set()
         await asyncio.wait_for(coordinator.block_done("another job", 0, 0, 1), 0.1)  # (dropped: not this job)

@@ -7,6 +7,7 @@ ends when nothing can reach the reducer after that."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from types import SimpleNamespace
 
 import pyarrow as pa
@@ -37,13 +38,11 @@ def coordinator() -> object:
     """A coordinator actor without Ray, its job prepared and its first run started."""
     cls = ray_coordinator.CoordinatorActor.__ray_metadata__.modified_class
     coord = cls("pool", 2, 2, None, 0.0, ([Recorder("r0"), Recorder("r1")], [Recorder("m0"), Recorder("m1")]))
-    coord.balancer = Recorder("balancer")  # (a stand-in for the ref to the balancer it runs)
+    coord.team.balancer = Recorder("balancer")  # (a stand-in for the ref to the balancer it runs)
     config = dpa.JobConfig(runtime="local", num_mappers=2, num_reducers=2)
     plan, _ = build_plan(normalize_source(pa.table({"k": [1, 2]}), None), "k", dpa.Count(), None, config)
-    coord.machine = CoordinatorMachine(plan, lambda: 0.0)
-    coord.job_id = coord.run_id = "run"
-    coord.job_tags, coord.done, coord.max_pending = {"job_id": "run"}, asyncio.Event(), 4
-    coord.machine.handle(ev.JobStarted(None), ev.RunStarted(0.0))
+    coord._take_job(CoordinatorMachine(dataclasses.replace(plan, job_id="run"), lambda: 0.0, max_pending=4))
+    coord.job.handle(ev.JobStarted(None), ev.RunStarted(0.0))
     coord.opened.set()
     return coord
 
@@ -57,16 +56,16 @@ def test_the_reducers_hear_once_that_every_record_is_queued():
         assert (await taken)[0] == "block"
         assert await coord.next_block("run", 1) is None  # (the input is exhausted)
         await coord.mapper_done("run", 1)  # (mapper 0 is still at work)
-        assert all(not r.calls for r in coord.reducers)
+        assert all(not r.calls for r in coord.team.reducers)
         await coord.mapper_done("run", 0, (0, 10))  # the last block's end rides along
         await asyncio.sleep(0)  # (posted calls leave at the end of the loop's step)
-        assert [r.calls for r in coord.reducers] == [[("input_mapped", "run")]] * 2
-        assert ("input_done", "run") in coord.balancer.calls
+        assert [r.calls for r in coord.team.reducers] == [[("input_mapped", "run")]] * 2
+        assert ("input_done", "run") in coord.team.balancer.calls
         await coord.progress("run", 0, 4)  # (later calls do not repeat it)
         await asyncio.sleep(0)
-        assert [len(r.calls) for r in coord.reducers] == [1, 1] and not coord.done.is_set()
+        assert [len(r.calls) for r in coord.team.reducers] == [1, 1] and not coord.job.done.is_set()
         await coord.progress("run", 1, 6)
-        assert coord.done.is_set()  # every record absorbed: the run ends
+        assert coord.job.done.is_set()  # every record absorbed: the run ends
 
     asyncio.run(scenario())
 
@@ -77,9 +76,9 @@ def test_next_block_takes_the_last_blocks_end_along():
         await coord.offer("run", ["b0", "b1"])
         epoch, _ = (await coord.next_block("run", 0))[1:]
         got = await coord.next_block("run", 0, (epoch, 4))
-        assert got[0] == "b1" and coord.machine.logic.ledger.blocks_done == 1
+        assert got[0] == "b1" and coord.job.machine.logic.ledger.blocks_done == 1
         assert await coord.next_block("old run", 0, (epoch, 4)) is None  # a lost run's news is dropped
-        assert coord.machine.logic.ledger.blocks_done == 1
+        assert coord.job.machine.logic.ledger.blocks_done == 1
 
     asyncio.run(scenario())
 
@@ -94,7 +93,7 @@ def test_a_mapper_waiting_for_a_block_gets_the_next_one_offered_or_none_when_the
         assert (await waiting)[0] == "b0"
         waiting = asyncio.ensure_future(coord.next_block("run", 1))
         await asyncio.sleep(0)
-        await coord._stop_members(None, {})  # (a lost run, a cancelled job)
+        await coord._stop_members("run", {})  # (a lost run, a cancelled job)
         assert await waiting is None
 
     asyncio.run(scenario())
