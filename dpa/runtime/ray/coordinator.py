@@ -328,7 +328,7 @@ class Coordinator(PoolMembers, ElasticReducers, CheckpointRounds, MemberHost):
         if opening is None:
             machine.handle(ev.JobStarted(snapshot))
         tasks: dict[asyncio.Future, str] = {}
-        attempt, resume = 0, False
+        attempt, resume = 0, None
         try:
             while True:
                 run_id = job_id if attempt == 0 else f"{job_id}.{attempt}"
@@ -348,7 +348,7 @@ class Coordinator(PoolMembers, ElasticReducers, CheckpointRounds, MemberHost):
                                                            sorted({n for n in lost_nodes.values() if n})))
                 if isinstance(ins, op.FailJob):
                     raise ins.error
-                snapshot, resume = ins.balancer_snapshot, True  # (op.Restart)
+                snapshot, resume = ins.balancer_snapshot, ins  # (op.Restart: the balancer obeys it)
                 self.done.clear()
                 metric("dpa_recoveries").inc(1, tags=self.job_tags)
                 attempt += 1
@@ -372,7 +372,7 @@ class Coordinator(PoolMembers, ElasticReducers, CheckpointRounds, MemberHost):
                 "job_reducers": self.job_reducers}
 
     async def _run(self, plan: JobPlan, snapshot: Any, run_id: str, tasks: dict[asyncio.Future, str],
-                   resume: bool, loops: list[tuple[str, Any]] | None = None) -> dict[str, Any]:
+                   resume: op.Restart | None, loops: list[tuple[str, Any]] | None = None) -> dict[str, Any]:
         """One run of the job, from the last checkpoint to the end; raises :class:`RunLost`
         if a member, a node or an object is lost on the way. ``loops``: the reducers' and
         mappers' loops the driver started (see :meth:`run_job`); only the balancer is
@@ -381,7 +381,7 @@ class Coordinator(PoolMembers, ElasticReducers, CheckpointRounds, MemberHost):
         self.member_run = run_id
         balancer_peers = self._peers_for(self.balancer, (self.mappers, self.job_reducers, me))
         if loops is not None:  # (the balancer runs here: started before any call reaches it)
-            await MemberHost._invoke(self, "balancer", "start_job", (plan, snapshot, balancer_peers, run_id, False))
+            await MemberHost._invoke(self, "balancer", "start_job", (plan, snapshot, balancer_peers, run_id, None))
             self.peers_sent.clear()  # (the driver sent the others theirs)
             self.opened.set()  # (the calls of the members the driver started come in now)
             asyncio.ensure_future(self.note_members()).add_done_callback(retrieved)
@@ -447,15 +447,15 @@ class Coordinator(PoolMembers, ElasticReducers, CheckpointRounds, MemberHost):
             "group_apply": end["applied"],
         }
 
-    async def _start_run(self, plan: JobPlan, snapshot: Any, run_id: str, resume: bool, balancer_peers: Any,
+    async def _start_run(self, plan: JobPlan, snapshot: Any, run_id: str, resume: op.Restart | None, balancer_peers: Any,
                          me: Any) -> None:
         """Starts the balancer (first, with the checkpoint's snapshot, for a recovered run),
         the job's reducers and the mappers on run ``run_id``, and the run itself."""
         try:
             if resume:  # a recovered run starts from the snapshot the balancer (kept or new) has
-                snapshot = await self.balancer.start_job.remote(plan, snapshot, balancer_peers, run_id, True)
+                snapshot = await self.balancer.start_job.remote(plan, snapshot, balancer_peers, run_id, resume)
             await asyncio.gather(
-                *([] if resume else [self.balancer.start_job.remote(plan, snapshot, balancer_peers, run_id, False)]),
+                *([] if resume else [self.balancer.start_job.remote(plan, snapshot, balancer_peers, run_id, None)]),
                 *member_starts(plan, snapshot, run_id, self.machine.checkpoint, self.job_slots, self.reducers,
                                self.mappers, self.balancer, me, self._peers_for))
         except BaseException as exc:  # (cancelled meanwhile, too)
