@@ -6,7 +6,10 @@ Each run is the in-process runtime with ``JobConfig()`` defaults but the width:
 ``--keys`` keys, each costing 1 ms (``dpa.WithCost(dpa.Count(), 1e-3)``), with the message
 costs measured on Ray (``run_local(..., costs=MEASURED)``, :data:`dpa.runtime.message_costs.MEASURED`): every
 report, block request, progress count, push and snapshot costs its receiver CPU time,
-and the balancer and the coordinator are each one queue. Reported per width: virtual
+and the balancer and the coordinator are each one queue. The reducers run
+``--reducers-per-host`` to a process (default 8, a node's worth of logical reducers): a
+host's reports of one tick of the report clock reach the balancer as one message, as on
+Ray. Reported per width: virtual
 time / ideal (ideal = records x 1 ms / reducers), the balancer's and the coordinator's
 busy fraction, messages per virtual second at each, the real and CPU seconds of the run,
 and whether the counts equal DuckDB's.
@@ -14,7 +17,7 @@ and whether the counts equal DuckDB's.
 ``--measure`` measures the message costs instead (the figures behind ``MEASURED``): one
 async actor on a local Ray receives each kind of call ``--calls`` times, fired without
 waiting, and the CPU its process spent is divided by the calls (Ray's receiving side plus
-the handler: a real :class:`~dpa.engine.balancer.BalancerLogic` for a report, an Arrow
+the handler: a real :class:`~dpa.engine.balancer.BalancerMachine` for a report, an Arrow
 batch for a push, a hybrid snapshot, a block's object ref returned for a block request);
 then the balancer's handler and its tick are timed in-process on the runs of the
 simulator at 64 and 1,024 reducers (the tick's fixed and per-reducer parts).
@@ -56,7 +59,7 @@ def _exact(table: Any, got: Any) -> bool:
     return want == dict(zip(got["key"].to_pylist(), got[count_col].to_pylist()))
 
 
-def simulate(width: int, table: Any, cost_s: float, costs: Any) -> dict[str, Any]:
+def simulate(width: int, table: Any, cost_s: float, costs: Any, per_host: int = 1) -> dict[str, Any]:
     """One run at ``width`` reducers with message ``costs``; its figures (see the module
     docstring)."""
     import pyarrow as pa
@@ -71,14 +74,15 @@ def simulate(width: int, table: Any, cost_s: float, costs: Any) -> dict[str, Any
     t0, c0 = time.perf_counter(), time.process_time()
     src = normalize_source(table, config.batch_size, config.num_mappers)
     plan, blocks = build_plan(src, "key", reducer, None, config)
-    out = run_local(plan, blocks, costs=costs)
+    hosts = -(-width // max(1, per_host))
+    out = run_local(plan, blocks, costs=costs, hosts=hosts)
     sim, processed, vt = out.extra["sim"], out.processed, out.virtual_time_s
     real, cpu = time.perf_counter() - t0, time.process_time() - c0
     exact = _exact(table, pa.concat_tables([t for t in out.tables if t is not None]))
     ideal = table.num_rows * cost_s / width
     bal, coord = sim["balancer"], sim["coordinator"]
     return {
-        "reducers": width, "records": table.num_rows, "virtual_s": round(vt, 4), "ideal_s": round(ideal, 4),
+        "reducers": width, "hosts": hosts, "records": table.num_rows, "virtual_s": round(vt, 4), "ideal_s": round(ideal, 4),
         "x_ideal": round(vt / ideal, 3),
         "balancer_busy": round(bal["busy_fraction"], 3), "coordinator_busy": round(coord["busy_fraction"], 3),
         "balancer_msgs_per_s": round(sum(bal["messages"].values()) / vt, 1),
@@ -98,9 +102,9 @@ def _probe_class() -> Any:
         """Receives calls shaped like dpa's and does what their receiver does with them."""
 
         def __init__(self, plan: Any, snapshot: Any, block: Any) -> None:
-            from dpa.engine.balancer import BalancerLogic
+            from dpa.engine.balancer import BalancerMachine
 
-            self.balancer = BalancerLogic(plan, snapshot)
+            self.balancer = BalancerMachine(plan, snapshot)
             self.block = block  # a list holding one object ref: what a mapper's request returns
 
         async def cpu(self) -> float:
@@ -146,11 +150,11 @@ def _handler_times(width: int, rows: int, keys: int, z: float) -> dict[str, floa
     """CPU seconds per report and per tick of the real balancer on a simulated run at
     ``width`` reducers (messages free, so the run is the protocol's own)."""
     from dpa.engine import events as ev
-    from dpa.engine.balancer import BalancerLogic
+    from dpa.engine.balancer import BalancerMachine
     from dpa.runtime.message_costs import MessageCosts
 
     spent: dict[str, list[float]] = {"report": [], "tick": []}
-    original = BalancerLogic.handle
+    original = BalancerMachine.handle
 
     def timed_handle(self: Any, *events: Any) -> Any:
         t0 = time.process_time()
@@ -161,11 +165,11 @@ def _handler_times(width: int, rows: int, keys: int, z: float) -> dict[str, floa
             spent[kind].append(time.process_time() - t0)
         return out
 
-    BalancerLogic.handle = timed_handle  # type: ignore[method-assign]
+    BalancerMachine.handle = timed_handle  # type: ignore[method-assign]
     try:
         simulate(width, _table(rows, keys, z, 1), 1e-3, MessageCosts.free())
     finally:
-        BalancerLogic.handle = original  # type: ignore[method-assign]
+        BalancerMachine.handle = original  # type: ignore[method-assign]
     return {f"{k}_s": float(np.mean(v)) if v else 0.0 for k, v in spent.items()} | {
         f"{k}s": len(v) for k, v in spent.items()}
 
@@ -244,6 +248,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--cost-ms", type=float, default=1.0, help="work per record, ms (default 1)")
     p.add_argument("--reducers-list", default=",".join(map(str, DEFAULT_WIDTHS)),
                    help="widths to simulate (default 64,256,1024,4096)")
+    p.add_argument("--reducers-per-host", type=int, default=8,
+                   help="reducers per host process, whose reports travel together (default 8)")
     p.add_argument("--free", action="store_true", help="messages cost nothing (the protocol alone)")
     p.add_argument("--measure", action="store_true", help="measure the message costs on Ray instead")
     p.add_argument("--calls", type=int, default=3000, help="--measure: calls per kind")
@@ -263,18 +269,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     table = _table(args.rows, args.keys, args.zipf, 1)
     rows = []
     for width in [int(w) for w in args.reducers_list.split(",")]:
-        row = simulate(width, table, args.cost_ms * 1e-3, MessageCosts.free() if args.free else MEASURED)
+        row = simulate(width, table, args.cost_ms * 1e-3, MessageCosts.free() if args.free else MEASURED,
+                       args.reducers_per_host)
         rows.append(row)
-        print_table([row], columns=["reducers", "x_ideal", "balancer_busy", "coordinator_busy",
+        print_table([row], columns=["reducers", "hosts", "x_ideal", "balancer_busy", "coordinator_busy",
                                     "balancer_msgs_per_s", "coordinator_msgs_per_s", "real_s", "cpu_s", "exact"],
                     title=f"{width} reducers")
-    print_table(rows, columns=["reducers", "records", "virtual_s", "ideal_s", "x_ideal", "balancer_busy",
+    print_table(rows, columns=["reducers", "hosts", "records", "virtual_s", "ideal_s", "x_ideal", "balancer_busy",
                                "coordinator_busy", "balancer_msgs_per_s", "coordinator_msgs_per_s",
                                "reducer_msg_busy", "real_s", "cpu_s", "exact"],
                 title=f"simulator: Zipf {args.zipf} over {args.keys:,} keys, {args.rows:,} records x "
                       f"{args.cost_ms} ms, JobConfig() defaults but the width"
                       + (", messages free" if args.free else ", measured message costs"))
     payload = {"rows": args.rows, "keys": args.keys, "zipf": args.zipf, "cost_ms": args.cost_ms,
+               "reducers_per_host": args.reducers_per_host,
                "free": args.free, "results": rows,
                "note": "real_s and cpu_s measured on a shared 2-core machine; virtual figures are deterministic"}
     write_json(args.out or "benchmarks/results/scale_sim.json", payload)

@@ -1,5 +1,5 @@
 """The balancer's state machine: a policy's planner with the event log, the published
-snapshot, the queue-length timeline and elastic scaling, plain Python.
+snapshot, the queue-length timeline, elastic scaling and the tick rule, plain Python.
 """
 
 from __future__ import annotations
@@ -12,7 +12,17 @@ import numpy as np
 
 from dpa.engine import events as ev
 from dpa.engine.elastic import ScalingEvent, ScalingRule
-from dpa.engine.instructions import Publish, ScaleOut
+from dpa.engine.instructions import (
+    AnswerForecast,
+    BalancingResult,
+    Instruction,
+    LogRebalances,
+    Publish,
+    Reply,
+    Restart,
+    ScaleOut,
+    TickAt,
+)
 from dpa.engine.machine import Machine, handles
 from dpa.engine.plan import JobPlan
 from dpa.routing.policy import Decision, RebalanceEvent
@@ -21,8 +31,17 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class BalancerLogic(Machine):
-    """Wraps a policy's planner with the event log, the published snapshot and a timeline.
+class BalancerMachine(Machine):
+    """The balancer's protocol: a policy's planner with the event log, the published
+    snapshot and a timeline; events in, instructions out (:meth:`handle`).
+
+    **The tick rule.** The balancer evaluates the policy at a tick
+    (:class:`~dpa.engine.events.BalancerTick`), which it asks its runtime for with a
+    :class:`~dpa.engine.instructions.TickAt`: at the first report after a tick, for
+    ``lb_interval_s`` after that tick, and after a tick for ``lb_interval_s`` later while
+    some reducer's last reported queue is not empty. A job whose queues are all empty and
+    silent costs the balancer nothing; a busy one is looked at every ``lb_interval_s``.
+    Both runtimes obey the same instruction.
 
     The timeline samples the latest reported queue lengths at every tick (only when they
     changed), so run reports can plot queue length per reducer over time; it keeps at
@@ -32,7 +51,9 @@ class BalancerLogic(Machine):
     when the planner has nothing to publish: a scale-in is applied at once (the planner
     takes the slot's tokens away); a scale-out is returned as a
     :class:`~dpa.engine.instructions.ScaleOut` for the runtime to start the reducers, which then
-    calls :meth:`scaled_out`. Both are logged in :attr:`scaling`.
+    hands back :class:`~dpa.engine.events.ScaledOut`. Both are logged in :attr:`scaling`.
+    After every batch of events, new log entries go to the runtime's metrics as a
+    :class:`~dpa.engine.instructions.LogRebalances`.
     """
 
     plan: JobPlan
@@ -45,20 +66,46 @@ class BalancerLogic(Machine):
 
     role = "balancer"
 
+    @classmethod
+    def for_run(cls, plan: JobPlan, snapshot: Any, restart: Restart | None,
+                current: BalancerMachine | None) -> BalancerMachine:
+        """The balancer machine a run of ``plan`` uses: a new one from ``snapshot`` for a
+        first run; for a recovered run what ``restart`` says: a balancer that was replaced
+        (``new_balancer``) resumes from the checkpoint's snapshot, one that survived
+        (``current``) keeps its planner, log and published snapshot.
+
+        Raises:
+            RuntimeError: ``restart`` keeps a balancer that does not serve ``plan``'s job.
+        """
+        if restart is None:
+            return cls(plan, snapshot)
+        if restart.new_balancer:
+            return cls(plan, restart.balancer_snapshot, resume=True)
+        if current is None or current.plan.job_id != plan.job_id:
+            raise RuntimeError(f"dpa: the recovery of job {plan.job_id} keeps its balancer, but this "
+                               f"balancer does not serve it (bug)")
+        current.handle(ev.BalancerResumed())
+        return current
+
     @handles(ev.QueueReported)
     def _on_report(self, event: ev.QueueReported) -> list[Any]:
         self.report(event.reducer, event.queue_length, event.version, event.keys, event.backlog_s)
-        return []
+        return self._ask_tick(self.last_tick)
 
     @handles(ev.ForecastArrived)
     def _on_forecast(self, event: ev.ForecastArrived) -> list[Any]:
         published = self.forecast(event.mapper, event.hashes, event.counts, event.total, event.now)
-        return [] if published is None else [published]
+        return [*([] if published is None else [published]), AnswerForecast(self.snapshot)]
 
     @handles(ev.BalancerTick)
     def _on_tick(self, event: ev.BalancerTick) -> list[Any]:
+        self.tick_asked = False
+        self.last_tick = event.now
         instruction = self.tick(event.now)
-        return [] if instruction is None else [instruction]
+        out: list[Any] = [] if instruction is None else [instruction]
+        if self._busy_queues():
+            out += self._ask_tick(event.now)
+        return out
 
     @handles(ev.InputDone)
     def _on_input_done(self, event: ev.InputDone) -> list[Any]:
@@ -73,7 +120,41 @@ class BalancerLogic(Machine):
     @handles(ev.BalancerStopped)
     def _on_stopped(self, event: ev.BalancerStopped) -> list[Any]:
         self.sample(event.now)
+        self.stopped = True
+        return [BalancingResult(tuple(self.events), self.snapshot, tuple(self.timeline), tuple(self.scaling),
+                                self.width)]
+
+    @handles(ev.SnapshotAsked)
+    def _on_snapshot_asked(self, event: ev.SnapshotAsked) -> list[Any]:
+        return [Reply(event.request_id, self.snapshot)]
+
+    @handles(ev.BalancerResumed)
+    def _on_resumed(self, event: ev.BalancerResumed) -> list[Any]:
+        self.tick_asked = False
+        self.stopped = False
         return []
+
+    def settle(self) -> list[Instruction]:
+        """New log entries, a new snapshot version or a new width go to the metrics."""
+        active = len(self.active_slots) if self.rule is not None else None
+        seen = (len(self.events), self.snapshot.version, active)
+        if seen == self._logged:
+            return []
+        new = tuple(self.events[self._logged[0]:])
+        self._logged = seen
+        return [LogRebalances(new, self.snapshot.version, active)]
+
+    def _ask_tick(self, after: float) -> list[Any]:
+        """A :class:`~dpa.engine.instructions.TickAt` ``lb_interval_s`` after ``after``,
+        unless one is asked for already (or the job is over)."""
+        if self.tick_asked or self.stopped:
+            return []
+        self.tick_asked = True
+        return [TickAt(after + self.plan.lb_interval_s)]
+
+    def _busy_queues(self) -> bool:
+        """Whether some reducer's last reported queue is not empty."""
+        return self._queued > 0
 
     def __post_init__(self) -> None:
         # ``resume``: a balancer restarted after a failure continues from ``snapshot`` (the
@@ -93,6 +174,11 @@ class BalancerLogic(Machine):
                                     self.plan.scale_out_backlog_s)
         #: Reducer slots ``0 .. width - 1`` took part in the job (slots are taken lowest first).
         self.width = max(self.active_slots) + 1
+        self.tick_asked = False  # a TickAt is out and its tick has not come
+        self.last_tick = 0.0
+        self.stopped = False
+        self._queued = 0  # reducers whose last reported queue is not empty
+        self._logged: tuple[int, int, int | None] = (0, -1, None)  # (events, version, active) last logged
 
     @property
     def active_slots(self) -> list[int]:
@@ -122,6 +208,7 @@ class BalancerLogic(Machine):
                backlog_s: float | None = None) -> None:
         """A reducer's queue length under ``version``, with its key arrivals if collected
         and its backlog in estimated seconds of work if measured."""
+        self._queued += (queue_length > 0) - (self.queue_lengths[reducer] > 0)
         self.queue_lengths[reducer] = int(queue_length)
         if backlog_s is not None:
             self.backlogs[reducer] = float(backlog_s)
@@ -186,7 +273,7 @@ class BalancerLogic(Machine):
         seen = tuple(round(self.backlogs[r] or 0.0, 4) for r in active)
         if action == "scale_out":
             self.scaling_out = (tuple(slots), reason, seen)
-            return ScaleOut(tuple(slots))
+            return ScaleOut(tuple(slots), self.snapshot)
         for slot in slots:
             self._apply(self.planner.scale_in(slot, now))
         self.rule.changed(now)

@@ -261,9 +261,24 @@ class ScaledOut(Event):
 
 @dataclass(frozen=True)
 class BalancerStopped(Event):
-    """The job's end, at ``now``: the timeline takes its last sample."""
+    """The job's end, at ``now``: the timeline takes its last sample; the answer is the
+    :class:`~dpa.engine.instructions.BalancingResult`."""
 
     now: float
+
+
+@dataclass(frozen=True)
+class SnapshotAsked(Event):
+    """A member (or the runtime) asks for the balancer's current snapshot; answered by a
+    :class:`~dpa.engine.instructions.Reply` to ``request_id``."""
+
+    request_id: int = 0
+
+
+@dataclass(frozen=True)
+class BalancerResumed(Event):
+    """A recovered run keeps this balancer (:attr:`~dpa.engine.instructions.Restart.new_balancer`
+    False): the lost run's tick timer is gone with it."""
 
 
 # -- the apply phase of a per-group function (GroupApply) -------------------------------

@@ -64,11 +64,53 @@ class Publish(Instruction):
 
 @dataclass(frozen=True)
 class ScaleOut(Instruction):
-    """Balancer -> runtime (elastic reducers): start reducers in these free ``slots``, give
-    them the peers' handles, then report back (:meth:`dpa.engine.balancer.BalancerLogic.scaled_out`)
-    so the balancer gives them tokens and publishes the new routing."""
+    """Balancer -> runtime (elastic reducers): start reducers in these free ``slots`` under
+    ``snapshot`` (the balancer's), give them the peers' handles, then report back
+    (:class:`~dpa.engine.events.ScaledOut`) so the balancer gives them tokens and publishes
+    the new routing."""
 
     slots: tuple[int, ...]
+    snapshot: Any = None
+
+
+@dataclass(frozen=True)
+class TickAt(Instruction):
+    """Balancer -> its runtime: feed it :class:`~dpa.engine.events.BalancerTick` at clock time
+    ``at`` (the balancer's clock; at once if that time has passed). Asked once per tick, at
+    the first report after the last tick (:class:`~dpa.engine.balancer.BalancerMachine`)."""
+
+    at: float
+
+
+@dataclass(frozen=True)
+class AnswerForecast(Instruction):
+    """Balancer -> the mapper whose forecast it took: route under ``snapshot``."""
+
+    snapshot: Any
+
+
+@dataclass(frozen=True)
+class LogRebalances(Instruction):
+    """Balancer -> its runtime's metrics: the rebalancing ``events`` logged since the last
+    such instruction, the published snapshot's ``version`` and, for an elastic job, the
+    reducers that take part (None otherwise)."""
+
+    events: tuple[Any, ...]
+    version: int
+    active_reducers: int | None
+
+
+@dataclass(frozen=True)
+class BalancingResult(Instruction):
+    """Balancer -> runtime, at the job's end: the event log, the final snapshot, the
+    queue-length timeline, the scaling log and the reducer slots that took part
+    (``0 .. width - 1``)."""
+
+    events: tuple[Any, ...]
+    snapshot: Any
+    timeline: tuple[Any, ...]
+    scaling: tuple[Any, ...]
+    width: int
 
 
 # -- what the mapper and reducer machines (dpa.engine.mapper_machine, reducer_machine) ask for

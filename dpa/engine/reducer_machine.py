@@ -74,14 +74,24 @@ class ReducerMachine(Machine):
         self.last_progress_value = self.logic.processed  # what the coordinator knows already
 
     # -- the entry point ------------------------------------------------------------
+    def handle(self, *events: ev.Event) -> list[op.Instruction]:
+        """Takes events; returns the instructions for the runtime, in order. An error of
+        user code raised on the way names, as its ``key``, the key it was working on (if
+        known and the error names none), for the runtime's error message."""
+        try:
+            return super().handle(*events)
+        except Exception as exc:
+            key = self.logic.current_key
+            if key is not None and getattr(exc, "key", None) is None:
+                try:
+                    exc.key = key  # type: ignore[attr-defined]
+                except AttributeError:  # (an error type without attributes of its own)
+                    pass
+            raise
+
     def settle(self) -> list[Any]:
         """Parked pushes go in whenever the events made room (:meth:`_release_parked`)."""
         return self._release_parked()
-
-    @property
-    def current_key(self) -> Any:
-        """The key user code was working on when it raised (None if unknown)."""
-        return self.logic.current_key
 
     @handles(ev.ReducerStarted)
     def _on_started(self, event: ev.ReducerStarted) -> list[Any]:
@@ -250,7 +260,10 @@ class ReducerMachine(Machine):
         if self.wake is not None and self.wake > now:
             return []
         interval = self.plan.report_interval_s
-        self.wake = (math.floor(now / interval) + 1) * interval
+        tick = math.floor(now / interval) + 1
+        self.wake = tick * interval
+        if self.wake <= now:  # (``now / interval`` rounded down past a tick that is ``now``)
+            self.wake = (tick + 1) * interval
         return [op.ReportAt(self.wake)]
 
     def _termination_progress(self) -> bool:

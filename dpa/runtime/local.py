@@ -2,13 +2,14 @@
 
 It is a deterministic discrete-event simulation in *virtual* time over the same state
 machines the Ray actors run (:class:`~dpa.engine.mapper_machine.MapperMachine`,
-:class:`~dpa.engine.reducer_machine.ReducerMachine`, :class:`~dpa.engine.balancer.BalancerLogic`
+:class:`~dpa.engine.reducer_machine.ReducerMachine`, :class:`~dpa.engine.balancer.BalancerMachine`
 and :class:`~dpa.engine.coordinator_machine.CoordinatorMachine`): it only delivers their
 instructions.
 Mappers are infinitely fast (blocks go to the mappers that wait for one, round-robin),
 reducers pay their :class:`~dpa.aggregates.contract.WithCost` cost in virtual seconds,
-and the balancer ticks (and every reducer's report timer fires) every ``lb_interval_s``
-virtual seconds. Because nothing sleeps, a job that would take minutes on Ray with
+a reducer reports when its machine asks (:class:`~dpa.engine.instructions.ReportAt`: a
+tick of the shared report clock) and the balancer ticks when its machine asks
+(:class:`~dpa.engine.instructions.TickAt`), as on Ray. Because nothing sleeps, a job that would take minutes on Ray with
 expensive reducers runs here in seconds: it is the correctness oracle of the Ray runtime,
 a simulator of the load balancer at scale and a fault injector.
 
@@ -18,7 +19,10 @@ Messages can cost their receiver CPU time (``costs``: a
 the coordinator are then each one FIFO queue (:class:`~dpa.runtime.message_costs.ActorQueue`),
 so a report or a block request waits while the actor handles earlier ones and takes effect
 when it has been handled, and a reducer's next step starts later by the pushes, forwards
-and snapshots it received. By default messages are free (the protocol alone: every
+and snapshots it received. The reducers run in ``hosts`` processes (reducer ``r`` in host
+``r % hosts``; default one each): as on Ray (:mod:`dpa.runtime.ray.outbox`), the reports
+and progress counts a host's reducers send in one step leave it as one message per
+destination, which costs the receiver one message plus a part per report it carries. By default messages are free (the protocol alone: every
 message at once, for nothing), which is the oracle's and the papers' model. The
 balancer's and the coordinator's busy fraction and message counts are in the output's
 ``extra["sim"]`` (``res.stats.extra["sim"]``).
@@ -40,7 +44,7 @@ import pyarrow as pa
 from dpa.aggregates.rows import unit_size
 from dpa.engine import events as ev
 from dpa.engine import instructions as op
-from dpa.engine.balancer import BalancerLogic
+from dpa.engine.balancer import BalancerMachine
 from dpa.engine.coordinator_machine import CoordinatorMachine
 from dpa.engine.epochs import Checkpoint, Rest
 from dpa.engine.group_schedule import GroupScheduler, unit_target_rows
@@ -56,7 +60,8 @@ logger = logging.getLogger(__name__)
 
 def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
               progress: Callable[[int], None] | None = None,
-              faults: Sequence[tuple[float, str]] = (), costs: MessageCosts | None = None) -> RunOutput:
+              faults: Sequence[tuple[float, str]] = (), costs: MessageCosts | None = None,
+              hosts: int | None = None) -> RunOutput:
     """Runs ``plan`` over ``blocks`` in-process and returns the per-reducer outputs.
 
     ``progress(records_processed)`` is called about every ``DRIVER_PROGRESS_INTERVAL_S``.
@@ -67,33 +72,37 @@ def run_local(plan: JobPlan, blocks: Iterator[pa.Table],
     handed out again; more failures than ``plan.max_recoveries`` fail the job.
     ``costs``: what each message costs its receiver (default none,
     ``MessageCosts.free()``; :data:`~dpa.runtime.message_costs.MEASURED` simulates the
-    balancer's and the coordinator's load on Ray).
+    balancer's and the coordinator's load on Ray). ``hosts``: the processes the reducers
+    run in (default one per reducer), whose reports and progress travel together.
 
     Raises:
         JobFailedError: More failures than ``plan.max_recoveries``.
     """
-    return LocalRun(plan, blocks, progress, faults, costs).run()
+    return LocalRun(plan, blocks, progress, faults, costs, hosts).run()
 
 
 class LocalRun:
     """One job in virtual time: the machines, their mail and the clock."""
 
     def __init__(self, plan: JobPlan, blocks: Iterator[pa.Table], progress: Callable[[int], None] | None,
-                 faults: Sequence[tuple[float, str]], costs: MessageCosts | None = None) -> None:
+                 faults: Sequence[tuple[float, str]], costs: MessageCosts | None = None,
+                 hosts: int | None = None) -> None:
         self.plan = plan
         self.costs = MessageCosts.free() if costs is None else costs
         self.actors = {"balancer": ActorQueue("balancer"), "coordinator": ActorQueue("coordinator")}
         self.waiting: dict[int, Callable[[], Any]] = {}  # heap seq -> a message an actor handles then
         self.pending = {"balancer": 0, "coordinator": 0}  # its messages in the heap
-        self.tick_waiting = False  # a balancer tick is queued behind its messages
-        self.tick_armed = False  # the balancer's (and the reports') timer is in the heap
         self.reducer_message_s = 0.0  # what messages cost the reducers, in all
         self.R, self.M = plan.num_reducers, plan.num_mappers
+        self.hosts = self.R if hosts is None else max(1, min(int(hosts), self.R))
+        self.wakes: dict[float, list[int]] = {}  # report clock time -> the reducers that asked for it
+        # (actor, host) -> the reports or progress counts the host sends it at the end of this step
+        self.outbox: dict[tuple[str, int], list[Any]] = {}
         self.progress_cb = progress
         self.faults = list(faults)
         self.now = 0.0
         self.initial = plan.policy.initial_snapshot(self.R)
-        self.balancer = BalancerLogic(plan, self.initial)
+        self.balancer = BalancerMachine.for_run(plan, self.initial, None, None)
         # Every reducer slot has a machine from the start (an elastic job's new ones start
         # at once); reducers are asked to finalize (messages cost nothing here).
         self.coordinator = CoordinatorMachine(plan, self.clock, range(self.R), finalize_at_stop=False)
@@ -149,13 +158,28 @@ class LocalRun:
             self._coordinator_does(ins)
 
     def _deliver(self) -> None:
-        """Carries out the instructions in the mail, in order, until none is left."""
+        """Carries out the instructions in the mail, in order, until none is left; then
+        what the hosts sent the balancer and the coordinator leaves, one message per host."""
         while self.mail:
             role, i, ins = self.mail.popleft()
             if role == "reducer":
                 self._reducer_does(i, ins)
             else:
                 self._mapper_does(i, ins)
+        if self.outbox:
+            self._send_outbox()
+
+    def _send_outbox(self) -> None:
+        """Each host's reports go to the balancer, and its progress counts to the
+        coordinator, as one message each (:mod:`dpa.runtime.ray.outbox` on Ray)."""
+        sent, self.outbox = self.outbox, {}
+        for (actor, _host), items in sent.items():
+            if actor == "balancer":
+                cost = self.costs.batch_cost("report", len(items))
+                self._at("balancer", cost, "report", lambda items=items: self._balancer_handles(*items))
+            else:
+                cost = self.costs.batch_cost("progress", len(items))
+                self._at("coordinator", cost, "progress", lambda items=items: self._coordinate(*items))
 
     def _reducer_does(self, r: int, ins: Any) -> None:
         if isinstance(ins, op.SendForward):
@@ -173,25 +197,25 @@ class LocalRun:
             owed, self.owed[r] = self.owed[r], 0.0
             self.reducer_message_s += owed
             heapq.heappush(self.heap, (self.now + ins.cost_s + owed, next(self.seq), "paid", r))
-            if not self.tick_armed:  # (the timer stopped while every reducer was idle)
-                self._arm_tick()
         elif isinstance(ins, op.Report):
             report = ev.QueueReported(r, ins.queue_length, ins.version, ins.keys, ins.backlog_s)
-            self._at("balancer", self.costs.report_s, "report", lambda: self.balancer.handle(report))
+            self.outbox.setdefault(("balancer", r % self.hosts), []).append(report)
         elif isinstance(ins, op.Progress):
             progress = ev.ProgressReported(r, ins.processed)
-            self._at("coordinator", self.costs.progress_s, "progress", lambda: self._coordinate(progress))
+            self.outbox.setdefault(("coordinator", r % self.hosts), []).append(progress)
+        elif isinstance(ins, op.ReportAt):
+            self._wake_at(r, ins.at)
         elif isinstance(ins, op.SendState):
             self._to_reducer(ins.move.dest, ev.StateArrived(ins.move))
         elif isinstance(ins, op.FetchSnapshot):
-            self._to_reducer(r, ev.SnapshotFetched(self.balancer.snapshot))
+            self._to_reducer(r, ev.SnapshotFetched(self._balancer_snapshot()))
         elif isinstance(ins, op.Reply):
             self.replies[ins.request_id] = ins.value
         elif isinstance(ins, op.SendPartial):
             self._to_reducer(ins.dest, ev.PartialArrived(ins.partial))
         elif isinstance(ins, op.Finished):
             self.counters[r] = ins.counters
-        elif not isinstance(ins, op.ReportAt):  # (its ticks feed every reducer ReportDue: _tick)
+        else:
             raise TypeError(f"the local runtime cannot carry out {ins!r}")
 
     def _mapper_does(self, m: int, ins: Any) -> None:
@@ -220,10 +244,12 @@ class LocalRun:
 
     def _forecast(self, m: int, ins: op.SendForecast) -> None:
         """The balancer takes mapper ``m``'s forecast; a waiting mapper gets the snapshot."""
-        for published in self.balancer.handle(ev.ForecastArrived(m, ins.hashes, ins.counts, ins.total, self.now)):
-            self._publish(published.snapshot)
-        if ins.wait:
-            self._to_mapper(m, ev.ForecastAnswered(self.balancer.snapshot))
+        for done in self.balancer.handle(ev.ForecastArrived(m, ins.hashes, ins.counts, ins.total, self.now)):
+            if isinstance(done, op.AnswerForecast):
+                if ins.wait:
+                    self._to_mapper(m, ev.ForecastAnswered(done.snapshot))
+            else:
+                self._balancer_does(done)
 
     # -- message costs ----------------------------------------------------------------
     def _at(self, actor: str, cost: float, kind: str, handle: Callable[[], Any]) -> None:
@@ -269,15 +295,28 @@ class LocalRun:
             self.mail.extend(("reducer", r, ins) for ins in self.reducers[r].handle(ev.SnapshotArrived(snapshot)))
         self._deliver()
 
-    def _balancer_handles(self, event: Any) -> None:
-        for ins in self.balancer.handle(event):
+    def _balancer_handles(self, *events: Any) -> None:
+        for ins in self.balancer.handle(*events):
             self._balancer_does(ins)
 
     def _balancer_does(self, ins: Any) -> None:
         if isinstance(ins, op.ScaleOut):  # (the coordinator decides which slots start)
             self._coordinate(ev.ScaleOutRequested(list(ins.slots), 0.0))
-        else:
+        elif isinstance(ins, op.Publish):
             self._publish(ins.snapshot)
+        elif isinstance(ins, op.TickAt):
+            heapq.heappush(self.heap, (max(self.now, ins.at), next(self.seq), "tick", -1))
+        elif not isinstance(ins, op.LogRebalances):  # (no metrics here)
+            raise TypeError(f"the local runtime cannot carry out {ins!r}")
+
+    def _balancer_snapshot(self) -> Any:
+        snapshot = None
+        for ins in self.balancer.handle(ev.SnapshotAsked()):
+            if isinstance(ins, op.Reply):
+                snapshot = ins.value
+            else:
+                self._balancer_does(ins)
+        return snapshot
 
     # -- the coordinator's instructions -----------------------------------------------
     def _coordinator_does(self, ins: Any) -> None:
@@ -298,7 +337,7 @@ class LocalRun:
             for r in ins.slots:
                 self._to_reducer(r, ev.InputMapped())
         elif isinstance(ins, op.TellBalancerMapped):
-            self._at("balancer", 0.0, "input_done", lambda: self.balancer.handle(ev.InputDone()))
+            self._at("balancer", 0.0, "input_done", lambda: self._balancer_handles(ev.InputDone()))
         elif isinstance(ins, op.StartCheckpoint):
             self._coordinate(ev.CheckpointOpened())
         elif isinstance(ins, op.AskPrepare):
@@ -311,7 +350,7 @@ class LocalRun:
             self._to_reducer(ins.slot, ev.ReleaseCheckpoint())
             self._deliver()
         elif isinstance(ins, op.FetchCheckpointSnapshot):
-            self._coordinate(ev.CheckpointSnapshot(self.balancer.snapshot))
+            self._coordinate(ev.CheckpointSnapshot(self._balancer_snapshot()))
         elif isinstance(ins, op.StoreCheckpoint):
             self._coordinate(ev.CheckpointStored(ins.checkpoint))
         elif isinstance(ins, op.CheckpointFailed):
@@ -348,16 +387,17 @@ class LocalRun:
     def _restart(self, ins: op.Restart) -> None:
         """Every member rolls back to the checkpoint (a lost balancer restarts from its
         snapshot); the coordinator hands its later items out again."""
-        if ins.new_balancer:
-            self.balancer = BalancerLogic(self.plan, ins.balancer_snapshot, resume=True)
-        # (what the old members sent and nobody handled yet is lost with them)
-        self.heap = [e for e in self.heap if e[2] not in ("paid", "balancer", "coordinator")]
+        self.balancer = BalancerMachine.for_run(self.plan, ins.balancer_snapshot, ins, self.balancer)
+        # (what the old members sent and nobody handled yet is lost with them, and so are
+        # their report clocks and the balancer's tick timer)
+        self.heap = [e for e in self.heap if e[2] not in ("paid", "balancer", "coordinator", "wake", "tick")]
         heapq.heapify(self.heap)
         self.waiting.clear()
         self.pending = {"balancer": 0, "coordinator": 0}
-        self.tick_waiting = False
+        self.wakes.clear()
+        self.outbox.clear()
         self.mail.clear()
-        self._start_members(self.balancer.snapshot, ins.checkpoint)
+        self._start_members(self._balancer_snapshot(), ins.checkpoint)
 
     # -- time -----------------------------------------------------------------------
     def _feed(self) -> None:
@@ -376,30 +416,28 @@ class LocalRun:
             self._deliver()
         return handle
 
-    def _tick(self) -> None:
-        for r in range(self.R):
+    def _wake_at(self, r: int, at: float) -> None:
+        """Reducer ``r`` is fed :class:`~dpa.engine.events.ReportDue` at ``at``, with every
+        reducer that asked for the same tick of the report clock."""
+        due = self.wakes.get(at)
+        if due is None:
+            due = self.wakes[at] = []
+            heapq.heappush(self.heap, (at, next(self.seq), "wake", -1))
+        due.append(r)
+
+    def _wake(self) -> None:
+        """A tick of the report clock: the reducers that asked for it report together."""
+        for r in self.wakes.pop(self.now, ()):
             self._to_reducer(r, ev.ReportDue())
         self._deliver()
-        if self.tick_waiting:  # (the balancer has not reached the last one: a timer fires once)
-            return
-        self.tick_waiting = True
-        self._at("balancer", self.costs.tick_cost(self.R), "tick", self._balancer_tick)
 
     def _balancer_tick(self) -> None:
-        self.tick_waiting = False
         self._balancer_handles(ev.BalancerTick(self.now))
-
-    def _arm_tick(self) -> None:
-        """The timer fires ``lb_interval_s`` from now: the reducers report, the balancer ticks.
-        It stops while every reducer is idle and starts again with the next step."""
-        self.tick_armed = True
-        heapq.heappush(self.heap, (self.now + self.plan.lb_interval_s, next(self.seq), "tick", -1))
 
     # -- the loop -------------------------------------------------------------------
     def run(self) -> RunOutput:
         started = last_progress = time.perf_counter()
         self._feed()
-        self._arm_tick()
         while not self.ended:
             if not self.heap:
                 self._feed()
@@ -417,21 +455,22 @@ class LocalRun:
                     self.progress_cb(self.coordinator.processed)
             elif kind in self.pending:  # ("balancer", "coordinator")
                 self._handled(kind, arg)
-            elif kind == "tick":
-                self.tick_armed = False
-                self._tick()
-                if not self.ended and any(red.busy is not None for red in self.reducers):
-                    self._arm_tick()
+            elif kind == "wake":
+                self._wake()
+            elif kind == "tick" and self.now in self.wakes:  # (the reports due now go first: the
+                heapq.heappush(self.heap, (self.now, next(self.seq), "tick", -1))  # tick sees them)
+            elif kind == "tick":  # (the balancer's TickAt: it ticks once it has handled what came before)
+                self._at("balancer", self.costs.tick_cost(self.R), "tick", self._balancer_tick)
             elif kind == "fault":
                 role = self.faults[arg][1]
                 self._coordinate(ev.MemberLost(self.now, "injected", role), ev.MembersReplaced([role], []))
                 self._feed()
-                if not self.tick_armed:
-                    self._arm_tick()
         return self._finish(started)
 
     def _finish(self, started: float) -> RunOutput:
-        balancer, coordinator = self.balancer, self.coordinator
+        coordinator = self.coordinator
+        balancer = next(ins for ins in self.balancer.handle(ev.BalancerStopped(self.now))
+                        if isinstance(ins, op.BalancingResult))
         self._coordinate(ev.BalancingEnded(balancer.snapshot))
         counters = [self.counters[r] for r in range(self.R)]
         results = self.results

@@ -29,7 +29,10 @@ class MessageCosts:
     """Receiver CPU seconds per message, by kind (all >= 0; :meth:`free` is all zero).
 
     Attributes:
-        report_s: A reducer's queue report, at the balancer.
+        report_s: A message of queue reports (a host's reducers' reports of one step travel
+            as one), at the balancer.
+        report_member_s: Each report in such a message beyond the first (the balancer's
+            handler), at the balancer.
         forecast_s: A mapper's forecast (its first block's key counts), at the balancer.
         tick_s: The balancer's own tick (the policy's check), fixed part.
         tick_per_reducer_s: The tick's part per reducer slot (the check reads every
@@ -38,13 +41,15 @@ class MessageCosts:
         block_request_s: A mapper's request for its next block, at the coordinator.
         mapper_report_s: A mapper's word that a block is done or cut, or that it is done,
             at the coordinator.
-        progress_s: A reducer's processed count, at the coordinator.
+        progress_s: A message of processed counts (a host's, as for reports), at the coordinator.
+        progress_member_s: Each count in such a message beyond the first, at the coordinator.
         push_s: A mapper's push or a peer's forward, at the reducer (its next step starts
             that much later).
         snapshot_s: A new snapshot, at each reducer (likewise).
     """
 
     report_s: float = 0.0
+    report_member_s: float = 0.0
     forecast_s: float = 0.0
     tick_s: float = 0.0
     tick_per_reducer_s: float = 0.0
@@ -52,6 +57,7 @@ class MessageCosts:
     block_request_s: float = 0.0
     mapper_report_s: float = 0.0
     progress_s: float = 0.0
+    progress_member_s: float = 0.0
     push_s: float = 0.0
     snapshot_s: float = 0.0
 
@@ -71,6 +77,10 @@ class MessageCosts:
     def is_free(self) -> bool:
         return not any(asdict(self).values())
 
+    def batch_cost(self, kind: str, items: int) -> float:
+        """One message of ``kind`` (``"report"`` or ``"progress"``) carrying ``items``."""
+        return getattr(self, f"{kind}_s") + getattr(self, f"{kind}_member_s") * max(0, items - 1)
+
     def tick_cost(self, num_reducers: int) -> float:
         """The balancer's tick at ``num_reducers`` slots."""
         return self.tick_s + self.tick_per_reducer_s * num_reducers
@@ -83,11 +93,15 @@ class MessageCosts:
 #: --measure``; the median of three runs): the receiving process's CPU per call of one async
 #: actor, which includes the handler (a real balancer's for a report); a mapper's word about
 #: a block is taken as costly as a progress call (the same shape), a forecast as a report;
+#: the parts per report and per progress count carried in a host's batch beyond the first
+#: are the receiver's unpickling and handler per call of a batch of 8, timed in-process (a
+#: real balancer's report with key counts, a progress-shaped call without);
 #: ``publish_s`` is the caller's CPU per call carrying a snapshot; the tick is the balancer's
 #: check timed in-process on simulated runs at 64 and 1,024 reducers (fixed and per-reducer
 #: parts). ``docs/scale.md`` ("Simulator") has the figures.
 MEASURED = MessageCosts(
     report_s=670e-6,
+    report_member_s=40e-6,
     forecast_s=670e-6,
     tick_s=5.1e-3,
     tick_per_reducer_s=15e-6,
@@ -95,6 +109,7 @@ MEASURED = MessageCosts(
     block_request_s=600e-6,
     mapper_report_s=460e-6,
     progress_s=460e-6,
+    progress_member_s=5e-6,
     push_s=700e-6,
     snapshot_s=650e-6,
 )

@@ -254,7 +254,7 @@ class Coordinator(MemberHost):
         if opening is None:
             machine.handle(ev.JobStarted(snapshot))
         tasks: dict[asyncio.Future, str] = {}
-        run_id, resume = machine.run_id, False
+        run_id, resume = machine.run_id, None
         try:
             while True:
                 tasks = {}
@@ -270,7 +270,7 @@ class Coordinator(MemberHost):
                 lost_nodes = await self._recover(run_id, tasks)
                 for ins in raise_failure(machine.handle(ev.MembersReplaced(
                         sorted(lost_nodes), sorted({n for n in lost_nodes.values() if n})))):
-                    snapshot, run_id, resume = ins.balancer_snapshot, ins.run_id, True  # (op.Restart)
+                    snapshot, run_id, resume = ins.balancer_snapshot, ins.run_id, ins  # (op.Restart: the balancer obeys it)
                 job.done.clear()
                 metric("dpa_recoveries").inc(1, tags=job.tags)
         except asyncio.CancelledError:
@@ -290,7 +290,7 @@ class Coordinator(MemberHost):
                 "job_reducers": job.reducers}
 
     async def _run(self, plan: JobPlan, snapshot: Any, run_id: str, tasks: dict[asyncio.Future, str],
-                   resume: bool, loops: list[tuple[str, Any]] | None = None) -> dict[str, Any]:
+                   resume: op.Restart | None, loops: list[tuple[str, Any]] | None = None) -> dict[str, Any]:
         """One run of the job, from the last checkpoint to the end; raises :class:`RunLost`
         if a member, a node or an object is lost on the way. ``loops``: the reducers' and
         mappers' loops the driver started (see :meth:`run_job`); only the balancer is
@@ -300,7 +300,7 @@ class Coordinator(MemberHost):
         job.member_run = run_id
         balancer_peers = team.peers_for(team.balancer, (team.mappers, job.reducers, me))
         if loops is not None:  # (the balancer runs here: started before any call reaches it)
-            await MemberHost._invoke(self, "balancer", "start_job", (plan, snapshot, balancer_peers, run_id, False))
+            await MemberHost._invoke(self, "balancer", "start_job", (plan, snapshot, balancer_peers, run_id, None))
             team.peers_sent.clear()  # (the driver sent the others theirs)
             self.opened.set()  # (the calls of the members the driver started come in now)
             asyncio.ensure_future(team.note_members()).add_done_callback(retrieved)
@@ -366,16 +366,16 @@ class Coordinator(MemberHost):
             "group_apply": end["applied"],
         }
 
-    async def _start_run(self, plan: JobPlan, snapshot: Any, run_id: str, resume: bool, balancer_peers: Any,
+    async def _start_run(self, plan: JobPlan, snapshot: Any, run_id: str, resume: op.Restart | None, balancer_peers: Any,
                          me: Any) -> None:
         """Starts the balancer (first, with the checkpoint's snapshot, for a recovered run),
         the job's reducers and the mappers on run ``run_id``, and the run itself."""
         job, team = self.job, self.team
         try:
             if resume:  # a recovered run starts from the snapshot the balancer (kept or new) has
-                snapshot = await team.balancer.start_job.remote(plan, snapshot, balancer_peers, run_id, True)
+                snapshot = await team.balancer.start_job.remote(plan, snapshot, balancer_peers, run_id, resume)
             await asyncio.gather(
-                *([] if resume else [team.balancer.start_job.remote(plan, snapshot, balancer_peers, run_id, False)]),
+                *([] if resume else [team.balancer.start_job.remote(plan, snapshot, balancer_peers, run_id, None)]),
                 *member_starts(plan, snapshot, run_id, job.machine.checkpoint, job.job_slots, team.reducers,
                                team.mappers, team.balancer, me, team.peers_for))
         except BaseException as exc:  # (cancelled meanwhile, too)

@@ -206,7 +206,7 @@ class ReducerActor(JobMember):
             try:
                 self._feed(ev.StepPaid())
             except Exception as exc:
-                raise ActorFailure(self.name, exc, self.machine.current_key) from exc
+                raise ActorFailure(self.name, exc, getattr(exc, "key", None)) from exc
             await asyncio.sleep(0)
         if step is None:  # aborted
             return {}
@@ -289,7 +289,7 @@ class ReducerActor(JobMember):
         try:
             table, merged_keys = await self._request(ev.Finalize)
         except Exception as exc:
-            raise ActorFailure(self.name, exc, self.machine.current_key) from exc
+            raise ActorFailure(self.name, exc, getattr(exc, "key", None)) from exc
         self.result = table
         return merged_keys
 

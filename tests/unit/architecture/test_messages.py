@@ -8,7 +8,7 @@ import inspect
 import pytest
 
 from dpa.engine import events, instructions
-from dpa.engine.balancer import BalancerLogic
+from dpa.engine.balancer import BalancerMachine
 from dpa.engine.coordinator_machine import CoordinatorMachine
 from dpa.engine.events import Event
 from dpa.engine.instructions import Instruction
@@ -38,6 +38,6 @@ def test_machines_take_events_only(machine: type) -> None:
 
 
 def test_balancer_takes_events_only() -> None:
-    handled = getattr(BalancerLogic, "handlers", {})
+    handled = getattr(BalancerMachine, "handlers", {})
     for event_type in handled:
         assert issubclass(event_type, Event)

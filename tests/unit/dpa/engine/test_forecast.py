@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 import dpa
-from dpa.engine.balancer import BalancerLogic
+from dpa.engine.balancer import BalancerMachine
 from dpa.engine.mapper import MapperLogic, block_forecast
 from dpa.engine.planning import build_plan
 from dpa.input.sources import normalize_source
@@ -97,7 +97,7 @@ def test_a_forecast_without_a_hot_key_changes_nothing():
 def test_the_balancer_answers_a_forecast_with_the_snapshot_to_route_under():
     table = pa.table({"key": np.zeros(1000, dtype=np.int64)})
     plan = _plan(table)
-    balancer = BalancerLogic(plan, plan.policy.initial_snapshot(8))
+    balancer = BalancerMachine(plan, plan.policy.initial_snapshot(8))
     mapper = MapperLogic(0, plan, balancer.snapshot)
     mapper.start_block(table)
     published = balancer.forecast(0, *mapper.take_forecast(), 0.0)
@@ -106,7 +106,7 @@ def test_the_balancer_answers_a_forecast_with_the_snapshot_to_route_under():
     dests = {p.dest for p in mapper.next_pushes()}
     assert len(dests) == 8  # the first push is split already
     plain = _plan(table, "doubling")
-    assert BalancerLogic(plain, plain.policy.initial_snapshot(8)).forecast(0, np.zeros(0, np.uint32),
+    assert BalancerMachine(plain, plain.policy.initial_snapshot(8)).forecast(0, np.zeros(0, np.uint32),
                                                                           np.zeros(0, np.int64), 0, 0.0) is None
 
 

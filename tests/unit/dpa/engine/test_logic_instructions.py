@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 
 import dpa
-from dpa.engine.balancer import BalancerLogic
+from dpa.engine.balancer import BalancerMachine
 from dpa.engine.instructions import Forward, Publish, Push
 from dpa.engine.mapper import MapperLogic
 from dpa.engine.planning import build_plan
@@ -24,7 +24,7 @@ def _plan(policy="doubling"):
 
 
 def _publish_after_a_straggler(plan, snap, straggler=0):
-    balancer = BalancerLogic(plan, snap)
+    balancer = BalancerMachine(plan, snap)
     assert balancer.tick(0.0) is None  # nothing reported: nothing to publish
     for step in range(1, 20):
         for r in range(plan.num_reducers):

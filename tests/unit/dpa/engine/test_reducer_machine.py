@@ -248,3 +248,32 @@ def test_an_unknown_event_is_a_clear_error():
     plan, snap, clock, m, _ = setup()
     with pytest.raises(TypeError, match="no int event"):
         m.handle(3)
+
+
+def test_a_reducer_s_error_names_the_key_it_was_working_on():
+    class Fragile(dpa.Reducer):
+        def create(self):
+            return 0
+
+        def add(self, acc, value):
+            if value == "poison":
+                raise RuntimeError("cannot digest")
+            return acc + 1
+
+        def merge(self, a, b):
+            return a + b
+
+    with pytest.raises(dpa.JobFailedError, match="cannot digest") as info:
+        dpa.run(["a", "poison", "b"], reducer=Fragile(), config=dpa.JobConfig(runtime="local"))
+    assert info.value.key == "poison"
+
+
+def test_the_report_clock_s_next_tick_is_always_later_than_now():
+    # 2.15 / 0.05 rounds down to 42.99..., and 43 * 0.05 == 2.15: the tick asked for must
+    # still be a later one (a runtime in virtual time would wake the reducer at once, forever).
+    plan, snap, clock, machine, pushes = setup(report_interval_s=0.05)
+    clock.t = 2.15
+    machine.handle(ev.ReducerStarted())
+    out = machine.handle(ev.PushArrived(1, pushes[0].batch, snap.version))
+    (wake,) = [i for i in out if isinstance(i, op.ReportAt)]
+    assert wake.at > clock.t
