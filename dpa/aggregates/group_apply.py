@@ -275,6 +275,21 @@ class GroupApply(Reducer):
         return f"GroupApply({getattr(self.fn, '__name__', type(self.fn).__name__)})"
 
 
+def warm_up() -> None:
+    """Runs the per-group path once on a tiny unit of two groups, in this process: the
+    imports and first calls it makes (pandas, Arrow's group-by and its pandas conversions,
+    a frame's slicing, assignment and concatenation) are paid here, not by a job's first
+    unit. A pool's hosts call it as they start (``dpa.runtime.ray.host``)."""
+    import pandas as pd
+
+    table = pa.table({"k": pa.array([0, 0, 1], pa.int64()), "v": pa.array([0.5, 1.5, 2.0])})
+    table.group_by(["k"], use_threads=False).aggregate([("v", "list")])
+    unit = GroupUnit(table, np.array([0, 2, 3], dtype=np.int64))
+    for fn in (lambda pdf: pdf.assign(x=pdf.v - pdf.v.mean()),
+               lambda pdf: pd.DataFrame({"k": pdf["k"].to_numpy()[:1], "n": [len(pdf)]})):
+        GroupApply(fn).apply(unit, ["k"])
+
+
 def _frame_slices(frame: Any, offsets: list[int]) -> Iterator[Any]:
     """Row slices ``offsets[i]:offsets[i + 1]`` of the pandas ``frame``, each indexed ``0..rows-1``.
 
