@@ -10,8 +10,17 @@
 * **pyarrow**: ``table.group_by("key").aggregate([...])`` in this process (no Ray);
 * **duckdb**: ``SELECT key, count(*), sum(amount), ... GROUP BY key`` over the same Arrow
   table, in this process;
-* **pyarrow count**, **duckdb count**: each peer's count per key, so that ``x_own_count``
-  (five aggregates over the same engine's count) compares the one-pass cost across engines.
+* **polars**: ``pl.from_arrow(table).group_by("key").agg([...])`` of the five, where Polars is
+  installed (else a message says its rows are left out);
+* **pyarrow count**, **duckdb count**, **polars count**: each peer's count per key, so that
+  ``x_own_count`` (five aggregates over the same engine's count) compares the one-pass cost
+  across engines.
+
+The Count job, the one pass, DuckDB's five and Polars' five take turns, run by run
+(``x_one_pass``: time / dpa's one pass). After the timed runs every engine's answers are
+checked against dpa's (``checks``): counts, sums, maxima and exact distinct counts equal,
+means and deviations within a relative 1e-9, and the approximate columns' largest relative
+error against the exact answer reported.
 
 ``--sketches`` also times a pass with ``count(DISTINCT session)`` and ``percentile_approx(latency,
 0.95)`` (exact distinct sets and KLL sketches), against DuckDB's ``count(DISTINCT ...)`` and
@@ -19,8 +28,8 @@
 ``[CountDistinct("session"), ApproxCountDistinct("session"), ApproxQuantile("latency", 0.95)]``,
 beside DuckDB's ``count(DISTINCT session), approx_count_distinct(session),
 approx_quantile(latency, 0.95)`` and, where Polars is installed, its ``n_unique``,
-``approx_n_unique`` and ``quantile(0.95)`` on the same Arrow table (Polars' five-aggregate
-group-by joins the five then too); the three engines take turns, run by run, and
+``approx_n_unique`` and ``quantile(0.95)`` on the same Arrow table; the three engines take
+turns, run by run, and
 ``x_duckdb`` divides by DuckDB's median. Each variant runs ``--reps`` times after ``--warmup`` untimed runs (default
 1: the actors' and this process's first full-size run grows their heaps and pays the page
 faults; ``runs_s`` and ``warmup_s`` keep every time), the count and the one pass in turn;
