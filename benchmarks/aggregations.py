@@ -10,8 +10,17 @@
 * **pyarrow**: ``table.group_by("key").aggregate([...])`` in this process (no Ray);
 * **duckdb**: ``SELECT key, count(*), sum(amount), ... GROUP BY key`` over the same Arrow
   table, in this process;
-* **pyarrow count**, **duckdb count**: each peer's count per key, so that ``x_own_count``
-  (five aggregates over the same engine's count) compares the one-pass cost across engines.
+* **polars**: ``pl.from_arrow(table).group_by("key").agg([...])`` of the five, where Polars is
+  installed (else a message says its rows are left out);
+* **pyarrow count**, **duckdb count**, **polars count**: each peer's count per key, so that
+  ``x_own_count`` (five aggregates over the same engine's count) compares the one-pass cost
+  across engines.
+
+The Count job, the one pass, DuckDB's five and Polars' five take turns, run by run
+(``x_one_pass``: time / dpa's one pass). After the timed runs every engine's answers are
+checked against dpa's (``checks``): counts, sums, maxima and exact distinct counts equal,
+means and deviations within a relative 1e-9, and the approximate columns' largest relative
+error against the exact answer reported.
 
 ``--sketches`` also times a pass with ``count(DISTINCT session)`` and ``percentile_approx(latency,
 0.95)`` (exact distinct sets and KLL sketches), against DuckDB's ``count(DISTINCT ...)`` and
@@ -19,8 +28,8 @@
 ``[CountDistinct("session"), ApproxCountDistinct("session"), ApproxQuantile("latency", 0.95)]``,
 beside DuckDB's ``count(DISTINCT session), approx_count_distinct(session),
 approx_quantile(latency, 0.95)`` and, where Polars is installed, its ``n_unique``,
-``approx_n_unique`` and ``quantile(0.95)`` on the same Arrow table (Polars' five-aggregate
-group-by joins the five then too); the three engines take turns, run by run, and
+``approx_n_unique`` and ``quantile(0.95)`` on the same Arrow table; the three engines take
+turns, run by run, and
 ``x_duckdb`` divides by DuckDB's median. Each variant runs ``--reps`` times after ``--warmup`` untimed runs (default
 1: the actors' and this process's first full-size run grows their heaps and pays the page
 faults; ``runs_s`` and ``warmup_s`` keep every time), the count and the one pass in turn;
@@ -106,15 +115,128 @@ def distinct_trio() -> list[Any]:
     return [dpa.CountDistinct("session"), dpa.ApproxCountDistinct("session"), dpa.ApproxQuantile("latency", q=0.95)]
 
 
-def polars_job(table: pa.Table, exprs: Callable[[Any], list[Any]]) -> Callable[[], int] | None:
-    """Polars' group-by of ``table`` by ``key`` (``exprs(pl)`` the aggregations), or None
-    without Polars."""
+#: Why the Polars rows are missing, printed once (None: Polars is installed, or not asked yet).
+POLARS_MISSING = ("polars is not installed: the Polars rows are left out (pip install polars, or the project's "
+                  "test extra)")
+_polars_told = False
+
+
+def polars_module() -> Any | None:
+    """The ``polars`` module, or None (saying once, on the console, that its rows are left out)."""
+    global _polars_told
     try:
         import polars as pl
     except ImportError:
+        if not _polars_told:
+            print(POLARS_MISSING, flush=True)
+            _polars_told = True
+        return None
+    return pl
+
+
+def polars_job(table: pa.Table, exprs: Callable[[Any], list[Any]]) -> Callable[[], int] | None:
+    """Polars' group-by of ``table`` by ``key`` (``exprs(pl)`` the aggregations), or None
+    without Polars."""
+    pl = polars_module()
+    if pl is None:
         return None
     frame = pl.from_arrow(table)
     return lambda: frame.group_by("key").agg(exprs(pl)).height
+
+
+def polars_five(pl: Any) -> list[Any]:
+    """The five aggregates in Polars (``std``: the sample standard deviation, ddof 1), named as dpa's."""
+    exprs = [pl.len(), pl.col("amount").sum(), pl.col("latency").mean(), pl.col("latency").std(),
+             pl.col("amount").max()]
+    return [e.alias(name) for e, name in zip(exprs, FIVE_COLUMNS)]
+
+
+def polars_trio(pl: Any) -> list[Any]:
+    """The distinct/quantile pass in Polars, named as dpa's."""
+    exprs = [pl.col("session").n_unique(), pl.col("session").approx_n_unique(), pl.col("latency").quantile(0.95)]
+    return [e.alias(name) for e, name in zip(exprs, TRIO_COLUMNS)]
+
+
+#: The five aggregates in SQL (DuckDB), and the distinct/quantile pass.
+DUCKDB_FIVE = "count(*), sum(amount), avg(latency), stddev_samp(latency), max(amount)"
+DUCKDB_TRIO = "count(DISTINCT session), approx_count_distinct(session), approx_quantile(latency, 0.95)"
+#: The columns of each pass as dpa names them; ``EXACT`` those every engine must agree on
+#: exactly, ``CLOSE`` within a relative 1e-9 (float sums in another order), the rest
+#: approximate by design (their relative error against the exact answer is reported).
+FIVE_COLUMNS = ["count(1)", "sum(amount)", "avg(latency)", "stddev_samp(latency)", "max(amount)"]
+TRIO_COLUMNS = ["count(DISTINCT session)", "approx_count_distinct(session)", "percentile_approx(latency, 0.95)"]
+EXACT = {"count(1)", "sum(amount)", "max(amount)", "count(DISTINCT session)"}
+CLOSE = {"avg(latency)", "stddev_samp(latency)"}
+#: Keys the approximate columns' error is reported over: those of at least this many rows.
+APPROX_MIN_ROWS = 1000
+
+
+def answers(table: pa.Table, dpa_reducer: list[Any], sql: str, polars_exprs: Callable[[Any], list[Any]] | None,
+            columns: list[str], **cfg: Any) -> dict[str, pa.Table]:
+    """Each engine's answer to one pass, sorted by key, its columns named as dpa's."""
+    import duckdb
+
+    import dpa
+
+    got = {"dpa": dpa.run(table, key="key", reducer=dpa_reducer, **cfg).to_arrow().select(["key", *columns])}
+    con = duckdb.connect()
+    con.register("t", table)
+    got["duckdb"] = con.sql(f"SELECT key, {sql} FROM t GROUP BY key").to_arrow_table().rename_columns(["key", *columns])
+    pl = polars_module() if polars_exprs is not None else None
+    if pl is not None:
+        got["polars"] = pl.from_arrow(table).group_by("key").agg(polars_exprs(pl)).to_arrow().rename_columns(
+            ["key", *columns])
+    return {name: t.sort_by("key") for name, t in got.items()}
+
+
+def compare(got: dict[str, pa.Table], exact: pa.Table | None = None) -> dict[str, Any]:
+    """Checks the engines' answers against dpa's: the keys, the :data:`EXACT` columns equal,
+    the :data:`CLOSE` ones within a relative 1e-9; for the approximate columns, each engine's
+    largest relative error against ``exact`` (the exact answer, same keys and columns, and
+    each key's ``rows``) over the keys of at least :data:`APPROX_MIN_ROWS` rows (where a
+    sketch is an estimate; a quantile of a few rows differs between engines by their
+    interpolation rule, not by the sketch).
+
+    Returns:
+        ``{"status": "ok" or the first mismatch, "approx_max_rel_error": {engine: {column: error}}}``.
+    """
+    ref = got["dpa"]
+    problems: list[str] = []
+    errors: dict[str, dict[str, float]] = {}
+    for name, table in got.items():
+        if table["key"].to_pylist() != ref["key"].to_pylist():
+            problems.append(f"{name}: {table.num_rows} keys, dpa has {ref.num_rows} (or other keys)")
+            continue
+        for column in ref.column_names[1:]:
+            mine = table[column].to_numpy().astype(np.float64)
+            if column in EXACT and name != "dpa":
+                bad = np.flatnonzero(mine != ref[column].to_numpy().astype(np.float64))
+                if len(bad):
+                    problems.append(f"{name}: {column} differs from dpa's at {len(bad)} keys, e.g. key "
+                                    f"{ref['key'][int(bad[0])].as_py()}: {mine[bad[0]]} vs {ref[column][int(bad[0])].as_py()}")
+            elif column in CLOSE and name != "dpa":
+                want = ref[column].to_numpy().astype(np.float64)
+                if not np.allclose(mine, want, rtol=1e-9, atol=0.0, equal_nan=True):
+                    problems.append(f"{name}: {column} differs from dpa's by more than 1e-9 (relative)")
+            elif column not in EXACT and column not in CLOSE and exact is not None:
+                big = exact["rows"].to_numpy() >= APPROX_MIN_ROWS
+                want = exact[column].to_numpy().astype(np.float64)[big]
+                rel = np.abs(mine[big] - want) / np.maximum(np.abs(want), 1e-300)
+                errors.setdefault(name, {})[column] = float(np.nanmax(rel)) if len(rel) else 0.0
+    return {"status": problems[0] if problems else "ok", "problems": problems, "approx_max_rel_error": errors}
+
+
+def exact_trio(table: pa.Table) -> pa.Table:
+    """The exact answer of the distinct/quantile pass (DuckDB's ``count(DISTINCT)`` for both
+    distinct columns; ``quantile_disc`` for the quantile) and each key's ``rows``, sorted by
+    key, named as dpa's."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.register("t", table)
+    return con.sql("SELECT key, count(DISTINCT session), count(DISTINCT session), "
+                   "quantile_disc(latency, 0.95), count(*) FROM t GROUP BY key ORDER BY key").to_arrow_table(
+    ).rename_columns(["key", *TRIO_COLUMNS, "rows"])
 
 
 def timed(fn: Callable[[], Any], reps: int, warmup: int = 0) -> dict[str, Any]:
@@ -193,29 +315,36 @@ def run_aggregates(args: Any) -> dict[str, Any]:
         print(f"{name:<28} {row['median_s']:7.2f}s  (spread {row['spread_s']:.2f}s)", flush=True)
         return row
 
-    # The Count job and the one pass alternate, run by run: their ratio is the target, and
-    # the machine's speed drifts.
+    # The Count job, the one pass and DuckDB's and Polars' own five-aggregate group-by
+    # alternate, run by run: their ratios are what is compared, and the machine's speed drifts.
     cfg = {} if args.batch_size is None else {"batch_size": args.batch_size}
-    pair = timed_alternately([dpa_job(table, dpa.Count(), **cfg), dpa_job(table, five(), **cfg)], args.reps,
-                             args.warmup, cpu=True)
-    count = add("dpa count (1 aggregate)", None, pair[0])
-    one = add("dpa one pass (5 aggregates)", None, pair[1])
+    peers = {"duckdb (5)": duckdb_job(table, DUCKDB_FIVE)}
+    polars_five_job = polars_job(table, polars_five)
+    if polars_five_job is not None:
+        peers["polars (5)"] = polars_five_job
+    turns = timed_alternately([dpa_job(table, dpa.Count(), **cfg), dpa_job(table, five(), **cfg), *peers.values()],
+                              args.reps, args.warmup, cpu=True)
+    count = add("dpa count (1 aggregate)", None, turns[0])
+    one = add("dpa one pass (5 aggregates)", None, turns[1])
     add("dpa 5 separate jobs", lambda: [dpa_job(table, r, **cfg)() for r in five()])
     arrow_count = add("pyarrow count", pyarrow_job(table, [("key", "count")]))
     add("pyarrow group_by (5)", pyarrow_job(table, [("key", "count"), ("amount", "sum"), ("latency", "mean"),
                                                      ("latency", "stddev", pa.compute.VarianceOptions(ddof=1)),
                                                      ("amount", "max")]))
     duck_count = add("duckdb count", duckdb_job(table, "count(*)"))
-    add("duckdb (5)", duckdb_job(table, "count(*), sum(amount), avg(latency), stddev_samp(latency), max(amount)"))
-    polars_five = polars_job(table, lambda pl: [pl.len(), pl.col("amount").sum(), pl.col("latency").mean(),
-                                                pl.col("latency").std(), pl.col("amount").max()])
+    for (name, _), timing in zip(peers.items(), turns[2:]):
+        add(name, None, {k: v for k, v in timing.items() if not k.startswith("cpu")})
     polars_count = None
-    if polars_five is not None:
+    if polars_five_job is not None:
         polars_count = add("polars count", polars_job(table, lambda pl: [pl.len()]))
-        add("polars (5)", polars_five)
-    out: dict[str, Any] = {"rows": rows, "one_pass_over_count": one["median_s"] / count["median_s"]}
+    checks = {"five": compare(answers(table, five(), DUCKDB_FIVE, polars_five, FIVE_COLUMNS, **cfg))}
+    print(f"answers of the five aggregates (dpa, duckdb{', polars' if polars_count else ''}): "
+          f"{checks['five']['status']}", flush=True)
+    out: dict[str, Any] = {"rows": rows, "one_pass_over_count": one["median_s"] / count["median_s"],
+                           "polars": polars_version(), "checks": checks}
     if args.distinct:
         out["distinct"] = run_distinct(table, args, cfg, add)
+        checks["distinct"] = out["distinct"].pop("check")
     if args.sketches:
         sk = add("dpa one pass with sketches", dpa_job(table, sketches(), **cfg))
         add("duckdb with sketches", duckdb_job(
@@ -224,28 +353,40 @@ def run_aggregates(args: Any) -> dict[str, Any]:
     stop_ray()
     for row in rows:
         row["x_count"] = row["median_s"] / count["median_s"]
+        row["x_one_pass"] = row["median_s"] / one["median_s"]
         own = duck_count if row["variant"].startswith("duckdb") else (
             arrow_count if row["variant"].startswith("pyarrow") else
             polars_count if row["variant"].startswith("polars") else count)
         row["x_own_count"] = row["median_s"] / own["median_s"]
     out["peers_five_over_count"] = {name: next(r["x_own_count"] for r in rows if r["variant"] == name)
-                                    for name in ("pyarrow group_by (5)", "duckdb (5)")}
-    print_table(rows, ["variant", "median_s", "spread_s", "x_count", "x_own_count"],
+                                    for name in ("pyarrow group_by (5)", "duckdb (5)", "polars (5)")
+                                    if any(r["variant"] == name for r in rows)}
+    out["five_over_peers"] = {name: one["median_s"] / next(r["median_s"] for r in rows if r["variant"] == name)
+                              for name in ("pyarrow group_by (5)", "duckdb (5)", "polars (5)")
+                              if any(r["variant"] == name for r in rows)}
+    print_table(rows, ["variant", "median_s", "spread_s", "x_count", "x_own_count", "x_one_pass"],
                 title=f"{args.rows:,} records, {args.keys:,} keys, median of {args.reps} (x_count: / the dpa Count "
-                      f"job; x_own_count: / the same engine's count)")
+                      f"job; x_own_count: / the same engine's count; x_one_pass: / dpa's one pass)")
     print_table([{"variant": row["variant"], **{f"{role}_cpu_s": row["cpu_s"][role] for role in CPU_ROLES}}
                  for row in (count, one)], title="CPU seconds per job (median; host: the pool's hosts together)")
-    print(f"one pass / single Count job = {out['one_pass_over_count']:.2f}x (target <= 1.5x)")
+    print(f"one pass / single Count job = {out['one_pass_over_count']:.2f}x; dpa's one pass / "
+          + ", ".join(f"{name} {x:.2f}x" for name, x in out["five_over_peers"].items()))
+    for name, check in checks.items():
+        print(f"answers ({name}): {check['status']}")
     return out
+
+
+def polars_version() -> str | None:
+    """Polars' version, or None when it is not installed."""
+    pl = polars_module()
+    return None if pl is None else pl.__version__
 
 
 def run_distinct(table: pa.Table, args: Any, cfg: dict[str, Any], add: Callable[..., dict[str, Any]]) -> dict[str, Any]:
     """The distinct/quantile pass: dpa, DuckDB and Polars in turn (see the module docstring)."""
     jobs = {"dpa distinct+approx+quantile": dpa_job(table, distinct_trio(), **cfg),
-            "duckdb distinct+approx+quantile": duckdb_job(
-                table, "count(DISTINCT session), approx_count_distinct(session), approx_quantile(latency, 0.95)")}
-    polars = polars_job(table, lambda pl: [pl.col("session").n_unique(), pl.col("session").approx_n_unique(),
-                                           pl.col("latency").quantile(0.95)])
+            "duckdb distinct+approx+quantile": duckdb_job(table, DUCKDB_TRIO)}
+    polars = polars_job(table, polars_trio)
     if polars is not None:
         jobs["polars distinct+approx+quantile"] = polars
     timings = timed_alternately(list(jobs.values()), args.reps, args.warmup)
@@ -255,7 +396,11 @@ def run_distinct(table: pa.Table, args: Any, cfg: dict[str, Any], add: Callable[
         row["x_duckdb"] = row["median_s"] / duck
     print(f"dpa distinct/quantile pass / DuckDB's = {rows['dpa distinct+approx+quantile']['x_duckdb']:.2f}x "
           "(target <= 1.5x)")
-    return {"x_duckdb": {name: row["x_duckdb"] for name, row in rows.items()}}
+    check = compare(answers(table, distinct_trio(), DUCKDB_TRIO, polars_trio if polars else None, TRIO_COLUMNS, **cfg),
+                    exact_trio(table))
+    print(f"answers of the distinct/quantile pass: {check['status']}; largest relative error of the approximate "
+          f"columns: {check['approx_max_rel_error']}", flush=True)
+    return {"x_duckdb": {name: row["x_duckdb"] for name, row in rows.items()}, "check": check}
 
 
 #: Arrow hash aggregates of the five, as the one pass asks for them (Mean's sum and count of

@@ -272,6 +272,25 @@ BENCHMARKS: dict[str, Entry] = {
          "status"),
         headline=_group_apply,
     ),
+    "group_apply_small": Entry(
+        "Per-group functions: many small groups against pandas",
+        "20,000 int keys of 2, 10 or 50 rows each (shuffled), a cheap pandas `fn`: `assign` "
+        "(`pdf.assign(x=pdf.v - pdf.v.mean())`, every row back) and `summary` (one row of key, rows "
+        "and mean). dpa's `GroupApply` on 2 workers, every other knob at its default, against "
+        "pandas' single-process `groupby(\"key\").apply(fn)` on the frame already in pandas, the "
+        "two alternating, every answer checked against pandas'. Warm = median of the reps after "
+        "the first (cold) run; `ratio` = dpa / pandas (target <= 0.75 at 10 rows a group on 2 "
+        "cores). See [group_apply.md](group_apply.md#many-small-groups).",
+        ("fn", "group_rows", "groups", "engine", "median_s", "spread_s", "cold_s", "ratio", "units",
+         "status"),
+    ),
+    "group_apply_first": Entry(
+        "Per-group functions: the first jobs of a pool",
+        "The sleep workload of `group_apply` (40,000 Zipf(1.1) records, 1 ms per row, 8 workers) "
+        "run N times in a row on a new pool, for each of P fresh pools: each job's time over the "
+        "bound max(work / 8, largest group); job 0 starts the pool.",
+        ("job", "median_x_bound", "x_bound_runs", "median_s", "status"),
+    ),
     "aggregations": Entry(
         "Aggregations: several aggregates in one pass",
         "10M rows, Zipf(1.1) keys over 100,000 values: five aggregates per key in one dpa job "
@@ -280,6 +299,17 @@ BENCHMARKS: dict[str, Entry] = {
         "`x_own_count` = time / the same engine's count). `stragglers`: the 40,000-record "
         "Zipf job at 1 ms per record, 8 reducers, with `[WithCost(Count()), CountDistinct(v)]` "
         "beside `WithCost(Count())` alone (`x_ideal` = time / (work / 8)).",
+    ),
+    "aggregations_peers": Entry(
+        "Aggregations: dpa beside DuckDB and Polars",
+        "The five aggregates per key (`count`, `sum`, `avg`, `stddev_samp`, `max`) and the "
+        "distinct/quantile pass (`count(DISTINCT)`, `approx_count_distinct`, a 0.95 quantile) on one "
+        "Zipf(1.1) table: dpa's one pass on Ray with `JobConfig()` defaults, its Count job, and "
+        "DuckDB's and Polars' own group-by of the same Arrow table in this process, taking turns run "
+        "by run (`x_one_pass` = time / dpa's one pass; `x_duckdb` = time / DuckDB's distinct pass). "
+        "Every engine's answers are checked against dpa's (`checks`): counts, sums, maxima and "
+        "exact distinct counts equal, means and deviations within 1e-9; the approximate columns' "
+        "largest relative error over keys of at least 1,000 rows.",
     ),
     "aggregations_kernels": Entry(
         "Aggregations: the group-by per aggregate on one block",

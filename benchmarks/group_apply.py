@@ -76,7 +76,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from benchmarks import group_apply_small
+from benchmarks import group_apply_first, group_apply_small
 from benchmarks.common import (
     fmt,
     init_ray,
@@ -531,13 +531,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="JSON file (default benchmarks/results/group_apply.json; none with --quick; '' for none)")
     p.add_argument("--spark-child", action="store_true", help=argparse.SUPPRESS)
     group_apply_small.add_arguments(p)
+    group_apply_first.add_arguments(p)
     args = p.parse_args(argv)
     args.rows = args.rows or (2_000 if args.quick else 40_000)
     args.keys = args.keys or (500 if args.quick else 10_000)
     args.reps = args.reps if args.reps is not None else (1 if args.quick else 3)
     args.engines = args.engines or (QUICK_ENGINES if args.quick else DEFAULT_ENGINES)
     if args.out is None and not args.quick:
-        args.out = f"benchmarks/results/group_apply{'_small' if args.small_groups else ''}.json"
+        case = "_small" if args.small_groups else "_first" if args.first_jobs else ""
+        args.out = f"benchmarks/results/group_apply{case}.json"
     return args
 
 
@@ -551,6 +553,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return {}
     if args.small_groups:
         return group_apply_small.main(args)
+    if args.first_jobs:
+        return group_apply_first.main(args)
     table = make_table(args)
     cost = args.cost_ms / 1000.0
     cores = min(os.cpu_count() or 1, WORKERS)

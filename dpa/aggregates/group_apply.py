@@ -157,21 +157,16 @@ class GroupApply(Reducer):
     def _groups(self, unit: GroupUnit) -> Iterator[Any]:
         """The groups of ``unit`` in :attr:`batch_format`, in order.
 
-        pandas: the unit becomes one frame, split by pandas' own group-by over the groups'
-        ordinals (each group a slice of it, as ``DataFrame.groupby(...).apply`` hands out),
-        its index reset to ``0..rows-1``: one Arrow conversion per unit, not per group.
+        pandas: the unit becomes one frame (one Arrow conversion per unit, not per group) and
+        each group is a row slice of it, its index ``0..rows-1``: the frame pandas'
+        ``DataFrame.groupby(...).apply`` hands out, made as pandas' own splitter makes it
+        (a slice of the frame's block manager), without a group-by over the unit.
         """
-        offsets = unit.offsets
+        offsets = unit.offsets.tolist()
         if self.batch_format == "pandas":
-            import pandas as pd
-
-            frame = unit.table.to_pandas()
-            ids = np.repeat(np.arange(unit.groups, dtype=np.int64), np.diff(offsets))
-            for _, group in frame.groupby(ids, sort=False):
-                group.index = pd.RangeIndex(len(group))
-                yield group
+            yield from _frame_slices(unit.table.to_pandas(), offsets)
             return
-        for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
+        for a, b in zip(offsets[:-1], offsets[1:]):
             piece = unit.table.slice(a, b - a)
             if self.batch_format == "arrow":
                 yield piece
@@ -180,7 +175,8 @@ class GroupApply(Reducer):
 
     def _concat_frames(self, outputs: list[tuple[tuple[Any, ...], Any]]) -> pa.Table | None:
         """The unit's output in one conversion, when every group returned a pandas frame with
-        the same columns: ``pandas.concat`` of the frames, then one Arrow table.
+        the same columns and dtypes: each column's arrays concatenated once, then one Arrow
+        table (what ``pandas.concat`` of the frames gives, without its per-frame cost).
 
         None when that does not apply (other kinds of output, different columns or dtypes
         between groups, or a frame Arrow does not convert): the
@@ -198,16 +194,27 @@ class GroupApply(Reducer):
         if self.schema is not None:
             for key, out in outputs:
                 self._check_names([str(c) for c in out.columns], key)
-        frames = [out for _, out in outputs if len(out)]
-        if not frames or any(list(out.columns) != names for _, out in outputs):
+        if any(list(out.columns) != names for _, out in outputs[1:]):
             return None
         # pandas promotes dtypes it concatenates (bool + int -> int, int + float -> float); the
         # per-group path promotes them as Arrow does (or refuses), so it decides those cases.
-        dtypes = frames[0].dtypes.tolist()
-        if any(out.dtypes.tolist() != dtypes for out in frames[1:]):
+        dtypes: tuple[Any, ...] | None = None
+        columns: list[list[Any]] = [[] for _ in names]
+        for _, out in outputs:
+            if not len(out):
+                continue
+            got, arrays = _frame_columns(out)
+            if dtypes is None:
+                dtypes = got
+            elif got != dtypes:
+                return None
+            for i, array in enumerate(arrays):
+                columns[i].append(array)
+        if dtypes is None:
             return None
         try:
-            whole = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True, copy=False)
+            whole = pd.DataFrame({name: _concat_arrays(parts) for name, parts in zip(names, columns)},
+                                 copy=False)
             if self.schema is not None:
                 return pa.Table.from_pandas(whole[self.schema.names], schema=self.schema, preserve_index=False)
             return pa.Table.from_pandas(whole, preserve_index=False)
@@ -266,6 +273,65 @@ class GroupApply(Reducer):
 
     def __repr__(self) -> str:
         return f"GroupApply({getattr(self.fn, '__name__', type(self.fn).__name__)})"
+
+
+def warm_up() -> None:
+    """Runs the per-group path once on a tiny unit of two groups, in this process: the
+    imports and first calls it makes (pandas, Arrow's group-by and its pandas conversions,
+    a frame's slicing, assignment and concatenation) are paid here, not by a job's first
+    unit. A pool's hosts call it as they start (``dpa.runtime.ray.host``)."""
+    import pandas as pd
+
+    table = pa.table({"k": pa.array([0, 0, 1], pa.int64()), "v": pa.array([0.5, 1.5, 2.0])})
+    table.group_by(["k"], use_threads=False).aggregate([("v", "list")])
+    unit = GroupUnit(table, np.array([0, 2, 3], dtype=np.int64))
+    for fn in (lambda pdf: pdf.assign(x=pdf.v - pdf.v.mean()),
+               lambda pdf: pd.DataFrame({"k": pdf["k"].to_numpy()[:1], "n": [len(pdf)]})):
+        GroupApply(fn).apply(unit, ["k"])
+
+
+def _frame_slices(frame: Any, offsets: list[int]) -> Iterator[Any]:
+    """Row slices ``offsets[i]:offsets[i + 1]`` of the pandas ``frame``, each indexed ``0..rows-1``.
+
+    A slice is made from a slice of the frame's block manager (views of its arrays), as
+    pandas' group-by splitter makes the groups it hands ``apply``; with a pandas whose
+    internals differ, from ``DataFrame.iloc``.
+    """
+    import pandas as pd
+
+    mgr = getattr(frame, "_mgr", None)
+    make = getattr(frame, "_constructor_from_mgr", None)
+    if mgr is None or make is None or not hasattr(mgr, "get_slice") or not hasattr(mgr, "set_axis"):
+        for a, b in zip(offsets[:-1], offsets[1:]):
+            group = frame.iloc[a:b]
+            group.index = pd.RangeIndex(b - a)
+            yield group
+        return
+    for a, b in zip(offsets[:-1], offsets[1:]):
+        part = mgr.get_slice(slice(a, b), axis=1)
+        part.set_axis(1, pd.RangeIndex(b - a))
+        yield make(part, axes=part.axes)
+
+
+def _frame_columns(frame: Any) -> tuple[tuple[Any, ...], list[Any]]:
+    """``frame``'s column dtypes and arrays (numpy arrays, or pandas extension arrays).
+
+    Read from the frame's blocks where pandas offers it (a frame's ``dtypes`` builds a Series
+    each time, which costs more than a small group's share of the concatenation).
+    """
+    if hasattr(frame, "_iter_column_arrays"):
+        arrays = list(frame._iter_column_arrays())
+    else:
+        arrays = [col.to_numpy() if isinstance(col.dtype, np.dtype) else col.array for _, col in frame.items()]
+    return tuple(array.dtype for array in arrays), arrays
+
+
+def _concat_arrays(parts: list[Any]) -> Any:
+    """One column from its parts, all of one dtype: numpy arrays, or extension arrays
+    (concatenated by their own type, as ``pandas.concat`` does)."""
+    if isinstance(parts[0], np.ndarray):
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return type(parts[0])._concat_same_type(parts)
 
 
 def _rows(group: Any) -> int:

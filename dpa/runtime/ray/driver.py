@@ -113,7 +113,8 @@ def _start(plan: JobPlan, reuse: bool, deadline: _Deadline) -> Pool:
     for attempt in range(2):
         pool = acquire(plan.num_mappers, plan.num_reducers, reuse and attempt == 0,
                        plan.active_reducers or None, plan.reducer_num_cpus,
-                       import_arrow_engine=not groups_by_value(plan.key_types))
+                       import_arrow_engine=not groups_by_value(plan.key_types),
+                       warm_group_apply=plan.applies_groups)
         if pool.fresh:  # (started with the job: open_job)
             return pool
         try:

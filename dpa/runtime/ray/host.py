@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import threading
 import uuid
@@ -122,19 +123,23 @@ class MemberHost:
 class HostActor(MemberHost):
     """One process running several members (``{role: member}``) on its event loop."""
 
-    def __init__(self, name: str, members: list[tuple[str, str]], import_arrow_engine: bool = False) -> None:
+    def __init__(self, name: str, members: list[tuple[str, str]], import_arrow_engine: bool = False,
+                 warm_group_apply: bool = False) -> None:
         """Builds the members: ``(role, member name)`` pairs (the name is what errors say).
 
         With ``import_arrow_engine`` (the pool's first job groups with Arrow: a string or
         multi-column key) a thread imports Arrow's group-by engine while the pool starts, so
-        that the first block does not wait for it.
+        that the first block does not wait for it. With ``warm_group_apply`` (the pool's first
+        job runs a per-group function) the thread then warms the per-group path as well
+        (:func:`_warm_group_apply`).
         """
         keep_freed_memory()  # a block's arrays reuse the last block's memory
         self.name = name
         self.members = {role: build_member(role, member) for role, member in members}
         host_members(ray.get_runtime_context().get_actor_id(), self.members)
-        if import_arrow_engine:
-            threading.Thread(target=_import_arrow_engine, name="dpa-import", daemon=True).start()
+        if import_arrow_engine or warm_group_apply:
+            target = _warm_group_apply if warm_group_apply else _import_arrow_engine
+            threading.Thread(target=target, name="dpa-import", daemon=True).start()
 
 
 def _import_arrow_engine() -> None:
@@ -144,6 +149,26 @@ def _import_arrow_engine() -> None:
         import pyarrow.acero  # noqa: F401
     except Exception:  # an early import only: the job itself reports real errors
         logger.debug("importing pyarrow.acero failed", exc_info=True)
+
+
+def _warm_group_apply() -> None:
+    """Readies this process for a per-group function while the pool starts: Arrow's group-by
+    engine, pandas and the Arrow/pandas conversions imported and run once on a tiny unit
+    (:func:`dpa.aggregates.group_apply.warm_up`), then every object alive so far (modules,
+    classes, their caches) moved out of the garbage collector's sight (``gc.freeze``). A
+    unit's groups allocate many short-lived frames, which trigger collections; a full
+    collection otherwise walks every imported module's objects (hundreds of thousands in a
+    Ray worker) each time, on the thread that runs ``fn``.
+    """
+    _import_arrow_engine()
+    try:
+        from dpa.aggregates.group_apply import warm_up
+
+        warm_up()
+    except Exception:  # an early warm-up only: the job itself reports real errors
+        logger.debug("warming the per-group path failed", exc_info=True)
+    gc.collect()
+    gc.freeze()
 
 
 def own_handle() -> Any:
@@ -287,12 +312,13 @@ def pack(roles: list[str], width: int, reducer_num_cpus: float = 0.0) -> list[li
 
 
 def start_hosts(pool_id: str, roles: list[str], width: int, generation: int = 0,
-                reducer_num_cpus: float = 0.0, import_arrow_engine: bool = False) -> dict[str, MemberRef]:
+                reducer_num_cpus: float = 0.0, import_arrow_engine: bool = False,
+                warm_group_apply: bool = False) -> dict[str, MemberRef]:
     """Starts ``roles`` in ``width`` hosts (see :func:`pack`); returns each role's ref.
 
     ``generation`` > 0 names replacements (a dead member's name may not be released yet).
     ``import_arrow_engine``: each host imports Arrow's group-by engine while it starts (see
-    :class:`HostActor`).
+    :class:`HostActor`); ``warm_group_apply``: each host warms the per-group path too.
     """
     suffix = f".{generation}" if generation else ""
     refs: dict[str, MemberRef] = {}
@@ -303,6 +329,6 @@ def start_hosts(pool_id: str, roles: list[str], width: int, generation: int = 0,
         # every node, and losing one loses a few members, which recovery replaces.
         host = HostActor.options(name=name, namespace=NAMESPACE, lifetime=None, scheduling_strategy="SPREAD",
                                  num_cpus=cpus, max_concurrency=CONCURRENCY_PER_MEMBER * len(group)).remote(
-            name, [(role, f"dpa:{pool_id}:{role}{suffix}") for role in group], import_arrow_engine)
+            name, [(role, f"dpa:{pool_id}:{role}{suffix}") for role in group], import_arrow_engine, warm_group_apply)
         refs.update({role: MemberRef(host, role) for role in group})
     return refs

@@ -65,7 +65,8 @@ Members = tuple[list[Any], list[Any]]
 
 
 def start_members(pool_id: str, num_mappers: int, num_reducers: int, initial_reducers: int | None = None,
-                  reducer_num_cpus: float = 0.0, import_arrow_engine: bool = False) -> tuple[list[Any], list[Any]]:
+                  reducer_num_cpus: float = 0.0, import_arrow_engine: bool = False,
+                  warm_group_apply: bool = False) -> tuple[list[Any], list[Any]]:
     """Starts a pool's reducers and mappers in hosts (:func:`~dpa.runtime.ray.host.start_hosts`,
     one per CPU): the first ``initial_reducers`` (default all) of ``num_reducers`` reducer
     slots, and the mappers. The driver calls it together with the coordinator's start, so
@@ -76,7 +77,7 @@ def start_members(pool_id: str, num_mappers: int, num_reducers: int, initial_red
     balancer's routing and its planner's history, and a recovered run goes on balancing
     where the lost one stopped.
 
-    ``import_arrow_engine`` is :func:`~dpa.runtime.ray.host.start_hosts`'s.
+    ``import_arrow_engine`` and ``warm_group_apply`` are :func:`~dpa.runtime.ray.host.start_hosts`'s.
 
     An elastic pool whose reducers share hosts (``reducer_num_cpus`` 0) starts every slot's
     member at once: a member is an object in a host that is started anyway, so a scale-out
@@ -89,7 +90,8 @@ def start_members(pool_id: str, num_mappers: int, num_reducers: int, initial_red
     """
     first = num_reducers if initial_reducers is None or reducer_num_cpus <= 0 else initial_reducers
     roles = [*[f"reducer-{i}" for i in range(first)], *[f"mapper-{i}" for i in range(num_mappers)]]
-    refs = start_hosts(pool_id, roles, default_width(len(roles)), 0, reducer_num_cpus, import_arrow_engine)
+    refs = start_hosts(pool_id, roles, default_width(len(roles)), 0, reducer_num_cpus, import_arrow_engine,
+                       warm_group_apply)
     return [refs.get(f"reducer-{i}") for i in range(num_reducers)], [refs[f"mapper-{i}"] for i in range(num_mappers)]
 
 

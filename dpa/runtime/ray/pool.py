@@ -83,13 +83,14 @@ def _session() -> str:
 
 
 def acquire(num_mappers: int, num_reducers: int, reuse: bool, initial_reducers: int | None = None,
-            reducer_num_cpus: float = 0.0, import_arrow_engine: bool = False) -> Pool:
+            reducer_num_cpus: float = 0.0, import_arrow_engine: bool = False, warm_group_apply: bool = False) -> Pool:
     """An idle pool of this shape from this Ray session, or a new one (not yet pinged).
 
     ``num_reducers`` is the number of reducer slots; a new pool starts actors for the first
     ``initial_reducers`` (default all): an elastic job starts the others when it grows.
     ``import_arrow_engine``: a new pool's hosts import Arrow's group-by engine as they start
-    (:func:`~dpa.runtime.ray.host.start_hosts`).
+    (:func:`~dpa.runtime.ray.host.start_hosts`); ``warm_group_apply``: they warm the path of a
+    per-group function too (its first job runs one).
     """
     session = _session()
     with _LOCK:
@@ -110,7 +111,7 @@ def acquire(num_mappers: int, num_reducers: int, reuse: bool, initial_reducers: 
     # the pool starts at once, none waits for another to start. The driver owns them;
     # kill() ends them with the pool.
     reducers, mappers = start_members(pool_id, num_mappers, num_reducers, initial_reducers, reducer_num_cpus,
-                                      import_arrow_engine)
+                                      import_arrow_engine, warm_group_apply)
     coordinator = CoordinatorActor.options(name=f"dpa:{pool_id}:coordinator", namespace=NAMESPACE,
                                            scheduling_strategy=here).remote(
         pool_id, num_mappers, num_reducers, initial_reducers, reducer_num_cpus, (reducers, mappers))

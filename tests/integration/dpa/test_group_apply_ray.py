@@ -93,3 +93,26 @@ def test_a_worker_killed_while_groups_are_applied_changes_nothing():
     assert killed and res.stats.recoveries, res.stats.recoveries
     assert "reducer-1" in killed[0] and res.stats.recoveries[0].actors == killed[0]
     pd.testing.assert_frame_equal(_sorted(res.to_pandas()), EXPECTED, check_dtype=False)
+
+
+def warmed(pdf: pd.DataFrame) -> pd.DataFrame:
+    """Centres ``v`` in every row and says whether this process was warmed for group apply
+    (its garbage collector's frozen objects, waiting up to 60 s for the warm-up thread)."""
+    import gc
+
+    deadline = time.monotonic() + 60
+    while not gc.get_freeze_count() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return pdf.assign(x=pdf.v - pdf.v.mean(), warm=gc.get_freeze_count() > 0)
+
+
+def test_a_new_pool_for_many_small_groups_is_warmed_and_gives_pandas_answer():
+    dpa.shutdown()  # (idle pools: this job starts a new one)
+    keys = np.random.default_rng(9).permutation(np.repeat(np.arange(2_000, dtype=np.int64), 5))
+    table = pa.table({"k": keys, "v": np.arange(len(keys), dtype=np.float64)})
+    res = dpa.run(table, key="k", reducer=dpa.GroupApply(warmed), num_reducers=2, timeout_s=180)
+    got = res.to_pandas()
+    assert got["warm"].all()
+    want = pd.concat([g.assign(x=g.v - g.v.mean()) for _, g in table.to_pandas().groupby("k")])
+    pd.testing.assert_frame_equal(_sorted(got.drop(columns=["warm"])), _sorted(want), check_dtype=False)
+    assert res.stats.group_apply["groups"] == 2_000

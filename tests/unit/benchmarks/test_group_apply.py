@@ -118,3 +118,10 @@ def test_the_small_groups_case_has_equal_groups_and_checks_rows_in_any_order(rep
     summary = small.run_pandas(table.to_pandas(), small.summary_fn)
     wrong = summary.assign(n=summary.n + 1)
     assert small.same_rows(pa.Table.from_pandas(wrong, preserve_index=False), summary).startswith("MISMATCH")
+
+
+def test_the_first_jobs_case_has_its_own_results_file_and_defaults(repo_benchmark):
+    ga = repo_benchmark("group_apply")
+    args = ga.parse_args(["--first-jobs", "4", "--pools", "2"])
+    assert (args.first_jobs, args.pools, args.out) == (4, 2, "benchmarks/results/group_apply_first.json")
+    assert ga.parse_args([]).first_jobs == 0  # (the engines' comparison unless asked)

@@ -207,6 +207,48 @@ def test_many_small_groups_give_pandas_answer(fn, target_rows):
     assert sum(r.groups for r in got) == table["k"].to_pandas().nunique()
 
 
+def _typed(pdf: pd.DataFrame) -> pd.DataFrame:
+    """Columns of pandas' extension and object dtypes, with nulls in some groups."""
+    k = int(pdf.k.iloc[0])
+    n = len(pdf)
+    return pd.DataFrame({
+        "k": pd.array([k] * n, dtype="Int64"),
+        "maybe": pd.array([None if k % 3 == 0 else i for i in range(n)], dtype="Int64"),
+        "label": pd.Categorical(["odd" if k % 2 else "even"] * n, categories=["even", "odd"]),
+        "s": [f"k{k}-{i}" for i in range(n)],
+        "t": pd.date_range("2026-01-01", periods=n, freq="h", tz="UTC") + pd.Timedelta(days=k),
+        "f": pdf.v.to_numpy() * 2,
+    })
+
+
+@pytest.mark.parametrize("fn", [_typed, lambda pdf: pdf], ids=["extension-dtypes", "the-group-itself"])
+def test_outputs_of_every_pandas_dtype_concatenate_as_pandas_does(fn):
+    table = _many_small(groups=300)
+    (unit,) = _units_of(table, None)
+    done = GroupApply(fn).apply(unit, KEY_COLS)
+    want = _pandas_reference(table, fn)
+    got = done.table.to_pandas()
+    assert got.dtypes.tolist() == want.dtypes.tolist()
+    pd.testing.assert_frame_equal(_by_rows(got), _by_rows(want))
+
+
+def test_each_group_is_a_fresh_frame_indexed_from_zero_whose_changes_stay_its_own():
+    table = _many_small(groups=100)
+    (unit,) = _units_of(table, None)
+    seen = []
+
+    def look(pdf):
+        seen.append((pdf.index.equals(pd.RangeIndex(len(pdf))), pdf.k.nunique(), float(pdf.v.sum())))
+        pdf["v"] = 0.0  # a column replaced in one group is not seen by the next
+        pdf.loc[0, "k"] = -1
+        return None
+
+    assert GroupApply(look).apply(unit, KEY_COLS).table is None
+    want = table.to_pandas().groupby("k").v.sum()
+    assert all(indexed and keys == 1 for indexed, keys, _ in seen)
+    assert sorted(s for _, _, s in seen) == pytest.approx(sorted(want.tolist()))
+
+
 def test_outputs_whose_types_or_columns_differ_between_groups_combine_as_arrow_promotes_them():
     table = _many_small(groups=200)
     (unit,) = _units_of(table, None)
