@@ -33,13 +33,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dpa._internal.arrays import as_float64, from_numpy
 from dpa.aggregates import hll
 from dpa.aggregates.builtins import Sum
 from dpa.aggregates.contract import ColumnarReducer
 from dpa.aggregates.dense import group_order
 from dpa.aggregates.distinct import canonical_value
 from dpa.aggregates.kll import KLL, normalized_rank_error
-from dpa.arrays import as_float64, from_numpy
 from dpa.errors import ConfigError, SchemaError
 from dpa.keys.encoding import encode_key
 

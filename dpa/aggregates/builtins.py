@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dpa._internal.arrays import as_float64, fill_null, scalar
 from dpa.aggregates.contract import ColumnarReducer, Reducer, what_it_is
 from dpa.aggregates.exact_means import (
     mean_sum_type,
@@ -23,7 +24,6 @@ from dpa.aggregates.exact_means import (
     spark_avg_value,
 )
 from dpa.aggregates.int_sums import exact_int_sums, finalize_int_sums, is_pending, sum_may_overflow
-from dpa.arrays import as_float64, fill_null, scalar
 from dpa.errors import ConfigError, SchemaError
 from dpa.input.records import HASH_COL
 

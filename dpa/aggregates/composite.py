@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from dpa._internal.arrays import from_numpy, one_array, to_numpy
 from dpa.aggregates.builtins import Count, Mean, Min, Sum, bind_reducer
 from dpa.aggregates.contract import GROUP_ID_COL as GID_COL
 from dpa.aggregates.contract import (
@@ -48,7 +49,6 @@ from dpa.aggregates.contract import (
 from dpa.aggregates.dense import dense_keys, group_aggregate
 from dpa.aggregates.int_sums import sum_may_overflow
 from dpa.aggregates.requested import requested
-from dpa.arrays import from_numpy, one_array, to_numpy
 from dpa.errors import ConfigError
 from dpa.input.records import HASH_COL
 

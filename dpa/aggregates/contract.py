@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from dpa._internal.arrays import from_numpy, to_numpy
 from dpa.aggregates.dense import group_aggregate
-from dpa.arrays import from_numpy, to_numpy
 from dpa.errors import ConfigError, SchemaError
 
 #: Column holding a group id while a composite's member merges by it.

@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dpa.arrays import buffer_values, from_numpy, numpy_dtype, one_array, scalar, to_numpy
+from dpa._internal.arrays import buffer_values, from_numpy, numpy_dtype, one_array, scalar, to_numpy
 from dpa.input.records import HASH_COL
 
 logger = logging.getLogger(__name__)

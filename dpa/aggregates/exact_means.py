@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dpa.arrays import fill_null, from_numpy, to_numpy
+from dpa._internal.arrays import fill_null, from_numpy, to_numpy
 
 __all__ = ["mean_input_type", "mean_sum_type", "means_decimal", "means_float64", "spark_avg_type", "spark_avg_unscaled", "spark_avg_value"]
 

@@ -27,11 +27,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dpa._internal.arrays import from_numpy, scalar, to_numpy
 from dpa.aggregates.builtins import _is_nan
 from dpa.aggregates.composite import group_ids
 from dpa.aggregates.contract import GROUP_ID_COL, ColumnarReducer, by_group_id
 from dpa.aggregates.dense import group_aggregate
-from dpa.arrays import from_numpy, scalar, to_numpy
 from dpa.errors import ConfigError, SchemaError
 
 __all__ = ["MaxBy", "MinBy"]

@@ -31,8 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dpa._internal.arrays import fill_null
 from dpa.aggregates.dense import group_order
-from dpa.arrays import fill_null
 from dpa.keys.encoding import encode_key
 from dpa.keys.murmur3 import murmur3_32_batch
 

@@ -24,9 +24,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dpa._internal.arrays import as_float64, from_numpy, scalar, to_numpy
 from dpa.aggregates.builtins import Sum
 from dpa.aggregates.contract import ColumnarReducer
-from dpa.arrays import as_float64, from_numpy, scalar, to_numpy
 from dpa.errors import ConfigError
 
 __all__ = ["Std", "Var"]

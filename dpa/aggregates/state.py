@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from dpa._internal.arrays import from_numpy, to_numpy
 from dpa.aggregates.contract import ColumnarReducer, Reducer
-from dpa.arrays import from_numpy, to_numpy
 from dpa.errors import SchemaError
 from dpa.input.records import HASH_COL, WEIGHT_COL, table_to_records, unify
 from dpa.keys.encoding import canonical_key, key_type_class

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from dpa._internal.arrays import from_numpy, to_numpy
 from dpa.aggregates.state import split_by
-from dpa.arrays import from_numpy, to_numpy
 from dpa.engine.flow import PUSH_GROW, PUSH_SHRINK, top_key_counts, weight
 from dpa.engine.instructions import Push
 from dpa.engine.plan import JobPlan

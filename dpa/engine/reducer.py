@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from dpa._internal.arrays import to_numpy
 from dpa.aggregates.state import make_state, split_by, split_partial
-from dpa.arrays import to_numpy
 from dpa.engine.flow import PUSH_GROW, PUSH_KEEP, Chunk, top_key_counts, weight
 from dpa.engine.instructions import Forward, StateMove
 from dpa.engine.plan import JobPlan

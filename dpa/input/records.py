@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dpa.arrays import join_chunks
+from dpa._internal.arrays import join_chunks
 from dpa.errors import SchemaError
 from dpa.keys.encoding import int_key_out_of_range, python_key_class
 

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dpa.arrays import one_array, to_numpy
+from dpa._internal.arrays import one_array, to_numpy
 from dpa.errors import KeyEncodingError, SchemaError
 
 __all__ = ["canonical_float_keys", "check_key_type", "decode_dictionaries", "decoded_schema", "hash_key_columns"]

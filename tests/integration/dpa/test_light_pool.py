@@ -2,7 +2,7 @@
 
 pyarrow's numpy conversions import pandas (about 0.25 s of CPU and 35 MB per process), and
 Arrow's group-by imports it with its query engine; dpa's hot path for number keys and
-aggregates avoids both (:mod:`dpa.arrays`, :mod:`dpa.aggregates.dense`). A string key
+aggregates avoids both (:mod:`dpa._internal.arrays`, :mod:`dpa.aggregates.dense`). A string key
 still needs Arrow's group-by: that is the control showing the check sees pandas at all.
 """
 

@@ -6,7 +6,7 @@ another room of its own level):
 ==========  ==========================================================================
 level       rooms
 ==========  ==========================================================================
-0           ``errors``, ``metrics``, ``arrays`` (leaves)
+0           ``errors``, ``metrics``, ``_internal`` (leaves)
 1           ``keys`` (canonical encodings and hashes)
 2           ``input`` (sources and the Arrow tables dpa moves around)
 3           ``aggregates`` (the combine contract and the aggregates), ``routing`` (ring,
@@ -29,7 +29,7 @@ import pytest
 from tests.unit.architecture.test_import_graph import PACKAGE, import_graph
 
 LEVELS: list[set[str]] = [
-    {"errors", "metrics", "arrays"},
+    {"errors", "metrics", "_internal"},
     {"keys"},
     {"input"},
     {"aggregates", "routing"},

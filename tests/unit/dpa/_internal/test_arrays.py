@@ -1,4 +1,4 @@
-"""dpa.arrays: the same arrays as pyarrow's conversions, and no pandas on the way."""
+"""dpa._internal.arrays: the same arrays as pyarrow's conversions, and no pandas on the way."""
 
 from __future__ import annotations
 
@@ -13,7 +13,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpa.arrays import as_float64, from_numpy, join_chunks, numpy_dtype, one_array, scalar, to_numpy
+from dpa._internal.arrays import (
+    as_float64,
+    from_numpy,
+    join_chunks,
+    numpy_dtype,
+    one_array,
+    scalar,
+    to_numpy,
+)
 
 NUMBER_TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(),
                 pa.uint64(), pa.float32(), pa.float64()]
@@ -140,7 +148,7 @@ def test_the_conversions_do_not_import_pandas():
         import sys
         import numpy as np
         import pyarrow as pa
-        from dpa.arrays import as_float64, from_numpy, scalar, to_numpy
+        from dpa._internal.arrays import as_float64, from_numpy, scalar, to_numpy
         a = from_numpy(np.arange(5, dtype=np.uint32))
         d = pa.Array.from_buffers(pa.decimal128(5, 2), 2, [pa.py_buffer(np.array([1], np.uint8)),
                                                            pa.py_buffer(np.array([330, 0, 7, 0], np.int64))])
