@@ -47,7 +47,7 @@ Per reducer (``c`` is the reducer's column):
 ========== ========================================================================
 
 Everything else returns ``None`` and the bridge keeps its ``mapInArrow`` precombine
-(:func:`spark_bridge.bridge.precombined`): subclasses of the built-ins (they may change
+(:func:`precombined`): subclasses of the built-ins (they may change
 the aggregation), decimal sums and means wider than 28 digits (Spark's ``decimal(38)`` sum
 turns an overflow into null outside ANSI mode), and column types these expressions do not cover.
 """
@@ -64,14 +64,14 @@ from dpa.aggregates.exact_means import mean_sum_type
 from dpa.aggregates.int_sums import pending_type
 from dpa.errors import ArithmeticOverflowError
 
+from .cluster import executor_task_slots
 from .partial_plan import MAX_BLOCKS_PER_SLOT, partial_aggregation
-from .to_spark import executor_task_slots
 
 if TYPE_CHECKING:  # pragma: no cover - imported for type hints only
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType
 
-__all__ = ["PartialFinish", "native_partials"]
+__all__ = ["PartialFinish", "native_partials", "precombined"]
 
 #: Internal columns of the Spark partial aggregation (dropped by :class:`PartialFinish`).
 PARTITION_COL = "__dpa_pid"
@@ -424,3 +424,38 @@ def _composite_partials(df: DataFrame, key_columns: list[str], members: list[Any
     aggregates = [aggregate.alias(name) for name, aggregate, _ in states]
     frame = df.groupBy(*grouping).agg(*aggregates, F.count(F.lit(1)).alias(WEIGHT_COL)).drop(PARTITION_COL)
     return frame, finish
+
+
+def precombined(df: DataFrame, key_columns: list[str], reducer: Any) -> DataFrame:
+    """``df`` pre-aggregated per Spark partition into dpa partial states, in Spark's Python.
+
+    The fallback of :func:`native_partials` (Spark SQL aggregates,
+    several times faster) for the reducers and column types it does not cover, and
+    ``precombine="arrow"``. Each Spark task runs the reducer's own map-side combine
+    (``reducer.partial_from_batch(partition, key_columns, WEIGHT_COL)``) on its partition
+    as Arrow (``mapInArrow``): the same step a dpa mapper would do on a block, done where
+    the data already is, so only one partial row per key and partition leaves Spark.
+    Key columns keep their Spark types; state columns and the record count are typed from
+    the partial table's Arrow schema.
+    """
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
+    from pyspark.sql.types import StructField, StructType
+
+    from dpa.aggregates.contract import unwrap
+    from dpa.input.records import WEIGHT_COL
+
+    inner = unwrap(reducer)[0]
+    needed = [*key_columns, *[c for c in (inner.input_columns() or []) if c not in key_columns]]
+    narrow = df.select(*needed)
+    proto = inner.partial_from_batch(to_arrow_schema(narrow.schema).empty_table(), key_columns, WEIGHT_COL)
+    spark_fields = {f.name: f for f in narrow.schema.fields}
+    fields = [spark_fields[c] for c in key_columns]
+    fields += [StructField(f.name, from_arrow_type(f.type), True) for f in proto.schema if f.name not in key_columns]
+
+    def combine(batches: Any) -> Any:
+        tables = [pa.Table.from_batches([b]) for b in batches]
+        if tables:
+            yield from inner.partial_from_batch(pa.concat_tables(tables), key_columns, WEIGHT_COL).to_batches()
+
+    return narrow.mapInArrow(combine, StructType(fields))
