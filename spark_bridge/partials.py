@@ -27,14 +27,18 @@ Per reducer (``c`` is the reducer's column):
            dpa's own combine, and an overflow raises
            :class:`~dpa.errors.ArithmeticOverflowError` instead of wrapping as Spark's
            non-ANSI ``sum`` would); float/double: ``sum(c)`` (a double);
-           ``decimal(p, s)`` with ``p <= 28``: ``sum(c)``, a ``decimal(p + 10, s)`` as
-           dpa widens it
+           ``decimal(p, s)``: ``sum(c)``, a ``decimal(min(38, p + 10), s)`` as dpa widens
+           it; for ``p > 28`` also ``count(c)``: a null sum of a part with values is
+           Spark's overflow (outside ANSI mode), raised by :class:`PartialFinish` as
+           :class:`~dpa.errors.ArithmeticOverflowError`, as dpa's own combine raises
+           where a key's sum in one block leaves 38 digits
 ``Min``    ``min(c)`` (Spark orders NaN as dpa does: NaN equals NaN and is larger than
            every other value)
 ``Max``    ``max(c)``
 ``Mean``   ``count(c)`` and the sum as ``Sum`` computes it (exact for integers, of
-           ``decimal(p, s)`` with ``p <= 28`` a ``decimal(p + 10, s)``, dpa's
-           :func:`~dpa.aggregates.exact_means.mean_sum_type`), a double sum of floats
+           ``decimal(p, s)`` a ``decimal(min(38, p + 10), s)``, dpa's
+           :func:`~dpa.aggregates.exact_means.mean_sum_type`, checked as ``Sum``'s),
+           a double sum of floats
 ``Collect`` ``transform(collect_list(struct(c)), s -> s.c)`` (nulls kept, as dpa keeps
            them; ``collect_list`` alone drops them)
 ``TopK``   ``slice(sort_array(collect_list(c), false), 1, k)`` (nulls ignored, largest
@@ -48,8 +52,7 @@ Per reducer (``c`` is the reducer's column):
 
 Everything else returns ``None`` and the bridge keeps its ``mapInArrow`` precombine
 (:func:`precombined`): subclasses of the built-ins (they may change
-the aggregation), decimal sums and means wider than 28 digits (Spark's ``decimal(38)`` sum
-turns an overflow into null outside ANSI mode), and column types these expressions do not cover.
+the aggregation), and column types these expressions do not cover.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dpa.aggregates.exact_means import mean_sum_type
 from dpa.aggregates.int_sums import pending_type
@@ -77,10 +81,14 @@ __all__ = ["PartialFinish", "native_partials", "precombined"]
 PARTITION_COL = "__dpa_pid"
 SUM_HIGH_COL = "__dpa_sum_hi"
 SUM_LOW_COL = "__dpa_sum_lo"
+#: Prefix of the ``count(c)`` beside a wide decimal sum ``state`` (``OVERFLOW_PREFIX + state``).
+OVERFLOW_PREFIX = "__dpa_n_"
 
 #: Rows per group below which the halves of a long sum cannot wrap in Spark: the low
 #: halves are < 2**32 each, so 2**31 of them sum to < 2**63.
 _MAX_SPLIT_ROWS = 2**31
+#: Decimal sums of at most this precision fit Spark's ``decimal(p + 10, s)`` sum type.
+_NARROW_DECIMAL = 28
 _LOW_MASK = 0xFFFFFFFF
 
 
@@ -100,6 +108,8 @@ class PartialFinish:
         weight_col: Name of the record-count column.
         split_copies: Other state columns that are the same long sum (a ``Sum`` and a
             ``Mean`` of one column): Spark computes the halves once.
+        overflow_checks: ``(state column, its count column, input column)`` of each wide
+            decimal sum (``p > 28``): a null sum whose count is positive overflowed in Spark.
         weight_from: A state column that is the record count too (``Count``'s, or
             ``Mean``'s count of a non-nullable column), copied into :attr:`weight_col`;
             ``None`` when Spark computed the weight itself.
@@ -111,14 +121,26 @@ class PartialFinish:
     weight_col: str = "__dpa_w"
     weight_from: str | None = None
     split_copies: tuple[str, ...] = ()
+    overflow_checks: tuple[tuple[str, str, str | None], ...] = ()
 
     def __call__(self, table: pa.Table) -> pa.Table:
         """Returns ``table`` with exactly :attr:`schema`'s columns and types.
 
         Raises:
             ArithmeticOverflowError: A partition held 2**31 rows or more of one key whose
-                long column is summed (Spark could have wrapped a half of the sum).
+                long column is summed (Spark could have wrapped a half of the sum), or a
+                wide decimal sum of one key in one partition left 38 digits.
         """
+        for state, count, column in self.overflow_checks:
+            overflowed = pc.and_(table[state].is_null(), pc.greater(table[count], 0))
+            if pc.any(overflowed).as_py():
+                raise ArithmeticOverflowError(
+                    f"the sum of column {column!r} for one key in one Spark partition has more than 38 digits, "
+                    f"past {table.schema.field(state).type}; dpa does not wrap around (like Spark in ANSI mode). "
+                    "precombine='arrow' sums each partition in 256 bits (only the key's total must fit); "
+                    "or cast the column to a smaller scale or to double",
+                    column=column,
+                )
         if self.weight_from is not None:
             table = table.append_column(self.weight_col, table[self.weight_from])
         if self.split_sum is not None:
@@ -203,8 +225,8 @@ def _state_expressions(inner: Any, dtype: DataType | None) -> tuple[list[State],
                     (SUM_LOW_COL, F.sum(c.bitwiseAND(F.lit(_LOW_MASK))), T.LongType())], "sum"
         if isinstance(dtype, (T.FloatType, T.DoubleType)):
             return [("sum", F.sum(c.cast("double")), T.DoubleType())], None
-        if isinstance(dtype, T.DecimalType) and dtype.precision <= 28:
-            return [("sum", F.sum(c), None)], None
+        if isinstance(dtype, T.DecimalType):
+            return [("sum", F.sum(c), None), *_overflow_check("sum", c, dtype)], None
         return None
     if kind in (Min, Max):
         if not isinstance(dtype, atomic):
@@ -220,8 +242,8 @@ def _state_expressions(inner: Any, dtype: DataType | None) -> tuple[list[State],
                     (SUM_LOW_COL, F.sum(c.bitwiseAND(F.lit(_LOW_MASK))), T.LongType()), count], "msum"
         if isinstance(dtype, (T.FloatType, T.DoubleType)):
             return [("msum", F.sum(c.cast("double")), T.DoubleType()), count], None
-        if isinstance(dtype, T.DecimalType) and dtype.precision <= 28:
-            return [("msum", F.sum(c), None), count], None
+        if isinstance(dtype, T.DecimalType):
+            return [("msum", F.sum(c), None), count, *_overflow_check("msum", c, dtype)], None
         return None
     if kind is Collect:
         if isinstance(dtype, (T.MapType,)):
@@ -234,6 +256,20 @@ def _state_expressions(inner: Any, dtype: DataType | None) -> tuple[list[State],
         values = F.sort_array(F.collect_list(c), asc=False)  # (NaN first, as dpa ranks it)
         return [("items", F.slice(values, 1, inner.k), None)], None
     return _more_state_expressions(inner, c, dtype)
+
+
+def _overflow_check(state: str, c: Column, dtype: DataType) -> list[State]:
+    """The ``count(c)`` that tells an overflowed sum of a decimal wider than 28 digits (whose
+    Spark sum, a ``decimal(38)``, is null on overflow outside ANSI mode) from an empty one."""
+    from pyspark.sql import functions as F
+
+    return [(OVERFLOW_PREFIX + state, F.count(c), None)] if dtype.precision > _NARROW_DECIMAL else []
+
+
+def _overflow_checks(states: list[State], column: str | None) -> tuple[tuple[str, str, str | None], ...]:
+    """:attr:`PartialFinish.overflow_checks` of ``states`` (names as in the Spark frame)."""
+    return tuple((name.replace(OVERFLOW_PREFIX, "", 1), name, column) for name, _, _ in states
+                 if OVERFLOW_PREFIX in name)
 
 
 def _more_state_expressions(inner: Any, c: Column, dtype: DataType) -> tuple[list[State], None] | None:
@@ -356,7 +392,7 @@ def native_partials(
         + [pa.field(name, t) for name, t in state_types.items()]
         + [pa.field(WEIGHT_COL, pa.int64())]
     )
-    finish = PartialFinish(schema, split_sum, column, WEIGHT_COL)
+    finish = PartialFinish(schema, split_sum, column, WEIGHT_COL, overflow_checks=_overflow_checks(states, column))
     # A state column that counts every row is the weight too; Spark would compute the two
     # as one buffer anyway (it turns count(c) of a non-nullable column into count(1)).
     weight_from = "count" if isinstance(inner, Count) and inner.column is None else (
@@ -386,6 +422,7 @@ def _composite_partials(df: DataFrame, key_columns: list[str], members: list[Any
     state_types: dict[str, pa.DataType] = {}
     split_sum = split_column = weight_from = None
     copies: list[str] = []
+    checks: list[tuple[str, str, str | None]] = []
     try:
         key_types = [to_arrow_type(fields[k].dataType) for k in key_columns]
     except TypeError:
@@ -411,12 +448,15 @@ def _composite_partials(df: DataFrame, key_columns: list[str], members: list[Any
                 split_sum, split_column = _prefix(i, member_split), column
         for name, aggregate, buffer in member_states:
             states.append((name if name in (SUM_HIGH_COL, SUM_LOW_COL) else _prefix(i, name), aggregate, buffer))
+        checks += [(_prefix(i, state), _prefix(i, count), column) for state, count, column
+                   in _overflow_checks(member_states, column)]
         state_types.update({_prefix(i, n): t for n, t in _state_arrow_types(m, input_type).items()})
         if type(m) is Count and m.column is None and weight_from is None:
             weight_from = _prefix(i, "count")
     schema = pa.schema([pa.field(k, t) for k, t in zip(key_columns, key_types)]
                        + [pa.field(n, t) for n, t in state_types.items()] + [pa.field(WEIGHT_COL, pa.int64())])
-    finish = PartialFinish(schema, split_sum, split_column, WEIGHT_COL, split_copies=tuple(copies))
+    finish = PartialFinish(schema, split_sum, split_column, WEIGHT_COL, split_copies=tuple(copies),
+                           overflow_checks=tuple(checks))
     frame = _map_side_frame(df, key_columns, states, weight_from, fields)
     if frame is not None:
         return frame, replace(finish, weight_from=weight_from)

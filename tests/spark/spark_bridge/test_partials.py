@@ -173,15 +173,27 @@ def test_filtered_to_nothing_gives_empty_typed_result(spark, derived):
     assert out.schema == empty.groupBy(KEYS).agg(F.sum("n_long").alias("sum")).schema
 
 
-def test_wide_decimal_sum_falls_back_to_map_in_arrow(spark):
+def test_wide_decimal_sums_and_means_run_as_spark_sql(spark):
     from pyspark.sql import functions as F
 
-    df = spark.createDataFrame([(1, Decimal("1.5")), (1, Decimal("2.25")), (2, None)], "k int, v decimal(30,2)")
-    assert native_partials(df, ["k"], dpa.Sum("v")) is None
-    with pytest.raises(dpa.ConfigError, match="sql"):
-        run(df, key="k", reducer=dpa.Sum("v"), precombine="sql")
-    out = run(df, key="k", reducer=dpa.Sum("v"))  # default: mapInArrow precombine
-    assert _rows(out.collect()) == _rows(df.groupBy("k").agg(F.sum("v").alias("sum")).collect())
+    df = spark.createDataFrame([(1, Decimal("1.5")), (1, Decimal("2.25")), (2, None), (3, Decimal("-7.01"))],
+                               "k int, v decimal(30,2)")
+    assert native_partials(df, ["k"], dpa.Sum("v")) is not None
+    reducers = [dpa.Sum("v"), dpa.Mean("v", name="avg"), dpa.Count()]
+    out = run(df, key="k", reducer=reducers, precombine="sql")
+    want = df.groupBy("k").agg(F.sum("v").alias("sum"), F.avg("v").alias("avg"), F.count(F.lit(1)).alias("count"))
+    assert out.schema == want.schema
+    assert _rows(out.collect()) == _rows(want.collect())
+
+
+def test_wide_decimal_sum_overflow_raises_never_null(spark):
+    from pyspark.sql import functions as F
+
+    big = Decimal(9 * 10**37)  # decimal(38, 0): two of them leave 38 digits
+    df = spark.createDataFrame([(1, big), (1, big)], "k int, v decimal(38,0)").coalesce(1)
+    assert df.groupBy("k").agg(F.sum("v")).collect()[0][0] is None  # Spark's own, outside ANSI mode: null
+    with pytest.raises((ArithmeticOverflowError, JobFailedError), match="more than 38 digits"):
+        run(df, key="k", reducer=dpa.Sum("v"), precombine="sql").collect()
 
 
 def test_arrow_and_sql_precombine_agree(spark, derived):
