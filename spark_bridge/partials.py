@@ -4,7 +4,7 @@
 expressions: one row per key and input partition, as a dpa mapper's combine of that
 partition would give, computed by Spark's own (code-generated) hash aggregation. Where
 the state columns are bare aggregates whose partial buffers hold their values (``Count``,
-``Sum`` of integers and floats, ``Min``/``Max``, ``Mean``), only
+``Sum`` of integers, floats and decimals of at most 18 digits, ``Min``/``Max``, ``Mean``), only
 Spark's partial aggregation runs, with no shuffle and no final aggregation
 (:mod:`spark_bridge.partial_plan`); otherwise, or when that plan cannot be taken, the
 aggregates are grouped by ``(spark_partition_id(), key columns...)``, which keeps the
@@ -61,6 +61,7 @@ import decimal
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -83,12 +84,17 @@ SUM_HIGH_COL = "__dpa_sum_hi"
 SUM_LOW_COL = "__dpa_sum_lo"
 #: Prefix of the ``count(c)`` beside a wide decimal sum ``state`` (``OVERFLOW_PREFIX + state``).
 OVERFLOW_PREFIX = "__dpa_n_"
+#: Prefixes of the halves of a narrow decimal sum ``state``'s unscaled longs.
+DECIMAL_HIGH_PREFIX = "__dpa_dhi_"
+DECIMAL_LOW_PREFIX = "__dpa_dlo_"
 
 #: Rows per group below which the halves of a long sum cannot wrap in Spark: the low
 #: halves are < 2**32 each, so 2**31 of them sum to < 2**63.
 _MAX_SPLIT_ROWS = 2**31
 #: Decimal sums of at most this precision fit Spark's ``decimal(p + 10, s)`` sum type.
 _NARROW_DECIMAL = 28
+#: Decimals of at most this precision are a long in Spark (``Decimal.MAX_LONG_DIGITS``).
+_COMPACT_DECIMAL = 18
 _LOW_MASK = 0xFFFFFFFF
 
 
@@ -110,6 +116,9 @@ class PartialFinish:
             ``Mean`` of one column): Spark computes the halves once.
         overflow_checks: ``(state column, its count column, input column)`` of each wide
             decimal sum (``p > 28``): a null sum whose count is positive overflowed in Spark.
+        decimal_halves: ``(state column, high column, low column, input column)`` of each
+            decimal sum of at most 18 digits that Spark computed as the halves of its
+            unscaled longs; the state is ``high * 2**32 + low`` at the state type's scale.
         weight_from: A state column that is the record count too (``Count``'s, or
             ``Mean``'s count of a non-nullable column), copied into :attr:`weight_col`;
             ``None`` when Spark computed the weight itself.
@@ -122,6 +131,7 @@ class PartialFinish:
     weight_from: str | None = None
     split_copies: tuple[str, ...] = ()
     overflow_checks: tuple[tuple[str, str, str | None], ...] = ()
+    decimal_halves: tuple[tuple[str, str, str, str | None], ...] = ()
 
     def __call__(self, table: pa.Table) -> pa.Table:
         """Returns ``table`` with exactly :attr:`schema`'s columns and types.
@@ -147,6 +157,8 @@ class PartialFinish:
             joined = self._joined_sum(table)
             for name in (self.split_sum, *self.split_copies):
                 table = table.append_column(name, joined)
+        for state, high, low, column in self.decimal_halves:
+            table = table.append_column(state, self._joined_decimal(table, high, low, column, self.schema.field(state).type))
         columns = []
         for field in self.schema:
             column = table[field.name]
@@ -156,24 +168,53 @@ class PartialFinish:
                 columns.append(column.cast(field.type))
         return pa.Table.from_arrays(columns, names=self.schema.names)
 
-    def _joined_sum(self, table: pa.Table) -> pa.ChunkedArray | pa.Array:
-        """``high * 2**32 + low`` per row: int64 where every sum fits, else dpa's pending decimal."""
+    def _halves(self, table: pa.Table, high_name: str, low_name: str, column: str | None) -> tuple[Any, Any, Any, Any]:
+        """``(valid, high, low, fits)`` of a sum Spark computed as halves: numpy arrays, the
+        low halves' carry moved into the high ones (``low < 2**32``), ``fits`` where the
+        sum fits int64."""
         weights = table[self.weight_col].to_numpy()
         if len(weights) and int(weights.max()) >= _MAX_SPLIT_ROWS:
             raise ArithmeticOverflowError(
-                f"Sum({self.input_column!r}): a Spark partition holds {int(weights.max())} rows of one key, "
+                f"Sum({column!r}): a Spark partition holds {int(weights.max())} rows of one key, "
                 f"too many to sum exactly in Spark (at most {_MAX_SPLIT_ROWS - 1}); repartition the DataFrame "
                 "or run with precombine=False",
-                column=self.input_column,
+                column=column,
             )
-        high_col = table[SUM_HIGH_COL].combine_chunks()
+        high_col = table[high_name].combine_chunks()
         valid = high_col.is_valid().to_numpy(zero_copy_only=False)
         high = high_col.fill_null(0).to_numpy()
-        low = table[SUM_LOW_COL].combine_chunks().fill_null(0).to_numpy()
-        # Carry the low halves' overflow into the high half: low < 2**32 afterwards.
+        low = table[low_name].combine_chunks().fill_null(0).to_numpy()
         high = high + (low >> 32)
         low = low & _LOW_MASK
-        fits = (high >= -(2**31)) & (high < 2**31)
+        return valid, high, low, (high >= -(2**31)) & (high < 2**31)
+
+    def _joined_decimal(self, table: pa.Table, high_name: str, low_name: str, column: str | None,
+                        target: pa.DataType) -> pa.Array:
+        """A narrow decimal sum from the halves of its unscaled longs, as ``target``.
+
+        Raises:
+            ArithmeticOverflowError: The sum does not fit ``target`` (``decimal(p + 10, s)``).
+        """
+        valid, high, low, fits = self._halves(table, high_name, low_name, column)
+        wide = pa.decimal128(38, target.scale)
+        if bool(fits.all()):  # the unscaled int64 as the low word of each 128-bit decimal
+            unscaled = (high << 32) | low
+            words = np.empty(2 * len(unscaled), dtype=np.int64)
+            words[0::2], words[1::2] = unscaled, unscaled >> 63
+            bitmap = None if bool(valid.all()) else pa.array(valid, pa.bool_()).buffers()[1]
+            joined = pa.Array.from_buffers(wide, len(unscaled), [bitmap, pa.py_buffer(words.tobytes())])
+        else:
+            joined = pa.array([None if not ok else decimal.Decimal(int(h) * 2**32 + int(lo)).scaleb(-target.scale)
+                               for ok, h, lo in zip(valid, high.tolist(), low.tolist())], wide)
+        try:
+            return joined.cast(target)
+        except pa.ArrowInvalid as exc:
+            raise ArithmeticOverflowError(f"Sum({column!r}): a partial sum in one Spark partition does not fit "
+                                          f"{target}: {exc}", column=column) from exc
+
+    def _joined_sum(self, table: pa.Table) -> pa.ChunkedArray | pa.Array:
+        """``high * 2**32 + low`` per row: int64 where every sum fits, else dpa's pending decimal."""
+        valid, high, low, fits = self._halves(table, SUM_HIGH_COL, SUM_LOW_COL, self.input_column)
         mask = ~valid
         if bool(fits.all()):
             return pa.array((high << 32) | low, pa.int64(), mask=mask)
@@ -226,7 +267,7 @@ def _state_expressions(inner: Any, dtype: DataType | None) -> tuple[list[State],
         if isinstance(dtype, (T.FloatType, T.DoubleType)):
             return [("sum", F.sum(c.cast("double")), T.DoubleType())], None
         if isinstance(dtype, T.DecimalType):
-            return [("sum", F.sum(c), None), *_overflow_check("sum", c, dtype)], None
+            return _decimal_sum("sum", c, dtype), None
         return None
     if kind in (Min, Max):
         if not isinstance(dtype, atomic):
@@ -243,7 +284,7 @@ def _state_expressions(inner: Any, dtype: DataType | None) -> tuple[list[State],
         if isinstance(dtype, (T.FloatType, T.DoubleType)):
             return [("msum", F.sum(c.cast("double")), T.DoubleType()), count], None
         if isinstance(dtype, T.DecimalType):
-            return [("msum", F.sum(c), None), count, *_overflow_check("msum", c, dtype)], None
+            return [*_decimal_sum("msum", c, dtype), count], None
         return None
     if kind is Collect:
         if isinstance(dtype, (T.MapType,)):
@@ -256,6 +297,42 @@ def _state_expressions(inner: Any, dtype: DataType | None) -> tuple[list[State],
         values = F.sort_array(F.collect_list(c), asc=False)  # (NaN first, as dpa ranks it)
         return [("items", F.slice(values, 1, inner.k), None)], None
     return _more_state_expressions(inner, c, dtype)
+
+
+def _unscaled(c: Column) -> Column | None:
+    """Spark's ``UnscaledValue(c)`` (the long behind a decimal of at most 18 digits; the
+    expression Spark's own optimizer sums narrow decimals with), or None where the JVM
+    call fails (an internal API)."""
+    from pyspark import SparkContext
+    from pyspark.sql import Column
+
+    try:
+        jvm = SparkContext._active_spark_context._jvm
+        return Column(jvm.org.apache.spark.sql.Column(
+            jvm.org.apache.spark.sql.catalyst.expressions.UnscaledValue(c._jc.expr())))
+    except Exception:  # noqa: BLE001 - any failure: sum the decimals as Spark does
+        return None
+
+
+def _decimal_sum(state: str, c: Column, dtype: DataType) -> list[State]:
+    """The Spark aggregates of a decimal sum ``state``: for at most 18 digits the sums of the
+    high and low 32-bit halves of the unscaled longs (:data:`DECIMAL_HIGH_PREFIX`; long
+    adds instead of Spark's ``BigDecimal`` ones), joined in :class:`PartialFinish`; else
+    Spark's decimal ``sum`` (:func:`_overflow_check`)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    unscaled = _unscaled(c) if dtype.precision <= _COMPACT_DECIMAL else None
+    if unscaled is None:
+        return [(state, F.sum(c), None), *_overflow_check(state, c, dtype)]
+    return [(DECIMAL_HIGH_PREFIX + state, F.sum(F.shiftright(unscaled, 32)), T.LongType()),
+            (DECIMAL_LOW_PREFIX + state, F.sum(unscaled.bitwiseAND(F.lit(_LOW_MASK))), T.LongType())]
+
+
+def _decimal_halves(states: list[State], column: str | None) -> tuple[tuple[str, str, str, str | None], ...]:
+    """:attr:`PartialFinish.decimal_halves` of ``states`` (names as in the Spark frame)."""
+    return tuple((name.replace(DECIMAL_HIGH_PREFIX, "", 1), name, name.replace(DECIMAL_HIGH_PREFIX, DECIMAL_LOW_PREFIX, 1),
+                  column) for name, _, _ in states if DECIMAL_HIGH_PREFIX in name)
 
 
 def _overflow_check(state: str, c: Column, dtype: DataType) -> list[State]:
@@ -392,7 +469,8 @@ def native_partials(
         + [pa.field(name, t) for name, t in state_types.items()]
         + [pa.field(WEIGHT_COL, pa.int64())]
     )
-    finish = PartialFinish(schema, split_sum, column, WEIGHT_COL, overflow_checks=_overflow_checks(states, column))
+    finish = PartialFinish(schema, split_sum, column, WEIGHT_COL, overflow_checks=_overflow_checks(states, column),
+                           decimal_halves=_decimal_halves(states, column))
     # A state column that counts every row is the weight too; Spark would compute the two
     # as one buffer anyway (it turns count(c) of a non-nullable column into count(1)).
     weight_from = "count" if isinstance(inner, Count) and inner.column is None else (
@@ -423,6 +501,7 @@ def _composite_partials(df: DataFrame, key_columns: list[str], members: list[Any
     split_sum = split_column = weight_from = None
     copies: list[str] = []
     checks: list[tuple[str, str, str | None]] = []
+    halves: list[tuple[str, str, str, str | None]] = []
     try:
         key_types = [to_arrow_type(fields[k].dataType) for k in key_columns]
     except TypeError:
@@ -450,13 +529,15 @@ def _composite_partials(df: DataFrame, key_columns: list[str], members: list[Any
             states.append((name if name in (SUM_HIGH_COL, SUM_LOW_COL) else _prefix(i, name), aggregate, buffer))
         checks += [(_prefix(i, state), _prefix(i, count), column) for state, count, column
                    in _overflow_checks(member_states, column)]
+        halves += [(_prefix(i, state), _prefix(i, high), _prefix(i, low), column) for state, high, low, column
+                   in _decimal_halves(member_states, column)]
         state_types.update({_prefix(i, n): t for n, t in _state_arrow_types(m, input_type).items()})
         if type(m) is Count and m.column is None and weight_from is None:
             weight_from = _prefix(i, "count")
     schema = pa.schema([pa.field(k, t) for k, t in zip(key_columns, key_types)]
                        + [pa.field(n, t) for n, t in state_types.items()] + [pa.field(WEIGHT_COL, pa.int64())])
     finish = PartialFinish(schema, split_sum, split_column, WEIGHT_COL, split_copies=tuple(copies),
-                           overflow_checks=tuple(checks))
+                           overflow_checks=tuple(checks), decimal_halves=tuple(halves))
     frame = _map_side_frame(df, key_columns, states, weight_from, fields)
     if frame is not None:
         return frame, replace(finish, weight_from=weight_from)
