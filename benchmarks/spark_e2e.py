@@ -17,6 +17,13 @@ default 50,000). dpa then always goes through Spark: by default Spark's own SQL 
 precombine (``spark_bridge.partials``); the ``arrow-precombine`` preset runs dpa's Arrow
 combine in Spark's Python workers instead (``mapInArrow``), ``no-precombine`` ships every row.
 
+``--workload tpch-q1`` is TPC-H Q1 over ``lineitem`` made with ``tpchgen-cli`` (``--scale``,
+default SF1), dpa's eight aggregates through ``run_with_result`` against Spark's own
+``groupBy().agg`` on the same filtered, derived DataFrame (:mod:`benchmarks.spark_tpch`;
+default configuration: ``default`` only)::
+
+    python -m benchmarks.spark_e2e --workload tpch-q1 --data-dir /tmp/tpch
+
 Materialising (``--materialize``) is ``parquet`` (``df.write.parquet``, default) or
 ``count`` (``df.count()``). Both timings start at ``spark.read.parquet`` and end when the
 action returns. dpa's time is split into ``bridge_s`` (Spark reads the parquet, caches it
@@ -65,6 +72,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from benchmarks import spark_tpch
 from benchmarks.common import fmt, median, parse_int, print_table, temp_dir, write_json
 
 #: Preset dpa configurations (JobConfig fields, plus the bridge's ``pushdown`` and
@@ -81,7 +89,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "no-precombine": {"pushdown": False, "precombine": False},
 }
 #: Input DataFrames: a plain parquet scan, or one with a derived key column (not a scan).
-WORKLOADS = ("scan", "derived")
+WORKLOADS = ("scan", "derived", "tpch-q1")
 _SHORT = {"m": "num_mappers", "r": "num_reducers"}
 
 
@@ -225,7 +233,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--materialize", choices=("parquet", "count"), default="parquet")
     p.add_argument("--workload", choices=WORKLOADS, default="scan",
                    help="scan: spark.read.parquet(path) (default); derived: its key column replaced by "
-                        "key %% MODULUS, a DataFrame that is not a plain scan")
+                        "key %% MODULUS, a DataFrame that is not a plain scan; tpch-q1: TPC-H Q1 (--scale)")
     p.add_argument("--modulus", type=parse_int, default=50_000, help="M of --workload derived (default 50k)")
     p.add_argument("--config", action="append", type=parse_config, default=None, metavar="NAME[:FIELD=V,...]",
                    help=f"dpa configuration (repeatable); presets: {', '.join(PRESETS)} (default: all presets)")
@@ -235,8 +243,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--executor-actor-cpus", type=float, default=None,
                    help="Ray CPUs reserved per executor actor (SparkConfig.executor_actor_cpus)")
     p.add_argument("--out", default=None, help="write the figures as JSON to this file")
+    spark_tpch.add_arguments(p)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.workload == "tpch-q1":
+        return spark_tpch.run_q1(args, args.config or [("default", {})], BRIDGE_OPTIONS)
     configs = args.config or [(n, dict(f)) for n, f in PRESETS.items()]
 
     import dpa

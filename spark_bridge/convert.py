@@ -12,12 +12,12 @@ from __future__ import annotations
 import functools
 import logging
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from dpa.errors import ConfigError, SchemaError
+from dpa.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover - imported for type hints only
     import ray
@@ -33,36 +33,6 @@ logger = logging.getLogger(__name__)
 
 # Attempts of a partition fetch task (also bounds lineage reconstruction of a lost block).
 _FETCH_RETRIES = 5
-
-# RayDP names its master actor <appName> + this suffix; it also serves as object holder.
-_RAYDP_MASTER_SUFFIX = "_SPARK_MASTER"
-
-
-# --------------------------------------------------------------------------- validation
-
-
-def validate_columns(df_columns: Iterable[str], needed: Iterable[str | None]) -> None:
-    """Check that every needed column exists (exact, case-sensitive match).
-
-    Args:
-        df_columns: The columns the data has.
-        needed: Columns the job reads; ``None`` entries (e.g. a row count) are ignored.
-
-    Raises:
-        SchemaError: Naming the missing columns and the available ones.
-    """
-    available = list(df_columns)
-    present = set(available)
-    missing: list[str] = []
-    for column in needed:
-        if column is not None and column not in present and column not in missing:
-            missing.append(column)
-    if missing:
-        noun = "column" if len(missing) == 1 else "columns"
-        raise SchemaError(
-            f"missing {noun} {missing}; available columns: {available}. "
-            "Column names are case-sensitive."
-        )
 
 
 # --------------------------------------------------------------------------- Spark -> Ray
@@ -250,7 +220,7 @@ def release_spark_dataset(df: DataFrame) -> None:
 
 
 def _parse_bytes(value: str) -> float:
-    from .session import parse_memory
+    from .cluster import parse_memory
 
     value = (value or "0").strip()
     return 0.0 if value in ("", "0") else float(parse_memory(value))
@@ -260,8 +230,3 @@ def _empty_table(schema: StructType) -> pa.Table:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(schema).empty_table()
-
-
-# --------------------------------------------------------------------------- Ray -> Spark
-
-

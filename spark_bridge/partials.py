@@ -4,7 +4,7 @@
 expressions: one row per key and input partition, as a dpa mapper's combine of that
 partition would give, computed by Spark's own (code-generated) hash aggregation. Where
 the state columns are bare aggregates whose partial buffers hold their values (``Count``,
-``Sum`` of integers and floats, ``Min``/``Max``, ``Mean``), only
+``Sum`` of integers, floats and decimals of at most 18 digits, ``Min``/``Max``, ``Mean``), only
 Spark's partial aggregation runs, with no shuffle and no final aggregation
 (:mod:`spark_bridge.partial_plan`); otherwise, or when that plan cannot be taken, the
 aggregates are grouped by ``(spark_partition_id(), key columns...)``, which keeps the
@@ -27,14 +27,18 @@ Per reducer (``c`` is the reducer's column):
            dpa's own combine, and an overflow raises
            :class:`~dpa.errors.ArithmeticOverflowError` instead of wrapping as Spark's
            non-ANSI ``sum`` would); float/double: ``sum(c)`` (a double);
-           ``decimal(p, s)`` with ``p <= 28``: ``sum(c)``, a ``decimal(p + 10, s)`` as
-           dpa widens it
+           ``decimal(p, s)``: ``sum(c)``, a ``decimal(min(38, p + 10), s)`` as dpa widens
+           it; for ``p > 28`` also ``count(c)``: a null sum of a part with values is
+           Spark's overflow (outside ANSI mode), raised by :class:`PartialFinish` as
+           :class:`~dpa.errors.ArithmeticOverflowError`, as dpa's own combine raises
+           where a key's sum in one block leaves 38 digits
 ``Min``    ``min(c)`` (Spark orders NaN as dpa does: NaN equals NaN and is larger than
            every other value)
 ``Max``    ``max(c)``
 ``Mean``   ``count(c)`` and the sum as ``Sum`` computes it (exact for integers, of
-           ``decimal(p, s)`` with ``p <= 28`` a ``decimal(p + 10, s)``, dpa's
-           :func:`~dpa.aggregates.exact_means.mean_sum_type`), a double sum of floats
+           ``decimal(p, s)`` a ``decimal(min(38, p + 10), s)``, dpa's
+           :func:`~dpa.aggregates.exact_means.mean_sum_type`, checked as ``Sum``'s),
+           a double sum of floats
 ``Collect`` ``transform(collect_list(struct(c)), s -> s.c)`` (nulls kept, as dpa keeps
            them; ``collect_list`` alone drops them)
 ``TopK``   ``slice(sort_array(collect_list(c), false), 1, k)`` (nulls ignored, largest
@@ -47,9 +51,8 @@ Per reducer (``c`` is the reducer's column):
 ========== ========================================================================
 
 Everything else returns ``None`` and the bridge keeps its ``mapInArrow`` precombine
-(:func:`spark_bridge.bridge.precombined`): subclasses of the built-ins (they may change
-the aggregation), decimal sums and means wider than 28 digits (Spark's ``decimal(38)`` sum
-turns an overflow into null outside ANSI mode), and column types these expressions do not cover.
+(:func:`precombined`): subclasses of the built-ins (they may change
+the aggregation), and column types these expressions do not cover.
 """
 
 from __future__ import annotations
@@ -58,29 +61,40 @@ import decimal
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dpa.aggregates.exact_means import mean_sum_type
 from dpa.aggregates.int_sums import pending_type
 from dpa.errors import ArithmeticOverflowError
 
+from .cluster import executor_task_slots
 from .partial_plan import MAX_BLOCKS_PER_SLOT, partial_aggregation
-from .to_spark import executor_task_slots
 
 if TYPE_CHECKING:  # pragma: no cover - imported for type hints only
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType
 
-__all__ = ["PartialFinish", "native_partials"]
+__all__ = ["PartialFinish", "native_partials", "precombined"]
 
 #: Internal columns of the Spark partial aggregation (dropped by :class:`PartialFinish`).
 PARTITION_COL = "__dpa_pid"
 SUM_HIGH_COL = "__dpa_sum_hi"
 SUM_LOW_COL = "__dpa_sum_lo"
+#: Prefix of the ``count(c)`` beside a wide decimal sum ``state`` (``OVERFLOW_PREFIX + state``).
+OVERFLOW_PREFIX = "__dpa_n_"
+#: Prefixes of the halves of a narrow decimal sum ``state``'s unscaled longs.
+DECIMAL_HIGH_PREFIX = "__dpa_dhi_"
+DECIMAL_LOW_PREFIX = "__dpa_dlo_"
 
 #: Rows per group below which the halves of a long sum cannot wrap in Spark: the low
 #: halves are < 2**32 each, so 2**31 of them sum to < 2**63.
 _MAX_SPLIT_ROWS = 2**31
+#: Decimal sums of at most this precision fit Spark's ``decimal(p + 10, s)`` sum type.
+_NARROW_DECIMAL = 28
+#: Decimals of at most this precision are a long in Spark (``Decimal.MAX_LONG_DIGITS``).
+_COMPACT_DECIMAL = 18
 _LOW_MASK = 0xFFFFFFFF
 
 
@@ -100,6 +114,11 @@ class PartialFinish:
         weight_col: Name of the record-count column.
         split_copies: Other state columns that are the same long sum (a ``Sum`` and a
             ``Mean`` of one column): Spark computes the halves once.
+        overflow_checks: ``(state column, its count column, input column)`` of each wide
+            decimal sum (``p > 28``): a null sum whose count is positive overflowed in Spark.
+        decimal_halves: ``(state column, high column, low column, input column)`` of each
+            decimal sum of at most 18 digits that Spark computed as the halves of its
+            unscaled longs; the state is ``high * 2**32 + low`` at the state type's scale.
         weight_from: A state column that is the record count too (``Count``'s, or
             ``Mean``'s count of a non-nullable column), copied into :attr:`weight_col`;
             ``None`` when Spark computed the weight itself.
@@ -111,20 +130,35 @@ class PartialFinish:
     weight_col: str = "__dpa_w"
     weight_from: str | None = None
     split_copies: tuple[str, ...] = ()
+    overflow_checks: tuple[tuple[str, str, str | None], ...] = ()
+    decimal_halves: tuple[tuple[str, str, str, str | None], ...] = ()
 
     def __call__(self, table: pa.Table) -> pa.Table:
         """Returns ``table`` with exactly :attr:`schema`'s columns and types.
 
         Raises:
             ArithmeticOverflowError: A partition held 2**31 rows or more of one key whose
-                long column is summed (Spark could have wrapped a half of the sum).
+                long column is summed (Spark could have wrapped a half of the sum), or a
+                wide decimal sum of one key in one partition left 38 digits.
         """
+        for state, count, column in self.overflow_checks:
+            overflowed = pc.and_(table[state].is_null(), pc.greater(table[count], 0))
+            if pc.any(overflowed).as_py():
+                raise ArithmeticOverflowError(
+                    f"the sum of column {column!r} for one key in one Spark partition has more than 38 digits, "
+                    f"past {table.schema.field(state).type}; dpa does not wrap around (like Spark in ANSI mode). "
+                    "precombine='arrow' sums each partition in 256 bits (only the key's total must fit); "
+                    "or cast the column to a smaller scale or to double",
+                    column=column,
+                )
         if self.weight_from is not None:
             table = table.append_column(self.weight_col, table[self.weight_from])
         if self.split_sum is not None:
             joined = self._joined_sum(table)
             for name in (self.split_sum, *self.split_copies):
                 table = table.append_column(name, joined)
+        for state, high, low, column in self.decimal_halves:
+            table = table.append_column(state, self._joined_decimal(table, high, low, column, self.schema.field(state).type))
         columns = []
         for field in self.schema:
             column = table[field.name]
@@ -134,24 +168,53 @@ class PartialFinish:
                 columns.append(column.cast(field.type))
         return pa.Table.from_arrays(columns, names=self.schema.names)
 
-    def _joined_sum(self, table: pa.Table) -> pa.ChunkedArray | pa.Array:
-        """``high * 2**32 + low`` per row: int64 where every sum fits, else dpa's pending decimal."""
+    def _halves(self, table: pa.Table, high_name: str, low_name: str, column: str | None) -> tuple[Any, Any, Any, Any]:
+        """``(valid, high, low, fits)`` of a sum Spark computed as halves: numpy arrays, the
+        low halves' carry moved into the high ones (``low < 2**32``), ``fits`` where the
+        sum fits int64."""
         weights = table[self.weight_col].to_numpy()
         if len(weights) and int(weights.max()) >= _MAX_SPLIT_ROWS:
             raise ArithmeticOverflowError(
-                f"Sum({self.input_column!r}): a Spark partition holds {int(weights.max())} rows of one key, "
+                f"Sum({column!r}): a Spark partition holds {int(weights.max())} rows of one key, "
                 f"too many to sum exactly in Spark (at most {_MAX_SPLIT_ROWS - 1}); repartition the DataFrame "
                 "or run with precombine=False",
-                column=self.input_column,
+                column=column,
             )
-        high_col = table[SUM_HIGH_COL].combine_chunks()
+        high_col = table[high_name].combine_chunks()
         valid = high_col.is_valid().to_numpy(zero_copy_only=False)
         high = high_col.fill_null(0).to_numpy()
-        low = table[SUM_LOW_COL].combine_chunks().fill_null(0).to_numpy()
-        # Carry the low halves' overflow into the high half: low < 2**32 afterwards.
+        low = table[low_name].combine_chunks().fill_null(0).to_numpy()
         high = high + (low >> 32)
         low = low & _LOW_MASK
-        fits = (high >= -(2**31)) & (high < 2**31)
+        return valid, high, low, (high >= -(2**31)) & (high < 2**31)
+
+    def _joined_decimal(self, table: pa.Table, high_name: str, low_name: str, column: str | None,
+                        target: pa.DataType) -> pa.Array:
+        """A narrow decimal sum from the halves of its unscaled longs, as ``target``.
+
+        Raises:
+            ArithmeticOverflowError: The sum does not fit ``target`` (``decimal(p + 10, s)``).
+        """
+        valid, high, low, fits = self._halves(table, high_name, low_name, column)
+        wide = pa.decimal128(38, target.scale)
+        if bool(fits.all()):  # the unscaled int64 as the low word of each 128-bit decimal
+            unscaled = (high << 32) | low
+            words = np.empty(2 * len(unscaled), dtype=np.int64)
+            words[0::2], words[1::2] = unscaled, unscaled >> 63
+            bitmap = None if bool(valid.all()) else pa.array(valid, pa.bool_()).buffers()[1]
+            joined = pa.Array.from_buffers(wide, len(unscaled), [bitmap, pa.py_buffer(words.tobytes())])
+        else:
+            joined = pa.array([None if not ok else decimal.Decimal(int(h) * 2**32 + int(lo)).scaleb(-target.scale)
+                               for ok, h, lo in zip(valid, high.tolist(), low.tolist())], wide)
+        try:
+            return joined.cast(target)
+        except pa.ArrowInvalid as exc:
+            raise ArithmeticOverflowError(f"Sum({column!r}): a partial sum in one Spark partition does not fit "
+                                          f"{target}: {exc}", column=column) from exc
+
+    def _joined_sum(self, table: pa.Table) -> pa.ChunkedArray | pa.Array:
+        """``high * 2**32 + low`` per row: int64 where every sum fits, else dpa's pending decimal."""
+        valid, high, low, fits = self._halves(table, SUM_HIGH_COL, SUM_LOW_COL, self.input_column)
         mask = ~valid
         if bool(fits.all()):
             return pa.array((high << 32) | low, pa.int64(), mask=mask)
@@ -203,8 +266,8 @@ def _state_expressions(inner: Any, dtype: DataType | None) -> tuple[list[State],
                     (SUM_LOW_COL, F.sum(c.bitwiseAND(F.lit(_LOW_MASK))), T.LongType())], "sum"
         if isinstance(dtype, (T.FloatType, T.DoubleType)):
             return [("sum", F.sum(c.cast("double")), T.DoubleType())], None
-        if isinstance(dtype, T.DecimalType) and dtype.precision <= 28:
-            return [("sum", F.sum(c), None)], None
+        if isinstance(dtype, T.DecimalType):
+            return _decimal_sum("sum", c, dtype), None
         return None
     if kind in (Min, Max):
         if not isinstance(dtype, atomic):
@@ -220,8 +283,8 @@ def _state_expressions(inner: Any, dtype: DataType | None) -> tuple[list[State],
                     (SUM_LOW_COL, F.sum(c.bitwiseAND(F.lit(_LOW_MASK))), T.LongType()), count], "msum"
         if isinstance(dtype, (T.FloatType, T.DoubleType)):
             return [("msum", F.sum(c.cast("double")), T.DoubleType()), count], None
-        if isinstance(dtype, T.DecimalType) and dtype.precision <= 28:
-            return [("msum", F.sum(c), None), count], None
+        if isinstance(dtype, T.DecimalType):
+            return [*_decimal_sum("msum", c, dtype), count], None
         return None
     if kind is Collect:
         if isinstance(dtype, (T.MapType,)):
@@ -234,6 +297,56 @@ def _state_expressions(inner: Any, dtype: DataType | None) -> tuple[list[State],
         values = F.sort_array(F.collect_list(c), asc=False)  # (NaN first, as dpa ranks it)
         return [("items", F.slice(values, 1, inner.k), None)], None
     return _more_state_expressions(inner, c, dtype)
+
+
+def _unscaled(c: Column) -> Column | None:
+    """Spark's ``UnscaledValue(c)`` (the long behind a decimal of at most 18 digits; the
+    expression Spark's own optimizer sums narrow decimals with), or None where the JVM
+    call fails (an internal API)."""
+    from pyspark import SparkContext
+    from pyspark.sql import Column
+
+    try:
+        jvm = SparkContext._active_spark_context._jvm
+        return Column(jvm.org.apache.spark.sql.Column(
+            jvm.org.apache.spark.sql.catalyst.expressions.UnscaledValue(c._jc.expr())))
+    except Exception:  # noqa: BLE001 - any failure: sum the decimals as Spark does
+        return None
+
+
+def _decimal_sum(state: str, c: Column, dtype: DataType) -> list[State]:
+    """The Spark aggregates of a decimal sum ``state``: for at most 18 digits the sums of the
+    high and low 32-bit halves of the unscaled longs (:data:`DECIMAL_HIGH_PREFIX`; long
+    adds instead of Spark's ``BigDecimal`` ones), joined in :class:`PartialFinish`; else
+    Spark's decimal ``sum`` (:func:`_overflow_check`)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    unscaled = _unscaled(c) if dtype.precision <= _COMPACT_DECIMAL else None
+    if unscaled is None:
+        return [(state, F.sum(c), None), *_overflow_check(state, c, dtype)]
+    return [(DECIMAL_HIGH_PREFIX + state, F.sum(F.shiftright(unscaled, 32)), T.LongType()),
+            (DECIMAL_LOW_PREFIX + state, F.sum(unscaled.bitwiseAND(F.lit(_LOW_MASK))), T.LongType())]
+
+
+def _decimal_halves(states: list[State], column: str | None) -> tuple[tuple[str, str, str, str | None], ...]:
+    """:attr:`PartialFinish.decimal_halves` of ``states`` (names as in the Spark frame)."""
+    return tuple((name.replace(DECIMAL_HIGH_PREFIX, "", 1), name, name.replace(DECIMAL_HIGH_PREFIX, DECIMAL_LOW_PREFIX, 1),
+                  column) for name, _, _ in states if DECIMAL_HIGH_PREFIX in name)
+
+
+def _overflow_check(state: str, c: Column, dtype: DataType) -> list[State]:
+    """The ``count(c)`` that tells an overflowed sum of a decimal wider than 28 digits (whose
+    Spark sum, a ``decimal(38)``, is null on overflow outside ANSI mode) from an empty one."""
+    from pyspark.sql import functions as F
+
+    return [(OVERFLOW_PREFIX + state, F.count(c), None)] if dtype.precision > _NARROW_DECIMAL else []
+
+
+def _overflow_checks(states: list[State], column: str | None) -> tuple[tuple[str, str, str | None], ...]:
+    """:attr:`PartialFinish.overflow_checks` of ``states`` (names as in the Spark frame)."""
+    return tuple((name.replace(OVERFLOW_PREFIX, "", 1), name, column) for name, _, _ in states
+                 if OVERFLOW_PREFIX in name)
 
 
 def _more_state_expressions(inner: Any, c: Column, dtype: DataType) -> tuple[list[State], None] | None:
@@ -356,7 +469,8 @@ def native_partials(
         + [pa.field(name, t) for name, t in state_types.items()]
         + [pa.field(WEIGHT_COL, pa.int64())]
     )
-    finish = PartialFinish(schema, split_sum, column, WEIGHT_COL)
+    finish = PartialFinish(schema, split_sum, column, WEIGHT_COL, overflow_checks=_overflow_checks(states, column),
+                           decimal_halves=_decimal_halves(states, column))
     # A state column that counts every row is the weight too; Spark would compute the two
     # as one buffer anyway (it turns count(c) of a non-nullable column into count(1)).
     weight_from = "count" if isinstance(inner, Count) and inner.column is None else (
@@ -386,6 +500,8 @@ def _composite_partials(df: DataFrame, key_columns: list[str], members: list[Any
     state_types: dict[str, pa.DataType] = {}
     split_sum = split_column = weight_from = None
     copies: list[str] = []
+    checks: list[tuple[str, str, str | None]] = []
+    halves: list[tuple[str, str, str, str | None]] = []
     try:
         key_types = [to_arrow_type(fields[k].dataType) for k in key_columns]
     except TypeError:
@@ -411,12 +527,17 @@ def _composite_partials(df: DataFrame, key_columns: list[str], members: list[Any
                 split_sum, split_column = _prefix(i, member_split), column
         for name, aggregate, buffer in member_states:
             states.append((name if name in (SUM_HIGH_COL, SUM_LOW_COL) else _prefix(i, name), aggregate, buffer))
+        checks += [(_prefix(i, state), _prefix(i, count), column) for state, count, column
+                   in _overflow_checks(member_states, column)]
+        halves += [(_prefix(i, state), _prefix(i, high), _prefix(i, low), column) for state, high, low, column
+                   in _decimal_halves(member_states, column)]
         state_types.update({_prefix(i, n): t for n, t in _state_arrow_types(m, input_type).items()})
         if type(m) is Count and m.column is None and weight_from is None:
             weight_from = _prefix(i, "count")
     schema = pa.schema([pa.field(k, t) for k, t in zip(key_columns, key_types)]
                        + [pa.field(n, t) for n, t in state_types.items()] + [pa.field(WEIGHT_COL, pa.int64())])
-    finish = PartialFinish(schema, split_sum, split_column, WEIGHT_COL, split_copies=tuple(copies))
+    finish = PartialFinish(schema, split_sum, split_column, WEIGHT_COL, split_copies=tuple(copies),
+                           overflow_checks=tuple(checks), decimal_halves=tuple(halves))
     frame = _map_side_frame(df, key_columns, states, weight_from, fields)
     if frame is not None:
         return frame, replace(finish, weight_from=weight_from)
@@ -424,3 +545,38 @@ def _composite_partials(df: DataFrame, key_columns: list[str], members: list[Any
     aggregates = [aggregate.alias(name) for name, aggregate, _ in states]
     frame = df.groupBy(*grouping).agg(*aggregates, F.count(F.lit(1)).alias(WEIGHT_COL)).drop(PARTITION_COL)
     return frame, finish
+
+
+def precombined(df: DataFrame, key_columns: list[str], reducer: Any) -> DataFrame:
+    """``df`` pre-aggregated per Spark partition into dpa partial states, in Spark's Python.
+
+    The fallback of :func:`native_partials` (Spark SQL aggregates,
+    several times faster) for the reducers and column types it does not cover, and
+    ``precombine="arrow"``. Each Spark task runs the reducer's own map-side combine
+    (``reducer.partial_from_batch(partition, key_columns, WEIGHT_COL)``) on its partition
+    as Arrow (``mapInArrow``): the same step a dpa mapper would do on a block, done where
+    the data already is, so only one partial row per key and partition leaves Spark.
+    Key columns keep their Spark types; state columns and the record count are typed from
+    the partial table's Arrow schema.
+    """
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
+    from pyspark.sql.types import StructField, StructType
+
+    from dpa.aggregates.requested import requested
+    from dpa.input.records import WEIGHT_COL
+
+    inner = requested(reducer).aggregate
+    needed = [*key_columns, *[c for c in (inner.input_columns() or []) if c not in key_columns]]
+    narrow = df.select(*needed)
+    proto = inner.partial_from_batch(to_arrow_schema(narrow.schema).empty_table(), key_columns, WEIGHT_COL)
+    spark_fields = {f.name: f for f in narrow.schema.fields}
+    fields = [spark_fields[c] for c in key_columns]
+    fields += [StructField(f.name, from_arrow_type(f.type), True) for f in proto.schema if f.name not in key_columns]
+
+    def combine(batches: Any) -> Any:
+        tables = [pa.Table.from_batches([b]) for b in batches]
+        if tables:
+            yield from inner.partial_from_batch(pa.concat_tables(tables), key_columns, WEIGHT_COL).to_batches()
+
+    return narrow.mapInArrow(combine, StructType(fields))

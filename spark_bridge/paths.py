@@ -40,9 +40,9 @@ def is_raydp_session(df: Any) -> bool:
     if is_connect(df):
         return False
     try:
-        from .session import _raydp_session
+        from .cluster import raydp_session
 
-        session = _raydp_session()
+        session = raydp_session()
     except ImportError:
         return False
     # RayDP's executors belong to its SparkContext: any session on it (newSession()) works.

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import shlex
 import shutil
 import sys
@@ -46,6 +45,9 @@ from spark_bridge.logs import (
 )
 from spark_bridge.security import local_ray, loopback_conf
 
+from .cluster import parse_memory  # re-exported: part of this module's API
+from .cluster import raydp_session as _raydp_session
+
 logger = logging.getLogger(__name__)
 
 #: Spark/RayDP settings that receive :data:`JAVA17_OPTIONS`: the driver JVM, the executor
@@ -59,8 +61,6 @@ JAVA_OPTION_KEYS: tuple[str, ...] = (
 # Ray CPU share of each executor actor (RayDP defaults it to executor_cores).
 _EXECUTOR_ACTOR_CPU_KEY = "spark.ray.raydp_spark_executor.actor.resource.cpu"
 
-_MEMORY_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)b?\s*$", re.IGNORECASE)
-_MEMORY_FACTORS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _MIN_EXECUTOR_MEMORY = 512 << 20
 
 __all__ = [
@@ -104,34 +104,6 @@ def merge_java_options(user: str | None, required: str = JAVA17_OPTIONS) -> str:
     present = set(user_tokens)
     merged = [tok for tok in shlex.split(required) if tok not in present] + user_tokens
     return " ".join(shlex.quote(tok) for tok in merged)
-
-
-def parse_memory(value: str | int) -> int:
-    """Parse a Spark/JVM memory size (``"1g"``, ``"512m"``, ``"2GB"``, bytes as int).
-
-    Args:
-        value: The size.
-
-    Returns:
-        Size in bytes.
-
-    Raises:
-        ValueError: If the value is not a positive size.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ValueError(f"memory size must be like '1g', '512m' or bytes, got {value!r}")
-    if isinstance(value, int):
-        size = value
-    else:
-        match = _MEMORY_RE.match(value)
-        if match is None:
-            raise ValueError(
-                f"memory size must be like '1g', '512m', '2048m' or a byte count, got {value!r}"
-            )
-        size = int(match.group(1)) * _MEMORY_FACTORS[match.group(2).lower()]
-    if size <= 0:
-        raise ValueError(f"memory size must be positive, got {value!r}")
-    return size
 
 
 def _total_memory_bytes() -> int | None:
@@ -304,16 +276,6 @@ class SparkConfig:
 
 # What this module started, so that we only tear down our own things.
 _state: dict[str, bool] = {"ray": False, "spark": False}
-
-
-def _raydp_session() -> SparkSession | None:
-    """Return the SparkSession of the running RayDP context, if there is one."""
-    import raydp.context as raydp_context
-
-    ctx = getattr(raydp_context, "_global_spark_context", None)
-    if ctx is None:
-        return None
-    return getattr(ctx, "_spark_session", None)
 
 
 def _is_alive(spark: SparkSession) -> bool:

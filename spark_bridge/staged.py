@@ -6,7 +6,7 @@ DataFrame APIs only:
 1. Spark writes the columns the job reads to ``<staging>/in`` as Parquet (its own
    executors, in parallel; with Spark Connect the server writes). Where dpa would combine
    on the map side, Spark's tasks do that combine first in Arrow (``mapInArrow``,
-   :func:`spark_bridge.bridge.precombined`), so one partial row per key and partition is
+   :func:`spark_bridge.partials.precombined`), so one partial row per key and partition is
    written instead of every row.
 2. ``dpa.run`` reads the files with its parquet source (:class:`dpa.ParquetFiles`): each
    mapper reads its own row groups, so the rows pass through neither the driver nor the
@@ -39,6 +39,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from dpa.errors import ConfigError
+
+from .partials import precombined
+from .prepare import Job
 
 if TYPE_CHECKING:  # pragma: no cover - type hints only
     from pyspark.sql import DataFrame
@@ -119,53 +122,27 @@ def _input_files(df: DataFrame, in_dir: str) -> list[str]:
     return sorted(glob.glob(os.path.join(in_dir, "*.parquet")))
 
 
-def run_staged(df: DataFrame, key_columns: list[str], reducer: Any, map_fn: Any, config: Any,
-               precombine: bool | str | None, staging_dir: str | None = None) -> tuple[DataFrame, Any]:
-    """Runs the job on ``df`` through a Parquet staging directory (see the module docstring).
+def run_staged(df: DataFrame, job: Job, staging_dir: str | None = None) -> tuple[DataFrame, Any]:
+    """Runs ``job`` on ``df`` through a Parquet staging directory (see the module docstring).
 
     Args:
         df: The input DataFrame (any Spark session: classic, RayDP's or Spark Connect).
-        key_columns: Grouping columns (validated by the caller).
-        reducer: The ``dpa.Reducer``.
-        map_fn: Optional per-record/batch function, as for ``dpa.run``.
-        config: The ``dpa.JobConfig``.
-        precombine: ``None`` (combine in Spark's tasks whenever dpa would combine on the
-            map side), ``True`` / ``"arrow"`` (require it), ``False`` (write every row).
-            ``"sql"`` needs RayDP's path.
+        job: The prepared job. Its ``precombine``: ``None`` (combine in Spark's tasks
+            whenever dpa would combine on the map side), ``True`` / ``"arrow"`` (require
+            it), ``False`` (write every row); ``"sql"`` needs RayDP's path.
         staging_dir: Parent directory of the staging directory (default
             ``$DPA_SPARK_STAGING`` or the system's temporary directory).
 
     Returns:
-        ``(DataFrame, dpa.Result)``; ``result.stats.extra`` has ``spark_path="staged"``
-        and ``spark_staging`` (the directory the DataFrame reads).
+        ``(DataFrame, dpa.Result)``; ``result.stats.extra`` has ``spark_path="staged"``,
+        ``spark_staging`` (the directory the DataFrame reads) and ``spark_precombined``.
     """
     import dpa
 
-    from .bridge import can_precombine, output_schema, precombined
-    from .to_spark import spark_typed
-
-    if precombine == "sql":
-        raise ConfigError("precombine='sql' runs Spark's partial aggregation through RayDP; the staged "
-                          "path combines in Arrow: use precombine=None, True or 'arrow'")
-    if not (precombine is None or isinstance(precombine, bool) or precombine == "arrow"):
-        raise ConfigError(f"precombine must be None, True, False, 'sql' or 'arrow', got {precombine!r}")
-    possible = can_precombine(reducer, map_fn, config)
-    use_pre = possible if precombine is None else bool(precombine)
-    if use_pre and not possible:
-        raise ConfigError(
-            f"precombine={precombine!r} needs a built-in reducer without cost, no map_fn, "
-            "map_side_combine=True and a policy that accepts map-side combined rows (e.g. hybrid, doubling, halving, hash)"
-        )
-    input_schema = df.schema
-    if map_fn is None:
-        wanted = reducer.input_columns()
-        needed = ([f.name for f in input_schema.fields] if wanted is None
-                  else [*key_columns, *(c for c in wanted if c not in key_columns)])
-        narrow = df.select(*needed)
-    else:
-        narrow = df
+    use_pre = job.use_precombine("staged")
+    narrow, config = job.narrowed(df), job.config
     if use_pre:
-        narrow = precombined(narrow, key_columns, reducer)
+        narrow = precombined(narrow, job.key_columns, job.reducer)
         config = config.with_options(input_combined=True)
 
     staging = _new_staging(staging_dir)
@@ -175,19 +152,19 @@ def run_staged(df: DataFrame, key_columns: list[str], reducer: Any, map_fn: Any,
         if not files:
             raise ConfigError(f"Spark wrote no parquet file to {in_dir}; is the staging directory shared "
                               f"with Spark (set {STAGING_ENV} or staging_dir=)?")
-        if map_fn is None:
+        if job.map_fn is None:
             source: Any = dpa.ParquetFiles(tuple(files))
         else:  # a Ray Dataset gives dpa a sample to dry-run map_fn on
             import ray.data
 
             source = ray.data.read_parquet(files).materialize()
-        result = dpa.run(source, key=key_columns, reducer=spark_typed(reducer, input_schema), map_fn=map_fn, config=config)
+        result = dpa.run(source, key=job.key_columns, reducer=job.spark_reducer(), map_fn=job.map_fn, config=config)
     finally:
         shutil.rmtree(in_dir, ignore_errors=True)
 
-    out_schema = output_schema(input_schema, key_columns, reducer, map_fn, result.schema)
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    out_schema = job.output_schema(result.schema)
     out_dir = os.path.join(staging, "out")
     rows = _write_results(list(result.arrow_refs or []), to_arrow_schema(out_schema), out_dir)
     result.stats.extra.update({"spark_path": "staged", "spark_staging": staging,

@@ -24,8 +24,10 @@ from pyspark.sql.types import (
 
 import dpa
 from dpa.errors import ConfigError, SchemaError
-from spark_bridge.convert import release_spark_dataset, spark_to_ray_dataset, validate_columns
-from spark_bridge.to_spark import arrow_refs_to_spark, executor_task_slots, result_spark_schema
+from spark_bridge.cluster import executor_task_slots
+from spark_bridge.convert import release_spark_dataset, spark_to_ray_dataset
+from spark_bridge.schema import result_spark_schema, validate_columns
+from spark_bridge.to_spark import arrow_refs_to_spark
 
 MIXED_SCHEMA = StructType(
     [

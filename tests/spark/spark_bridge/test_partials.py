@@ -173,15 +173,29 @@ def test_filtered_to_nothing_gives_empty_typed_result(spark, derived):
     assert out.schema == empty.groupBy(KEYS).agg(F.sum("n_long").alias("sum")).schema
 
 
-def test_wide_decimal_sum_falls_back_to_map_in_arrow(spark):
+def test_decimal_sums_and_means_run_as_spark_sql(spark):
     from pyspark.sql import functions as F
 
-    df = spark.createDataFrame([(1, Decimal("1.5")), (1, Decimal("2.25")), (2, None)], "k int, v decimal(30,2)")
-    assert native_partials(df, ["k"], dpa.Sum("v")) is None
-    with pytest.raises(dpa.ConfigError, match="sql"):
-        run(df, key="k", reducer=dpa.Sum("v"), precombine="sql")
-    out = run(df, key="k", reducer=dpa.Sum("v"))  # default: mapInArrow precombine
-    assert _rows(out.collect()) == _rows(df.groupBy("k").agg(F.sum("v").alias("sum")).collect())
+    rows = [(1, Decimal("1.5"), Decimal("-99999999.999")), (1, Decimal("2.25"), Decimal("99999999.999")),
+            (2, None, None), (3, Decimal("-7.01"), Decimal("-0.001")), (3, Decimal("1e20"), Decimal("12.5"))]
+    df = spark.createDataFrame(rows, "k int, v decimal(30,2), n decimal(11,3)").repartition(3)
+    for column in ("v", "n"):  # wide: Spark's decimal sum; narrow: the halves of its unscaled longs
+        assert native_partials(df, ["k"], dpa.Sum(column)) is not None
+    reducers = [dpa.Sum("v"), dpa.Mean("v"), dpa.Count(), dpa.Sum("n"), dpa.Mean("n")]  # Spark's names
+    out = run(df, key="k", reducer=reducers, precombine="sql")
+    want = df.groupBy("k").agg(F.sum("v"), F.avg("v"), F.count(F.lit(1)), F.sum("n"), F.avg("n"))
+    assert [(f.name, f.dataType, f.nullable) for f in out.schema] == [(f.name, f.dataType, f.nullable) for f in want.schema]
+    assert _rows(out.collect()) == _rows(want.collect())
+
+
+def test_wide_decimal_sum_overflow_raises_never_null(spark):
+    from pyspark.sql import functions as F
+
+    big = Decimal(9 * 10**37)  # decimal(38, 0): two of them leave 38 digits
+    df = spark.createDataFrame([(1, big), (1, big)], "k int, v decimal(38,0)").coalesce(1)
+    assert df.groupBy("k").agg(F.sum("v")).collect()[0][1] is None  # Spark's own, outside ANSI mode: null
+    with pytest.raises((ArithmeticOverflowError, JobFailedError), match="more than 38 digits"):
+        run(df, key="k", reducer=dpa.Sum("v"), precombine="sql").collect()
 
 
 def test_arrow_and_sql_precombine_agree(spark, derived):
@@ -216,6 +230,29 @@ def test_partial_finish_joins_long_sum_halves_exactly():
     assert narrow["sum"].to_pylist() == [None, -2, 2**63 - 1]
 
 
+def test_partial_finish_joins_unscaled_decimal_halves_exactly():
+    scale = 2
+    groups = [[10**17 - 1] * 3, [-(10**17), -1], [None], [5, -7], [123456789012345678, 0]]  # unscaled values
+    high, low, weight = [], [], []
+    for values in groups:
+        present = [v for v in values if v is not None]
+        high.append(sum(v >> 32 for v in present) if present else None)
+        low.append(sum(v & 0xFFFFFFFF for v in present) if present else None)
+        weight.append(len(values))
+    table = pa.table({"k": list(range(len(groups))), "__dpa_dhi_sum": pa.array(high, pa.int64()),
+                      "__dpa_dlo_sum": pa.array(low, pa.int64()), "__dpa_w": pa.array(weight, pa.int64())})
+    schema = pa.schema([("k", pa.int64()), ("sum", pa.decimal128(28, scale)), ("__dpa_w", pa.int64())])
+    finish = PartialFinish(schema, decimal_halves=(("sum", "__dpa_dhi_sum", "__dpa_dlo_sum", "v"),))
+    want = [None if not any(v is not None for v in g) else Decimal(sum(v for v in g if v is not None)).scaleb(-scale)
+            for g in groups]
+    for part in (table, table.slice(1)):  # with a sum past int64 (3 * 10**17 - 3 is not), and without
+        out = finish(part)
+        assert out.schema == schema
+        assert out["sum"].to_pylist() == want[len(groups) - part.num_rows:]
+    big = table.set_column(1, "__dpa_dhi_sum", pa.array([2**40, 0, None, 0, 0], pa.int64()))  # 2**72: pending
+    assert finish(big)["sum"][0].as_py() == Decimal(2**72 + low[0]).scaleb(-scale)
+
+
 def test_partial_finish_copies_the_weight_from_a_state_column():
     table = pa.table({"k": ["a", None], "count": pa.array([3, 1], pa.int64())})
     schema = pa.schema([("k", pa.string()), ("count", pa.int64()), ("__dpa_w", pa.int64())])
@@ -234,8 +271,8 @@ def _over_rdd(frame) -> bool:
 
 MAP_SIDE = [dpa.Count(), dpa.Sum("n_int"), dpa.Sum("n_long"), dpa.Sum("n_double"), dpa.Min("n_long"),
             dpa.Max("text"), dpa.Min("n_dec"), dpa.Mean("n_long"), dpa.Mean("n_int"), dpa.Min("n_double"),
-            dpa.Max("n_double")]
-PARTITION_GROUPING = [dpa.Sum("n_dec"), dpa.Collect("text"), dpa.TopK("n_long", 3)]
+            dpa.Max("n_double"), dpa.Sum("n_dec"), dpa.Mean("n_dec")]  # (decimals: halves of unscaled longs)
+PARTITION_GROUPING = [dpa.Collect("text"), dpa.TopK("n_long", 3)]
 
 
 @pytest.mark.parametrize("reducer", MAP_SIDE, ids=repr)

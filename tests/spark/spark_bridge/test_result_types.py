@@ -10,7 +10,7 @@ import pytest
 import dpa
 from dpa.errors import SchemaError
 from spark_bridge import run_with_result
-from spark_bridge.to_spark import result_spark_schema
+from spark_bridge.schema import result_spark_schema
 
 #: Input columns: name -> Spark SQL expression over ``id``.
 COLUMNS = {

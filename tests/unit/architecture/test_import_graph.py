@@ -1,4 +1,5 @@
-"""The modules of ``dpa`` import each other without cycles; the policy contract knows no policy."""
+"""The modules of ``dpa`` and of ``spark_bridge`` import each other without cycles (imports in
+function bodies count); the policy contract knows no policy."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 PACKAGE = ROOT / "dpa"
+SPARK_BRIDGE = ROOT / "spark_bridge"
 
 
 def module_name(path: Path) -> str:
@@ -32,16 +34,18 @@ def _type_checking_blocks(tree: ast.AST) -> set[int]:
 
 
 def _resolve(target: str, modules: set[str]) -> str | None:
-    """The dpa module an import of ``target`` loads (itself, or the package holding it)."""
+    """The package's module an import of ``target`` loads (itself, or the package holding it)."""
     while target and target not in modules:
         target = target.rpartition(".")[0]
     return target or None
 
 
 def import_graph(package: Path = PACKAGE, type_only: bool = False) -> dict[str, set[str]]:
-    """``module -> dpa modules it imports`` anywhere (function bodies too), except under
-    ``if TYPE_CHECKING:`` unless ``type_only``; ``importlib.import_module("dpa.x")`` with a
-    literal counts."""
+    """``module -> modules of the same package it imports`` anywhere (function bodies too),
+    except under ``if TYPE_CHECKING:`` unless ``type_only``; ``importlib.import_module("dpa.x")``
+    with a literal counts. ``package`` is a top-level package's directory (``dpa``,
+    ``spark_bridge``)."""
+    top = package.name
     files = {module_name(p): p for p in sorted(package.rglob("*.py"))}
     modules = set(files)
     graph: dict[str, set[str]] = {}
@@ -68,7 +72,7 @@ def import_graph(package: Path = PACKAGE, type_only: bool = False) -> dict[str, 
                 fname = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
                 if fname in ("import_module", "__import__") and isinstance(node.args[0].value, str):
                     targets.append(node.args[0].value)
-        deps = {_resolve(t, modules) for t in targets if t == "dpa" or t.startswith("dpa.")}
+        deps = {_resolve(t, modules) for t in targets if t == top or t.startswith(top + ".")}
         # importing dpa.a.b runs dpa/__init__ and dpa/a/__init__ first
         for dep in list(deps):
             while dep and "." in dep:
@@ -108,6 +112,19 @@ def test_dpa_has_no_import_cycle():
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+def test_spark_bridge_has_no_import_cycle():
+    graph = import_graph(SPARK_BRIDGE)
+    assert "spark_bridge.bridge" in graph and "spark_bridge.staged" in graph
+    assert "spark_bridge.prepare" in graph["spark_bridge.staged"]  # (the graph sees relative imports)
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_spark_bridge_has_no_cycle_even_through_type_only_imports():
+    cycle = find_cycle(import_graph(SPARK_BRIDGE, type_only=True))
+    assert cycle is None, "import cycle through a TYPE_CHECKING import: " + " -> ".join(cycle or [])
+
+
 def test_dpa_has_no_cycle_even_through_type_only_imports():
     cycle = find_cycle(import_graph(type_only=True))
     assert cycle is None, "import cycle through a TYPE_CHECKING import: " + " -> ".join(cycle or [])
@@ -134,12 +151,13 @@ def test_partitioners_do_not_import_the_config_or_the_registry():
     ({"a.py": "from . import b\n", "b.py": "from .a import x\n"}, True),
     ({"a.py": "import importlib\nimportlib.import_module('dpa.b')\n", "b.py": "import dpa.a\n"}, True),
 ])
-def test_the_checker_finds_cycles(tmp_path, source, cyclic):
-    pkg = tmp_path / "dpa"
+@pytest.mark.parametrize("top", ["dpa", "spark_bridge"])
+def test_the_checker_finds_cycles(tmp_path, source, cyclic, top):
+    pkg = tmp_path / top
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     for name, text in source.items():
-        (pkg / name).write_text(text)
+        (pkg / name).write_text(text.replace("dpa", top))
     global ROOT
     saved, ROOT = ROOT, tmp_path
     try:
