@@ -37,7 +37,8 @@ class MessageCosts:
         tick_s: The balancer's own tick (the policy's check), fixed part.
         tick_per_reducer_s: The tick's part per reducer slot (the check reads every
             reducer's figures).
-        publish_s: A new snapshot, at the balancer, per member it is sent to.
+        publish_s: A new snapshot, at the balancer, per process it is sent to (one call
+            carries it to every member of a process).
         block_request_s: A mapper's request for its next block, at the coordinator.
         mapper_report_s: A mapper's word that a block is done or cut, or that it is done,
             at the coordinator.
