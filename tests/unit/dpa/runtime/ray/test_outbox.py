@@ -113,13 +113,11 @@ def test_the_balancer_publishes_a_ring_with_one_call_per_process():
     hosts = [Host("h0", sent), Host("h1", sent)]
     balancer = BalancerActor("balancer")
     balancer.job_id, balancer.plan = "job", SimpleNamespace(job_id="job", policy=SimpleNamespace(name="hybrid"))
-    balancer.logic = SimpleNamespace(events=[], snapshot=SimpleNamespace(version=3))
-    balancer.exported = 0
     balancer.targets = [MemberRef(hosts[i % 2], f"reducer-{i}") for i in range(8)] + [
         MemberRef(hosts[i % 2], f"mapper-{i}") for i in range(4)]
 
     async def scenario() -> None:
-        balancer._publish("job", Publish("ring"))
+        balancer._execute("job", [Publish("ring")])
         await asyncio.sleep(0)
 
     asyncio.run(scenario())
