@@ -18,9 +18,15 @@ wall)), the records of the busiest reducer over the mean, the rebalances, and wh
 counts equal DuckDB's ``GROUP BY`` over the same table.
 Targets: 64 reducers <= 1.3x ideal, 256 <= 2x.
 
+``--simulate`` runs the same jobs in the in-process runtime instead (virtual time, the
+message costs measured on Ray, :data:`dpa.runtime.message_costs.MEASURED`, the reducers in
+``--hosts`` processes, default 2 as on this machine): time / ideal, the busiest reducer
+over the mean and the rebalances, deterministic (one run per width, no Ray).
+
 Run::
 
     python -m benchmarks.scale [--reducers 16 64 256] [--reps 2] [--batch-size N] [--policy P] [--out benchmarks/results/scale.json]
+    python -m benchmarks.scale --simulate [--policy P] [--hosts 2]
 """
 
 from __future__ import annotations
@@ -106,6 +112,34 @@ def measure(reducers: int, args: argparse.Namespace) -> dict[str, Any]:
             "target_x_ideal": TARGETS.get(reducers)}
 
 
+def simulate(reducers: int, args: argparse.Namespace) -> dict[str, Any]:
+    """The job at ``reducers`` in the in-process runtime with the measured message costs."""
+    import dpa
+    from dpa.engine.planning import build_plan
+    from dpa.input.sources import normalize_source
+    from dpa.runtime.local import run_local
+    from dpa.runtime.message_costs import MEASURED
+
+    cost_s = args.cost_ms / 1e3
+    table = make_table(reducers * args.records_per_reducer, args.seed + reducers)
+    cfg = dpa.JobConfig(shape=dpa.ShapeConfig(num_reducers=reducers), runtime="local",
+                        flow=dpa.FlowConfig(batch_size=args.batch_size))
+    if args.policy is not None:
+        cfg = cfg.with_options(policy=args.policy)
+    cfg = cfg.resolved()
+    plan, blocks = build_plan(normalize_source(table, cfg.batch_size, cfg.num_mappers), "key",
+                              dpa.WithCost(dpa.Count(), cost_s), None, cfg)
+    out = run_local(plan, blocks, costs=MEASURED, hosts=args.hosts)
+    processed = np.asarray(out.processed, dtype=np.float64)
+    tables = [t for t in out.tables if t is not None]
+    got = dict(zip(*(pa.concat_tables(tables).column(i).to_pylist() for i in (0, 1))))
+    ideal = args.records_per_reducer * cost_s
+    return {"reducers": reducers, "hosts": args.hosts, "virtual_s": out.virtual_time_s, "ideal_s": ideal,
+            "x_ideal": out.virtual_time_s / ideal, "busiest_over_mean": float(processed.max() / processed.mean()),
+            "rebalances": len(out.events), "balancer_busy": out.extra["sim"]["balancer"]["busy_fraction"],
+            "exact": got == reference(table)}
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reducers", type=int, nargs="+", default=[16, 64, 256])
@@ -117,8 +151,21 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--policy", default=None, help="BalanceConfig.policy (default dpa's)")
     p.add_argument("--batch-size", type=int, default=None,
                    help="FlowConfig.batch_size (default dpa's: one block for these tables, so one busy mapper)")
-    p.add_argument("--out", default=os.path.join("benchmarks", "results", "scale.json"))
+    p.add_argument("--out", default=None, help="JSON (default benchmarks/results/scale.json, or scale_sim_ray_job.json)")
+    p.add_argument("--simulate", action="store_true", help="the in-process runtime with measured message costs")
+    p.add_argument("--hosts", type=int, default=2, help="--simulate: the reducers' host processes")
     args = p.parse_args(argv)
+    if args.simulate:
+        rows = [simulate(w, args) for w in args.reducers]
+        print_table(rows, columns=["reducers", "hosts", "virtual_s", "ideal_s", "x_ideal", "busiest_over_mean",
+                                   "rebalances", "balancer_busy", "exact"],
+                    title=f"simulated: sleep-cost job, {args.cost_ms:g} ms x {args.records_per_reducer:,} records per "
+                          f"reducer, policy {args.policy or 'default'}, measured message costs")
+        write_json(args.out or os.path.join("benchmarks", "results", "scale_sim_ray_job.json"),
+                   {"simulated": rows, "policy": args.policy, "cost_ms": args.cost_ms,
+                    "records_per_reducer": args.records_per_reducer})
+        return
+    args.out = args.out or os.path.join("benchmarks", "results", "scale.json")
     init_ray(num_cpus=args.cpus)
     try:
         rows = [measure(w, args) for w in args.reducers]

@@ -20,13 +20,16 @@ waiting, and the CPU its process spent is divided by the calls (Ray's receiving 
 the handler: a real :class:`~dpa.engine.balancer.BalancerMachine` for a report, an Arrow
 batch for a push, a hybrid snapshot, a block's object ref returned for a block request);
 then the balancer's handler and its tick are timed in-process on the runs of the
-simulator at 64 and 1,024 reducers (the tick's fixed and per-reducer parts).
+simulator at 64 and 1,024 reducers (the tick's fixed and per-reducer parts), and so is the
+part of a host's batched call per report or progress count it carries (unpickling it and
+running it on its receiver: ``--batch-only`` measures that alone).
 
 Run::
 
     python -m benchmarks.scale_sim                     # 64 / 256 / 1,024 / 4,096 reducers
     python -m benchmarks.scale_sim --reducers-list 64,256 --rows 200k
     python -m benchmarks.scale_sim --measure --out benchmarks/results/scale_sim_costs.json
+    python -m benchmarks.scale_sim --measure --batch-only --calls 16000
 """
 
 from __future__ import annotations
@@ -174,6 +177,45 @@ def _handler_times(width: int, rows: int, keys: int, z: float) -> dict[str, floa
         f"{k}s": len(v) for k, v in spent.items()}
 
 
+def _batch_member_times(plan: Any, key_stats: Any, calls: int, batch: int = 8) -> dict[str, float]:
+    """CPU seconds per call carried in a host's batch (``call_batch``), beyond the batch's
+    own call: unpickling the batch and running each call on its receiver, in-process. A
+    report (with ``key_stats``) on a real :class:`~dpa.runtime.ray.balancer.BalancerActor`;
+    a progress count handed to a real :class:`~dpa.engine.coordinator_machine.CoordinatorMachine`."""
+    import asyncio
+    import pickle
+
+    from dpa.engine import events as ev
+    from dpa.engine.coordinator_machine import CoordinatorMachine
+    from dpa.runtime.ray.balancer import BalancerActor
+
+    coordinator = CoordinatorMachine(plan, time.monotonic, range(plan.num_reducers), finalize_at_stop=False)
+    coordinator.handle(ev.JobStarted(plan.policy.initial_snapshot(plan.num_reducers)))
+
+    async def timed() -> dict[str, float]:
+        balancer = BalancerActor("balancer")
+        await balancer.start_job(plan, plan.policy.initial_snapshot(plan.num_reducers), ([], [], None), "run")
+
+        async def progress(run_id: str, reducer: int, processed: int) -> None:
+            coordinator.handle(ev.ProgressReported(reducer, processed))
+
+        shapes = {"report_member_s": (lambda *a: BalancerActor.report(balancer, *a),
+                                      lambda i: ("run", i % plan.num_reducers, 100 + i % 7, 0, key_stats, 0.1)),
+                  "progress_member_s": (progress, lambda i: ("run", i % plan.num_reducers, i))}
+        out = {}
+        for name, (handler, args_of) in shapes.items():
+            blob = pickle.dumps([args_of(i) for i in range(batch)])
+            rounds = max(1, calls // batch)
+            c0 = time.process_time()
+            for _ in range(rounds):
+                for args in pickle.loads(blob):
+                    await handler(*args)
+            out[name] = (time.process_time() - c0) / (rounds * batch)
+        return out
+
+    return asyncio.run(timed())
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """The message costs (see the module docstring); prints and returns them."""
     import pyarrow as pa
@@ -203,6 +245,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     decisions = planner.check(0.0)
     snapshot = next((d.snapshot for d in decisions if d.snapshot is not None), planner.snapshot)
     batch = table.slice(0, 1000).append_column(HASH_COL, pa.array(hashes[:1000]))
+    members = _batch_member_times(plan, key_stats, args.calls)
+    print_table([{"call": k, "receiver_cpu_us": round(v * 1e6, 1)} for k, v in members.items()],
+                title="CPU per call carried in a host's batch of 8, beyond the batch's own (in-process)")
+    if args.batch_only:
+        return {"batch_members": members}
 
     init_ray(num_cpus=2)
     try:
@@ -225,11 +272,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                  for (k, v), c in zip(ray_side.items(), sent.values())],
                 title=f"CPU per call on Ray ({n:,} calls each, one async actor)")
     if args.ray_only:
-        return {"ray": ray_side, "caller": sent}
+        return {"ray": ray_side, "caller": sent, "batch_members": members}
     small = _handler_times(64, args.measure_rows, args.keys, args.zipf)
     large = _handler_times(1024, args.measure_rows, args.keys, args.zipf)
     per_reducer = max(0.0, (large["tick_s"] - small["tick_s"]) / (1024 - 64))
-    out = {"ray": ray_side, "caller": sent, "handlers_64": small, "handlers_1024": large,
+    out = {"ray": ray_side, "caller": sent, "batch_members": members, "handlers_64": small, "handlers_1024": large,
            "tick_s": max(0.0, small["tick_s"] - 64 * per_reducer), "tick_per_reducer_s": per_reducer}
     print_table([{"reducers": w, "report_us": round(h["report_s"] * 1e6, 1), "reports": h["reports"],
                   "tick_ms": round(h["tick_s"] * 1e3, 2), "ticks": h["ticks"]}
@@ -254,6 +301,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--measure", action="store_true", help="measure the message costs on Ray instead")
     p.add_argument("--calls", type=int, default=3000, help="--measure: calls per kind")
     p.add_argument("--ray-only", action="store_true", help="--measure: the calls on Ray only")
+    p.add_argument("--batch-only", action="store_true",
+                   help="--measure: the per-call part of a host's batch only (in-process, no Ray)")
     p.add_argument("--measure-rows", type=parse_int, default=200_000,
                    help="--measure: records of the in-process runs that time the balancer's handlers")
     p.add_argument("--out", default=None, help="write the figures as JSON (default benchmarks/results/scale_sim.json)")

@@ -95,6 +95,10 @@ class LocalRun:
         self.reducer_message_s = 0.0  # what messages cost the reducers, in all
         self.R, self.M = plan.num_reducers, plan.num_mappers
         self.hosts = self.R if hosts is None else max(1, min(int(hosts), self.R))
+        # The processes a published snapshot goes to (one call each, as on Ray): one per
+        # member, or the hosts given (the mappers run in them too).
+        self.processes = self.R + self.M if hosts is None else self.hosts
+        self.carried = {"report": 0, "progress": 0}  # reports and progress counts inside those messages
         self.wakes: dict[float, list[int]] = {}  # report clock time -> the reducers that asked for it
         # (actor, host) -> the reports or progress counts the host sends it at the end of this step
         self.outbox: dict[tuple[str, int], list[Any]] = {}
@@ -174,6 +178,7 @@ class LocalRun:
         coordinator, as one message each (:mod:`dpa.runtime.ray.outbox` on Ray)."""
         sent, self.outbox = self.outbox, {}
         for (actor, _host), items in sent.items():
+            self.carried["report" if actor == "balancer" else "progress"] += len(items)
             if actor == "balancer":
                 cost = self.costs.batch_cost("report", len(items))
                 self._at("balancer", cost, "report", lambda items=items: self._balancer_handles(*items))
@@ -281,8 +286,8 @@ class LocalRun:
         return self.replies.pop(event.request_id)
 
     def _publish(self, snapshot: Any) -> None:
-        cost = self.costs.publish_s * (self.R + self.M)
-        if cost:  # (sending to every member keeps the balancer busy)
+        cost = self.costs.publish_s * self.processes
+        if cost:  # (sending to every process keeps the balancer busy)
             self.actors["balancer"].spend(self.now, cost, "publish")
         for r in range(self.R):
             self.owed[r] += self.costs.snapshot_s
@@ -507,6 +512,8 @@ class LocalRun:
         return {
             "costs": self.costs.as_dict(),
             "virtual_time_s": elapsed,
+            "hosts": self.hosts,
+            "carried": dict(self.carried),
             **{name: q.stats(elapsed) for name, q in self.actors.items()},
             "reducers": {"message_s": self.reducer_message_s,
                          "busy_fraction": self.reducer_message_s / (self.R * elapsed) if elapsed > 0 else 0.0},

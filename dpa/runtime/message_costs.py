@@ -37,7 +37,8 @@ class MessageCosts:
         tick_s: The balancer's own tick (the policy's check), fixed part.
         tick_per_reducer_s: The tick's part per reducer slot (the check reads every
             reducer's figures).
-        publish_s: A new snapshot, at the balancer, per member it is sent to.
+        publish_s: A new snapshot, at the balancer, per process it is sent to (one call
+            carries it to every member of a process).
         block_request_s: A mapper's request for its next block, at the coordinator.
         mapper_report_s: A mapper's word that a block is done or cut, or that it is done,
             at the coordinator.
@@ -95,13 +96,14 @@ class MessageCosts:
 #: a block is taken as costly as a progress call (the same shape), a forecast as a report;
 #: the parts per report and per progress count carried in a host's batch beyond the first
 #: are the receiver's unpickling and handler per call of a batch of 8, timed in-process (a
-#: real balancer's report with key counts, a progress-shaped call without);
+#: real balancer's report with 32 key counts, a real coordinator machine's progress count:
+#: ``--measure --batch-only``, the median of three runs);
 #: ``publish_s`` is the caller's CPU per call carrying a snapshot; the tick is the balancer's
 #: check timed in-process on simulated runs at 64 and 1,024 reducers (fixed and per-reducer
 #: parts). ``docs/scale.md`` ("Simulator") has the figures.
 MEASURED = MessageCosts(
     report_s=670e-6,
-    report_member_s=40e-6,
+    report_member_s=56e-6,
     forecast_s=670e-6,
     tick_s=5.1e-3,
     tick_per_reducer_s=15e-6,
@@ -109,7 +111,7 @@ MEASURED = MessageCosts(
     block_request_s=600e-6,
     mapper_report_s=460e-6,
     progress_s=460e-6,
-    progress_member_s=5e-6,
+    progress_member_s=1.3e-6,
     push_s=700e-6,
     snapshot_s=650e-6,
 )

@@ -8,8 +8,8 @@ The members (all async; their hosts take ``num_cpus=0`` so a laptop can run many
   pushes per-reducer batches (waiting while the target queue is full: backpressure).
 * ``ReducerActor`` owns its bounded queue, consumes it chunk by chunk, forwards records
   it no longer owns, pays the configured per-record cost, and reports its queue length.
-* ``BalancerActor`` evaluates the policy every ``lb_interval_s`` and publishes new ring
-  snapshots to every mapper and reducer.
+* ``BalancerActor`` evaluates the policy when its machine asks (at most every
+  ``lb_interval_s``) and publishes new ring snapshots to every mapper and reducer.
 
 The balancer, mappers and reducers are plain objects that a few
 :class:`~dpa.runtime.ray.host.HostActor` processes run (several each); the runtime calls

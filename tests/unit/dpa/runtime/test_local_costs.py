@@ -22,12 +22,12 @@ EXPECTED = collections.Counter(KEYS.tolist())
 COST_S = 1e-3  # per record
 
 
-def _run(costs, reducers=8, batch_size=500, **fields):
+def _run(costs, reducers=8, batch_size=500, hosts=None, **fields):
     table = pa.table({"k": KEYS})
     config = dpa.JobConfig(num_reducers=reducers, batch_size=batch_size, runtime="local", **fields)
     plan, blocks = build_plan(normalize_source(table, batch_size), "k", dpa.WithCost(dpa.Count(), COST_S),
                               None, config)
-    return run_local(plan, blocks, costs=costs)
+    return run_local(plan, blocks, costs=costs, hosts=hosts)
 
 
 def test_actor_queue_is_one_fifo_server():
@@ -142,3 +142,27 @@ def test_costs_show_in_stats_extra():
     assert set(sim) >= {"costs", "balancer", "coordinator", "reducers", "virtual_time_s"}
     assert sim["balancer"]["messages"]["report"] > 0 and sim["coordinator"]["messages"]["progress"] > 0
     assert res.stats.to_dict()["sim"] is sim
+
+
+def test_a_host_s_reports_of_one_tick_reach_the_balancer_as_one_message():
+    """With the reducers in 2 hosts, the balancer gets at most one report message per host
+    per tick of the report clock (plus the ones that follow a start or a new snapshot at
+    once), each carrying several reports; it pays each message once and each report in it
+    beyond the first a part; a published snapshot costs one call per host."""
+    costs = MessageCosts(report_s=1e-4, report_member_s=1e-5, tick_s=3e-4, tick_per_reducer_s=1e-5,
+                         publish_s=1e-5, progress_s=6e-4, progress_member_s=1e-5, forecast_s=2e-4)
+    hosts, interval = 2, 0.05  # (FlowConfig.report_interval_s)
+    out = _run(costs, hosts=hosts)
+    assert key_counts(out) == EXPECTED
+    sim = out.extra["sim"]
+    bal, carried = sim["balancer"]["messages"], sim["carried"]
+    assert sim["hosts"] == hosts
+    assert carried["report"] > bal["report"]  # (messages carry several reports)
+    publications = bal.get("publish", 0)
+    assert bal["report"] <= hosts * (out.virtual_time_s / interval + 2 + publications)
+    assert sim["balancer"]["busy_s"] == pytest.approx(
+        bal["report"] * costs.report_s + (carried["report"] - bal["report"]) * costs.report_member_s
+        + bal.get("forecast", 0) * costs.forecast_s + bal["tick"] * costs.tick_cost(8)
+        + publications * costs.publish_s * hosts)
+    one_each = _run(costs).extra["sim"]  # (default: one host per reducer, one report per message)
+    assert one_each["carried"]["report"] == one_each["balancer"]["messages"]["report"]
