@@ -136,7 +136,7 @@ def simulate(reducers: int, args: argparse.Namespace) -> dict[str, Any]:
     ideal = args.records_per_reducer * cost_s
     return {"reducers": reducers, "hosts": args.hosts, "virtual_s": out.virtual_time_s, "ideal_s": ideal,
             "x_ideal": out.virtual_time_s / ideal, "busiest_over_mean": float(processed.max() / processed.mean()),
-            "rebalances": len(out.events), "balancer_busy": out.extra["sim"]["balancer"]["busy_fraction"],
+            "rebalances": len(out.rebalances), "balancer_busy": out.extra["sim"]["balancer"]["busy_fraction"],
             "exact": got == reference(table)}
 
 
