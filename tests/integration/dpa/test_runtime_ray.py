@@ -359,9 +359,11 @@ def test_an_idle_pool_keeps_no_reference_to_its_last_input(monkeypatch):
     assert res.to_dict()[7] == 400
     monkeypatch.undo()
     assert put
+    gcs = ray.get_runtime_context().gcs_address  # (this job's Ray, whatever else runs on the machine)
     deadline = time.time() + 20
     while True:
-        held = [ref for ref in put if ref in memory_summary(line_wrap=False, stats_only=False, num_entries=10_000)]
+        summary = memory_summary(address=gcs, line_wrap=False, stats_only=False, num_entries=10_000)
+        held = [ref for ref in put if ref in summary]
         if not held or time.time() > deadline:
             break
         time.sleep(0.2)
