@@ -448,7 +448,7 @@ def _output_names(reducer: Reducer) -> list[str]:
 
 
 def make_state(reducer: Reducer, key_cols: list[str], record_kind: str) -> Any:
-    """Builds the state store that fits ``reducer`` (which must already be unwrapped).
+    """Builds the state store that fits ``reducer`` (the bare aggregate: the plan's ``aggregate``, no cost wrapper).
 
     A reducer with its own store says so with ``new_state(key_cols)`` (e.g.
     :class:`~dpa.aggregates.group_apply.GroupApply`'s rows)."""
