@@ -141,7 +141,7 @@ class GroupApply(Reducer):
         firsts = unit.table.select(key_cols).take(pa.array(offsets[:-1], pa.int64())) if unit.groups else None
         keys = list(zip(*(firsts.column(c).to_pylist() for c in key_cols))) if firsts is not None else []
         outputs: list[tuple[tuple[Any, ...], Any]] = []
-        for key, group in zip(keys, self._groups(unit)):
+        for key, group in zip(keys, self._groups(unit.table, offsets)):
             try:
                 out = self.fn(key, group) if self.with_key else self.fn(group)
             except Exception as exc:
@@ -154,20 +154,19 @@ class GroupApply(Reducer):
             table = (tables[0] if len(tables) == 1 else unify(tables)) if tables else None
         return UnitResult(table, unit.rows, unit.groups, time.perf_counter() - started)
 
-    def _groups(self, unit: GroupUnit) -> Iterator[Any]:
-        """The groups of ``unit`` in :attr:`batch_format`, in order.
+    def _groups(self, table: pa.Table, offsets: list[int]) -> Iterator[Any]:
+        """The groups of a unit (its ``table``, cut at ``offsets``) in :attr:`batch_format`, in order.
 
         pandas: the unit becomes one frame (one Arrow conversion per unit, not per group) and
         each group is a row slice of it, its index ``0..rows-1``: the frame pandas'
         ``DataFrame.groupby(...).apply`` hands out, made as pandas' own splitter makes it
         (a slice of the frame's block manager), without a group-by over the unit.
         """
-        offsets = unit.offsets.tolist()
         if self.batch_format == "pandas":
-            yield from _frame_slices(unit.table.to_pandas(), offsets)
+            yield from _frame_slices(table.to_pandas(), offsets)
             return
         for a, b in zip(offsets[:-1], offsets[1:]):
-            piece = unit.table.slice(a, b - a)
+            piece = table.slice(a, b - a)
             if self.batch_format == "arrow":
                 yield piece
             else:
