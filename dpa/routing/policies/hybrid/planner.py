@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from dpa.routing.policies.hybrid.level import plan_trims
 from dpa.routing.policies.hybrid.settings import HybridSettings
 from dpa.routing.policies.hybrid.snapshot import HybridSnapshot
 from dpa.routing.policies.ring.lookahead import KeyLoads, arc_shares
@@ -115,6 +116,8 @@ class HybridPlanner(DPAPlanner):
         # The mappers' forecast (observe_forecast): key -> records announced, and their total.
         self.forecast: dict[int, int] = {}
         self.forecast_n = 0
+        self.trims = [0] * num_reducers  # trims each reducer got (level_rounds)
+        self._level_streak = 0  # consecutive fresh checks that saw an uneven holding
 
     def threshold(self, num_reducers: int) -> float:
         """``theta`` for ``R`` (active) reducers (default ``1 / (8 R)``)."""
@@ -488,6 +491,77 @@ class HybridPlanner(DPAPlanner):
                         sorted(len(c) for c in self.hot.values()), 0 if moves is None else int(moves.sum()),
                         self._snapshot.version)
             return [Decision(self._snapshot, event)]
-        return super().check(now)
+        return super().check(now) or self._level(now)
+
+    def final_loads(self) -> tuple[np.ndarray, np.ndarray, float]:
+        """What each active reducer is predicted to end with, the part of it that moves with
+        its hash space, and the mean over the active reducers (records; 0 for inactive
+        slots; see :mod:`dpa.routing.policies.hybrid.level`).
+
+        The records a reducer holds (processed, being processed or queued) are a lower
+        bound of what it ends with: pushes made to wait by a full queue are not counted
+        yet, and they wait at the busiest reducers. The mean is that of every record
+        known: the mappers' forecast announced them, or the reducers counted them. A
+        reducer is predicted to end with what it holds or, below the mean, with as much
+        of the records not counted yet as brings it to the mean (it may be waiting for
+        them): a trim is planned only for reducers that hold more than the mean already,
+        and gives no reducer more than it could take with all it may be waiting for.
+        Movable: the queued records of tail keys (hot keys are placed by their shares, not
+        by the ring), counted as the tail's fraction of what arrived there.
+        """
+        held = np.where(self._active, self.held, 0.0)
+        n = float(self.sketch.n)
+        mean = max(n, float(self.forecast_n), float(held.sum())) / self.num_active
+        waiting = max(0.0, mean * self.num_active - float(held.sum()))
+        final = np.where(self._active, np.maximum(held, np.minimum(mean, held + waiting)), 0.0)
+        queued = np.minimum(np.asarray(self.queue_lengths, dtype=np.float64), held)
+        tail = np.divide(self.tail, held, out=np.ones_like(held), where=held > 0) if self.hot else 1.0
+        return final, queued * np.clip(tail, 0.0, 1.0), mean
+
+    def _level(self, now: float) -> list[Decision]:
+        """Trims the tokens of the reducers predicted to end with the most records
+        (:mod:`dpa.routing.policies.hybrid.level`; see :class:`HybridSettings`).
+
+        Acts when no key is hot (hot keys are levelled by their shares and hand-overs),
+        the most loaded reducer holds more than the mean of the active reducers by
+        ``level_tau`` and by ``min_gap_s`` seconds of work (on two fresh checks in a row
+        while forwarded records are in flight: a push or a hand-over that reached some
+        reducers before others shows for a moment) and
+        :func:`~dpa.routing.policies.hybrid.level.plan_trims` predicts a gain; each
+        reducer is trimmed ``level_rounds`` times at most.
+        """
+        s = self.settings
+        if not s.level_rounds or not s.max_rounds or self.hot or self._forecasting() or self.num_active < 2:
+            self._level_streak = 0
+            return []
+        final, movable, mean = self.final_loads()
+        known = [(b, q) for b, q, a in zip(self.backlogs, self.queue_lengths, self._active.tolist())
+                 if a and b is not None and q > 0]
+        rate = sum(b / q for b, q in known) / len(known) if known else 0.0  # seconds per record
+        excess = float(final.max()) - mean
+        if mean <= 0 or excess <= s.level_tau * mean or excess * rate <= self.min_gap_s:
+            self._level_streak = 0
+            return []
+        self._level_streak += 1
+        settled = float(np.where(self._active, self.held, 0.0).sum()) >= self.sketch.n  # nothing in flight
+        if self._level_streak < 2 and not settled:
+            return []
+        left = [s.level_rounds - t if a else 0 for t, a in zip(self.trims, self._active.tolist())]
+        plan = plan_trims(self.ring, final, movable, left, s.level_tau, mean=mean)
+        if not plan.trimmed:
+            return []
+        self._level_streak = 0
+        seen = tuple(self.queue_lengths)
+        steps = []
+        for r, tokens in plan.trimmed:
+            self.trims[r] += 1
+            self.ring.set_tokens(r, tokens)
+            steps.append((r, self.ring.token_counts))
+        self._snapshot = self._ring_changed()
+        version = self._snapshot.version
+        events = [RebalanceEvent(now, r, "trim", seen, t, version) for r, t in steps]
+        logger.info("hybrid: trimmed %d reducer(s), largest predicted holding %.2f -> %.2f of the mean (v%d)",
+                    len(steps), plan.before, plan.after, version)
+        return [Decision(None, e) for e in events[:-1]] + [Decision(self._snapshot, events[-1])]
 
 

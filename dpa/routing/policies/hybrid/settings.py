@@ -30,6 +30,11 @@ class HybridSettings(RingSettings):
             candidate moved by more than this (besides hot-set and candidate changes).
         min_count: Fewest records before a key can be hot.
         capacity: Counters of the balancer's SpaceSaving sketch.
+        level_tau: With no hot key, the ring is levelled on the records each reducer
+            holds when the most loaded is predicted to end more than this fraction above
+            the mean (:mod:`dpa.routing.policies.hybrid.level`).
+        level_rounds: Times each reducer's tokens may be trimmed by that levelling
+            (0 = no levelling: the ring's rule alone, as in ``halving``).
     """
 
     method: str = "halving"
@@ -39,6 +44,8 @@ class HybridSettings(RingSettings):
     share_step: float = 0.05
     min_count: int = 2
     capacity: int = 4096
+    level_tau: float = 0.05
+    level_rounds: int = 4
 
     def __post_init__(self) -> None:
         if self.method not in ("halving", "doubling"):
@@ -49,6 +56,10 @@ class HybridSettings(RingSettings):
         if self.theta is not None and not (isinstance(self.theta, (int, float)) and 0 < self.theta <= 1):
             raise ConfigError(f"policy 'hybrid': theta must be a fraction in (0, 1], got {self.theta!r}")
         check_int_option("min_width", self.min_width, 1, "hybrid")
+        check_int_option("level_rounds", self.level_rounds, 0, "hybrid")
+        t = self.level_tau
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not (0 <= t < float("inf")):
+            raise ConfigError(f"policy 'hybrid': level_tau must be a number >= 0 (e.g. 0.05), got {t!r}")
         if not (isinstance(self.slack, (int, float)) and self.slack >= 0):
             raise ConfigError(f"policy 'hybrid': slack must be a number >= 0, got {self.slack!r}")
 
