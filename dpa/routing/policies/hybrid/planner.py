@@ -432,6 +432,7 @@ class HybridPlanner(DPAPlanner):
         """Tail counts follow the arcs that changed hands; a retired slot leaves the hot
         keys' candidates (see the class docstring)."""
         after = self.ring.snapshot()
+        self.trims[slot] = 0
         if self._active[slot]:  # scale out: every reducer hands the slot the part of its tail its arcs held
             lost = self.arc_moved(before, after)
             for tail in (self.tail, self._base_tail):
