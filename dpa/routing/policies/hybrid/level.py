@@ -1,33 +1,32 @@
-"""Levelling the ring on the records each reducer holds: ``hybrid``'s straggler signal for
-a tail without hot keys.
+"""Levelling the ring on the records each reducer has left: ``hybrid``'s straggler signal
+for a tail without hot keys.
 
 The ring's rule, ``Q_max > Q_second (1 + tau)``, compares the two longest queues. Queues
 bounded in time are all about as full while the mappers still hold input, and with many
 reducers the two largest are close even when the reducers' shares of the keys differ by
 tens of percent (about 100 keys per reducer: the busiest of 64 gets some 1.2 times the
-mean), so it does not fire. What each reducer *holds* (records processed, being processed
-or queued there, :meth:`~dpa.routing.policy.Planner.observe_held`) shows the unevenness
-whatever the queues' bound: it only grows with arrivals and does not change by processing.
+mean), so it does not fire. What each reducer holds (records processed, being processed
+or queued there, :meth:`~dpa.routing.policy.Planner.observe_held`) and the records known
+in all show the unevenness whatever the queues' bound
+(:meth:`~dpa.routing.policies.hybrid.planner.HybridPlanner.final_loads` turns them into
+what each reducer has left to process, and the mean of that).
 
-The model. Each active reducer ``i`` is predicted to end with ``final[i]`` records (what
-it holds plus its part of the records still to come, which follow what arrived so far);
-``movable[i]`` of them are records of its tail keys not processed yet (queued or still to
-come). A ring change that takes a fraction of ``i``'s hash space takes that fraction of
-its movable records with it: records are assumed spread evenly over ``i``'s own hash
-space (its key reports are too coarse at width to place each key: the planner's sketch
-holds a few thousand keys), which is what the arcs' shares of the hash space cannot
-tell, since every reducer starts with the same share.
+The model. Each active reducer ``i`` is predicted to have ``left[i]`` records left to
+process; ``movable[i]`` of them are queued records of its tail keys. A ring change that
+takes a fraction of ``i``'s hash space takes that fraction of its movable records with
+it: records are assumed spread evenly over ``i``'s own hash space (the keys' reports are
+too coarse at width to place each key: the planner's sketch holds a few thousand keys),
+which is what the arcs' shares of the hash space cannot tell, since every reducer starts
+with the same share.
 
 The move: *trimming* reducer ``x`` to ``t - k`` tokens removes its ``k`` highest token
 indices (:meth:`~dpa.routing.hash_ring.HashRing.set_tokens`); each removed token's arc
 goes to the next token clockwise, so only ``x``'s keys move, to a few other reducers, in
 steps of about ``1 / t`` of its share (a halving moves half of them at once). Reducers
 forward the queued records of the keys they no longer own, so the move lowers ``x``'s
-remaining work at once. :func:`plan_trims` chooses, for the reducer predicted to end
-with the most, the ``k`` that lowers the largest of it and its recipients most, then
-does the same for the next most loaded, and keeps the prefix of that sequence with the
-lowest predicted maximum, or nothing when no prefix beats the current ring by a margin.
-Everything here is pure logic.
+remaining work at once. :func:`plan_trims` trims the most loaded reducers, each by the
+``k`` that lowers the largest of it and its recipients most, or keeps the ring when
+that is predicted to gain too little. Everything here is pure logic.
 """
 
 from __future__ import annotations
@@ -51,7 +50,7 @@ class TrimPlan:
     Attributes:
         trimmed: ``(reducer, tokens after)`` per trim, in order (empty: keep the ring).
         token_counts: Tokens per reducer after the trims.
-        before: Predicted largest final load over the mean, on the current ring.
+        before: Predicted largest load left over the mean, on the current ring.
         after: The same after the trims.
     """
 
@@ -121,50 +120,47 @@ class _Ring:
         return choice
 
 
-def plan_trims(ring: HashRing, final: np.ndarray, movable: np.ndarray, trims_left: Sequence[int],
-               level: float = 0.05, margin: float = 0.02, mean: float | None = None) -> TrimPlan:
-    """The trims that level the predicted final loads (see the module docstring).
+def plan_trims(ring: HashRing, left: np.ndarray, movable: np.ndarray, trims_left: Sequence[int],
+               mean: float, slack: float, margin: float) -> TrimPlan:
+    """The trims that level the records the reducers have left (see the module docstring).
 
-    Forward run: the reducers above ``(1 + level)`` times the mean are taken most loaded
-    first; the first that a trim helps (:meth:`_Ring.best_trim`: the lowest predicted
-    maximum over it and the reducers its arcs go to, below its own load) is trimmed, and
-    the run starts again from the most loaded. A reducer whose arcs would all go to
-    reducers about as loaded waits for them: trimming them may free it. Each reducer is
-    trimmed once per run at most. No step raises the largest load, so the whole run is
-    kept, provided it lowers the load above ``(1 + level)`` times the mean by more than
-    ``margin`` means.
+    Forward run: the reducers above ``mean + slack`` are taken most loaded first; the
+    first that a trim helps (:meth:`_Ring.best_trim`: the lowest predicted maximum over
+    it and the reducers its arcs go to, below its own load) is trimmed, and the run
+    starts again from the most loaded. A reducer whose arcs would all go to reducers
+    about as loaded waits for them: trimming them may free it. Each reducer is trimmed
+    once per run at most. No step raises the largest load, so the whole run is kept,
+    provided it lowers the records above ``mean + slack`` by more than ``margin``.
 
     Args:
         ring: The current ring (not changed).
-        final: Predicted records each reducer ends with on this ring (0 for inactive
-            slots, which take no part: give them no trims).
+        left: Records each reducer is predicted to have left on this ring (0 for
+            inactive slots, which take no part: give them no trims).
         movable: Of those, the records that move with the reducer's hash space.
         trims_left: Trims each reducer may still get (0 for inactive slots).
-        level: Reducers at or below ``(1 + level)`` times the mean are not trimmed.
-        margin: Least predicted gain worth a ring change, in means.
-        mean: The mean final load of the active reducers; None = that of ``final``.
+        mean: The mean of ``left`` over the active reducers (> 0).
+        slack: Reducers at or below ``mean + slack`` records are not trimmed.
+        margin: Least predicted gain (records above ``mean + slack``) worth a ring change.
 
     Returns:
         The plan; ``trimmed`` is empty when the current ring is kept.
     """
-    final = np.asarray(final, dtype=np.float64).copy()
+    final = np.asarray(left, dtype=np.float64).copy()
     movable = np.minimum(np.asarray(movable, dtype=np.float64), final).copy()
-    left = [min(1, int(x)) for x in trims_left]
-    active = np.asarray([t > 0 for t in ring.token_counts])
-    if mean is None:
-        mean = float(final[active].mean()) if active.any() else 0.0
+    budget = [min(1, int(x)) for x in trims_left]
+    active = sum(1 for t in ring.token_counts if t > 0)
     before = float(final.max() / mean) if mean > 0 else 0.0
     keep = TrimPlan((), ring.token_counts, before, before)
-    if mean <= 0 or active.sum() < 2:
+    if mean <= 0 or active < 2:
         return keep
-    bound = mean * (1.0 + level)
+    bound = mean + slack
     excess_before = float(np.maximum(final - bound, 0.0).sum())
     work = _Ring(ring)
     steps: list[tuple[int, int]] = []
     while True:
         above = np.flatnonzero(final > bound)
         for x in above[np.argsort(-final[above], kind="stable")].tolist():
-            if left[x] <= 0 or work.counts[x] <= 1 or movable[x] <= 0:
+            if budget[x] <= 0 or work.counts[x] <= 1 or movable[x] <= 0:
                 continue
             choice = work.best_trim(x, final, movable[x] / work.span(x))
             if choice is not None:
@@ -173,7 +169,7 @@ def plan_trims(ring: HashRing, final: np.ndarray, movable: np.ndarray, trims_lef
             break
         _, tokens, gained = choice
         work.trim(x, tokens)
-        left[x] -= 1
+        budget[x] -= 1
         for o, v in gained.items():
             final[o] += v
             movable[o] += v
@@ -181,6 +177,6 @@ def plan_trims(ring: HashRing, final: np.ndarray, movable: np.ndarray, trims_lef
             movable[x] -= v
         steps.append((x, tokens))
     gain = excess_before - float(np.maximum(final - bound, 0.0).sum())
-    if not steps or gain <= margin * mean:
+    if not steps or gain <= margin:
         return keep
     return TrimPlan(tuple(steps), tuple(work.counts), before, float(final.max() / mean))

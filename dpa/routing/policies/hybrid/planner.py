@@ -26,6 +26,11 @@ logger = logging.getLogger(__name__)
 FORECAST_KEYS = 64
 
 
+#: Least predicted gain of a levelling (records above the bound) worth a ring change, in
+#: mean shares of the records (:func:`~dpa.routing.policies.hybrid.level.plan_trims`).
+LEVEL_MARGIN = 0.02
+
+
 #: Bins from which :func:`fill` levels in numpy (below, plain floats are faster).
 _FILL_NUMPY = 48
 
@@ -503,17 +508,17 @@ class HybridPlanner(DPAPlanner):
         bound of what it ends with: pushes made to wait by a full queue are not counted
         yet, and they wait at the busiest reducers. The mean is that of every record
         known: the mappers' forecast announced them, or the reducers counted them. A
-        reducer is predicted to end with what it holds or, below the mean, with as much
-        of the records not counted yet as brings it to the mean (it may be waiting for
+        reducer is predicted to end with what it holds or, below the mean, with as many
+        of the records not counted yet as bring it to the mean (it may be waiting for
         them): a trim is planned only for reducers that hold more than the mean already,
         and gives no reducer more than it could take with all it may be waiting for.
         Movable: the queued records of tail keys (hot keys are placed by their shares, not
         by the ring), counted as the tail's fraction of what arrived there.
         """
         held = np.where(self._active, self.held, 0.0)
-        n = float(self.sketch.n)
-        mean = max(n, float(self.forecast_n), float(held.sum())) / self.num_active
-        waiting = max(0.0, mean * self.num_active - float(held.sum()))
+        known = max(float(self.sketch.n), float(self.forecast_n), float(held.sum()))
+        mean = known / self.num_active
+        waiting = known - float(held.sum())
         final = np.where(self._active, np.maximum(held, np.minimum(mean, held + waiting)), 0.0)
         queued = np.minimum(np.asarray(self.queue_lengths, dtype=np.float64), held)
         tail = np.divide(self.tail, held, out=np.ones_like(held), where=held > 0) if self.hot else 1.0
@@ -524,15 +529,17 @@ class HybridPlanner(DPAPlanner):
         (:mod:`dpa.routing.policies.hybrid.level`; see :class:`HybridSettings`).
 
         Acts when no key is hot (hot keys are levelled by their shares and hand-overs),
-        the most loaded reducer holds more than the mean of the active reducers by
-        ``level_tau`` and by ``min_gap_s`` seconds of work (on two fresh checks in a row
-        while forwarded records are in flight: a push or a hand-over that reached some
-        reducers before others shows for a moment) and
+        the job is not elastic (reducers that joined later hold less for it: what they
+        hold is not comparable), the most loaded reducer is predicted to end above the
+        mean of the active reducers by ``level_tau`` and by ``min_gap_s`` seconds of work
+        (on two fresh checks in a row while forwarded records are in flight: a push or a
+        trim that reached some reducers before others shows for a moment) and
         :func:`~dpa.routing.policies.hybrid.level.plan_trims` predicts a gain; each
         reducer is trimmed ``level_rounds`` times at most.
         """
         s = self.settings
-        if not s.level_rounds or not s.max_rounds or self.hot or self._forecasting() or self.num_active < 2:
+        if (not s.level_rounds or not s.max_rounds or self.policy.elastic or self.hot or self._forecasting()
+                or self.num_active < 2):
             self._level_streak = 0
             return []
         final, movable, mean = self.final_loads()
@@ -548,7 +555,7 @@ class HybridPlanner(DPAPlanner):
         if self._level_streak < 2 and not settled:
             return []
         left = [s.level_rounds - t if a else 0 for t, a in zip(self.trims, self._active.tolist())]
-        plan = plan_trims(self.ring, final, movable, left, s.level_tau, mean=mean)
+        plan = plan_trims(self.ring, final, movable, left, mean, s.level_tau * mean, LEVEL_MARGIN * mean)
         if not plan.trimmed:
             return []
         self._level_streak = 0

@@ -32,7 +32,7 @@ class HybridSettings(RingSettings):
         capacity: Counters of the balancer's SpaceSaving sketch.
         level_tau: With no hot key, the ring is levelled on the records each reducer
             holds when the most loaded is predicted to end more than this fraction above
-            the mean (:mod:`dpa.routing.policies.hybrid.level`).
+            the mean (:mod:`dpa.routing.policies.hybrid.level`; not in elastic jobs).
         level_rounds: Times each reducer's tokens may be trimmed by that levelling
             (0 = no levelling: the ring's rule alone, as in ``halving``).
     """

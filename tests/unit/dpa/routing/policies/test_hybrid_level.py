@@ -29,10 +29,15 @@ def _count_arrivals(planner, held):
         planner.observe_keys(r, np.zeros(0, np.uint32), np.zeros(0, np.int64), int(h))
 
 
+def _trims(ring, final, movable, left):
+    mean = float(np.mean(final))
+    return plan_trims(ring, final, movable, left, mean, 0.05 * mean, 0.02 * mean)
+
+
 def test_plan_trims_lowers_the_busiest_and_keeps_everyone_below_it():
     ring = HybridPolicy().ring(8)
     final = np.array([1300.0] + [1000.0] * 7)
-    plan = plan_trims(ring, final, final * 0.8, [4] * 8)
+    plan = _trims(ring, final, final * 0.8, [4] * 8)
     assert plan.trimmed and plan.trimmed[0][0] == 0
     assert plan.token_counts[0] < 16 and plan.token_counts[1:] == ring.token_counts[1:]  # only its tokens go
     assert plan.before == pytest.approx(1300 / (sum(final) / 8))
@@ -42,10 +47,24 @@ def test_plan_trims_lowers_the_busiest_and_keeps_everyone_below_it():
 def test_plan_trims_keeps_an_even_ring_and_a_reducer_without_trims_left():
     ring = HybridPolicy().ring(8)
     even = np.full(8, 1000.0)
-    assert plan_trims(ring, even, even, [4] * 8).trimmed == ()
+    assert _trims(ring, even, even, [4] * 8).trimmed == ()
     final = np.array([1300.0] + [1000.0] * 7)
-    assert plan_trims(ring, final, final, [0] + [4] * 7).trimmed == ()
-    assert plan_trims(ring, final, np.zeros(8), [4] * 8).trimmed == ()  # nothing queued: nothing moves
+    assert _trims(ring, final, final, [0] + [4] * 7).trimmed == ()
+    assert _trims(ring, final, np.zeros(8), [4] * 8).trimmed == ()  # nothing queued: nothing moves
+
+
+def test_plan_trims_waits_for_a_loaded_successor():
+    """A reducer whose removed arcs would all go to a reducer about as loaded is trimmed
+    only after that one (the run starts again from the most loaded after each trim)."""
+    ring = HybridPolicy().ring(8)
+    snap = ring.snapshot()
+    last = int(np.flatnonzero((snap.positions == ring.token_positions(0, 16)[-1]) & (snap.owners == 0))[0])
+    heir = int(snap.owners[(last + 1) % len(snap.owners)])  # who gets the arc of reducer 0's last token
+    final = np.full(8, 1000.0)
+    final[0], final[heir] = 1300.0, 1290.0
+    plan = _trims(ring, final, final, [4] * 8)
+    order = [r for r, _ in plan.trimmed]
+    assert heir in order and (0 not in order or order.index(heir) < order.index(0))
 
 
 def test_planner_trims_when_every_queue_is_full_but_holdings_are_uneven():
@@ -134,3 +153,12 @@ def test_bad_level_options_are_config_errors():
         HybridSettings(level_tau=-0.1)
     with pytest.raises(ConfigError, match="level_rounds"):
         HybridSettings(level_rounds=-1)
+
+
+def test_an_elastic_job_is_not_levelled():
+    # reducers that joined later hold less for it: what they hold is not comparable
+    planner = HybridPolicy(HybridSettings(), JobShape(num_reducers=16, elastic=True)).make_planner(16)
+    held = [1400] + [1000] * 15
+    _count_arrivals(planner, held)
+    _report(planner, held, [500] * 16)
+    assert planner.check(1.0) == []
