@@ -1,23 +1,23 @@
-"""Levelling the ring on the records each reducer has left: ``hybrid``'s straggler signal
-for a tail without hot keys.
+"""Levelling the ring on the records each reducer holds: ``hybrid``'s straggler signal for
+a tail without hot keys.
 
 The ring's rule, ``Q_max > Q_second (1 + tau)``, compares the two longest queues. Queues
 bounded in time are all about as full while the mappers still hold input, and with many
 reducers the two largest are close even when the reducers' shares of the keys differ by
 tens of percent (about 100 keys per reducer: the busiest of 64 gets some 1.2 times the
 mean), so it does not fire. What each reducer holds (records processed, being processed
-or queued there, :meth:`~dpa.routing.policy.Planner.observe_held`) and the records known
-in all show the unevenness whatever the queues' bound
+or queued there, :meth:`~dpa.routing.policy.Planner.observe_held`) against the mean of
+all the records known shows the unevenness whatever the queues' bound
 (:meth:`~dpa.routing.policies.hybrid.planner.HybridPlanner.final_loads` turns them into
-what each reducer has left to process, and the mean of that).
+what each reducer is predicted to end with).
 
-The model. Each active reducer ``i`` is predicted to have ``left[i]`` records left to
-process; ``movable[i]`` of them are queued records of its tail keys. A ring change that
-takes a fraction of ``i``'s hash space takes that fraction of its movable records with
-it: records are assumed spread evenly over ``i``'s own hash space (the keys' reports are
-too coarse at width to place each key: the planner's sketch holds a few thousand keys),
-which is what the arcs' shares of the hash space cannot tell, since every reducer starts
-with the same share.
+The model. Each active reducer ``i`` is predicted to end with ``final[i]`` records;
+``movable[i]`` of them are queued records of its tail keys. A ring change that takes a
+fraction of ``i``'s hash space takes that fraction of its movable records with it:
+records are assumed spread evenly over ``i``'s own hash space (the keys' reports are too
+coarse at width to place each key: the planner's sketch holds a few thousand keys), which
+is what the arcs' shares of the hash space cannot tell, since every reducer starts with
+the same share.
 
 The move: *trimming* reducer ``x`` to ``t - k`` tokens removes its ``k`` highest token
 indices (:meth:`~dpa.routing.hash_ring.HashRing.set_tokens`); each removed token's arc
@@ -50,7 +50,7 @@ class TrimPlan:
     Attributes:
         trimmed: ``(reducer, tokens after)`` per trim, in order (empty: keep the ring).
         token_counts: Tokens per reducer after the trims.
-        before: Predicted largest load left over the mean, on the current ring.
+        before: Predicted largest final load over the mean, on the current ring.
         after: The same after the trims.
     """
 
@@ -113,16 +113,19 @@ class _Ring:
             gained: dict[int, float] = {}
             for g, s in self.removal(x, t - k):
                 o = self.owner[s]
-                gained[o] = gained.get(o, 0.0) + self.arc[g] * density
+                if o != x:  # (an arc that joins one of x's own tokens stays with x)
+                    gained[o] = gained.get(o, 0.0) + self.arc[g] * density
+            if not gained:
+                continue
             peak = max(float(final[x]) - sum(gained.values()), max(float(final[o]) + v for o, v in gained.items()))
             if peak < final[x] - 1e-9 and (choice is None or peak < choice[0] - 1e-9):
                 choice = (peak, t - k, gained)
         return choice
 
 
-def plan_trims(ring: HashRing, left: np.ndarray, movable: np.ndarray, trims_left: Sequence[int],
+def plan_trims(ring: HashRing, final: np.ndarray, movable: np.ndarray, trims_left: Sequence[int],
                mean: float, slack: float, margin: float) -> TrimPlan:
-    """The trims that level the records the reducers have left (see the module docstring).
+    """The trims that level the reducers' predicted final loads (see the module docstring).
 
     Forward run: the reducers above ``mean + slack`` are taken most loaded first; the
     first that a trim helps (:meth:`_Ring.best_trim`: the lowest predicted maximum over
@@ -134,18 +137,18 @@ def plan_trims(ring: HashRing, left: np.ndarray, movable: np.ndarray, trims_left
 
     Args:
         ring: The current ring (not changed).
-        left: Records each reducer is predicted to have left on this ring (0 for
+        final: Records each reducer is predicted to end with on this ring (0 for
             inactive slots, which take no part: give them no trims).
         movable: Of those, the records that move with the reducer's hash space.
         trims_left: Trims each reducer may still get (0 for inactive slots).
-        mean: The mean of ``left`` over the active reducers (> 0).
+        mean: The mean final load of the active reducers (> 0).
         slack: Reducers at or below ``mean + slack`` records are not trimmed.
         margin: Least predicted gain (records above ``mean + slack``) worth a ring change.
 
     Returns:
         The plan; ``trimmed`` is empty when the current ring is kept.
     """
-    final = np.asarray(left, dtype=np.float64).copy()
+    final = np.asarray(final, dtype=np.float64).copy()
     movable = np.minimum(np.asarray(movable, dtype=np.float64), final).copy()
     budget = [min(1, int(x)) for x in trims_left]
     active = sum(1 for t in ring.token_counts if t > 0)
