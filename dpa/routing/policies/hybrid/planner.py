@@ -1,5 +1,7 @@
-"""The ``hybrid`` policy's planner: the DPA ring's straggler rule for the tail, and the
-hot-key rule that splits keys holding a large share of the records by planned shares.
+"""The ``hybrid`` policy's planner: the DPA ring's straggler rule for the tail, the
+hot-key rule that splits keys holding a large share of the records by planned shares,
+and, with no hot key, the levelling of the ring on the records each reducer holds
+(:mod:`dpa.routing.policies.hybrid.level`).
 """
 
 from __future__ import annotations
