@@ -26,7 +26,8 @@ from dpa.engine.machine import Machine, handles
 from dpa.engine.plan import JobPlan, empty_input_table
 from dpa.engine.reducer import ReducerLogic
 
-#: A reducer tells the coordinator its processed count at most this often while the
+#: A reducer tells the coordinator its processed count at most this often (or every two
+#: periods of the report clock, if that is longer: a wide job's clock is slower) while the
 #: mappers are at work (for progress bars and metrics); once every record is in a queue
 #: (:class:`~dpa.engine.events.InputMapped`), an idle reducer tells it at once: that is
 #: what termination waits for.
@@ -72,6 +73,7 @@ class ReducerMachine(Machine):
         self.wake: float | None = None  # the ReportAt asked for and not yet come
         self.last_progress = -math.inf
         self.last_progress_value = self.logic.processed  # what the coordinator knows already
+        self.progress_interval = max(PROGRESS_INTERVAL_S, 2 * plan.report_interval_s)
 
     # -- the entry point ------------------------------------------------------------
     def handle(self, *events: ev.Event) -> list[op.Instruction]:
@@ -166,7 +168,7 @@ class ReducerMachine(Machine):
     def _adopt(self, snapshot: Any) -> list[Any]:
         out = self._sends(self.logic.on_snapshot(snapshot))
         out += self._moves()  # (none while a step is applying: it hands over after the step)
-        out += self._report(force=True)
+        out += self._report()
         return out
 
     # -- steps ------------------------------------------------------------------------
@@ -202,8 +204,12 @@ class ReducerMachine(Machine):
     def _report(self, force: bool = False) -> list[Any]:
         """What the balancer and the coordinator hear now, or the wake that tells them later.
 
-        ``force``d (the reducer started, adopted a snapshot or is stopping) the queue goes to
-        the balancer at once unless it repeats the last report. Otherwise nothing is sent
+        ``force``d (the reducer started or is stopping) the queue goes to the balancer at
+        once unless it repeats the last report. A reducer that adopted a snapshot reports
+        at the clock's next tick like any other news (a new version is worth reporting):
+        a publication reaches every reducer, and their reports of it then travel with the
+        tick's others, one message per host, instead of a burst of one more message per
+        host that the balancer would pay on top of the tick's. Otherwise nothing is sent
         here: a report is worth sending only when something the balancer acts on changed
         (:meth:`_worth_reporting`), and progress only when the processed count did; then
         the reducer asks to be woken (:class:`~dpa.engine.instructions.ReportAt`) at the next
@@ -273,12 +279,12 @@ class ReducerMachine(Machine):
     def _progress(self, now: float) -> list[Any]:
         """The processed count if it changed: at once when the queue is empty after every
         input record was mapped (what termination waits for), else at most every
-        :data:`PROGRESS_INTERVAL_S` (a message per emptied queue would cost a short job
-        more than its records do)."""
+        :data:`PROGRESS_INTERVAL_S` or two report periods (a message per emptied queue
+        would cost a short job more than its records do)."""
         logic = self.logic
         if logic.processed == self.last_progress_value:
             return []
-        if (self.mapped and logic.queued == 0) or now - self.last_progress >= PROGRESS_INTERVAL_S:
+        if (self.mapped and logic.queued == 0) or now - self.last_progress >= self.progress_interval:
             self.last_progress, self.last_progress_value = now, logic.processed
             return [op.Progress(logic.processed)]
         return []
