@@ -54,6 +54,7 @@ class ReducerMachine(Machine):
     def __init__(self, reducer_id: int, plan: JobPlan, snapshot: Any, clock: Callable[[], float],
                  checkpoint: tuple[Any, int, int, Any] | None = None) -> None:
         self.logic = ReducerLogic(reducer_id, plan, snapshot)
+        self.restored = checkpoint is not None
         if checkpoint is not None:
             state, records, epoch, pending = checkpoint
             self.logic.restore(state, records, epoch, pending or ())
@@ -97,7 +98,13 @@ class ReducerMachine(Machine):
 
     @handles(ev.ReducerStarted)
     def _on_started(self, event: ev.ReducerStarted) -> list[Any]:
-        return self._next_step() + self._report(force=True)
+        if self.restored or self.logic.queued or self.logic.snapshot.version:
+            return self._next_step() + self._report(force=True)
+        # A first run's reducer with an empty queue under the first snapshot is what the
+        # balancer assumes of every reducer: it says nothing until it has news (at W
+        # reducers, W reports at the start would queue the mappers' forecast behind them).
+        self.last_sent = (0, self.logic.snapshot.version, self.logic.backlog_s is not None)
+        return self._next_step()
 
     # -- pushes and back-pressure ---------------------------------------------------
     @handles(ev.PushArrived)

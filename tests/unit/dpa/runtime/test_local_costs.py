@@ -121,7 +121,7 @@ def test_a_balancer_slower_than_its_tick_is_saturated_and_the_job_slower():
     assert slow.extra["sim"]["balancer"]["busy_fraction"] >= 0.9
     assert slow.extra["sim"]["balancer"]["waited_s"] > slow.virtual_time_s  # messages queue up
     assert slow.virtual_time_s > 1.1 * free.virtual_time_s
-    assert slow.virtual_time_s > 1.2 * ideal
+    assert slow.virtual_time_s > 1.1 * ideal
     assert free.extra["sim"]["balancer"]["busy_fraction"] == 0.0
 
 
