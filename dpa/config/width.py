@@ -19,7 +19,7 @@ LOCAL_DEFAULT_WIDTH = 4
 CONTROL_PERIOD_S = 0.05
 #: Reducers up to which the control period is :data:`CONTROL_PERIOD_S`; a wider job's
 #: grows in proportion to its reducers (:func:`control_period`).
-CONTROL_WIDTH = 256
+CONTROL_WIDTH = 128
 
 
 def available_cpus() -> int:
