@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from dpa.config.width import CONTROL_PERIOD_S
 from dpa.engine import events as ev
 from dpa.engine import instructions as op
 from dpa.engine.flow import PUSH_KEEP, PUSH_SHRINK, Chunk
@@ -75,6 +76,9 @@ class ReducerMachine(Machine):
         self.last_progress = -math.inf
         self.last_progress_value = self.logic.processed  # what the coordinator knows already
         self.progress_interval = max(PROGRESS_INTERVAL_S, 2 * plan.report_interval_s)
+        # A wide job's report clock runs slower than the base period (dpa.config.control_period):
+        # its reducers report a new snapshot at the clock's next tick (see _report).
+        self.slow_clock = plan.report_interval_s > CONTROL_PERIOD_S
 
     # -- the entry point ------------------------------------------------------------
     def handle(self, *events: ev.Event) -> list[op.Instruction]:
@@ -175,7 +179,7 @@ class ReducerMachine(Machine):
     def _adopt(self, snapshot: Any) -> list[Any]:
         out = self._sends(self.logic.on_snapshot(snapshot))
         out += self._moves()  # (none while a step is applying: it hands over after the step)
-        out += self._report()
+        out += self._report(force=not self.slow_clock)
         return out
 
     # -- steps ------------------------------------------------------------------------
@@ -211,12 +215,15 @@ class ReducerMachine(Machine):
     def _report(self, force: bool = False) -> list[Any]:
         """What the balancer and the coordinator hear now, or the wake that tells them later.
 
-        ``force``d (the reducer started or is stopping) the queue goes to the balancer at
-        once unless it repeats the last report. A reducer that adopted a snapshot reports
-        at the clock's next tick like any other news (a new version is worth reporting):
-        a publication reaches every reducer, and their reports of it then travel with the
-        tick's others, one message per host, instead of a burst of one more message per
-        host that the balancer would pay on top of the tick's. Otherwise nothing is sent
+        ``force``d (the reducer started with news, adopted a snapshot or is stopping) the
+        queue goes to the balancer at once unless it repeats the last report: the ring
+        policies wait for every reducer's report under a new snapshot before they decide
+        again. In a job whose report clock runs slower than the base period
+        (:data:`~dpa.config.width.CONTROL_PERIOD_S`: a wide job's, sized by its width), a
+        reducer that adopted a snapshot reports at the clock's next tick like any other
+        news instead: a publication reaches all ``W`` reducers, and their reports of it
+        then travel with the tick's others, one message per host, instead of a burst of
+        ``H`` more messages that the balancer would pay on top of the tick's. Otherwise nothing is sent
         here: a report is worth sending only when something the balancer acts on changed
         (:meth:`_worth_reporting`), and progress only when the processed count did; then
         the reducer asks to be woken (:class:`~dpa.engine.instructions.ReportAt`) at the next

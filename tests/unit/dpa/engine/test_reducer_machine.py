@@ -249,16 +249,27 @@ def test_stop_ends_the_loop_once_the_queue_is_empty_and_the_final_merge_answers(
 def test_a_forwarded_record_goes_out_under_the_new_snapshot_version():
     plan, snap, clock, m, pushes = setup(policy="doubling", max_rounds=1)
     batch = next(p.batch for p in pushes if p.dest == 0)
-    first = m.handle(ev.PushArrived(1, batch, snap.version))
+    m.handle(ev.PushArrived(1, batch, snap.version))
     ring = plan.policy.ring(plan.num_reducers)
     ring.double_except(0)  # reducer 1 takes keys from reducer 0
     newer = ring.snapshot()
     out = m.handle(ev.SnapshotArrived(newer))
     forwards = of(out, op.SendForward)
     assert forwards and all(f.version == newer.version and f.dest == 1 for f in forwards)
-    # the new queue length and version go at the report clock's next tick, with that
-    # tick's other reports (one message per host), not in a burst of their own
-    assert not of(out, op.Report)
+    assert of(out, op.Report)  # the new queue length at once
+
+
+def test_a_wide_job_s_reducer_reports_a_new_snapshot_at_the_next_tick():
+    """With a report clock slower than the base period (a wide job's), the report of a new
+    snapshot travels with the clock's next tick (one message per host), not at once."""
+    plan, snap, clock, m, pushes = setup(policy="doubling", max_rounds=1, report_interval_s=0.4)
+    batch = next(p.batch for p in pushes if p.dest == 0)
+    first = m.handle(ev.PushArrived(1, batch, snap.version))
+    ring = plan.policy.ring(plan.num_reducers)
+    ring.double_except(0)
+    newer = ring.snapshot()
+    out = m.handle(ev.SnapshotArrived(newer))
+    assert of(out, op.SendForward) and not of(out, op.Report)
     (wake,) = of(first + out, op.ReportAt)  # (asked once: it covers every later change)
     clock.t = wake.at
     (report,) = of(m.handle(ev.ReportDue()), op.Report)
