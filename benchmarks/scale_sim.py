@@ -63,9 +63,10 @@ def _exact(table: Any, got: Any) -> bool:
     return want == dict(zip(got["key"].to_pylist(), got[count_col].to_pylist()))
 
 
-def simulate(width: int, table: Any, cost_s: float, costs: Any, per_host: int = 1) -> dict[str, Any]:
+def simulate(width: int, table: Any, cost_s: float, costs: Any, per_host: int = 1,
+             period: tuple[float | None, float | None] = (None, None)) -> dict[str, Any]:
     """One run at ``width`` reducers with message ``costs``; its figures (see the module
-    docstring)."""
+    docstring). ``period``: ``(report_interval_s, lb_interval_s)``, None = sized by the width."""
     import pyarrow as pa
 
     import dpa
@@ -73,7 +74,8 @@ def simulate(width: int, table: Any, cost_s: float, costs: Any, per_host: int = 
     from dpa.input.sources import normalize_source
     from dpa.runtime.local import run_local
 
-    config = dpa.JobConfig(shape=dpa.ShapeConfig(num_reducers=width), runtime="local").resolved()
+    config = dpa.JobConfig(shape=dpa.ShapeConfig(num_reducers=width), runtime="local")
+    config = config.with_options(report_interval_s=period[0], lb_interval_s=period[1]).resolved()
     reducer = dpa.WithCost(dpa.Count(), cost_s)
     t0, c0 = time.perf_counter(), time.process_time()
     src = normalize_source(table, config.batch_size, config.num_mappers)
@@ -303,6 +305,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--reducers-per-host", type=int, default=8,
                    help="reducers per host process, whose reports travel together (default 8)")
     p.add_argument("--free", action="store_true", help="messages cost nothing (the protocol alone)")
+    p.add_argument("--report-interval", type=float, default=None,
+                   help="FlowConfig.report_interval_s (default: sized by the width)")
+    p.add_argument("--lb-interval", type=float, default=None,
+                   help="BalanceConfig.lb_interval_s (default: sized by the width)")
     p.add_argument("--measure", action="store_true", help="measure the message costs on Ray instead")
     p.add_argument("--calls", type=int, default=3000, help="--measure: calls per kind")
     p.add_argument("--ray-only", action="store_true", help="--measure: the calls on Ray only")
@@ -326,7 +332,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.records_per_reducer:
             table = _table(args.records_per_reducer * width, args.keys, args.zipf, 1)
         row = simulate(width, table, args.cost_ms * 1e-3, MessageCosts.free() if args.free else MEASURED,
-                       args.reducers_per_host)
+                       args.reducers_per_host, (args.report_interval, args.lb_interval))
         rows.append(row)
         print_table([row], columns=["reducers", "hosts", "x_ideal", "balancer_busy", "coordinator_busy",
                                     "balancer_msgs_per_s", "coordinator_msgs_per_s", "real_s", "cpu_s", "exact"],
