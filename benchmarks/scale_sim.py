@@ -2,7 +2,7 @@
 coordinator's busy fraction, and the real seconds a run takes, at 64 to 4,096 reducers.
 
 Each run is the in-process runtime with ``JobConfig()`` defaults but the width:
-``--rows`` records (default 1M) whose keys follow Zipf(``--zipf``, default 1.2) over
+``--rows`` records (default 1M; or ``--records-per-reducer`` times the width) whose keys follow Zipf(``--zipf``, default 1.2) over
 ``--keys`` keys, each costing 1 ms (``dpa.WithCost(dpa.Count(), 1e-3)``), with the message
 costs measured on Ray (``run_local(..., costs=MEASURED)``, :data:`dpa.runtime.message_costs.MEASURED`): every
 report, block request, progress count, push and snapshot costs its receiver CPU time,
@@ -28,6 +28,7 @@ Run::
 
     python -m benchmarks.scale_sim                     # 64 / 256 / 1,024 / 4,096 reducers
     python -m benchmarks.scale_sim --reducers-list 64,256 --rows 200k
+    python -m benchmarks.scale_sim --reducers-list 4096 --records-per-reducer 1000
     python -m benchmarks.scale_sim --measure --out benchmarks/results/scale_sim_costs.json
     python -m benchmarks.scale_sim --measure --batch-only --calls 16000
 """
@@ -62,9 +63,10 @@ def _exact(table: Any, got: Any) -> bool:
     return want == dict(zip(got["key"].to_pylist(), got[count_col].to_pylist()))
 
 
-def simulate(width: int, table: Any, cost_s: float, costs: Any, per_host: int = 1) -> dict[str, Any]:
+def simulate(width: int, table: Any, cost_s: float, costs: Any, per_host: int = 1,
+             period: tuple[float | None, float | None] = (None, None)) -> dict[str, Any]:
     """One run at ``width`` reducers with message ``costs``; its figures (see the module
-    docstring)."""
+    docstring). ``period``: ``(report_interval_s, lb_interval_s)``, None = sized by the width."""
     import pyarrow as pa
 
     import dpa
@@ -72,7 +74,8 @@ def simulate(width: int, table: Any, cost_s: float, costs: Any, per_host: int = 
     from dpa.input.sources import normalize_source
     from dpa.runtime.local import run_local
 
-    config = dpa.JobConfig(shape=dpa.ShapeConfig(num_reducers=width), runtime="local").resolved()
+    config = dpa.JobConfig(shape=dpa.ShapeConfig(num_reducers=width), runtime="local")
+    config = config.with_options(report_interval_s=period[0], lb_interval_s=period[1]).resolved()
     reducer = dpa.WithCost(dpa.Count(), cost_s)
     t0, c0 = time.perf_counter(), time.process_time()
     src = normalize_source(table, config.batch_size, config.num_mappers)
@@ -86,6 +89,7 @@ def simulate(width: int, table: Any, cost_s: float, costs: Any, per_host: int = 
     bal, coord = sim["balancer"], sim["coordinator"]
     return {
         "reducers": width, "hosts": hosts, "records": table.num_rows, "virtual_s": round(vt, 4), "ideal_s": round(ideal, 4),
+        "report_interval_s": plan.report_interval_s, "lb_interval_s": plan.lb_interval_s,
         "x_ideal": round(vt / ideal, 3),
         "balancer_busy": round(bal["busy_fraction"], 3), "coordinator_busy": round(coord["busy_fraction"], 3),
         "balancer_msgs_per_s": round(sum(bal["messages"].values()) / vt, 1),
@@ -290,6 +294,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rows", type=parse_int, default=1_000_000, help="records (default 1M)")
+    p.add_argument("--records-per-reducer", type=parse_int, default=None,
+                   help="records = this many per reducer at each width instead of --rows (e.g. 1000: the "
+                        "ideal is the same second at every width)")
     p.add_argument("--keys", type=parse_int, default=100_000, help="distinct keys (default 100k)")
     p.add_argument("--zipf", type=float, default=1.2)
     p.add_argument("--cost-ms", type=float, default=1.0, help="work per record, ms (default 1)")
@@ -298,6 +305,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--reducers-per-host", type=int, default=8,
                    help="reducers per host process, whose reports travel together (default 8)")
     p.add_argument("--free", action="store_true", help="messages cost nothing (the protocol alone)")
+    p.add_argument("--report-interval", type=float, default=None,
+                   help="FlowConfig.report_interval_s (default: sized by the width)")
+    p.add_argument("--lb-interval", type=float, default=None,
+                   help="BalanceConfig.lb_interval_s (default: sized by the width)")
     p.add_argument("--measure", action="store_true", help="measure the message costs on Ray instead")
     p.add_argument("--calls", type=int, default=3000, help="--measure: calls per kind")
     p.add_argument("--ray-only", action="store_true", help="--measure: the calls on Ray only")
@@ -318,19 +329,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     table = _table(args.rows, args.keys, args.zipf, 1)
     rows = []
     for width in [int(w) for w in args.reducers_list.split(",")]:
+        if args.records_per_reducer:
+            table = _table(args.records_per_reducer * width, args.keys, args.zipf, 1)
         row = simulate(width, table, args.cost_ms * 1e-3, MessageCosts.free() if args.free else MEASURED,
-                       args.reducers_per_host)
+                       args.reducers_per_host, (args.report_interval, args.lb_interval))
         rows.append(row)
         print_table([row], columns=["reducers", "hosts", "x_ideal", "balancer_busy", "coordinator_busy",
                                     "balancer_msgs_per_s", "coordinator_msgs_per_s", "real_s", "cpu_s", "exact"],
                     title=f"{width} reducers")
-    print_table(rows, columns=["reducers", "hosts", "records", "virtual_s", "ideal_s", "x_ideal", "balancer_busy",
+    print_table(rows, columns=["reducers", "hosts", "records", "report_interval_s", "virtual_s", "ideal_s", "x_ideal",
+                               "balancer_busy",
                                "coordinator_busy", "balancer_msgs_per_s", "coordinator_msgs_per_s",
                                "reducer_msg_busy", "real_s", "cpu_s", "exact"],
-                title=f"simulator: Zipf {args.zipf} over {args.keys:,} keys, {args.rows:,} records x "
+                title=f"simulator: Zipf {args.zipf} over {args.keys:,} keys, "
+                      + (f"{args.records_per_reducer:,} records per reducer" if args.records_per_reducer
+                         else f"{args.rows:,} records") + " x "
                       f"{args.cost_ms} ms, JobConfig() defaults but the width"
                       + (", messages free" if args.free else ", measured message costs"))
-    payload = {"rows": args.rows, "keys": args.keys, "zipf": args.zipf, "cost_ms": args.cost_ms,
+    payload = {"rows": args.rows, "records_per_reducer": args.records_per_reducer, "keys": args.keys, "zipf": args.zipf, "cost_ms": args.cost_ms,
                "reducers_per_host": args.reducers_per_host,
                "free": args.free, "results": rows,
                "note": "real_s and cpu_s measured on a shared 2-core machine; virtual figures are deterministic"}

@@ -5,7 +5,7 @@
   validated when made, so every mistake is reported before a single actor starts).
 * :mod:`dpa.config.job`: :class:`JobConfig`, the groups plus the runtime, with every
   group field readable by its own name and the deprecated flat keywords.
-* :mod:`dpa.config.width`: the default width, resolved when a job is planned.
+* :mod:`dpa.config.width`: the default width and control period, resolved when a job is planned.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from dpa.config.groups import (
     ShapeConfig,
 )
 from dpa.config.job import JobConfig, known_fields
-from dpa.config.width import LOCAL_DEFAULT_WIDTH, available_cpus, default_width
+from dpa.config.width import LOCAL_DEFAULT_WIDTH, available_cpus, control_period, default_width
 
 __all__ = [
     "DEFAULT_POLICY", "FLAT_FIELDS", "GROUPS", "LOCAL_DEFAULT_WIDTH", "MIGRATE_MODES",
     "BalanceConfig", "DefaultPolicyName", "FlowConfig", "JobConfig", "RecoveryConfig", "SemanticsConfig",
-    "ShapeConfig", "available_cpus", "default_width", "known_fields",
+    "ShapeConfig", "available_cpus", "control_period", "default_width", "known_fields",
 ]

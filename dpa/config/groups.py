@@ -149,7 +149,11 @@ class BalanceConfig:
         initial_tokens: Shortcut, like ``tau``: tokens per reducer on the ring policies'
             first ring (a power of two). Default 16; the paper's doubling starts from 1.
         lb_interval_s: How often the balancer evaluates the straggler predicate (when new
-            reports came in).
+            reports came in). None (the default) = sized by the job's width when it is
+            planned (:func:`dpa.config.control_period`): 0.05 s up to
+            :data:`~dpa.config.width.CONTROL_WIDTH` reducers, growing in proportion beyond,
+            so that the balancer's work per second stays bounded (``docs/scale.md``).
+            :meth:`dpa.JobConfig.resolved` gives the value a job runs with.
         policy_options: Options of a policy given by name: the fields of its settings
             class (e.g. ``{"d": 3}`` for ``pkg``, ``{"patience": 3}`` for ``halving``);
             an unknown option is a :class:`~dpa.errors.ConfigError` listing the valid ones.
@@ -160,7 +164,7 @@ class BalanceConfig:
     tau: float = 0.2
     max_rounds: int = 1
     initial_tokens: int = 16
-    lb_interval_s: float = 0.05
+    lb_interval_s: float | None = None
     policy_options: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
 
@@ -173,7 +177,8 @@ class BalanceConfig:
             lower = 1 << max(0, int(tokens).bit_length() - 1) if _is_int(tokens) and tokens > 0 else 1
             raise ConfigError(f"BalanceConfig.initial_tokens must be a power of two >= 1 (halving halves it), "
                               f"got {tokens!r}; try {lower} or {lower * 2}")
-        _check_seconds("BalanceConfig", "lb_interval_s", self.lb_interval_s)
+        if self.lb_interval_s is not None:
+            _check_seconds("BalanceConfig", "lb_interval_s", self.lb_interval_s, why=" or None (sized by the width)")
         if self.policy_options is None:
             object.__setattr__(self, "policy_options", {})
         if not isinstance(self.policy_options, dict):
@@ -194,7 +199,10 @@ class FlowConfig:
             queue moved by a step's rows or more (or that has a new snapshot or key counts)
             reports at the clock's next tick; the reducers of a host tick together, so their
             reports leave the host as one message per tick, and a reducer with nothing new
-            sends nothing (``docs/scale.md``).
+            sends nothing (``docs/scale.md``). None (the default) = sized by the job's width
+            when it is planned, as ``BalanceConfig.lb_interval_s`` is
+            (:func:`dpa.config.control_period`: 0.05 s up to
+            :data:`~dpa.config.width.CONTROL_WIDTH` reducers).
         queue_capacity: Bound of each reducer's input queue, in records. Mappers wait
             (backpressure) while the target queue is full.
         queue_time_s: Bound of each reducer's input queue in estimated seconds of work
@@ -228,7 +236,7 @@ class FlowConfig:
             cost (the time-based step size is capped by it; 1 = one record at a time).
     """
 
-    report_interval_s: float = 0.05
+    report_interval_s: float | None = None
     queue_capacity: int = 1_000_000
     queue_time_s: float = 1.0
     batch_size: int | None = None
@@ -239,8 +247,11 @@ class FlowConfig:
         _check_int("FlowConfig", "batch_size", self.batch_size, 1, none_ok=True, why=" (None = sized from the input)")
         _check_int("FlowConfig", "chunk_size", self.chunk_size, 1)
         _check_int("FlowConfig", "queue_capacity", self.queue_capacity, 1)
-        for name in ("report_interval_s", "step_time_s", "queue_time_s"):
+        for name in ("step_time_s", "queue_time_s"):
             _check_seconds("FlowConfig", name, getattr(self, name))
+        if self.report_interval_s is not None:
+            _check_seconds("FlowConfig", "report_interval_s", self.report_interval_s,
+                           why=" or None (sized by the width)")
 
 
 @dataclass(frozen=True)

@@ -157,10 +157,10 @@ class JobConfig:
         tau: float
         max_rounds: int
         initial_tokens: int
-        lb_interval_s: float
+        lb_interval_s: float | None
         policy_options: dict[str, Any]
         seed: int
-        report_interval_s: float
+        report_interval_s: float | None
         queue_capacity: int
         queue_time_s: float
         batch_size: int | None
@@ -234,13 +234,21 @@ class JobConfig:
     def resolved(self) -> JobConfig:
         """This config with ``num_mappers`` / ``num_reducers`` left None filled in as a job
         planned now gets them (:func:`dpa.config.default_width`: the Ray cluster's CPUs if
-        Ray is up, else this machine's); itself if both are set. :func:`dpa.run` resolves
-        its config first, so ``JobConfig()`` made before ``ray.init`` runs at the cluster's
-        width."""
-        if self.shape.num_mappers is not None and self.shape.num_reducers is not None:
-            return self
-        mappers, reducers = self._width()
-        return replace(self, shape=replace(self.shape, num_mappers=mappers, num_reducers=reducers))
+        Ray is up, else this machine's), and ``report_interval_s`` / ``lb_interval_s`` left
+        None sized by that width (:func:`dpa.config.control_period`); itself if all are
+        set. :func:`dpa.run` resolves its config first, so ``JobConfig()`` made before
+        ``ray.init`` runs at the cluster's width."""
+        out = self
+        if self.shape.num_mappers is None or self.shape.num_reducers is None:
+            mappers, reducers = self._width()
+            out = replace(out, shape=replace(self.shape, num_mappers=mappers, num_reducers=reducers))
+        if self.flow.report_interval_s is None or self.balance.lb_interval_s is None:
+            period = width.control_period(out.slots)
+            if self.flow.report_interval_s is None:
+                out = replace(out, flow=replace(out.flow, report_interval_s=period))
+            if self.balance.lb_interval_s is None:
+                out = replace(out, balance=replace(out.balance, lb_interval_s=period))
+        return out
 
     def _width(self) -> tuple[int, int]:
         """``(num_mappers, num_reducers)``, the ones left None at their defaults now."""

@@ -1,5 +1,7 @@
 """The default width of a job: how many mappers and reducers a job that leaves them unset
-runs with, resolved when the job is planned (:meth:`dpa.JobConfig.resolved`)."""
+runs with, and the period of its control plane (the reducers' report clock and the
+balancer's tick) when that is left unset, both resolved when the job is planned
+(:meth:`dpa.JobConfig.resolved`)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,13 @@ logger = logging.getLogger(__name__)
 
 #: The local runtime's default shape (virtual time: no processes, so not tied to the machine).
 LOCAL_DEFAULT_WIDTH = 4
+#: The report clock's period and the balancer's tick interval of a job of up to
+#: :data:`CONTROL_WIDTH` reducers (``FlowConfig.report_interval_s`` and
+#: ``BalanceConfig.lb_interval_s`` left None).
+CONTROL_PERIOD_S = 0.05
+#: Reducers up to which the control period is :data:`CONTROL_PERIOD_S`; a wider job's
+#: grows in proportion to its reducers (:func:`control_period`).
+CONTROL_WIDTH = 128
 
 
 def available_cpus() -> int:
@@ -39,3 +48,16 @@ def default_width(runtime: str) -> int:
     if runtime == "local":
         return LOCAL_DEFAULT_WIDTH
     return available_cpus()
+
+
+def control_period(reducers: int) -> float:
+    """The report clock's period and the balancer's tick interval of a job of ``reducers``
+    reducers (slots) that leaves them unset: :data:`CONTROL_PERIOD_S` up to
+    :data:`CONTROL_WIDTH` reducers, ``CONTROL_PERIOD_S x reducers / CONTROL_WIDTH`` beyond.
+
+    What reaches the balancer each period grows with the reducers (a report from each busy
+    one, a tick that reads every reducer's figures): a period that grows with them keeps
+    the balancer's busy fraction bounded at any width (the law in ``docs/scale.md``,
+    "Simulator"), while a job of a few reducers is looked at as often as before.
+    """
+    return CONTROL_PERIOD_S * max(1.0, int(reducers) / CONTROL_WIDTH)

@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from dpa.config.width import CONTROL_PERIOD_S
 from dpa.engine import events as ev
 from dpa.engine import instructions as op
 from dpa.engine.flow import PUSH_KEEP, PUSH_SHRINK, Chunk
@@ -26,7 +27,8 @@ from dpa.engine.machine import Machine, handles
 from dpa.engine.plan import JobPlan, empty_input_table
 from dpa.engine.reducer import ReducerLogic
 
-#: A reducer tells the coordinator its processed count at most this often while the
+#: A reducer tells the coordinator its processed count at most this often (or every two
+#: periods of the report clock, if that is longer: a wide job's clock is slower) while the
 #: mappers are at work (for progress bars and metrics); once every record is in a queue
 #: (:class:`~dpa.engine.events.InputMapped`), an idle reducer tells it at once: that is
 #: what termination waits for.
@@ -53,6 +55,7 @@ class ReducerMachine(Machine):
     def __init__(self, reducer_id: int, plan: JobPlan, snapshot: Any, clock: Callable[[], float],
                  checkpoint: tuple[Any, int, int, Any] | None = None) -> None:
         self.logic = ReducerLogic(reducer_id, plan, snapshot)
+        self.restored = checkpoint is not None
         if checkpoint is not None:
             state, records, epoch, pending = checkpoint
             self.logic.restore(state, records, epoch, pending or ())
@@ -72,6 +75,10 @@ class ReducerMachine(Machine):
         self.wake: float | None = None  # the ReportAt asked for and not yet come
         self.last_progress = -math.inf
         self.last_progress_value = self.logic.processed  # what the coordinator knows already
+        self.progress_interval = max(PROGRESS_INTERVAL_S, 2 * plan.report_interval_s)
+        # A wide job's report clock runs slower than the base period (dpa.config.control_period):
+        # its reducers report a new snapshot at the clock's next tick (see _report).
+        self.slow_clock = plan.report_interval_s > CONTROL_PERIOD_S
 
     # -- the entry point ------------------------------------------------------------
     def handle(self, *events: ev.Event) -> list[op.Instruction]:
@@ -95,7 +102,13 @@ class ReducerMachine(Machine):
 
     @handles(ev.ReducerStarted)
     def _on_started(self, event: ev.ReducerStarted) -> list[Any]:
-        return self._next_step() + self._report(force=True)
+        if self.restored or self.logic.queued or self.logic.snapshot.version:
+            return self._next_step() + self._report(force=True)
+        # A first run's reducer with an empty queue under the first snapshot is what the
+        # balancer assumes of every reducer: it says nothing until it has news (at W
+        # reducers, W reports at the start would queue the mappers' forecast behind them).
+        self.last_sent = (0, self.logic.snapshot.version, self.logic.backlog_s is not None)
+        return self._next_step()
 
     # -- pushes and back-pressure ---------------------------------------------------
     @handles(ev.PushArrived)
@@ -166,7 +179,7 @@ class ReducerMachine(Machine):
     def _adopt(self, snapshot: Any) -> list[Any]:
         out = self._sends(self.logic.on_snapshot(snapshot))
         out += self._moves()  # (none while a step is applying: it hands over after the step)
-        out += self._report(force=True)
+        out += self._report(force=not self.slow_clock)
         return out
 
     # -- steps ------------------------------------------------------------------------
@@ -202,8 +215,15 @@ class ReducerMachine(Machine):
     def _report(self, force: bool = False) -> list[Any]:
         """What the balancer and the coordinator hear now, or the wake that tells them later.
 
-        ``force``d (the reducer started, adopted a snapshot or is stopping) the queue goes to
-        the balancer at once unless it repeats the last report. Otherwise nothing is sent
+        ``force``d (the reducer started with news, adopted a snapshot or is stopping) the
+        queue goes to the balancer at once unless it repeats the last report: the ring
+        policies wait for every reducer's report under a new snapshot before they decide
+        again. In a job whose report clock runs slower than the base period
+        (:data:`~dpa.config.width.CONTROL_PERIOD_S`: a wide job's, sized by its width), a
+        reducer that adopted a snapshot reports at the clock's next tick like any other
+        news instead: a publication reaches all ``W`` reducers, and their reports of it
+        then travel with the tick's others, one message per host, instead of a burst of
+        ``H`` more messages that the balancer would pay on top of the tick's. Otherwise nothing is sent
         here: a report is worth sending only when something the balancer acts on changed
         (:meth:`_worth_reporting`), and progress only when the processed count did; then
         the reducer asks to be woken (:class:`~dpa.engine.instructions.ReportAt`) at the next
@@ -273,12 +293,12 @@ class ReducerMachine(Machine):
     def _progress(self, now: float) -> list[Any]:
         """The processed count if it changed: at once when the queue is empty after every
         input record was mapped (what termination waits for), else at most every
-        :data:`PROGRESS_INTERVAL_S` (a message per emptied queue would cost a short job
-        more than its records do)."""
+        :data:`PROGRESS_INTERVAL_S` or two report periods (a message per emptied queue
+        would cost a short job more than its records do)."""
         logic = self.logic
         if logic.processed == self.last_progress_value:
             return []
-        if (self.mapped and logic.queued == 0) or now - self.last_progress >= PROGRESS_INTERVAL_S:
+        if (self.mapped and logic.queued == 0) or now - self.last_progress >= self.progress_interval:
             self.last_progress, self.last_progress_value = now, logic.processed
             return [op.Progress(logic.processed)]
         return []

@@ -39,7 +39,9 @@ def test_the_default_shape_is_one_actor_per_cpu(cpus, n, mappers, reducers):
 def test_explicit_shapes_are_kept_and_each_unset_side_is_filled_alone(cpus):
     cpus(8)
     both = dpa.JobConfig(num_mappers=3, num_reducers=5)
-    assert both.resolved() is both and (both.num_mappers, both.num_reducers) == (3, 5)
+    assert (both.resolved().num_mappers, both.resolved().num_reducers) == (3, 5)
+    everything = both.with_options(report_interval_s=0.05, lb_interval_s=0.05)
+    assert everything.resolved() is everything
     assert dpa.JobConfig(num_mappers=3).resolved().num_reducers == 8
     assert dpa.JobConfig(num_reducers=3).resolved().num_mappers == 8
 
@@ -148,3 +150,31 @@ def test_a_ray_that_cannot_answer_falls_back_to_this_machine(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "ray", BrokenRay)
     assert available_cpus() >= 1
+
+
+@pytest.mark.parametrize("reducers, period", [(2, 0.05), (16, 0.05), (128, 0.05), (256, 0.1), (1024, 0.4), (4096, 1.6)])
+def test_the_control_period_is_sized_by_the_width(reducers, period):
+    """Left unset, the report clock's period and the balancer's tick interval are 0.05 s up
+    to CONTROL_WIDTH reducers and grow in proportion beyond (docs/scale.md, "Simulator")."""
+    cfg = dpa.JobConfig(num_reducers=reducers, runtime="local").resolved()
+    assert cfg.report_interval_s == pytest.approx(period) and cfg.lb_interval_s == pytest.approx(period)
+    assert dpa.config.control_period(reducers) == pytest.approx(period)
+
+
+def test_a_control_period_given_is_kept_at_any_width():
+    cfg = dpa.JobConfig(num_reducers=4096, report_interval_s=0.01, lb_interval_s=0.02, runtime="local").resolved()
+    assert (cfg.report_interval_s, cfg.lb_interval_s) == (0.01, 0.02)
+    elastic = dpa.JobConfig(num_reducers=256, max_reducers=1024, runtime="local").resolved()
+    assert elastic.report_interval_s == pytest.approx(0.4)  # (sized by the slots it may grow to)
+
+
+def test_the_plan_carries_the_resolved_period():
+    import pyarrow as pa
+
+    from dpa.engine.planning import build_plan
+    from dpa.input.sources import normalize_source
+
+    table = pa.table({"k": list(range(100))})
+    cfg = dpa.JobConfig(num_mappers=1, num_reducers=1024, runtime="local")
+    plan, _ = build_plan(normalize_source(table, 100), "k", dpa.Count(), None, cfg)
+    assert plan.report_interval_s == pytest.approx(0.4) and plan.lb_interval_s == pytest.approx(0.4)

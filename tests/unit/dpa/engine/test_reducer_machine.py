@@ -108,8 +108,9 @@ def test_a_push_under_a_newer_snapshot_waits_for_it_to_be_fetched():
 def test_reports_go_at_the_ticks_the_reducer_asks_for_and_only_when_worth_it():
     plan, snap, clock, m, pushes = setup()
     batch = next(p.batch for p in pushes if p.dest == 0)
-    out = m.handle(ev.ReducerStarted(), ev.PushArrived(1, batch, snap.version))
-    assert len(of(out, op.Report)) == 1  # (the first goes at once)
+    assert m.handle(ev.ReducerStarted()) == []  # (empty under the first snapshot: what the balancer assumes)
+    out = m.handle(ev.PushArrived(1, batch, snap.version))
+    assert of(out, op.Report) == []
     wakes = of(out, op.ReportAt)
     # the push changed the queue: a tick of the report clock is asked for, on its grid
     assert len(wakes) == 1 and wakes[0].at > clock.t
@@ -122,6 +123,20 @@ def test_reports_go_at_the_ticks_the_reducer_asks_for_and_only_when_worth_it():
     reports = of(out, op.Report)
     assert len(reports) == 1 and reports[0].queue_length == m.logic.queued
     assert of(m.handle(ev.ReportDue()), op.Report) == []  # nothing changed: no report
+
+
+def test_a_reducer_that_starts_with_news_reports_at_once():
+    """A reducer restarted from a checkpoint, or started under a later snapshot, reports at
+    its start: the balancer's figures for it are not the first run's empty queue."""
+    plan, snap, clock, _, _ = setup(policy="doubling")
+    restored = ReducerMachine(0, plan, snap, clock, checkpoint=(None, 0, 0, ()))
+    assert len(of(restored.handle(ev.ReducerStarted()), op.Report)) == 1
+    ring = plan.policy.ring(plan.num_reducers)
+    ring.double_except(0)
+    later = ring.snapshot()
+    assert later.version > snap.version
+    (report,) = of(ReducerMachine(0, plan, later, clock).handle(ev.ReducerStarted()), op.Report)
+    assert report.version == later.version
 
 
 def test_a_busy_reducer_whose_queue_moves_less_than_a_step_says_nothing():
@@ -242,6 +257,23 @@ def test_a_forwarded_record_goes_out_under_the_new_snapshot_version():
     forwards = of(out, op.SendForward)
     assert forwards and all(f.version == newer.version and f.dest == 1 for f in forwards)
     assert of(out, op.Report)  # the new queue length at once
+
+
+def test_a_wide_job_s_reducer_reports_a_new_snapshot_at_the_next_tick():
+    """With a report clock slower than the base period (a wide job's), the report of a new
+    snapshot travels with the clock's next tick (one message per host), not at once."""
+    plan, snap, clock, m, pushes = setup(policy="doubling", max_rounds=1, report_interval_s=0.4)
+    batch = next(p.batch for p in pushes if p.dest == 0)
+    first = m.handle(ev.PushArrived(1, batch, snap.version))
+    ring = plan.policy.ring(plan.num_reducers)
+    ring.double_except(0)
+    newer = ring.snapshot()
+    out = m.handle(ev.SnapshotArrived(newer))
+    assert of(out, op.SendForward) and not of(out, op.Report)
+    (wake,) = of(first + out, op.ReportAt)  # (asked once: it covers every later change)
+    clock.t = wake.at
+    (report,) = of(m.handle(ev.ReportDue()), op.Report)
+    assert report.version == newer.version
 
 
 def test_an_unknown_event_is_a_clear_error():

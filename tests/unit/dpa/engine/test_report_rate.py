@@ -4,7 +4,9 @@ the process as one message: :mod:`dpa.runtime.ray.wakes` and :mod:`dpa.runtime.r
 
 The law (docs/scale.md): while its reducers are busy, a host sends the coordinator's
 process at most one message per tick of the report clock (``1 / report_interval_s`` per
-second), however many reducers it runs; a reducer with nothing new sends nothing.
+second), however many reducers it runs; a reducer with nothing new sends nothing. The
+clock's period is sized by the job's width (:func:`dpa.config.control_period`: 0.05 s up
+to 128 reducers, in proportion beyond), so a host of a wide job sends less often.
 """
 
 from __future__ import annotations
@@ -27,17 +29,19 @@ from dpa.input.sources import normalize_source
 COST_S = 2e-3
 
 
-def run_host(reducers: int, records: int, seed: int = 0) -> dict[str, float]:
+def run_host(reducers: int, records: int, seed: int = 0, width: int | None = None) -> dict[str, float]:
     """``reducers`` reducer machines of one host, ``records`` records each queued (on average), in
     virtual time until every queue is empty; returns the messages the host sent the
-    coordinator's process (reports and progress), the ticks and the time taken."""
+    coordinator's process (reports and progress), the ticks and the time taken. ``width``:
+    the job's reducers (default ``reducers``), of which the host runs the first ``reducers``."""
     rng = np.random.default_rng(seed)
-    n = reducers * records
+    width = width or reducers
+    n = width * records
     table = pa.table({"k": rng.integers(0, n // 10, n)})
-    cfg = dpa.JobConfig(shape=dpa.ShapeConfig(num_mappers=1, num_reducers=reducers),
+    cfg = dpa.JobConfig(shape=dpa.ShapeConfig(num_mappers=1, num_reducers=width),
                         balance=dpa.BalanceConfig(policy="hash"), runtime="local")
     plan, _ = build_plan(normalize_source(table, n), "k", dpa.WithCost(dpa.Count(), COST_S), None, cfg)
-    snap = plan.policy.initial_snapshot(reducers)
+    snap = plan.policy.initial_snapshot(width)
     now = [0.0]
     machines = [ReducerMachine(r, plan, snap, lambda: now[0]) for r in range(reducers)]
     heap: list[tuple[float, int, str, int]] = []
@@ -65,6 +69,8 @@ def run_host(reducers: int, records: int, seed: int = 0) -> dict[str, float]:
 
     pushes = MapperLogic(0, plan, snap).map_block(table)
     for i, push in enumerate(pushes):  # (queued as forwards: no back-pressure in the way)
+        if push.dest >= reducers:  # (another host's)
+            continue
         carry_out(push.dest, machines[push.dest].handle(ev.PushArrived(i, push.batch, snap.version, 0, True)))
     started = sum(carry_out(r, m.handle(ev.ReducerStarted())) for r, m in enumerate(machines))
     while heap:
@@ -75,7 +81,9 @@ def run_host(reducers: int, records: int, seed: int = 0) -> dict[str, float]:
             counts["ticks"] += 1
             said = [carry_out(w, machines[w].handle(ev.ReportDue())) for w in wakes.pop(now[0])]
             counts["messages"] += any(said)
-    assert all(m.logic.queued == 0 for m in machines) and sum(m.logic.processed for m in machines) == n
+    assert all(m.logic.queued == 0 for m in machines)
+    assert sum(m.logic.processed for m in machines) == (n if width == reducers else
+                                                       sum(p.batch.num_rows for p in pushes if p.dest < reducers))
     return {**counts, "started": started, "seconds": now[0], "interval": plan.report_interval_s}
 
 
@@ -96,3 +104,19 @@ def test_the_message_rate_does_not_grow_with_the_reducers_but_the_reports_do():
     # what the balancer handles does grow with the reducers, at most one report per step each
     steps = 500 * COST_S / 0.1
     assert many["reports"] <= 64 * (steps + 2)
+
+
+def test_a_host_of_a_wide_job_sends_at_the_slower_clock_the_width_sets():
+    """A host of 8 reducers of a 1,024-reducer job: the report clock's period is 0.4 s (eight
+    times 0.05 s), so the host sends at most one message per 0.4 s while its reducers are
+    busy, half or less of what the same host sends in a 64-reducer job (whose reducers,
+    stepping every 0.1 s, have news at every other 0.05 s tick); each reducer reports at
+    most once a tick, so the reports it carries fall too."""
+    wide, narrow = run_host(8, 500, width=1024), run_host(8, 500, width=64)
+    assert wide["interval"] == pytest.approx(0.4) and narrow["interval"] == pytest.approx(0.05)
+    assert wide["messages"] <= math.ceil(wide["seconds"] / wide["interval"]) + 1
+    rate = lambda got: got["messages"] / got["seconds"]  # noqa: E731
+    assert rate(wide) <= 1 / wide["interval"] + 1
+    assert rate(wide) <= 0.5 * rate(narrow)
+    assert 8 <= wide["reports"] <= 8 * (wide["seconds"] / wide["interval"] + 2)
+    assert wide["reports"] / wide["seconds"] <= 0.6 * narrow["reports"] / narrow["seconds"]
