@@ -141,6 +141,30 @@ async def call_per_process(calls: list[tuple[Any, str, tuple]]) -> list[Any]:
     return out
 
 
+def loops_per_process(run_id: str, members: list[tuple[str, Any]]) -> list[tuple[tuple[str, ...], Any]]:
+    """Starts the loops of ``members`` (``(role, member ref)``: a mapper's ``run``, a reducer's
+    or the balancer's ``serve``) on run ``run_id``, one Ray call per process
+    (:meth:`~dpa.runtime.ray.host.MemberHost.run_loops`) instead of one per member: a job
+    of ``W`` reducers and ``M`` mappers in ``H`` hosts starts ``H`` calls, not ``W + M``.
+
+    Returns:
+        ``(roles, ref)`` per process: the ref's value is ``{role: what its loop returned}``,
+        once every loop there has ended; it fails as soon as one of them raises.
+    """
+    flush()
+    return [(tuple(roles), handle.run_loops.remote(run_id, roles)) for handle, roles in per_process(members)]
+
+
+def per_process(members: list[tuple[str, Any]]) -> list[tuple[Any, list[str]]]:
+    """``(process handle, roles)`` for each process running some of ``members``
+    (``(role, member ref or actor handle)``), in the order first named."""
+    by_process: dict[str, tuple[Any, list[str]]] = {}
+    for role, target in members:
+        handle, _, key = route(target)
+        by_process.setdefault(key, (handle, []))[1].append(role)
+    return list(by_process.values())
+
+
 def flush() -> None:
     """Sends the calls posted so far (before a direct call, to keep the process's order)."""
     if _OUTBOX.pending:

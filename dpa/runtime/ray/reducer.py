@@ -49,6 +49,12 @@ class ReducerActor(JobMember):
         handle) or :data:`~dpa.runtime.ray.member.PEERS_UNCHANGED`.
         """
         peers, balancer, coordinator = self._peers(handles)
+        # A checkpoint's share comes as object refs when the call travels in its host's batch
+        # (nested arguments are not resolved by Ray): fetched here.
+        if isinstance(state, ray.ObjectRef):
+            state = await state
+        if isinstance(pending, ray.ObjectRef):
+            pending = await pending
         self.job_id = job_id or plan.job_id
         self.machine = ReducerMachine(self.reducer_id, plan, snapshot, time.perf_counter,
                                       (state, records, epoch, pending or ()))
@@ -328,6 +334,11 @@ class ReducerActor(JobMember):
         """Hands the finalized table over and forgets it; called with ``num_returns=2``:
         the table (into the caller's object store ref) and its ``(rows, schema, bytes)``, which
         :meth:`dpa.Result.to_ray_dataset` reads instead of fetching every table's schema."""
+        return self.take_result(job_id)
+
+    def take_result(self, job_id: str) -> tuple[pa.Table, tuple[int, pa.Schema, int]]:
+        """What :meth:`result` answers (the host's :meth:`~dpa.runtime.ray.host.MemberHost.results`
+        answers it for each of its reducers in one call)."""
         if not self._serving(job_id) or self.result is None:
             raise RuntimeError(f"reducer {self.name} holds no result for job {job_id}")
         table, self.result = self.result, None
