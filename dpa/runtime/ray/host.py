@@ -109,6 +109,23 @@ class MemberHost:
                                            for role, method, args in calls]))
 
     @quiet_method
+    async def call_sliced(self, roles: list[str], method: str, head: tuple, tail: tuple, rows: list[int],
+                          table: Any) -> list[Any]:
+        """Runs ``method(*head, part, *tail)`` of each member ``roles[i]`` at once, ``part``
+        its ``rows[i]`` rows of ``table``, in order (:func:`~dpa.runtime.ray.outbox.send_tables`:
+        the tables of several calls as one); returns their answers in order once all have
+        run, raising the first error if any raised."""
+        calls, start = [], 0
+        for role, n in zip(roles, rows):
+            calls.append(self._invoke(role, method, (*head, table.slice(start, n), *tail)))
+            start += n
+        answers = await asyncio.gather(*calls, return_exceptions=True)
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+        return list(answers)
+
+    @quiet_method
     async def run_loops(self, run_id: str, roles: list[str]) -> dict[str, Any]:
         """Runs the loops of the members ``roles`` on run ``run_id`` at once (a mapper's
         ``run``, a reducer's or the balancer's ``serve``:
