@@ -220,15 +220,16 @@ class _Tables(threading.local):
             asyncio.ensure_future(_settle(ref, done))
 
 
-async def _settle(ref: Any, done: asyncio.Future) -> None:
+async def _settle(ref: Any, batch: asyncio.Future) -> None:
+    """Answers the callers of a batch of table calls with its ref's outcome."""
     try:
         answers = await ref
     except Exception as exc:
-        if not done.done():
-            done.set_exception(exc)
+        if not batch.done():
+            batch.set_exception(exc)
         return
-    if not done.done():
-        done.set_result(answers)
+    if not batch.done():
+        batch.set_result(answers)
 
 
 def _seen(fut: asyncio.Future) -> None:
