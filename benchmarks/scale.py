@@ -31,7 +31,8 @@ Run::
 
 ``--busy`` adds one job of one reducer and one mapper (``--busy-records``, default 5,000
 records, 10 s of sleep): the CPU of the host running them per second of the job, an upper
-bound of what a busy reducer's own loop costs (target 0.01 core-second per second).
+bound of what a busy reducer's own loop costs (target 0.01 core-second per second), and
+the same processes' CPU per second while the pool is idle (Ray's own threads), for comparison.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ from benchmarks.common import CpuMeter, init_ray, print_table, stop_ray, write_j
 
 #: Targets of time / ideal by width.
 TARGETS = {64: 1.3, 256: 2.0}
+#: Seconds ``--busy`` watches the idle pool's CPU before its job (Ray's own threads).
+IDLE_S = 5.0
 
 
 def make_table(records: int, seed: int) -> pa.Table:
@@ -129,6 +132,10 @@ def busy_reducer(args: argparse.Namespace) -> dict[str, Any]:
     table = make_table(args.busy_records, args.seed)
     cfg = dpa.JobConfig(shape=dpa.ShapeConfig(num_reducers=1, num_mappers=1), recovery=dpa.RecoveryConfig(timeout_s=600))
     dpa.run(make_table(20, 0), key="key", reducer=dpa.WithCost(dpa.Count(), cost_s), config=cfg).to_arrow()  # the pool
+    idle = CpuMeter()  # the same processes with no job: what Ray's own threads use
+    idle.start()
+    time.sleep(IDLE_S)
+    idle_cpu = idle.stop()
     reps = []
     for _ in range(args.reps):
         meter = CpuMeter()
@@ -145,6 +152,8 @@ def busy_reducer(args: argparse.Namespace) -> dict[str, Any]:
             "wall_s": statistics.median(r["wall_s"] for r in reps),
             "host_cpu_per_s": statistics.median(r["host_cpu_per_s"] for r in reps),
             "coordinator_cpu_per_s": statistics.median(r["coordinator_cpu_s"] / r["wall_s"] for r in reps),
+            "host_idle_cpu_per_s": idle_cpu.get("host", 0.0) / IDLE_S,
+            "coordinator_idle_cpu_per_s": idle_cpu.get("coordinator", 0.0) / IDLE_S,
             "exact": all(r["exact"] for r in reps), "target_cpu_per_s": 0.01}
 
 
@@ -217,8 +226,9 @@ def main(argv: list[str] | None = None) -> None:
                 title=f"sleep-cost job, {args.cost_ms:g} ms x {args.records_per_reducer:,} records per reducer, "
                       f"Ray with {args.cpus} logical CPUs on {os.cpu_count()} cores")
     if busy is not None:
-        print_table([{k: busy[k] for k in ("records", "ideal_s", "wall_s", "host_cpu_per_s", "coordinator_cpu_per_s",
-                                           "target_cpu_per_s", "exact")}],
+        print_table([{k: busy[k] for k in ("records", "ideal_s", "wall_s", "host_cpu_per_s", "host_idle_cpu_per_s",
+                                           "coordinator_cpu_per_s", "coordinator_idle_cpu_per_s", "target_cpu_per_s",
+                                           "exact")}],
                     title="a busy reducer: one reducer and one mapper; the host's CPU per second of the job")
     write_json(args.out, {"ray": rows, "busy_reducer": busy, "cpus": args.cpus, "cost_ms": args.cost_ms,
                           "records_per_reducer": args.records_per_reducer, "policy": args.policy})
