@@ -27,6 +27,12 @@ Run::
 
     python -m benchmarks.scale [--reducers 16 64 256] [--reps 2] [--batch-size N] [--policy P] [--out benchmarks/results/scale.json]
     python -m benchmarks.scale --simulate [--policy P] [--hosts 2]
+    python -m benchmarks.scale --reducers 16 --reps 2 --busy   # also a busy reducer's own CPU per second
+
+``--busy`` adds one job of one reducer and one mapper (``--busy-records``, default 5,000
+records, 10 s of sleep): the CPU of the host running them per second of the job, an upper
+bound of what a busy reducer's own loop costs (target 0.01 core-second per second), and
+the same processes' CPU per second while the pool is idle (Ray's own threads), for comparison.
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ from benchmarks.common import CpuMeter, init_ray, print_table, stop_ray, write_j
 
 #: Targets of time / ideal by width.
 TARGETS = {64: 1.3, 256: 2.0}
+#: Seconds ``--busy`` watches the idle pool's CPU before its job (Ray's own threads).
+IDLE_S = 5.0
 
 
 def make_table(records: int, seed: int) -> pa.Table:
@@ -112,6 +120,43 @@ def measure(reducers: int, args: argparse.Namespace) -> dict[str, Any]:
             "target_x_ideal": TARGETS.get(reducers)}
 
 
+def busy_reducer(args: argparse.Namespace) -> dict[str, Any]:
+    """One reducer and one mapper (a pool of its own), ``--busy-records`` records of
+    ``--cost-ms`` each: the reducer is busy the whole job, sleeping its cost, so the CPU of
+    the host running it over the wall time is what a busy reducer's own loop costs per
+    second (steps, reports, timers, pacing), with the mapper's pushes on top: an upper
+    bound of the reducer's share. Target (issue item 1): <= 0.01 core-second per second."""
+    import dpa
+
+    cost_s = args.cost_ms / 1e3
+    table = make_table(args.busy_records, args.seed)
+    cfg = dpa.JobConfig(shape=dpa.ShapeConfig(num_reducers=1, num_mappers=1), recovery=dpa.RecoveryConfig(timeout_s=600))
+    dpa.run(make_table(20, 0), key="key", reducer=dpa.WithCost(dpa.Count(), cost_s), config=cfg).to_arrow()  # the pool
+    idle = CpuMeter()  # the same processes with no job: what Ray's own threads use
+    idle.start()
+    time.sleep(IDLE_S)
+    idle_cpu = idle.stop()
+    reps = []
+    for _ in range(args.reps):
+        meter = CpuMeter()
+        meter.start()
+        t0 = time.perf_counter()
+        res = dpa.run(table, key="key", reducer=dpa.WithCost(dpa.Count(), cost_s), config=cfg)
+        out = res.to_arrow()
+        wall = time.perf_counter() - t0
+        cpu = meter.stop()
+        got = dict(zip(out.column("key").to_pylist(), out.column(out.column_names[-1]).to_pylist()))
+        reps.append({"wall_s": wall, "host_cpu_s": cpu.get("host", 0.0), "coordinator_cpu_s": cpu.get("coordinator", 0.0),
+                     "host_cpu_per_s": cpu.get("host", 0.0) / wall, "exact": got == reference(table)})
+    return {"records": args.busy_records, "ideal_s": args.busy_records * cost_s, "reps": reps,
+            "wall_s": statistics.median(r["wall_s"] for r in reps),
+            "host_cpu_per_s": statistics.median(r["host_cpu_per_s"] for r in reps),
+            "coordinator_cpu_per_s": statistics.median(r["coordinator_cpu_s"] / r["wall_s"] for r in reps),
+            "host_idle_cpu_per_s": idle_cpu.get("host", 0.0) / IDLE_S,
+            "coordinator_idle_cpu_per_s": idle_cpu.get("coordinator", 0.0) / IDLE_S,
+            "exact": all(r["exact"] for r in reps), "target_cpu_per_s": 0.01}
+
+
 def simulate(reducers: int, args: argparse.Namespace) -> dict[str, Any]:
     """The job at ``reducers`` in the in-process runtime with the measured message costs."""
     import dpa
@@ -154,6 +199,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", default=None, help="JSON (default benchmarks/results/scale.json, or scale_sim_ray_job.json)")
     p.add_argument("--simulate", action="store_true", help="the in-process runtime with measured message costs")
     p.add_argument("--hosts", type=int, default=2, help="--simulate: the reducers' host processes")
+    p.add_argument("--busy", action="store_true", help="also a busy reducer's own CPU per second (one reducer)")
+    p.add_argument("--busy-records", type=int, default=5_000, help="--busy: records of the one reducer")
     args = p.parse_args(argv)
     if args.simulate:
         rows = [simulate(w, args) for w in args.reducers]
@@ -169,6 +216,7 @@ def main(argv: list[str] | None = None) -> None:
     init_ray(num_cpus=args.cpus)
     try:
         rows = [measure(w, args) for w in args.reducers]
+        busy = busy_reducer(args) if args.busy else None
     finally:
         stop_ray()
     print_table([{"reducers": r["reducers"], "wall_s": r["wall_s"], "ideal_s": r["ideal_s"], "x_ideal": r["x_ideal"],
@@ -177,8 +225,13 @@ def main(argv: list[str] | None = None) -> None:
                   "rebalances": r["rebalances"], "exact": r["exact"]} for r in rows],
                 title=f"sleep-cost job, {args.cost_ms:g} ms x {args.records_per_reducer:,} records per reducer, "
                       f"Ray with {args.cpus} logical CPUs on {os.cpu_count()} cores")
-    write_json(args.out, {"ray": rows, "cpus": args.cpus, "cost_ms": args.cost_ms,
-                          "records_per_reducer": args.records_per_reducer})
+    if busy is not None:
+        print_table([{k: busy[k] for k in ("records", "ideal_s", "wall_s", "host_cpu_per_s", "host_idle_cpu_per_s",
+                                           "coordinator_cpu_per_s", "coordinator_idle_cpu_per_s", "target_cpu_per_s",
+                                           "exact")}],
+                    title="a busy reducer: one reducer and one mapper; the host's CPU per second of the job")
+    write_json(args.out, {"ray": rows, "busy_reducer": busy, "cpus": args.cpus, "cost_ms": args.cost_ms,
+                          "records_per_reducer": args.records_per_reducer, "policy": args.policy})
 
 
 if __name__ == "__main__":

@@ -58,11 +58,12 @@ from dpa.runtime.ray.members import (
     Members,
     PoolMembers,
     RunLost,
+    loop_name,
     member_lost,
     member_starts,
     start_members,
 )
-from dpa.runtime.ray.outbox import call_per_process
+from dpa.runtime.ray.outbox import call_per_process, loops_per_process
 from dpa.runtime.ray.telemetry import metric
 
 logger = logging.getLogger(__name__)
@@ -238,9 +239,10 @@ class Coordinator(MemberHost):
 
         ``opening``: a new pool's first job, which the driver started while this process
         started (:func:`~dpa.runtime.ray.driver.open_job`), instead of :meth:`prepare_job`:
-        ``(machine, loops)``, the job's machine after its first hand-out and ``(role, ref)``
-        of each reducer's and mapper's loop (in a list, so that Ray passes the refs on
-        unresolved).
+        ``(machine, loops)``, the job's machine after its first hand-out and ``(roles, ref)``
+        of the call running the reducers' and mappers' loops in each host
+        (:func:`~dpa.runtime.ray.outbox.loops_per_process`; in a list, so that Ray passes the
+        refs on unresolved).
         """
         loops = None
         if opening is not None:
@@ -309,13 +311,11 @@ class Coordinator(MemberHost):
         job.tasks = tasks  # (a scale-out adds its reducers' loops)
         job.members_changed = asyncio.Event()
         job.checkpoint_error = None
-        started = dict(loops or ())
-        for role, actor in team.serving(job.job_slots):
-            if role in started:
-                ref = started[role]
-            else:
-                ref = (actor.run if role.startswith("mapper") else actor.serve).remote(run_id)
-            tasks[asyncio.ensure_future(await_ref(ref))] = f"dpa:{self.pool_id}:{role}"
+        started = {role for roles, _ in loops or () for role in roles}
+        # One call per process runs its members' loops (the balancer's: this process's).
+        for roles, ref in [*(loops or ()), *loops_per_process(run_id, [
+                (role, actor) for role, actor in team.serving(job.job_slots) if role not in started])]:
+            tasks[asyncio.ensure_future(await_ref(ref))] = loop_name(self.pool_id, roles)
         done_waiter = asyncio.ensure_future(job.done.wait())
         seen: set[asyncio.Future] = set()  # member loops that ended well
         while not job.done.is_set():
@@ -394,7 +394,8 @@ class Coordinator(MemberHost):
         for ins in todo:
             if isinstance(ins, op.StopReducers):
                 await call_per_process([(reducers[i], "stop", (run_id, ins.snapshot, ins.finalize)) for i in ins.slots])
-                end["counters"] = await asyncio.gather(*[t for t, name in tasks.items() if "reducer" in name])
+                end["counters"] = [counters for loops in await asyncio.gather(*tasks)
+                                   for role, counters in loops.items() if role.startswith("reducer")]
             elif isinstance(ins, op.FailJob):
                 raise ins.error
             elif isinstance(ins, op.InputProgress):

@@ -41,6 +41,7 @@ from dpa.input.sources import ArrowRefs
 from dpa.runtime.ray.blocks import dataset_items
 from dpa.runtime.ray.member import describe
 from dpa.runtime.ray.members import member_starts
+from dpa.runtime.ray.outbox import loops_per_process, per_process
 from dpa.runtime.ray.pool import Pool, acquire, release, shutdown_pools
 from dpa.runtime.ray.session import METRICS_REPORT_INTERVAL_MS, ensure_ray
 
@@ -168,8 +169,8 @@ def open_job(pool: Pool, plan: JobPlan, snapshot: Any, items: Any, deadline: _De
         _get(starts, deadline, "starting its actors")
     except ray.exceptions.RayActorError as exc:
         raise JobFailedError(f"dpa actors died while starting: {describe(exc).splitlines()[0]}") from exc
-    loops = [(f"reducer-{i}", reducers[i].serve.remote(job_id)) for i in machine.job_slots]
-    loops += [(f"mapper-{i}", m.run.remote(job_id)) for i, m in enumerate(mappers)]
+    loops = loops_per_process(job_id, [*[(f"reducer-{i}", reducers[i]) for i in machine.job_slots],
+                                       *[(f"mapper-{i}", m) for i, m in enumerate(mappers)]])
     return coord.run_job.remote(plan, snapshot, pool.members_key(), (machine, loops))
 
 
@@ -282,6 +283,18 @@ def _job_summary(job: Any, deadline: _Deadline, on_wait: Any) -> dict[str, Any]:
         raise JobFailedError(f"dpa coordinator died: {exc}") from exc
 
 
+def _result_refs(reducers: list[Any], run_id: str) -> list[tuple[Any, Any]]:
+    """Per reducer, the refs of its finalized table and of its ``(rows, schema, bytes)``: one
+    call per host (:meth:`~dpa.runtime.ray.host.MemberHost.results`, each table an object of
+    its own, owned here), not one per reducer."""
+    refs: dict[str, tuple[Any, Any]] = {}
+    for handle, roles in per_process([(r.role, r) for r in reducers]):
+        got = handle.results.options(num_returns=2 * len(roles)).remote(run_id, roles)
+        for i, role in enumerate(roles):
+            refs[role] = (got[2 * i], got[2 * i + 1])
+    return [refs[r.role] for r in reducers]
+
+
 def _abort(pool: Pool, job_id: str, reason: str) -> bool:
     """Cancels the job on its actors; True if the pool acknowledged (and may be reused)."""
     try:
@@ -327,7 +340,7 @@ def run_ray(plan: JobPlan, blocks: Any, dataset: Any, config: Any, progress: Any
             raise JobFailedError(f"reading the input failed: {type(exc).__name__}: {exc}") from exc
         summary = _job_summary(job, deadline, poll)
         pool.adopt(summary["handles"])  # members replaced by a recovery
-        pairs = [r.result.options(num_returns=2).remote(summary["run_id"]) for r in summary["job_reducers"]]
+        pairs = _result_refs(summary["job_reducers"], summary["run_id"])
         refs, meta_refs = [p[0] for p in pairs], [p[1] for p in pairs]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=deadline.remaining(), fetch_local=False)
         if len(ready) < len(refs):

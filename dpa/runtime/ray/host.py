@@ -108,6 +108,44 @@ class MemberHost:
                                            else getattr(type(self), method)(self, *args)
                                            for role, method, args in calls]))
 
+    @quiet_method
+    async def call_sliced(self, roles: list[str], method: str, head: tuple, tail: tuple, rows: list[int],
+                          table: Any) -> list[Any]:
+        """Runs ``method(*head, part, *tail)`` of each member ``roles[i]`` at once, ``part``
+        its ``rows[i]`` rows of ``table``, in order (:func:`~dpa.runtime.ray.outbox.send_tables`:
+        the tables of several calls as one); returns their answers in order once all have
+        run, raising the first error if any raised."""
+        calls, start = [], 0
+        for role, n in zip(roles, rows):
+            calls.append(self._invoke(role, method, (*head, table.slice(start, n), *tail)))
+            start += n
+        answers = await asyncio.gather(*calls, return_exceptions=True)
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+        return list(answers)
+
+    @quiet_method
+    async def run_loops(self, run_id: str, roles: list[str]) -> dict[str, Any]:
+        """Runs the loops of the members ``roles`` on run ``run_id`` at once (a mapper's
+        ``run``, a reducer's or the balancer's ``serve``:
+        :func:`~dpa.runtime.ray.outbox.loops_per_process`); returns ``{role: what its loop
+        returned}`` once all have ended, or raises as soon as one of them raises."""
+        results = await asyncio.gather(*[self._invoke(role, "run" if kind_of(role) == "mapper" else "serve", (run_id,))
+                                         for role in roles])
+        return dict(zip(roles, results))
+
+    async def results(self, run_id: str, roles: list[str]) -> tuple:
+        """The finalized tables of the reducers ``roles`` and their ``(rows, schema, bytes)``,
+        called with ``num_returns=2 x len(roles)``: one Ray call per host where each
+        reducer's :meth:`~dpa.runtime.ray.reducer.ReducerActor.result` would be one each;
+        every table is an object of its own, owned by the caller."""
+        out: list[Any] = []
+        for role in roles:
+            member = self.members[role]
+            out += type(member).take_result(member, run_id)
+        return tuple(out)
+
     async def _invoke(self, role: str, method: str, args: tuple) -> Any:
         member = self.members[role]
         # The class's method, as Ray would call it (a member's attribute may share its name:

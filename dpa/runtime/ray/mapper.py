@@ -26,7 +26,7 @@ from dpa.runtime.ray.member import (
     quiet_method,
     ready,
 )
-from dpa.runtime.ray.outbox import call_per_process, post
+from dpa.runtime.ray.outbox import call_tables, post
 from dpa.runtime.ray.telemetry import metric
 
 logger = logging.getLogger(__name__)
@@ -133,20 +133,19 @@ class MapperActor(JobMember):
         """Sends one round of pushes and returns their answers, in order: a reducer of this
         process is called directly (its batch handed over as it is); the pushes to the
         reducers of another host go as one Ray call to that host, whose reducers take them
-        at once (:func:`~dpa.runtime.ray.outbox.call_per_process`). A round to ``W``
-        reducers on ``H`` hosts is ``H`` calls, not ``W``."""
+        at once, their batches as one Arrow table (:func:`~dpa.runtime.ray.outbox.call_tables`).
+        A round to ``W`` reducers on ``H`` hosts is ``H`` calls and ``H`` tables, not ``W``."""
         answers: list[Any] = [None] * len(ins.pushes)
         local: list[tuple[int, Any]] = []
-        remote: list[tuple[int, tuple[Any, str, tuple]]] = []
+        remote: list[tuple[int, tuple[Any, str, tuple, Any, tuple]]] = []
         for i, p in enumerate(ins.pushes):
             ref = self.reducers[p.dest]
             reducer = hosted_member(ref)
-            args = (job_id, p.batch, ins.version, False, ins.epoch)
-            if reducer is None:
-                remote.append((i, (ref, "push", args)))
+            if reducer is None:  # (a host's batches travel as one table: call_tables)
+                remote.append((i, (ref, "push", (job_id,), p.batch, (ins.version, False, ins.epoch))))
             else:
-                local.append((i, type(reducer).push(reducer, *args)))
-        done = await asyncio.gather(call_per_process([call for _, call in remote]),
+                local.append((i, type(reducer).push(reducer, job_id, p.batch, ins.version, False, ins.epoch)))
+        done = await asyncio.gather(call_tables([call for _, call in remote]),
                                     *[coro for _, coro in local])
         for (i, _), answer in zip(remote, done[0]):
             answers[i] = answer

@@ -19,6 +19,7 @@ from dpa.runtime.ray.member import (
     describe,
     handles_key,
 )
+from dpa.runtime.ray.outbox import send_together
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,13 @@ def member_lost(exc: BaseException) -> bool:
             return True
         exc = getattr(exc, "cause", None) or exc.__cause__
     return False
+
+
+def loop_name(pool_id: str, roles: tuple[str, ...]) -> str:
+    """What a failed call running the loops of ``roles`` (one process's) is named by when
+    its error does not name the member itself."""
+    more = f" (or one of the {len(roles) - 1} other members of its process)" if len(roles) > 1 else ""
+    return f"dpa:{pool_id}:{roles[0]}{more}"
 
 
 class RunLost(Exception):
@@ -98,7 +106,8 @@ def start_members(pool_id: str, num_mappers: int, num_reducers: int, initial_red
 def member_starts(plan: Any, snapshot: Any, run_id: str, checkpoint: Any, slots: Any, reducers: list[Any],
                   mappers: list[Any], balancer: Any, coordinator: Any, peers_for: Any = None,
                   firsts: dict[int, list[Any]] | None = None) -> list[Any]:
-    """The ``start_job`` calls (their refs) of a run's reducers and mappers: each reducer in
+    """The ``start_job`` calls of a run's reducers and mappers, sent one Ray call per host
+    (:func:`~dpa.runtime.ray.outbox.send_together`; the refs to await, one per host): each reducer in
     ``slots`` from its share of ``checkpoint``, each mapper with its first item in
     ``firsts`` (a new pool's first job, :func:`~dpa.runtime.ray.driver.open_job`), or none.
 
@@ -108,11 +117,13 @@ def member_starts(plan: Any, snapshot: Any, run_id: str, checkpoint: Any, slots:
     peers_for = peers_for or (lambda member, peers: peers)
     firsts = firsts or {}
     ck = checkpoint
-    calls = [reducers[i].start_job.remote(plan, snapshot, peers_for(reducers[i], (reducers, balancer, coordinator)),
-                                          run_id, ck.states[i], ck.processed[i], ck.epoch,
-                                          ck.pending[i] if ck.pending else None) for i in slots]
-    return calls + [m.start_job.remote(plan, snapshot, peers_for(m, (coordinator, reducers, balancer)), run_id,
-                                       firsts.get(i)) for i, m in enumerate(mappers)]
+    calls = [(reducers[i], "start_job", (plan, snapshot, peers_for(reducers[i], (reducers, balancer, coordinator)),
+                                         run_id, ck.states[i], ck.processed[i], ck.epoch,
+                                         ck.pending[i] if ck.pending else None)) for i in slots]
+    calls += [(m, "start_job", (plan, snapshot, peers_for(m, (coordinator, reducers, balancer)), run_id,
+                                firsts.get(i))) for i, m in enumerate(mappers)]
+    # One call per host, each object pickled once for it (the plan, the snapshot, the peers).
+    return send_together(calls)
 
 
 class PoolMembers:
@@ -202,13 +213,35 @@ class PoolMembers:
         """The members in hosts (not those the coordinator's process runs itself)."""
         return [(role, actor) for role, actor in self.all() if role not in self.own]
 
+    async def _ping(self, members: list[tuple[str, Any]], timeouts: bool = False) -> list[Any]:
+        """Pings ``members`` (``(role, ref)``), one member per process: its answer (the node
+        id, or the error) is every co-hosted member's, as they live and hang with their
+        process. With ``timeouts`` a process whose members all answered before is given
+        ``PING_TIMEOUT_S``; one that never answered may still be starting and is waited for.
+
+        Returns:
+            Per member, in order, the node id or the exception.
+        """
+        groups: dict[str, list[int]] = {}
+        for i, (_, actor) in enumerate(members):
+            groups.setdefault(host_id(actor), []).append(i)
+        waits = []
+        for places in groups.values():
+            answered = timeouts and all(members[i][0] in self.answered for i in places)
+            waits.append(asyncio.wait_for(await_ref(members[places[0]][1].ping.remote()),
+                                          PING_TIMEOUT_S if answered else None))
+        results: list[Any] = [None] * len(members)
+        for places, answer in zip(groups.values(), await asyncio.gather(*waits, return_exceptions=True)):
+            for i in places:
+                results[i] = answer
+        return results
+
     async def note_members(self) -> None:
         """Pings the hosted members without repairing any: the members the driver started
         for a new pool's first job (which no repair pinged) are then known to have answered,
         and their nodes."""
         members = self._hosted()
-        self._note_answers(members, await asyncio.gather(*[await_ref(actor.ping.remote()) for _, actor in members],
-                                                         return_exceptions=True))
+        self._note_answers(members, await self._ping(members))
 
     async def repair(self) -> tuple[Any, list[Any], list[Any], list[str]]:
         """Pings every member; replaces the dead or unresponsive ones (only those).
@@ -229,10 +262,7 @@ class PoolMembers:
             # A member that never answered may still be starting (seconds on a busy machine):
             # wait for it (the driver's deadline bounds the wait). One that answered before
             # and is silent now is hung (e.g. in user code that never returns).
-            results = await asyncio.gather(
-                *[asyncio.wait_for(await_ref(actor.ping.remote()), PING_TIMEOUT_S if role in self.answered else None)
-                  for role, actor in members],
-                return_exceptions=True)
+            results = await self._ping(members, timeouts=True)
             self._note_answers(members, results)
             dead = [(role, actor, why) for (role, actor), why in zip(members, results) if not isinstance(why, str)]
             if not dead:

@@ -22,7 +22,7 @@ from dpa.engine.plan import JobPlan
 from dpa.engine.reducer_machine import IDLE_ANSWER, ReducerMachine
 from dpa.input.records import unify
 from dpa.runtime.ray.member import ActorFailure, JobMember, quiet_method, ready
-from dpa.runtime.ray.outbox import post, send_together
+from dpa.runtime.ray.outbox import post, post_table
 from dpa.runtime.ray.pacing import SleepPacer
 from dpa.runtime.ray.telemetry import ReducerTelemetry
 from dpa.runtime.ray.wakes import wake_at
@@ -49,6 +49,12 @@ class ReducerActor(JobMember):
         handle) or :data:`~dpa.runtime.ray.member.PEERS_UNCHANGED`.
         """
         peers, balancer, coordinator = self._peers(handles)
+        # A checkpoint's share comes as object refs when the call travels in its host's batch
+        # (nested arguments are not resolved by Ray): fetched here.
+        if isinstance(state, ray.ObjectRef):
+            state = await state
+        if isinstance(pending, ray.ObjectRef):
+            pending = await pending
         self.job_id = job_id or plan.job_id
         self.machine = ReducerMachine(self.reducer_id, plan, snapshot, time.perf_counter,
                                       (state, records, epoch, pending or ()))
@@ -81,7 +87,7 @@ class ReducerActor(JobMember):
         self._execute(self.machine.handle(*events))
 
     def _execute(self, instructions: list[Any]) -> None:
-        partials: list[tuple[Any, str, tuple]] = []
+        partials: list[tuple[Any, str, tuple, Any, tuple]] = []
         for ins in instructions:
             if isinstance(ins, op.SendForward):
                 self.inflight.append(self.peers[ins.dest].push.remote(self.job_id, ins.batch, ins.version, True,
@@ -100,7 +106,7 @@ class ReducerActor(JobMember):
                 ref = self.peers[ins.move.dest].accept_state.remote(self.job_id, ins.move)
                 (self.awaited if ins.awaited else self.inflight).append(ref)
             elif isinstance(ins, op.SendPartial):  # (sent together below: one call per host)
-                partials.append((self.peers[ins.dest], "accept_partial", (self.job_id, ins.partial)))
+                partials.append((self.peers[ins.dest], "accept_partial", (self.job_id,), ins.partial, ()))
             elif isinstance(ins, op.Reply):
                 self._answer(ins.request_id, ins.value)
             elif isinstance(ins, op.FetchSnapshot):
@@ -109,8 +115,10 @@ class ReducerActor(JobMember):
                 wake_at(ins.at, self._waker(self.job_id))
             else:
                 raise TypeError(f"the Ray reducer cannot carry out {ins!r}")
-        if partials:
-            self.awaited += send_together(partials)
+        for target, method, head, table, tail in partials:  # (one call per host, with its peers': post_table)
+            done = post_table(target, method, head, table, tail)
+            if done not in self.awaited:
+                self.awaited.append(done)
         if len(self.inflight) > 64:
             self.inflight = [r for r in self.inflight if not ready(r)]
 
@@ -328,6 +336,11 @@ class ReducerActor(JobMember):
         """Hands the finalized table over and forgets it; called with ``num_returns=2``:
         the table (into the caller's object store ref) and its ``(rows, schema, bytes)``, which
         :meth:`dpa.Result.to_ray_dataset` reads instead of fetching every table's schema."""
+        return self.take_result(job_id)
+
+    def take_result(self, job_id: str) -> tuple[pa.Table, tuple[int, pa.Schema, int]]:
+        """What :meth:`result` answers (the host's :meth:`~dpa.runtime.ray.host.MemberHost.results`
+        answers it for each of its reducers in one call)."""
         if not self._serving(job_id) or self.result is None:
             raise RuntimeError(f"reducer {self.name} holds no result for job {job_id}")
         table, self.result = self.result, None

@@ -13,6 +13,8 @@ from dpa.engine import instructions as op
 from dpa.engine.plan import JobPlan
 from dpa.runtime.ray.host import kill_member
 from dpa.runtime.ray.member import await_ref, describe
+from dpa.runtime.ray.members import loop_name
+from dpa.runtime.ray.outbox import loops_per_process
 from dpa.runtime.ray.telemetry import metric
 
 #: How long a scale-out waits for its new reducers to start before it gives up.
@@ -48,8 +50,8 @@ class ElasticReducers:
                 elif isinstance(ins, op.ServeReducers):
                     for i in ins.slots:
                         team.answered.add(f"reducer-{i}")
-                        job.tasks[asyncio.ensure_future(await_ref(team.reducers[i].serve.remote(run_id)))] = \
-                            f"dpa:{team.pool_id}:reducer-{i}"
+                    for roles, ref in loops_per_process(run_id, [(f"reducer-{i}", team.reducers[i]) for i in ins.slots]):
+                        job.tasks[asyncio.ensure_future(await_ref(ref))] = loop_name(team.pool_id, roles)
                     job.members_changed.set()
                     metric("dpa_reducers").set(ins.width, tags=job.tags)
                 elif isinstance(ins, op.DropReducers):

@@ -109,25 +109,27 @@ def test_a_mapper_calls_a_reducer_of_its_own_process_and_sends_to_the_others(mon
 
     sent = []
 
-    class Gathering(FakeHost):
+    class Slicing(FakeHost):
         def __getattr__(self, method):
-            if method != "call_gather":
+            if method != "call_sliced":
                 raise AttributeError(method)
 
-            def remote(calls):
-                sent.append(calls)
+            def remote(roles, method, head, tail, rows, table):
+                sent.append((roles, method, head, tail, rows, table))
                 fut = asyncio.get_running_loop().create_future()
-                fut.set_result([("remote", len(calls))] * len(calls))
+                fut.set_result([("remote", n) for n in rows])
                 return fut
             return SimpleNamespace(remote=remote)
 
-    there, further = MemberRef(Gathering("h2"), "reducer-1"), MemberRef(Gathering("h2"), "reducer-2")
+    there, further = MemberRef(Slicing("h2"), "reducer-1"), MemberRef(Slicing("h2"), "reducer-2")
     mapper = MapperActor(0, "mapper-0")
     mapper.reducers = [here, there, further]
-    batch = pa.table({"k": [1, 2]})
-    pushes = SendPushes([Push(1, batch), Push(0, batch), Push(2, batch)], 3, 1)
+    batch, other = pa.table({"k": [1, 2]}), pa.table({"k": [3, 4, 5]})
+    pushes = SendPushes([Push(1, batch), Push(0, batch), Push(2, other)], 3, 1)
     answers = asyncio.run(mapper._pushes("job", pushes))
-    assert answers == [("remote", 2), ("queued", 10), ("remote", 2)]  # (in the pushes' order)
+    assert answers == [("remote", 2), ("queued", 10), ("remote", 3)]  # (in the pushes' order)
     assert local.pushes == [("job", batch, 3, False, 1)] and local.pushes[0][1] is batch  # (not copied)
-    # the two pushes to the other host's reducers went as one call
-    assert sent == [[("reducer-1", "push", ("job", batch, 3, False, 1)), ("reducer-2", "push", ("job", batch, 3, False, 1))]]
+    # the two pushes to the other host's reducers went as one call, their batches as one table
+    (roles, method, head, tail, rows, table), = sent
+    assert (roles, method, head, tail, rows) == (["reducer-1", "reducer-2"], "push", ("job",), (3, False, 1), [2, 3])
+    assert table.column("k").to_pylist() == [1, 2, 3, 4, 5] and table.column("k").num_chunks == 1

@@ -30,17 +30,28 @@ def plan(num_mappers: int = 2, num_reducers: int = 2) -> Any:
 
 
 class Member:
-    """A member ref whose calls are written to ``log`` as ``(name, method, args)``."""
+    """A member ref whose calls are written to ``log`` as ``(name, method, args)``; with a
+    ``host``, it runs in that fake process (:class:`Host`), which its calls reach."""
 
-    def __init__(self, name: str, log: list[Any]) -> None:
-        self.name, self.log = name, log
+    def __init__(self, name: str, log: list[Any], host: Any = None) -> None:
+        self.name, self.log, self.host = name, log, host
         self._actor_id = SimpleNamespace(hex=lambda: f"id-{name}")
+
+    def dpa_route(self) -> tuple[Any, str, str]:
+        return self.host, self.name, self.host.name
 
     def __getattr__(self, method: str) -> Any:
         def remote(*args: Any) -> str:
             self.log.append((self.name, method, args))
             return f"ref:{self.name}.{method}"
         return SimpleNamespace(remote=remote)
+
+
+class Host(Member):
+    """A fake process running members: its calls are logged as a member's are."""
+
+    def dpa_route(self) -> tuple[Any, None, str]:
+        return self, None, self.name
 
 
 @pytest.fixture
@@ -51,11 +62,19 @@ def log(monkeypatch) -> list[Any]:
 
 
 def fresh_pool(log: list[Any], p: Any) -> SimpleNamespace:
+    """Members dealt over two fake hosts, as a pool's are (``host-0``: even indices)."""
+    hosts = [Host(f"host-{i}", log) for i in range(2)]
     return SimpleNamespace(
         coordinator=Member("coordinator", log), balancer=Member("balancer", log),
-        reducers=[Member(f"reducer-{i}", log) for i in range(p.num_reducers)],
-        mappers=[Member(f"mapper-{i}", log) for i in range(p.num_mappers)],
+        reducers=[Member(f"reducer-{i}", log, hosts[i % 2]) for i in range(p.num_reducers)],
+        mappers=[Member(f"mapper-{i}", log, hosts[i % 2]) for i in range(p.num_mappers)],
         reducer_num_cpus=0.0, fresh=True, members_key=lambda: ("known",))
+
+
+def starts(log: list[Any]) -> dict[str, tuple]:
+    """The ``start_job`` arguments each member was sent, from its host's batched call."""
+    return {role: args for _, method, (batch,) in (c for c in log if c[1] == "call_all")
+            for role, call, args in batch if call == "start_job"}
 
 
 def test_the_driver_hands_each_mapper_a_first_item_and_starts_every_member_before_any_loop(log):
@@ -68,20 +87,23 @@ def test_the_driver_hands_each_mapper_a_first_item_and_starts_every_member_befor
     assert next(items) == ("block-2", None)  # (read as far as there are mappers: the rest is fed)
     kinds = [(name, method) for name, method, _ in log]
     waits = kinds.index(("driver", "waits"))
-    assert sorted(kinds[:waits]) == [("mapper-0", "start_job"), ("mapper-1", "start_job"),
-                                     ("reducer-0", "start_job"), ("reducer-1", "start_job")]
-    assert kinds[waits + 1:] == [("reducer-0", "serve"), ("reducer-1", "serve"), ("mapper-0", "run"),
-                                 ("mapper-1", "run"), ("coordinator", "run_job")]
-    firsts = {name: args[4] for name, method, args in log if method == "start_job" and name.startswith("mapper")}
+    # One start call per host, carrying the start of each member it runs.
+    assert kinds[:waits] == [("host-0", "call_all"), ("host-1", "call_all")]
+    assert sorted(starts(log)) == ["mapper-0", "mapper-1", "reducer-0", "reducer-1"]
+    assert log[waits][2] == ["ref:host-0.call_all", "ref:host-1.call_all"]
+    # Then one call per host runs its members' loops.
+    assert kinds[waits + 1:] == [("host-0", "run_loops"), ("host-1", "run_loops"), ("coordinator", "run_job")]
+    assert [args for name, method, args in log if method == "run_loops"] == [
+        (p.job_id, ["reducer-0", "mapper-0"]), (p.job_id, ["reducer-1", "mapper-1"])]
+    firsts = {name: args[4] for name, args in starts(log).items() if name.startswith("mapper")}
     assert firsts["mapper-0"][0] == ("block-0", None) and firsts["mapper-1"][0] == ("block-1", None)
     assert {f[1] for f in firsts.values()} == {0}  # epoch 0
     assert firsts["mapper-0"][2] != firsts["mapper-1"][2]  # each its own ledger token
-    mapper_peers = next(args[2] for name, method, args in log if name == "mapper-0" and method == "start_job")
-    assert mapper_peers == (pool.coordinator, pool.reducers, pool.balancer)
+    assert starts(log)["mapper-0"][2] == (pool.coordinator, pool.reducers, pool.balancer)
     (_, _, (_, _, known, (machine, loops))), = [c for c in log if c[1] == "run_job"]
     assert known == ("known",) and machine.max_pending == ray_driver.MAX_PENDING * p.num_mappers
-    assert loops == [("reducer-0", "ref:reducer-0.serve"), ("reducer-1", "ref:reducer-1.serve"),
-                     ("mapper-0", "ref:mapper-0.run"), ("mapper-1", "ref:mapper-1.run")]
+    assert loops == [(("reducer-0", "mapper-0"), "ref:host-0.run_loops"),
+                     (("reducer-1", "mapper-1"), "ref:host-1.run_loops")]
     assert machine.live and machine.queued == 0 and machine.blocks_per_mapper == [1, 1]
 
 
@@ -89,7 +111,7 @@ def test_a_mapper_without_a_first_item_asks_the_coordinator(log):
     p = plan(num_mappers=3)
     pool = fresh_pool(log, p)
     ray_driver.open_job(pool, p, p.policy.initial_snapshot(p.num_reducers), iter([("only", None)]), deadline=None)
-    firsts = {name: args[4] for name, method, args in log if method == "start_job" and name.startswith("mapper")}
+    firsts = {name: args[4] for name, args in starts(log).items() if name.startswith("mapper")}
     assert firsts["mapper-0"][0] == ("only", None) and firsts["mapper-1"] is None and firsts["mapper-2"] is None
 
 

@@ -187,3 +187,68 @@ def test_calls_per_process_go_as_one_call_each_and_answer_in_the_callers_order()
         assert [(host, method) for host, method, _ in sent] == [("a", "call_all"), ("b", "call")]
 
     asyncio.run(scenario())
+
+
+def test_tables_bound_for_one_process_travel_as_one_table_that_the_process_slices():
+    import pyarrow as pa
+
+    from dpa.runtime.ray.outbox import call_tables
+
+    class Parts(MemberHost):
+        """Members that record the tables they are handed, and one that raises."""
+
+        def __init__(self) -> None:
+            self.members = {f"reducer-{i}": self.Member(f"reducer-{i}") for i in range(3)}
+
+        class Member:
+            def __init__(self, name: str) -> None:
+                self.name, self.got = name, []
+
+            async def accept(self, job: str, part: pa.Table, tag: int) -> int:
+                if self.name == "reducer-2" and part.num_rows == 0:
+                    raise ValueError("empty part")
+                self.got.append((job, part.column("k").to_pylist(), tag))
+                return part.num_rows
+
+    hosts = {"a": Parts(), "b": Parts()}
+    sent: list = []
+
+    class Handle:
+        def __init__(self, name: str) -> None:
+            self.name = name
+            self._actor_id = SimpleNamespace(hex=lambda: f"id-{name}")
+
+        def __getattr__(self, method: str) -> SimpleNamespace:
+            if method.startswith("_"):
+                raise AttributeError(method)
+
+            def remote(*args):
+                sent.append((self.name, method))
+                return asyncio.ensure_future(getattr(hosts[self.name], method)(*pickle.loads(pickle.dumps(args))))
+            return SimpleNamespace(remote=remote)
+
+    a, b = Handle("a"), Handle("b")
+    one, two, three = pa.table({"k": [1, 2]}), pa.table({"k": [3]}), pa.table({"k": [4, 5, 6]})
+
+    async def scenario() -> None:
+        calls = [(MemberRef(a, "reducer-0"), "accept", ("job",), one, (7,)),
+                 (MemberRef(b, "reducer-0"), "accept", ("job",), two, (8,)),
+                 (MemberRef(a, "reducer-1"), "accept", ("job",), three, (7,))]
+        assert await call_tables(calls) == [2, 1, 3]  # (in the calls' order)
+        assert sent == [("a", "call_sliced"), ("b", "call_gather")]  # (one call per process)
+        assert hosts["a"].members["reducer-0"].got == [("job", [1, 2], 7)]
+        assert hosts["a"].members["reducer-1"].got == [("job", [4, 5, 6], 7)]
+        assert hosts["b"].members["reducer-0"].got == [("job", [3], 8)]
+        sent.clear()
+        # Tables of different schemas go as they are, in one call per process all the same.
+        other = pa.table({"k": pa.array([9], pa.int32())})
+        assert await call_tables([(MemberRef(a, "reducer-0"), "accept", ("job",), one, (1,)),
+                                  (MemberRef(a, "reducer-1"), "accept", ("job",), other, (1,))]) == [2, 1]
+        assert sent == [("a", "call_gather")]
+        # A member that raises fails the process's call, once the others have run.
+        with pytest.raises(ValueError, match="empty part"):
+            await call_tables([(MemberRef(a, "reducer-2"), "accept", ("job",), one.slice(0, 0), (1,)),
+                               (MemberRef(a, "reducer-1"), "accept", ("job",), two, (2,))])
+        assert hosts["a"].members["reducer-1"].got[-1] == ("job", [3], 2)
+
+    asyncio.run(scenario())
