@@ -116,10 +116,13 @@ class ReleaseCheckpoint(Event):
 @dataclass(frozen=True)
 class Stop(Event):
     """Every record is absorbed: end the loop under the balancer's final ``snapshot`` (if
-    any); ``finalize``: the loop's end finalizes too."""
+    any); ``finalize``: the loop's end finalizes too; ``handover``: first hand the keys of
+    the state that the snapshot routes elsewhere to their owners
+    (:class:`~dpa.engine.instructions.StopReducers`)."""
 
     snapshot: Any = None
     finalize: bool = False
+    handover: bool = False
 
 
 @dataclass(frozen=True)

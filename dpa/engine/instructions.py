@@ -42,17 +42,19 @@ class Forward(Instruction):
 
 @dataclass(frozen=True)
 class StateMove(Instruction):
-    """Reducer -> reducer ``dest`` (``JobConfig.migrate="state"``): the partial states of
-    ``keys`` keys the sender no longer owns, accumulated from records of input epochs up
-    to ``epoch`` (:mod:`dpa.engine.epochs`), under the sender's snapshot ``version``; the receiver
-    merges them into its state, and passes on those it no longer owns if its own snapshot
-    is newer."""
+    """Reducer -> reducer ``dest`` (``JobConfig.migrate="state"``, or the job's end): the
+    partial states of ``keys`` keys the sender no longer owns, accumulated from records of
+    input epochs up to ``epoch`` (:mod:`dpa.engine.epochs`), under the sender's snapshot
+    ``version``; the receiver merges them into its state, and passes on those it no longer
+    owns if its own snapshot is newer. ``final``: the end's hand-over under the final
+    routing (:class:`StopReducers` ``handover``), whose merged keys the receiver counts."""
 
     dest: int
     partial: Any
     epoch: int
     keys: int
     version: int = -1
+    final: bool = False
 
 
 @dataclass(frozen=True)
@@ -528,11 +530,14 @@ class StopBalancer(Instruction):
 @dataclass(frozen=True)
 class StopReducers(Instruction):
     """Coordinator -> the reducers of ``slots``: end the loop under ``snapshot`` (the final
-    routing); ``finalize``: each finalizes as its loop ends. The runtime waits for the loops."""
+    routing); ``finalize``: each finalizes as its loop ends; ``handover``: each first hands
+    the keys of its state that ``snapshot`` routes elsewhere to their owners (the loop ends
+    once they have merged them). The runtime waits for the loops."""
 
     slots: tuple[int, ...]
     snapshot: Any
     finalize: bool
+    handover: bool = False
 
 
 @dataclass(frozen=True)

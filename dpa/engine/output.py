@@ -110,6 +110,25 @@ def needs_final_merge(policy: Any, initial_snapshot: Any, final_snapshot: Any, m
     return split_now or final_snapshot.version != first
 
 
+def end_by_handover(policy: Any, final_snapshot: Any) -> bool:
+    """Whether a job whose keys may hold partial states on several reducers
+    (:func:`needs_final_merge`) brings them together by a hand-over at the stop instead of
+    the partitioned final merge: each reducer hands the keys of its state that the final
+    snapshot routes elsewhere to their owners, and a reducer that holds only keys it owns
+    sends nothing.
+
+    That needs a policy that says where each key belongs (one that moves keys:
+    :attr:`~dpa.routing.policy.PolicySpec.moves_keys`) and a final routing that sends each
+    key to one reducer (it splits no key:
+    :meth:`~dpa.routing.policy.PolicySpec.keys_split_under`). It costs one lookup of the
+    state's hashes per reducer and a message per (sender, receiver) pair that moves keys,
+    where the partitioned merge splits every reducer's state ``W`` ways and sends up to
+    ``W - 1`` parts from each (a ring levelled by trims moves the keys of a few reducers
+    to their ring successors: a few messages).
+    """
+    return bool(policy.moves_keys) and not policy.keys_split_under(final_snapshot)
+
+
 def finalize_at_stop(plan: Any, merged: bool) -> bool:
     """Whether the reducers may finalize as their loops end (one round of calls fewer).
 

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from dpa._internal.arrays import to_numpy
-from dpa.aggregates.state import make_state, split_by, split_partial
+from dpa.aggregates.state import make_state, partial_hashes, split_by, split_partial
 from dpa.engine.flow import PUSH_GROW, PUSH_KEEP, Chunk, top_key_counts, weight
 from dpa.engine.instructions import Forward, StateMove
 from dpa.engine.plan import JobPlan
@@ -105,6 +105,12 @@ class ReducerLogic:
         self.swept = -1
         self.keys_moved_out = 0
         self.merged_keys = 0
+        # The job's end hands the keys the final snapshot routes elsewhere to their owners
+        # (StopReducers.handover): set by the runtime at Stop; what it sent and, as a
+        # receiver, the hashes of the keys whose partial states it merged.
+        self.handover = False
+        self.keys_handed = 0
+        self.handover_merged = np.empty(0, np.uint32)
 
     # -- queue ----------------------------------------------------------------------
     def has_room(self) -> bool:
@@ -394,9 +400,9 @@ class ReducerLogic:
 
     # -- state migration --------------------------------------------------------------
     def state_moves(self) -> list[StateMove]:
-        """With ``migrate="state"`` (or when this reducer is :attr:`retired`): hands over
-        the keys in the state it no longer owns under its snapshot, once per snapshot
-        version, at a step boundary.
+        """With ``migrate="state"`` (or when this reducer is :attr:`retired`, or at the
+        job's end with :attr:`handover`): hands over the keys in the state it no longer owns
+        under its snapshot, once per snapshot version, at a step boundary.
 
         Not while a chunk is being applied (its keys were owned when it was taken: they
         are checked at the next boundary) nor while a checkpoint holds forwards (a move
@@ -409,11 +415,12 @@ class ReducerLogic:
         Returns:
             One :class:`~dpa.engine.instructions.StateMove` per (receiver, store) that gets keys.
         """
-        if (not (self.migrate_state or self.retired) or self.swept >= self.snapshot.version
+        if (not (self.migrate_state or self.retired or self.handover) or self.swept >= self.snapshot.version
                 or self._taken is not None or self.hold is not None):
             return []
         self.swept = self.snapshot.version
         snapshot, policy, me = self.snapshot, self.plan.policy, self.reducer_id
+        final = self.handover and not self.migrate_state  # (migrated states are no merge)
 
         def destinations(hashes: np.ndarray) -> np.ndarray | None:
             return policy.destinations(snapshot, hashes, me, False)
@@ -422,10 +429,18 @@ class ReducerLogic:
         for epoch, store in [(self.closed, self.state), *sorted(self.open_states.items())]:
             for dest, partial in store.extract(destinations, me, self.plan.num_reducers):
                 keys = partial.num_rows if isinstance(partial, pa.Table) else len(partial)
-                moves.append(StateMove(dest, partial, epoch, keys, snapshot.version))
+                moves.append(StateMove(dest, partial, epoch, keys, snapshot.version, final))
                 self.fwd_sent[(dest, epoch)] = self.fwd_sent.get((dest, epoch), 0) + 1
-        self.keys_moved_out += sum(m.keys for m in moves)
+        if final:
+            self.keys_handed += sum(m.keys for m in moves)
+        else:
+            self.keys_moved_out += sum(m.keys for m in moves)
         return moves
+
+    @property
+    def handed_over(self) -> bool:
+        """Whether the end's hand-over (:attr:`handover`) is done, or none is asked for."""
+        return not self.handover or self.swept >= self.snapshot.version
 
     @property
     def retired(self) -> bool:
@@ -449,6 +464,8 @@ class ReducerLogic:
         """
         self.fwd_received[move.epoch] = self.fwd_received.get(move.epoch, 0) + 1
         store = self._state_for(move.epoch)
+        if move.final:
+            self._count_handover(move.partial)
         if move.version >= self.snapshot.version or not (self.migrate_state or self.retired):
             store.add_partial(move.partial)
             return []
@@ -466,6 +483,15 @@ class ReducerLogic:
             self.fwd_sent[(m.dest, m.epoch)] = self.fwd_sent.get((m.dest, m.epoch), 0) + 1
         self.keys_moved_out += sum(m.keys for m in onward)
         return onward
+
+    def _count_handover(self, partial: Any) -> None:
+        """Notes the keys of an end's hand-over that this reducer holds already (or got
+        from another peer's): their partial states merge here (counted by hash, as
+        :func:`~dpa.aggregates.state.merged_hashes`)."""
+        held = [self.state.hashes(), *(store.hashes() for store in self.open_states.values())]
+        both = np.intersect1d(partial_hashes(partial), np.concatenate(held))
+        if len(both):
+            self.handover_merged = np.union1d(self.handover_merged, both)
 
     # -- epochs and checkpoints -------------------------------------------------------
     def _state_for(self, epoch: int) -> Any:
@@ -574,14 +600,14 @@ class ReducerLogic:
         per-group function's rows are never finalized here: its job ends in the apply phase
         (:meth:`group_units`; the coordinator's machine asks for that instead)."""
         self._fold()
-        self.merged_keys = self.state.end_merge()
+        self.merged_keys = self.state.end_merge() + len(self.handover_merged)
         return self.state.finalize()
 
     def group_units(self, target_rows: int) -> list[Any]:
         """The groups held here packed into units for the apply phase of a per-group
         function (:meth:`dpa.aggregates.rows.RowsState.units`); ends the final merge's count."""
         self._fold()
-        self.merged_keys = self.state.end_merge()
+        self.merged_keys = self.state.end_merge() + len(self.handover_merged)
         return self.state.units(target_rows)
 
     def counters(self) -> dict[str, int]:
@@ -591,6 +617,7 @@ class ReducerLogic:
             "received_forwards": self.received_forwards,
             "peak_queue": self.peak_queue,
             "keys_moved": self.keys_moved_out,
+            "keys_handed": self.keys_handed,
             "reducer": self.reducer_id,
         }
 

@@ -177,7 +177,7 @@ class ReducerMachine(Machine):
             return []
         chunk = self.logic.take_chunk()
         if chunk is None:
-            if self.stopping:
+            if self.stopping and self.logic.handed_over:  # (a checkpoint's hold may delay the hand-over)
                 self.finished = True
                 return [op.Finished(self.logic.counters(), self.finalize_at_end)]
             return []
@@ -348,16 +348,20 @@ class ReducerMachine(Machine):
         if self.cut is None or self.cut.request_id != event.request_id:
             return []
         self.cut = None
-        return [*self._sends(self.logic.release_held()), op.Reply(event.request_id, None)]
+        return [*self._sends(self.logic.release_held()), op.Reply(event.request_id, None), *self._moves(),
+                *self._next_step()]
 
     @handles(ev.ReleaseCheckpoint)
     def _on_release(self, event: ev.ReleaseCheckpoint) -> list[Any]:
-        return self._sends(self.logic.release_held()) + self._moves()
+        # (a hand-over the checkpoint held goes now, and a stopped loop can end)
+        return self._sends(self.logic.release_held()) + self._moves() + self._next_step()
 
     # -- the end ------------------------------------------------------------------------
     @handles(ev.Stop)
     def _on_stop(self, event: ev.Stop) -> list[Any]:
+        self.logic.handover = event.handover
         out = [] if event.snapshot is None else self._adopt(event.snapshot)
+        out += self._moves()  # (the hand-over, if the snapshot was adopted before)
         self.finalize_at_end = event.finalize
         self.stopping = True
         self.last_sent = None

@@ -375,7 +375,7 @@ class LocalRun:
             # Every state hand-over under the final routing is done before the merge
             # (nothing is queued any more: only states move).
             for r in ins.slots:
-                self._to_reducer(r, ev.Stop(ins.snapshot, ins.finalize))
+                self._to_reducer(r, ev.Stop(ins.snapshot, ins.finalize, ins.handover))
             self._deliver()
         elif isinstance(ins, op.FinalMerge):
             for r in ins.slots:

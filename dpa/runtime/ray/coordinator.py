@@ -393,7 +393,7 @@ class Coordinator(MemberHost):
         end: dict[str, Any] = {"applied": None}
         for ins in todo:
             if isinstance(ins, op.StopReducers):
-                await call_per_process([(reducers[i], "stop", (run_id, ins.snapshot, ins.finalize)) for i in ins.slots])
+                await call_per_process([(reducers[i], "stop", (run_id, ins.snapshot, ins.finalize, ins.handover)) for i in ins.slots])
                 end["counters"] = await asyncio.gather(*[t for t, name in tasks.items() if "reducer" in name])
             elif isinstance(ins, op.FailJob):
                 raise ins.error

@@ -217,17 +217,18 @@ class ReducerActor(JobMember):
             counters["merged_keys"] = await self.finalize(job_id)
         return counters
 
-    async def stop(self, job_id: str, snapshot: Any = None, finalize: bool = False) -> None:
+    async def stop(self, job_id: str, snapshot: Any = None, finalize: bool = False, handover: bool = False) -> None:
         """Ends the job's loop (every record is absorbed), first adopting the balancer's
         final ``snapshot`` and handing over the states it moves (the loop's end waits
-        until every peer has merged them).
+        until every peer has merged them); with ``handover``, the keys of the state that
+        ``snapshot`` routes elsewhere too (:class:`~dpa.engine.instructions.StopReducers`).
 
         With ``finalize`` the loop's end also does what :meth:`finalize` does (its merged
         keys go into the loop's counters as ``merged_keys``), saving the coordinator a
         round of calls: only for a job whose reducers neither merge partial states nor
         receive states from peers at the end (:func:`~dpa.engine.output.finalize_at_stop`)."""
         if self._serving(job_id):
-            self._feed(ev.Stop(snapshot, finalize))
+            self._feed(ev.Stop(snapshot, finalize, handover))
 
     # -- checkpoints ------------------------------------------------------------------
     async def prepare_checkpoint(self, job_id: str, epoch: int) -> list[int] | None:
