@@ -460,14 +460,20 @@ class CoordinatorMachine(Machine):
         """The reducers stop on the final routing (and hand over the states it moves); the
         input blocks are conserved; then, unless every key stayed on one reducer (after a
         rollback: always, unless states followed their keys), the partial states of a key
-        are brought together: by the hand-over at the stop when the final routing sends
-        each key to one reducer (:func:`~dpa.engine.output.end_by_handover`), else by the
-        partitioned final merge; then finalize."""
+        are brought together: by the hand-over at the end when the final routing sends
+        each key to one reducer (:func:`~dpa.engine.output.end_by_handover`: the loops'
+        ends take the moved keys out, the finalize calls bring them to their owners),
+        else by the partitioned final merge; then finalize."""
         plan, logic, slots = self.plan, self.logic, tuple(self.job_slots)
         merged = ((bool(self.recoveries) and plan.migrate != "state")
                   or needs_final_merge(plan.policy, self.initial, event.final, plan.migrate,
                                        min(self.first_routed.values(), default=None)))
-        handover = merged and end_by_handover(plan.policy, event.final)
+        handover = merged and end_by_handover(plan, event.final)
+        if handover and (self.round is not None or self.opening is not None):
+            # (the loops' ends take keys out of the states, outside the forwards a round
+            # counts: a round under way is dropped, the job is over anyway)
+            self.logic.ledger.abandon_close()
+            self.round = self.verdict = self.opening = None
         early = self.can_finalize_at_stop and finalize_at_stop(plan, merged)
         out: list[Any] = [op.StopReducers(slots, event.final, early, handover)]
         if logic.ledger.blocks_done != logic.blocks_offered:

@@ -110,23 +110,34 @@ def needs_final_merge(policy: Any, initial_snapshot: Any, final_snapshot: Any, m
     return split_now or final_snapshot.version != first
 
 
-def end_by_handover(policy: Any, final_snapshot: Any) -> bool:
+def end_by_handover(plan: Any, final_snapshot: Any) -> bool:
     """Whether a job whose keys may hold partial states on several reducers
-    (:func:`needs_final_merge`) brings them together by a hand-over at the stop instead of
-    the partitioned final merge: each reducer hands the keys of its state that the final
-    snapshot routes elsewhere to their owners, and a reducer that holds only keys it owns
-    sends nothing.
+    (:func:`needs_final_merge`) brings them together by a hand-over at the end instead of
+    the partitioned final merge: as its loop ends, each reducer takes the keys of its state
+    that the final snapshot routes elsewhere out of it (a reducer that holds only keys it
+    owns takes none), and the runtime hands them to their owners with the finalize calls
+    it makes anyway (:class:`~dpa.engine.instructions.FinalizeReducers`). No call more than
+    a job without a merge but that finalize round; the partitioned merge splits every
+    reducer's state ``W`` ways and sends up to ``W - 1`` parts from each (a ring levelled by
+    trims moves the keys of a few reducers to their ring successors).
 
     That needs a policy that says where each key belongs (one that moves keys:
-    :attr:`~dpa.routing.policy.PolicySpec.moves_keys`) and a final routing that sends each
+    :attr:`~dpa.routing.policy.PolicySpec.moves_keys`), a final routing that sends each
     key to one reducer (it splits no key:
-    :meth:`~dpa.routing.policy.PolicySpec.keys_split_under`). It costs one lookup of the
-    state's hashes per reducer and a message per (sender, receiver) pair that moves keys,
-    where the partitioned merge splits every reducer's state ``W`` ways and sends up to
-    ``W - 1`` parts from each (a ring levelled by trims moves the keys of a few reducers
-    to their ring successors: a few messages).
+    :meth:`~dpa.routing.policy.PolicySpec.keys_split_under`), and a job that finalizes
+    (a per-group function's apply phase lists the groups instead: it keeps the merge).
     """
-    return bool(policy.moves_keys) and not policy.keys_split_under(final_snapshot)
+    policy = plan.policy
+    return bool(policy.moves_keys) and not policy.keys_split_under(final_snapshot) and not plan.applies_groups
+
+
+def handover_by_slot(moves: Any) -> dict[int, tuple[Any, ...]]:
+    """The end's hand-over (:class:`~dpa.engine.instructions.Finished` ``handover`` of
+    every loop, in any order) by receiving slot: what each reducer's ``Finalize`` merges."""
+    by_slot: dict[int, list[Any]] = {}
+    for move in moves:
+        by_slot.setdefault(move.dest, []).append(move.partial)
+    return {slot: tuple(parts) for slot, parts in by_slot.items()}
 
 
 def finalize_at_stop(plan: Any, merged: bool) -> bool:

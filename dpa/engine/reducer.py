@@ -106,7 +106,7 @@ class ReducerLogic:
         self.keys_moved_out = 0
         self.merged_keys = 0
         # The job's end hands the keys the final snapshot routes elsewhere to their owners
-        # (StopReducers.handover): set by the runtime at Stop; what it sent and, as a
+        # (StopReducers.handover): asked at the stop; the keys it handed over and, as a
         # receiver, the hashes of the keys whose partial states it merged.
         self.handover = False
         self.keys_handed = 0
@@ -400,9 +400,9 @@ class ReducerLogic:
 
     # -- state migration --------------------------------------------------------------
     def state_moves(self) -> list[StateMove]:
-        """With ``migrate="state"`` (or when this reducer is :attr:`retired`, or at the
-        job's end with :attr:`handover`): hands over the keys in the state it no longer owns
-        under its snapshot, once per snapshot version, at a step boundary.
+        """With ``migrate="state"`` (or when this reducer is :attr:`retired`): hands over
+        the keys in the state it no longer owns under its snapshot, once per snapshot
+        version, at a step boundary.
 
         Not while a chunk is being applied (its keys were owned when it was taken: they
         are checked at the next boundary) nor while a checkpoint holds forwards (a move
@@ -415,12 +415,11 @@ class ReducerLogic:
         Returns:
             One :class:`~dpa.engine.instructions.StateMove` per (receiver, store) that gets keys.
         """
-        if (not (self.migrate_state or self.retired or self.handover) or self.swept >= self.snapshot.version
+        if (not (self.migrate_state or self.retired) or self.swept >= self.snapshot.version
                 or self._taken is not None or self.hold is not None):
             return []
         self.swept = self.snapshot.version
         snapshot, policy, me = self.snapshot, self.plan.policy, self.reducer_id
-        final = self.handover and not self.migrate_state  # (migrated states are no merge)
 
         def destinations(hashes: np.ndarray) -> np.ndarray | None:
             return policy.destinations(snapshot, hashes, me, False)
@@ -429,18 +428,43 @@ class ReducerLogic:
         for epoch, store in [(self.closed, self.state), *sorted(self.open_states.items())]:
             for dest, partial in store.extract(destinations, me, self.plan.num_reducers):
                 keys = partial.num_rows if isinstance(partial, pa.Table) else len(partial)
-                moves.append(StateMove(dest, partial, epoch, keys, snapshot.version, final))
+                moves.append(StateMove(dest, partial, epoch, keys, snapshot.version))
                 self.fwd_sent[(dest, epoch)] = self.fwd_sent.get((dest, epoch), 0) + 1
-        if final:
-            self.keys_handed += sum(m.keys for m in moves)
-        else:
-            self.keys_moved_out += sum(m.keys for m in moves)
+        self.keys_moved_out += sum(m.keys for m in moves)
         return moves
 
-    @property
-    def handed_over(self) -> bool:
-        """Whether the end's hand-over (:attr:`handover`) is done, or none is asked for."""
-        return not self.handover or self.swept >= self.snapshot.version
+    def handover_moves(self) -> list[StateMove]:
+        """The end's hand-over (:attr:`handover`, asked at the stop, once every record is
+        absorbed): takes the keys of the state that the final snapshot routes elsewhere out
+        of it, one :class:`~dpa.engine.instructions.StateMove` (``final``) per owner that gets
+        keys, for the runtime to hand to that owner with its ``Finalize``
+        (:meth:`merge_handover`). One lookup of the state's hashes; nothing for a state that
+        holds only keys this reducer owns. The open epochs are folded first: no checkpoint
+        is taken after the stop (the coordinator drops a round under way), so a hand-over
+        is outside the checkpoints' count of forwards.
+        """
+        if not self.handover:
+            return []
+        self._fold()
+        snapshot, policy, me = self.snapshot, self.plan.policy, self.reducer_id
+        parts = self.state.extract(lambda hashes: policy.destinations(snapshot, hashes, me, False), me,
+                                   self.plan.num_reducers)
+        moves = [StateMove(dest, partial, self.closed, len(partial) if not isinstance(partial, pa.Table)
+                           else partial.num_rows, snapshot.version, True) for dest, partial in parts]
+        self.keys_handed += sum(m.keys for m in moves)
+        return moves
+
+    def merge_handover(self, partials: tuple[Any, ...]) -> None:
+        """Merges the partial states peers handed over at the end (:meth:`handover_moves`),
+        noting the keys this reducer held already (or got from an earlier sender): their
+        partial states merge here (counted by hash, as
+        :func:`~dpa.aggregates.state.merged_hashes`)."""
+        self._fold()
+        for partial in partials:
+            both = np.intersect1d(partial_hashes(partial), self.state.hashes())
+            if len(both):
+                self.handover_merged = np.union1d(self.handover_merged, both)
+            self.state.add_partial(partial)
 
     @property
     def retired(self) -> bool:
@@ -464,8 +488,6 @@ class ReducerLogic:
         """
         self.fwd_received[move.epoch] = self.fwd_received.get(move.epoch, 0) + 1
         store = self._state_for(move.epoch)
-        if move.final:
-            self._count_handover(move.partial)
         if move.version >= self.snapshot.version or not (self.migrate_state or self.retired):
             store.add_partial(move.partial)
             return []
@@ -483,15 +505,6 @@ class ReducerLogic:
             self.fwd_sent[(m.dest, m.epoch)] = self.fwd_sent.get((m.dest, m.epoch), 0) + 1
         self.keys_moved_out += sum(m.keys for m in onward)
         return onward
-
-    def _count_handover(self, partial: Any) -> None:
-        """Notes the keys of an end's hand-over that this reducer holds already (or got
-        from another peer's): their partial states merge here (counted by hash, as
-        :func:`~dpa.aggregates.state.merged_hashes`)."""
-        held = [self.state.hashes(), *(store.hashes() for store in self.open_states.values())]
-        both = np.intersect1d(partial_hashes(partial), np.concatenate(held))
-        if len(both):
-            self.handover_merged = np.union1d(self.handover_merged, both)
 
     # -- epochs and checkpoints -------------------------------------------------------
     def _state_for(self, epoch: int) -> Any:

@@ -177,9 +177,10 @@ class ReducerMachine(Machine):
             return []
         chunk = self.logic.take_chunk()
         if chunk is None:
-            if self.stopping and self.logic.handed_over:  # (a checkpoint's hold may delay the hand-over)
+            if self.stopping:
                 self.finished = True
-                return [op.Finished(self.logic.counters(), self.finalize_at_end)]
+                moves = tuple(self.logic.handover_moves())
+                return [op.Finished(self.logic.counters(), self.finalize_at_end, moves)]
             return []
         self.busy, self.step_started = chunk, self.clock()
         return [*self._sends(chunk.forwards), op.PayStep(chunk.cost_s, self.logic.cost_mode)]
@@ -348,20 +349,17 @@ class ReducerMachine(Machine):
         if self.cut is None or self.cut.request_id != event.request_id:
             return []
         self.cut = None
-        return [*self._sends(self.logic.release_held()), op.Reply(event.request_id, None), *self._moves(),
-                *self._next_step()]
+        return [*self._sends(self.logic.release_held()), op.Reply(event.request_id, None)]
 
     @handles(ev.ReleaseCheckpoint)
     def _on_release(self, event: ev.ReleaseCheckpoint) -> list[Any]:
-        # (a hand-over the checkpoint held goes now, and a stopped loop can end)
-        return self._sends(self.logic.release_held()) + self._moves() + self._next_step()
+        return self._sends(self.logic.release_held()) + self._moves()
 
     # -- the end ------------------------------------------------------------------------
     @handles(ev.Stop)
     def _on_stop(self, event: ev.Stop) -> list[Any]:
-        self.logic.handover = event.handover
+        self.logic.handover = event.handover  # (the loop's end hands the moved keys over: Finished)
         out = [] if event.snapshot is None else self._adopt(event.snapshot)
-        out += self._moves()  # (the hand-over, if the snapshot was adopted before)
         self.finalize_at_end = event.finalize
         self.stopping = True
         self.last_sent = None
@@ -389,6 +387,7 @@ class ReducerMachine(Machine):
 
     @handles(ev.Finalize)
     def _on_finalize(self, event: ev.Finalize) -> list[Any]:
+        self.logic.merge_handover(event.handover)
         table = self.logic.finalize()
         if table is None:
             table = self.logic.state.empty_result(empty_input_table(self.plan).schema)

@@ -41,6 +41,7 @@ from dpa.engine import events as ev
 from dpa.engine import instructions as op
 from dpa.engine.coordinator_machine import CoordinatorMachine
 from dpa.engine.epochs import Rest
+from dpa.engine.output import handover_by_slot
 from dpa.engine.plan import JobPlan
 from dpa.errors import JobFailedError
 from dpa.runtime.ray import host
@@ -407,8 +408,10 @@ class Coordinator(MemberHost):
                 end["merged_keys"] = [combined]
             elif isinstance(ins, op.TakeFinalized):
                 end["merged_keys"] = [c["merged_keys"] for c in end["counters"]]
-            elif isinstance(ins, op.FinalizeReducers):
-                end["merged_keys"] = await call_per_process([(r, "finalize", (run_id,)) for r in job.reducers])
+            elif isinstance(ins, op.FinalizeReducers):  # (with the hand-over each reducer merges first)
+                incoming = handover_by_slot(m for c in end["counters"] for m in c.pop("handover", ()))
+                end["merged_keys"] = await call_per_process([(r, "finalize", (run_id, incoming.get(slot, ())))
+                                                             for slot, r in zip(job.job_slots, job.reducers)])
             elif isinstance(ins, op.EndJob):
                 end["merged"] = ins.merged
             else:

@@ -77,50 +77,68 @@ def _absorb(machine, batch, version):
         machine.handle(ev.StepPaid())
 
 
-@pytest.mark.parametrize("held", [False, True], ids=["free", "checkpoint-held"])
-def test_a_stopped_reducer_hands_its_foreign_keys_over_and_its_loop_ends_after(held):
-    """Reducer 0 absorbed every key, then reducer 1 took half of the ring: at the stop, 0
-    sends 1 the states of the keys 1 owns (one move), and 1 counts those it held too. A
-    checkpoint under way (forwards held) delays the hand-over and the loop's end to its
-    release: no move crosses a checkpoint."""
+@pytest.mark.parametrize("held", [False, True], ids=["free", "checkpoint-under-way"])
+def test_a_stopped_reducer_takes_its_foreign_keys_out_and_their_owner_merges_them_as_it_finalizes(held):
+    """Reducer 0 absorbed every key, then reducer 1 took half of the ring: at the end of its
+    loop 0 takes the states of the keys 1 owns out (one move, with its loop's end), and 1
+    merges them as it finalizes, counting those it held too. A checkpoint under way does
+    not delay it (the coordinator drops such a round)."""
     plan, table = _plan("doubling", max_rounds=2)
     initial = plan.policy.initial_snapshot(2)
-    pushes = MapperLogic(0, plan, initial).map_block(table)
-    batch = pa.concat_tables([p.batch for p in pushes])
+    everything = pa.concat_tables([p.batch for p in MapperLogic(0, plan, initial).map_block(table)])
     ring = plan.policy.ring(2)
     ring.double_except(0)
     final = ring.snapshot()
     sender, receiver = _reducer(plan, 0, final), _reducer(plan, 1, final)
-    everything = batch  # routed to 0 by the initial ring: 0 takes them all
-    sender.logic.snapshot = initial
+    sender.logic.snapshot = initial  # 0 owned every key when the records came
     _absorb(sender, everything, initial.version)
     owned_by_1 = final.lookup_batch(np.asarray(everything[HASH_COL])) == 1
     _absorb(receiver, everything.filter(pa.array(owned_by_1)), final.version)  # 1 has some of its keys too
     if held:
         sender.handle(ev.PrepareCheckpoint(3, 0))
     out = sender.handle(ev.Stop(final, False, True))
-    if held:
-        assert not [i for i in out if isinstance(i, op.SendState | op.Finished)]
-        out = sender.handle(ev.ReleaseCheckpoint())
-    (send,) = [i for i in out if isinstance(i, op.SendState)]
+    assert not [i for i in out if isinstance(i, op.SendState)]  # (no peer call: the move rides the end)
     (done,) = [i for i in out if isinstance(i, op.Finished)]
-    assert send.move.dest == 1 and send.move.final and done.counters["keys_handed"] == send.move.keys > 0
+    (move,) = done.handover
+    assert move.dest == 1 and move.final and done.counters["keys_handed"] == move.keys > 0
     assert done.counters["keys_moved"] == 0
-    receiver.handle(ev.Stop(final, False, True), ev.StateArrived(send.move))
+    (finished,) = [i for i in receiver.handle(ev.Stop(final, False, True)) if isinstance(i, op.Finished)]
+    assert finished.handover == ()  # (1 holds only keys it owns)
     counts = collections.Counter()
     merged = 0
-    for m in (sender, receiver):
-        ((reply),) = m.handle(ev.Finalize(9))
+    for m, incoming in ((sender, ()), (receiver, (move.partial,))):
+        ((reply),) = m.handle(ev.Finalize(9, incoming))
         table_out, keys = reply.value
         merged += keys
         counts.update(dict(zip(table_out["k"].to_pylist(), table_out["count"].to_pylist())))
         owners = final.lookup_batch(np.asarray(m.logic.state.export()[HASH_COL]))
         assert (owners == m.logic.reducer_id).all()
-    expected = collections.Counter(table["k"].to_pylist())
+    expected = collections.Counter(everything["k"].to_pylist())
     for k, n in collections.Counter(everything.filter(pa.array(owned_by_1))["k"].to_pylist()).items():
         expected[k] += n
     assert counts == expected
-    assert merged == send.move.keys  # every key handed over was held by the receiver too
+    assert merged == move.keys  # every key handed over was held by the receiver too
+
+
+def test_the_end_drops_a_checkpoint_round_under_way_when_it_hands_keys_over():
+    plan, _ = _plan("halving", max_rounds=2)
+    ring = plan.policy.ring(plan.num_reducers)
+    ring.halve(0)
+    clock = [0.0]
+    m = CoordinatorMachine(plan, lambda: clock[0], None, finalize_at_stop=True)
+    initial = plan.policy.initial_snapshot(plan.num_reducers)
+    m.handle(ev.JobStarted(initial), ev.RunStarted(0.0))
+    m.handle(ev.BlocksOffered(["b0"]), ev.BlockWanted(0), ev.BlockFinished(0, 0, 4))
+    clock[0] = 1.5
+    assert m.handle(ev.Tick()) == [op.StartCheckpoint(0)]
+    m.handle(ev.CheckpointOpened())
+    assert m.round is not None
+    m.handle(ev.InputExhausted(), ev.BlockWanted(0), ev.MapperFinished(0, initial.version))
+    assert m.handle(ev.ProgressReported(0, 4)) == [op.StopBalancer()]
+    end = m.handle(ev.BalancingEnded(ring.snapshot()))
+    assert end[0].handover and m.round is None
+    assert m.handle(ev.Prepared(0, [0, 0]), ev.Prepared(1, [0, 0])) == []  # (late answers: dropped)
+    assert m.checkpoints == 0
 
 
 @pytest.mark.parametrize("faults", [(), ((1.2, "reducer-1"),)], ids=["plain", "recovered"])
