@@ -460,10 +460,10 @@ class CoordinatorMachine(Machine):
         """The reducers stop on the final routing (and hand over the states it moves); the
         input blocks are conserved; then, unless every key stayed on one reducer (after a
         rollback: always, unless states followed their keys), the partial states of a key
-        are brought together: by the hand-over at the end when the final routing sends
-        each key to one reducer (:func:`~dpa.engine.output.end_by_handover`: the loops'
-        ends take the moved keys out, the finalize calls bring them to their owners),
-        else by the partitioned final merge; then finalize."""
+        are brought together: by the hand-over at the end when the policy names one owner
+        per key (:func:`~dpa.engine.output.end_by_handover`: the loops' ends take the keys
+        owned elsewhere out, the finalize calls bring them to their owners), else by the
+        partitioned final merge; then finalize."""
         plan, logic, slots = self.plan, self.logic, tuple(self.job_slots)
         merged = ((bool(self.recoveries) and plan.migrate != "state")
                   or needs_final_merge(plan.policy, self.initial, event.final, plan.migrate,

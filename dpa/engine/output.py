@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 #: Seconds between two calls of a job's ``progress`` callback on the driver (wall clock).
@@ -121,14 +122,17 @@ def end_by_handover(plan: Any, final_snapshot: Any) -> bool:
     reducer's state ``W`` ways and sends up to ``W - 1`` parts from each (a ring levelled by
     trims moves the keys of a few reducers to their ring successors).
 
-    That needs a policy that says where each key belongs (one that moves keys:
-    :attr:`~dpa.routing.policy.PolicySpec.moves_keys`), a final routing that sends each
-    key to one reducer (it splits no key:
-    :meth:`~dpa.routing.policy.PolicySpec.keys_split_under`), and a job that finalizes
-    (a per-group function's apply phase lists the groups instead: it keeps the merge).
+    That needs a policy that names one owner per key under the final snapshot (one that
+    moves keys: :attr:`~dpa.routing.policy.PolicySpec.moves_keys`, with
+    :meth:`~dpa.routing.policy.PolicySpec.owners`; the partial states of a hot key that
+    ``hybrid`` split over several reducers meet at its ring owner), and a job that
+    finalizes (a per-group function's apply phase lists the groups instead: it keeps the
+    merge).
     """
     policy = plan.policy
-    return bool(policy.moves_keys) and not policy.keys_split_under(final_snapshot) and not plan.applies_groups
+    if not policy.moves_keys or plan.applies_groups:
+        return False
+    return policy.owners(final_snapshot, np.empty(0, np.uint32)) is not None
 
 
 def handover_by_slot(moves: Any) -> dict[int, tuple[Any, ...]]:

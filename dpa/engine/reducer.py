@@ -435,11 +435,12 @@ class ReducerLogic:
 
     def handover_moves(self) -> list[StateMove]:
         """The end's hand-over (:attr:`handover`, asked at the stop, once every record is
-        absorbed): takes the keys of the state that the final snapshot routes elsewhere out
-        of it, one :class:`~dpa.engine.instructions.StateMove` (``final``) per owner that gets
-        keys, for the runtime to hand to that owner with its ``Finalize``
-        (:meth:`merge_handover`). One lookup of the state's hashes; nothing for a state that
-        holds only keys this reducer owns. The open epochs are folded first: no checkpoint
+        absorbed): takes the keys of the state that the final snapshot gives another owner
+        (:meth:`~dpa.routing.policy.PolicySpec.owners`: one reducer per key, a split hot
+        key's ring owner too) out of it, one :class:`~dpa.engine.instructions.StateMove`
+        (``final``) per owner that gets keys, for the runtime to hand to that owner with its
+        ``Finalize`` (:meth:`merge_handover`). One lookup of the state's hashes; nothing for
+        a state that holds only keys this reducer owns. The open epochs are folded first: no checkpoint
         is taken after the stop (the coordinator drops a round under way), so a hand-over
         is outside the checkpoints' count of forwards.
         """
@@ -447,8 +448,7 @@ class ReducerLogic:
             return []
         self._fold()
         snapshot, policy, me = self.snapshot, self.plan.policy, self.reducer_id
-        parts = self.state.extract(lambda hashes: policy.destinations(snapshot, hashes, me, False), me,
-                                   self.plan.num_reducers)
+        parts = self.state.extract(lambda hashes: policy.owners(snapshot, hashes), me, self.plan.num_reducers)
         moves = [StateMove(dest, partial, self.closed, len(partial) if not isinstance(partial, pa.Table)
                            else partial.num_rows, snapshot.version, True) for dest, partial in parts]
         self.keys_handed += sum(m.keys for m in moves)

@@ -160,3 +160,24 @@ def test_a_levelled_job_ends_by_the_hand_over_exact(faults):
     assert any(e.action == "trim" for e in out.rebalances) or faults
     if faults:
         assert out.recoveries
+
+
+def test_a_job_that_ends_with_split_hot_keys_gathers_them_at_their_ring_owner_exact():
+    """The default policy splits the hot keys of a Zipf job over several reducers; the end
+    is still the hand-over (each hot key's partial states meet at its ring owner), not the
+    partitioned merge, and the counts are exact."""
+    keys = (np.random.default_rng(5).zipf(1.3, 20_000) % 2000).astype(np.int64)
+    cfg = dpa.JobConfig(runtime="local", num_reducers=8, num_mappers=1)
+    plan, blocks = build_plan(normalize_source(pa.table({"k": keys}), 1000), "k", dpa.WithCost(dpa.Count(), 1e-3),
+                              None, cfg)
+    out = run_local(plan, blocks)
+    assert plan.policy.keys_split_under(out.final_snapshot), "the workload must split a hot key"
+    got = collections.Counter()
+    for t in out.tables:
+        if t is not None:
+            got.update(dict(zip(t["k"].to_pylist(), t["count"].to_pylist())))
+    assert got == collections.Counter(keys.tolist())
+    assert sum(t.num_rows for t in out.tables if t is not None) == len(got)  # no key twice
+    assert out.merged and out.merged_keys > 0
+    end = _ended(plan, out.final_snapshot)
+    assert end[0].handover and not [i for i in end if isinstance(i, op.FinalMerge)]
