@@ -121,7 +121,7 @@ def policy_options(args: argparse.Namespace) -> dict[str, Any]:
     import ast
 
     options = {}
-    for item in args.policy_option or ():
+    for item in getattr(args, "policy_option", None) or ():
         key, _, value = item.partition("=")
         options[key] = ast.literal_eval(value)
     return options

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from dpa._internal.arrays import to_numpy
-from dpa.aggregates.state import make_state, partial_hashes, split_by, split_partial
+from dpa.aggregates.state import make_state, split_by, split_partial
 from dpa.engine.flow import PUSH_GROW, PUSH_KEEP, Chunk, top_key_counts, weight
 from dpa.engine.instructions import Forward, StateMove
 from dpa.engine.plan import JobPlan
@@ -105,8 +105,8 @@ class ReducerLogic:
         self.swept = -1
         self.keys_moved_out = 0
         self.merged_keys = 0
-        # The job's end hands the keys the final snapshot routes elsewhere to their owners
-        # (StopReducers.handover): asked at the stop; the keys it handed over and, as a
+        # The job's end hands the keys the final snapshot gives other owners over
+        # (dpa.engine.handover): asked at the stop; the keys it handed over and, as a
         # receiver, the hashes of the keys whose partial states it merged.
         self.handover = False
         self.keys_handed = 0
@@ -432,39 +432,6 @@ class ReducerLogic:
                 self.fwd_sent[(dest, epoch)] = self.fwd_sent.get((dest, epoch), 0) + 1
         self.keys_moved_out += sum(m.keys for m in moves)
         return moves
-
-    def handover_moves(self) -> list[StateMove]:
-        """The end's hand-over (:attr:`handover`, asked at the stop, once every record is
-        absorbed): takes the keys of the state that the final snapshot gives another owner
-        (:meth:`~dpa.routing.policy.PolicySpec.owners`: one reducer per key, a split hot
-        key's ring owner too) out of it, one :class:`~dpa.engine.instructions.StateMove`
-        (``final``) per owner that gets keys, for the runtime to hand to that owner with its
-        ``Finalize`` (:meth:`merge_handover`). One lookup of the state's hashes; nothing for
-        a state that holds only keys this reducer owns. The open epochs are folded first: no checkpoint
-        is taken after the stop (the coordinator drops a round under way), so a hand-over
-        is outside the checkpoints' count of forwards.
-        """
-        if not self.handover:
-            return []
-        self._fold()
-        snapshot, policy, me = self.snapshot, self.plan.policy, self.reducer_id
-        parts = self.state.extract(lambda hashes: policy.owners(snapshot, hashes), me, self.plan.num_reducers)
-        moves = [StateMove(dest, partial, self.closed, len(partial) if not isinstance(partial, pa.Table)
-                           else partial.num_rows, snapshot.version, True) for dest, partial in parts]
-        self.keys_handed += sum(m.keys for m in moves)
-        return moves
-
-    def merge_handover(self, partials: tuple[Any, ...]) -> None:
-        """Merges the partial states peers handed over at the end (:meth:`handover_moves`),
-        noting the keys this reducer held already (or got from an earlier sender): their
-        partial states merge here (counted by hash, as
-        :func:`~dpa.aggregates.state.merged_hashes`)."""
-        self._fold()
-        for partial in partials:
-            both = np.intersect1d(partial_hashes(partial), self.state.hashes())
-            if len(both):
-                self.handover_merged = np.union1d(self.handover_merged, both)
-            self.state.add_partial(partial)
 
     @property
     def retired(self) -> bool:

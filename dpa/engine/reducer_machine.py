@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dpa.engine import events as ev
+from dpa.engine import handover
 from dpa.engine import instructions as op
 from dpa.engine.flow import PUSH_KEEP, PUSH_SHRINK, Chunk
 from dpa.engine.machine import Machine, handles
@@ -179,7 +180,7 @@ class ReducerMachine(Machine):
         if chunk is None:
             if self.stopping:
                 self.finished = True
-                moves = tuple(self.logic.handover_moves())
+                moves = tuple(handover.take(self.logic))
                 return [op.Finished(self.logic.counters(), self.finalize_at_end, moves)]
             return []
         self.busy, self.step_started = chunk, self.clock()
@@ -387,7 +388,7 @@ class ReducerMachine(Machine):
 
     @handles(ev.Finalize)
     def _on_finalize(self, event: ev.Finalize) -> list[Any]:
-        self.logic.merge_handover(event.handover)
+        handover.merge(self.logic, event.handover)
         table = self.logic.finalize()
         if table is None:
             table = self.logic.state.empty_result(empty_input_table(self.plan).schema)

@@ -385,16 +385,17 @@ def test_any_interleaving_of_pushes_forwards_rings_and_moves_is_exact(migrate, e
                 if parts[src][dest] is not None:
                     reducers[dest].merge_partial(parts[src][dest])
     elif end == "handover":
+        from dpa.engine import handover
+        from dpa.engine.output import handover_by_slot
+
         moves = []
         for red in reducers:
             red.handover = True
-            moves += red.handover_moves()
+            moves += handover.take(red)
         assert all(m.final for m in moves)
         rng.shuffle(moves)
-        from dpa.engine.output import handover_by_slot
-
         for slot, partials in handover_by_slot(moves).items():
-            reducers[slot].merge_handover(partials)
+            handover.merge(reducers[slot], partials)
     assert _finalized_counts(reducers, hashes, None if end == "merge" else versions[-1]) == total
     if end is not None:
         assert sum(red.merged_keys for red in reducers) == shared
