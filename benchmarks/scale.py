@@ -25,7 +25,7 @@ over the mean and the rebalances, deterministic (one run per width, no Ray).
 
 Run::
 
-    python -m benchmarks.scale [--reducers 16 64 256] [--reps 2] [--batch-size N] [--policy P] [--out benchmarks/results/scale.json]
+    python -m benchmarks.scale [--reducers 16 64 256] [--reps 2] [--batch-size N] [--policy P] [--policy-option K=V] [--out benchmarks/results/scale.json]
     python -m benchmarks.scale --simulate [--policy P] [--hosts 2]
     python -m benchmarks.scale --reducers 16 --reps 2 --busy   # also a busy reducer's own CPU per second
 
@@ -73,7 +73,8 @@ def reference(table: pa.Table) -> dict[int, int]:
 
 
 def run_once(table: pa.Table, reducers: int, cost_s: float, batch_size: int | None = None,
-             policy: str | None = None) -> tuple[Any, float, dict[str, float], Any]:
+             policy: str | None = None,
+             policy_options: dict[str, Any] | None = None) -> tuple[Any, float, dict[str, float], Any]:
     """One job; returns ``(result table, wall seconds, CPU seconds by role, stats)``."""
     import dpa
 
@@ -81,6 +82,8 @@ def run_once(table: pa.Table, reducers: int, cost_s: float, batch_size: int | No
                         flow=dpa.FlowConfig(batch_size=batch_size))
     if policy is not None:
         cfg = cfg.with_options(policy=policy)
+    if policy_options:
+        cfg = cfg.with_options(policy_options=policy_options)
     meter = CpuMeter()
     meter.start()
     t0 = time.perf_counter()
@@ -95,11 +98,12 @@ def measure(reducers: int, args: argparse.Namespace) -> dict[str, Any]:
     records = reducers * args.records_per_reducer
     table = make_table(records, args.seed + reducers)
     ref = reference(table)
-    run_once(make_table(reducers * 20, 0), reducers, cost_s, args.batch_size, args.policy)  # starts the pool
+    options = policy_options(args)
+    run_once(make_table(reducers * 20, 0), reducers, cost_s, args.batch_size, args.policy, options)  # starts the pool
     ideal = args.records_per_reducer * cost_s
     reps = []
     for _ in range(args.reps):
-        out, wall, cpu, stats = run_once(table, reducers, cost_s, args.batch_size, args.policy)
+        out, wall, cpu, stats = run_once(table, reducers, cost_s, args.batch_size, args.policy, options)
         processed = np.asarray(stats.processed, dtype=np.float64)
         got = dict(zip(out.column("key").to_pylist(), out.column(out.column_names[-1]).to_pylist()))
         dpa_cpu = cpu.get("host", 0.0) + cpu.get("coordinator", 0.0)
@@ -157,6 +161,17 @@ def busy_reducer(args: argparse.Namespace) -> dict[str, Any]:
             "exact": all(r["exact"] for r in reps), "target_cpu_per_s": 0.01}
 
 
+def policy_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``--policy-option k=v`` as ``BalanceConfig.policy_options`` (values read as Python literals)."""
+    import ast
+
+    options = {}
+    for item in getattr(args, "policy_option", None) or ():
+        key, _, value = item.partition("=")
+        options[key] = ast.literal_eval(value)
+    return options
+
+
 def simulate(reducers: int, args: argparse.Namespace) -> dict[str, Any]:
     """The job at ``reducers`` in the in-process runtime with the measured message costs."""
     import dpa
@@ -171,6 +186,8 @@ def simulate(reducers: int, args: argparse.Namespace) -> dict[str, Any]:
                         flow=dpa.FlowConfig(batch_size=args.batch_size))
     if args.policy is not None:
         cfg = cfg.with_options(policy=args.policy)
+    if policy_options(args):
+        cfg = cfg.with_options(policy_options=policy_options(args))
     cfg = cfg.resolved()
     plan, blocks = build_plan(normalize_source(table, cfg.batch_size, cfg.num_mappers), "key",
                               dpa.WithCost(dpa.Count(), cost_s), None, cfg)
@@ -194,6 +211,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--policy", default=None, help="BalanceConfig.policy (default dpa's)")
+    p.add_argument("--policy-option", action="append", metavar="K=V",
+                   help="BalanceConfig.policy_options entry, e.g. level_rounds=0 (repeatable)")
     p.add_argument("--batch-size", type=int, default=None,
                    help="FlowConfig.batch_size (default dpa's: one block for these tables, so one busy mapper)")
     p.add_argument("--out", default=None, help="JSON (default benchmarks/results/scale.json, or scale_sim_ray_job.json)")

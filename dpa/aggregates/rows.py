@@ -113,6 +113,10 @@ class RowsState:
         self._parts = [] if kept is None else [kept]
         return [(r, p) for r, p, _ in parts]
 
+    def hashes(self) -> np.ndarray:
+        """The hashes of the keys held, unique (uint32)."""
+        return np.unique(np.concatenate([p[HASH_COL].to_numpy() for p in self._parts] or [np.empty(0, np.uint32)]))
+
     @property
     def num_keys(self) -> int:
         table = self._compact()

@@ -51,11 +51,7 @@ def split_partial(partial: Any, destinations: Any, me: int, n: int) -> tuple[Any
     """
     if partial is None or not len(partial):
         return None, []
-    if isinstance(partial, pa.Table):
-        hashes = to_numpy(partial[HASH_COL])
-    else:
-        hashes = np.fromiter((h for _, h, _ in partial), dtype=np.uint32, count=len(partial))
-    dest = destinations(hashes)
+    dest = destinations(partial_hashes(partial))
     if dest is None:
         return partial, []
     dest = np.asarray(dest, dtype=np.int64)
@@ -69,6 +65,13 @@ def split_partial(partial: Any, destinations: Any, me: int, n: int) -> tuple[Any
             parts[d].append(triple)
     kept = parts[me] if len(parts[me]) else None
     return kept, [(r, p, len(p)) for r, p in enumerate(parts) if r != me and len(p)]
+
+
+def partial_hashes(partial: Any) -> np.ndarray:
+    """The key hashes of a partial state (either store's, as :func:`split_partial` takes)."""
+    if isinstance(partial, pa.Table):
+        return to_numpy(partial[HASH_COL])
+    return np.fromiter((h for _, h, _ in partial), dtype=np.uint32, count=len(partial))
 
 
 def split_by(table: pa.Table, parts: np.ndarray, n: int) -> list[pa.Table]:
@@ -227,6 +230,10 @@ class ColumnarState:
             self._rows_since_compact = 0
         return self._parts[0]
 
+    def hashes(self) -> np.ndarray:
+        """The hashes of the keys held, unique (uint32)."""
+        return np.unique(np.concatenate([to_numpy(p[HASH_COL]) for p in self._parts] or [np.empty(0, np.uint32)]))
+
     @property
     def num_keys(self) -> int:
         """Distinct keys held (compacts first)."""
@@ -372,6 +379,10 @@ class DictState:
             self._key_schema = pa.unify_schemas([self._key_schema, schema], promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise SchemaError(f"key columns change type between batches ({self._key_schema} vs {schema}): {exc}") from exc
+
+    def hashes(self) -> np.ndarray:
+        """The hashes of the keys held, unique (uint32)."""
+        return np.unique(np.fromiter((h for h, _ in self._accs.values()), dtype=np.uint32, count=len(self._accs)))
 
     @property
     def num_keys(self) -> int:

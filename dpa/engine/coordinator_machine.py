@@ -34,7 +34,7 @@ from dpa.engine.checkpoint_round import CheckpointRound
 from dpa.engine.coordinator import CoordinatorLogic
 from dpa.engine.epochs import Checkpoint, Recovery
 from dpa.engine.machine import Machine, handles
-from dpa.engine.output import finalize_at_stop, needs_final_merge
+from dpa.engine.output import end_by_handover, finalize_at_stop, needs_final_merge
 from dpa.engine.plan import JobPlan
 from dpa.engine.runs import run_name, serves
 from dpa.errors import JobFailedError
@@ -458,21 +458,30 @@ class CoordinatorMachine(Machine):
     @handles(ev.BalancingEnded)
     def _on_balancing_ended(self, event: ev.BalancingEnded) -> list[Any]:
         """The reducers stop on the final routing (and hand over the states it moves); the
-        input blocks are conserved; then the final merge unless every key stayed on one
-        reducer (after a rollback: always, unless states followed their keys); then
-        finalize."""
+        input blocks are conserved; then, unless every key stayed on one reducer (after a
+        rollback: always, unless states followed their keys), the partial states of a key
+        are brought together: by the hand-over at the end when the policy names one owner
+        per key (:func:`~dpa.engine.output.end_by_handover`: the loops' ends take the keys
+        owned elsewhere out, the finalize calls bring them to their owners), else by the
+        partitioned final merge; then finalize."""
         plan, logic, slots = self.plan, self.logic, tuple(self.job_slots)
         merged = ((bool(self.recoveries) and plan.migrate != "state")
                   or needs_final_merge(plan.policy, self.initial, event.final, plan.migrate,
                                        min(self.first_routed.values(), default=None)))
+        handover = merged and end_by_handover(plan, event.final)
+        if handover and (self.round is not None or self.opening is not None):
+            # (the loops' ends take keys out of the states, outside the forwards a round
+            # counts: a round under way is dropped, the job is over anyway)
+            self.logic.ledger.abandon_close()
+            self.round = self.verdict = self.opening = None
         early = self.can_finalize_at_stop and finalize_at_stop(plan, merged)
-        out: list[Any] = [op.StopReducers(slots, event.final, early)]
+        out: list[Any] = [op.StopReducers(slots, event.final, early, handover)]
         if logic.ledger.blocks_done != logic.blocks_offered:
             # conservation of input blocks: never lose one silently
             out.append(op.FailJob(RuntimeError(f"{logic.blocks_offered} input blocks offered but "
                                                f"{logic.ledger.blocks_done} mapped")))
         out.append(op.InputProgress(1.0))
-        if merged:
+        if merged and not handover:
             out.append(op.FinalMerge(slots))
         if plan.applies_groups:
             out.append(op.ApplyGroups())

@@ -116,10 +116,13 @@ class ReleaseCheckpoint(Event):
 @dataclass(frozen=True)
 class Stop(Event):
     """Every record is absorbed: end the loop under the balancer's final ``snapshot`` (if
-    any); ``finalize``: the loop's end finalizes too."""
+    any); ``finalize``: the loop's end finalizes too; ``handover``: the loop's end takes
+    the keys of the state that the snapshot routes elsewhere out of it, for their owners
+    (:class:`~dpa.engine.instructions.StopReducers`)."""
 
     snapshot: Any = None
     finalize: bool = False
+    handover: bool = False
 
 
 @dataclass(frozen=True)
@@ -139,9 +142,11 @@ class PartialArrived(Event):
 
 @dataclass(frozen=True)
 class Finalize(Event):
-    """Finalize the reducer's share of the result; answered with ``(table, merged_keys)``."""
+    """Finalize the reducer's share of the result, first merging ``handover`` (the partial
+    states peers handed over at the end); answered with ``(table, merged_keys)``."""
 
     request_id: int
+    handover: tuple[Any, ...] = ()
 
 
 # -- mapper ---------------------------------------------------------------------------

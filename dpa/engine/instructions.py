@@ -42,17 +42,20 @@ class Forward(Instruction):
 
 @dataclass(frozen=True)
 class StateMove(Instruction):
-    """Reducer -> reducer ``dest`` (``JobConfig.migrate="state"``): the partial states of
-    ``keys`` keys the sender no longer owns, accumulated from records of input epochs up
-    to ``epoch`` (:mod:`dpa.engine.epochs`), under the sender's snapshot ``version``; the receiver
-    merges them into its state, and passes on those it no longer owns if its own snapshot
-    is newer."""
+    """Reducer -> reducer ``dest`` (``JobConfig.migrate="state"``, or the job's end): the
+    partial states of ``keys`` keys the sender no longer owns, accumulated from records of
+    input epochs up to ``epoch`` (:mod:`dpa.engine.epochs`), under the sender's snapshot
+    ``version``; the receiver merges them into its state, and passes on those it no longer
+    owns if its own snapshot is newer. ``final``: the end's hand-over under the final
+    routing (:class:`StopReducers` ``handover``), which reaches the receiver with its
+    :class:`~dpa.engine.events.Finalize`."""
 
     dest: int
     partial: Any
     epoch: int
     keys: int
     version: int = -1
+    final: bool = False
 
 
 @dataclass(frozen=True)
@@ -214,10 +217,13 @@ class SendPartial(Instruction):
 class Finished(Instruction):
     """Reducer -> its runtime: the job's loop is over (stopped, queue empty); ``counters``
     as :meth:`~dpa.engine.reducer.ReducerLogic.counters`; ``finalize``: the runtime also
-    finalizes now (:meth:`~dpa.engine.reducer_machine.ReducerMachine` on a ``Stop`` that asked so)."""
+    finalizes now (:meth:`~dpa.engine.reducer_machine.ReducerMachine` on a ``Stop`` that asked so);
+    ``handover``: the end's hand-over (:class:`StateMove` ``final``, one per owner that gets
+    keys), for the runtime to give each owner with its ``Finalize``."""
 
     counters: dict[str, int]
     finalize: bool
+    handover: tuple[StateMove, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -528,11 +534,15 @@ class StopBalancer(Instruction):
 @dataclass(frozen=True)
 class StopReducers(Instruction):
     """Coordinator -> the reducers of ``slots``: end the loop under ``snapshot`` (the final
-    routing); ``finalize``: each finalizes as its loop ends. The runtime waits for the loops."""
+    routing); ``finalize``: each finalizes as its loop ends; ``handover``: each loop's end
+    takes the keys of its state that ``snapshot`` routes elsewhere out of it
+    (:class:`Finished` ``handover``), and :class:`FinalizeReducers` hands them to their
+    owners. The runtime waits for the loops."""
 
     slots: tuple[int, ...]
     snapshot: Any
     finalize: bool
+    handover: bool = False
 
 
 @dataclass(frozen=True)
@@ -549,7 +559,9 @@ class ApplyGroups(Instruction):
 
 @dataclass(frozen=True)
 class FinalizeReducers(Instruction):
-    """Coordinator -> every reducer of the job: finalize your share of the result."""
+    """Coordinator -> every reducer of the job: finalize your share of the result, after
+    merging the hand-over addressed to you by the loops' ends (:class:`Finished` ``handover``:
+    :func:`~dpa.engine.output.handover_by_slot`), with the call."""
 
 
 @dataclass(frozen=True)

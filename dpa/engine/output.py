@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 #: Seconds between two calls of a job's ``progress`` callback on the driver (wall clock).
@@ -108,6 +109,39 @@ def needs_final_merge(policy: Any, initial_snapshot: Any, final_snapshot: Any, m
         return split_now
     first = initial_snapshot.version if routed_from is None else routed_from
     return split_now or final_snapshot.version != first
+
+
+def end_by_handover(plan: Any, final_snapshot: Any) -> bool:
+    """Whether a job whose keys may hold partial states on several reducers
+    (:func:`needs_final_merge`) brings them together by a hand-over at the end instead of
+    the partitioned final merge: as its loop ends, each reducer takes the keys of its state
+    that the final snapshot routes elsewhere out of it (a reducer that holds only keys it
+    owns takes none), and the runtime hands them to their owners with the finalize calls
+    it makes anyway (:class:`~dpa.engine.instructions.FinalizeReducers`). No call more than
+    a job without a merge but that finalize round; the partitioned merge splits every
+    reducer's state ``W`` ways and sends up to ``W - 1`` parts from each (a ring levelled by
+    trims moves the keys of a few reducers to their ring successors).
+
+    That needs a policy that names one owner per key under the final snapshot (one that
+    moves keys: :attr:`~dpa.routing.policy.PolicySpec.moves_keys`, with
+    :meth:`~dpa.routing.policy.PolicySpec.owners`; the partial states of a hot key that
+    ``hybrid`` split over several reducers meet at its ring owner), and a job that
+    finalizes (a per-group function's apply phase lists the groups instead: it keeps the
+    merge).
+    """
+    policy = plan.policy
+    if not policy.moves_keys or plan.applies_groups:
+        return False
+    return policy.owners(final_snapshot, np.empty(0, np.uint32)) is not None
+
+
+def handover_by_slot(moves: Any) -> dict[int, tuple[Any, ...]]:
+    """The end's hand-over (:class:`~dpa.engine.instructions.Finished` ``handover`` of
+    every loop, in any order) by receiving slot: what each reducer's ``Finalize`` merges."""
+    by_slot: dict[int, list[Any]] = {}
+    for move in moves:
+        by_slot.setdefault(move.dest, []).append(move.partial)
+    return {slot: tuple(parts) for slot, parts in by_slot.items()}
 
 
 def finalize_at_stop(plan: Any, merged: bool) -> bool:

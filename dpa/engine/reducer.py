@@ -105,6 +105,12 @@ class ReducerLogic:
         self.swept = -1
         self.keys_moved_out = 0
         self.merged_keys = 0
+        # The job's end hands the keys the final snapshot gives other owners over
+        # (dpa.engine.handover): asked at the stop; the keys it handed over and, as a
+        # receiver, the hashes of the keys whose partial states it merged.
+        self.handover = False
+        self.keys_handed = 0
+        self.handover_merged = np.empty(0, np.uint32)
 
     # -- queue ----------------------------------------------------------------------
     def has_room(self) -> bool:
@@ -574,14 +580,14 @@ class ReducerLogic:
         per-group function's rows are never finalized here: its job ends in the apply phase
         (:meth:`group_units`; the coordinator's machine asks for that instead)."""
         self._fold()
-        self.merged_keys = self.state.end_merge()
+        self.merged_keys = self.state.end_merge() + len(self.handover_merged)
         return self.state.finalize()
 
     def group_units(self, target_rows: int) -> list[Any]:
         """The groups held here packed into units for the apply phase of a per-group
         function (:meth:`dpa.aggregates.rows.RowsState.units`); ends the final merge's count."""
         self._fold()
-        self.merged_keys = self.state.end_merge()
+        self.merged_keys = self.state.end_merge() + len(self.handover_merged)
         return self.state.units(target_rows)
 
     def counters(self) -> dict[str, int]:
@@ -591,6 +597,7 @@ class ReducerLogic:
             "received_forwards": self.received_forwards,
             "peak_queue": self.peak_queue,
             "keys_moved": self.keys_moved_out,
+            "keys_handed": self.keys_handed,
             "reducer": self.reducer_id,
         }
 

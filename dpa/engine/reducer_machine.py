@@ -21,6 +21,7 @@ from typing import Any
 
 from dpa.config.width import CONTROL_PERIOD_S
 from dpa.engine import events as ev
+from dpa.engine import handover
 from dpa.engine import instructions as op
 from dpa.engine.flow import PUSH_KEEP, PUSH_SHRINK, Chunk
 from dpa.engine.machine import Machine, handles
@@ -192,7 +193,8 @@ class ReducerMachine(Machine):
         if chunk is None:
             if self.stopping:
                 self.finished = True
-                return [op.Finished(self.logic.counters(), self.finalize_at_end)]
+                moves = tuple(handover.take(self.logic))
+                return [op.Finished(self.logic.counters(), self.finalize_at_end, moves)]
             return []
         self.busy, self.step_started = chunk, self.clock()
         return [*self._sends(chunk.forwards), op.PayStep(chunk.cost_s, self.logic.cost_mode)]
@@ -377,6 +379,7 @@ class ReducerMachine(Machine):
     # -- the end ------------------------------------------------------------------------
     @handles(ev.Stop)
     def _on_stop(self, event: ev.Stop) -> list[Any]:
+        self.logic.handover = event.handover  # (the loop's end hands the moved keys over: Finished)
         out = [] if event.snapshot is None else self._adopt(event.snapshot)
         self.finalize_at_end = event.finalize
         self.stopping = True
@@ -405,6 +408,7 @@ class ReducerMachine(Machine):
 
     @handles(ev.Finalize)
     def _on_finalize(self, event: ev.Finalize) -> list[Any]:
+        handover.merge(self.logic, event.handover)
         table = self.logic.finalize()
         if table is None:
             table = self.logic.state.empty_result(empty_input_table(self.plan).schema)

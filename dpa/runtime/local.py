@@ -49,7 +49,7 @@ from dpa.engine.coordinator_machine import CoordinatorMachine
 from dpa.engine.epochs import Checkpoint, Rest
 from dpa.engine.group_schedule import GroupScheduler, unit_target_rows
 from dpa.engine.mapper_machine import MapperMachine
-from dpa.engine.output import DRIVER_PROGRESS_INTERVAL_S, RunOutput
+from dpa.engine.output import DRIVER_PROGRESS_INTERVAL_S, RunOutput, handover_by_slot
 from dpa.engine.plan import JobPlan
 from dpa.engine.reducer_machine import ReducerMachine
 from dpa.input.records import unify
@@ -119,6 +119,7 @@ class LocalRun:
         self.mail: deque[tuple[str, int, Any]] = deque()  # instructions to carry out, in order
         self.replies: dict[int, Any] = {}
         self.counters: dict[int, dict[str, int]] = {}  # per reducer, its loop's counters at the end
+        self.handover: list[Any] = []  # the end's hand-over (StateMoves the loops' ends took out)
         self.ended = False  # every record is absorbed (the coordinator stops the balancer)
         self.results: list[tuple[pa.Table | None, int]] = []
         self.applied: dict[str, Any] | None = None
@@ -220,6 +221,7 @@ class LocalRun:
             self._to_reducer(ins.dest, ev.PartialArrived(ins.partial))
         elif isinstance(ins, op.Finished):
             self.counters[r] = ins.counters
+            self.handover.extend(ins.handover)
         else:
             raise TypeError(f"the local runtime cannot carry out {ins!r}")
 
@@ -374,8 +376,9 @@ class LocalRun:
         elif isinstance(ins, op.StopReducers):
             # Every state hand-over under the final routing is done before the merge
             # (nothing is queued any more: only states move).
+            self.handover = []
             for r in ins.slots:
-                self._to_reducer(r, ev.Stop(ins.snapshot, ins.finalize))
+                self._to_reducer(r, ev.Stop(ins.snapshot, ins.finalize, ins.handover))
             self._deliver()
         elif isinstance(ins, op.FinalMerge):
             for r in ins.slots:
@@ -383,7 +386,8 @@ class LocalRun:
         elif isinstance(ins, op.ApplyGroups):
             self.results, self.applied = self._apply_groups(sum(c["processed"] for c in self.counters.values()))
         elif isinstance(ins, op.FinalizeReducers):
-            self.results = [self._ask(r, ev.Finalize(next(self.ids))) for r in range(self.R)]
+            incoming = handover_by_slot(self.handover)
+            self.results = [self._ask(r, ev.Finalize(next(self.ids), incoming.get(r, ()))) for r in range(self.R)]
         elif isinstance(ins, op.EndJob):
             self.merged = ins.merged
         elif not isinstance(ins, op.InputProgress | op.ServeReducers):  # (nothing to do here)

@@ -41,6 +41,7 @@ from dpa.engine import events as ev
 from dpa.engine import instructions as op
 from dpa.engine.coordinator_machine import CoordinatorMachine
 from dpa.engine.epochs import Rest
+from dpa.engine.output import handover_by_slot
 from dpa.engine.plan import JobPlan
 from dpa.errors import JobFailedError
 from dpa.runtime.ray import host
@@ -393,7 +394,7 @@ class Coordinator(MemberHost):
         end: dict[str, Any] = {"applied": None}
         for ins in todo:
             if isinstance(ins, op.StopReducers):
-                await call_per_process([(reducers[i], "stop", (run_id, ins.snapshot, ins.finalize)) for i in ins.slots])
+                await call_per_process([(reducers[i], "stop", (run_id, ins.snapshot, ins.finalize, ins.handover)) for i in ins.slots])
                 end["counters"] = [counters for loops in await asyncio.gather(*tasks)
                                    for role, counters in loops.items() if role.startswith("reducer")]
             elif isinstance(ins, op.FailJob):
@@ -408,8 +409,10 @@ class Coordinator(MemberHost):
                 end["merged_keys"] = [combined]
             elif isinstance(ins, op.TakeFinalized):
                 end["merged_keys"] = [c["merged_keys"] for c in end["counters"]]
-            elif isinstance(ins, op.FinalizeReducers):
-                end["merged_keys"] = await call_per_process([(r, "finalize", (run_id,)) for r in job.reducers])
+            elif isinstance(ins, op.FinalizeReducers):  # (with the hand-over each reducer merges first)
+                incoming = handover_by_slot(m for c in end["counters"] for m in c.pop("handover", ()))
+                end["merged_keys"] = await call_per_process([(r, "finalize", (run_id, incoming.get(slot, ())))
+                                                             for slot, r in zip(job.job_slots, job.reducers)])
             elif isinstance(ins, op.EndJob):
                 end["merged"] = ins.merged
             else:

@@ -221,21 +221,25 @@ class ReducerActor(JobMember):
         if self.inflight:
             await asyncio.gather(*self.inflight)
         counters = dict(step.counters)
+        if step.handover:  # (the coordinator hands them to their owners with its finalize calls)
+            counters["handover"] = step.handover
         if step.finalize:
             counters["merged_keys"] = await self.finalize(job_id)
         return counters
 
-    async def stop(self, job_id: str, snapshot: Any = None, finalize: bool = False) -> None:
+    async def stop(self, job_id: str, snapshot: Any = None, finalize: bool = False, handover: bool = False) -> None:
         """Ends the job's loop (every record is absorbed), first adopting the balancer's
         final ``snapshot`` and handing over the states it moves (the loop's end waits
-        until every peer has merged them).
+        until every peer has merged them); with ``handover``, the loop's counters also carry
+        the keys of the state that ``snapshot`` routes elsewhere, for their owners
+        (:class:`~dpa.engine.instructions.StopReducers`).
 
         With ``finalize`` the loop's end also does what :meth:`finalize` does (its merged
         keys go into the loop's counters as ``merged_keys``), saving the coordinator a
         round of calls: only for a job whose reducers neither merge partial states nor
         receive states from peers at the end (:func:`~dpa.engine.output.finalize_at_stop`)."""
         if self._serving(job_id):
-            self._feed(ev.Stop(snapshot, finalize))
+            self._feed(ev.Stop(snapshot, finalize, handover))
 
     # -- checkpoints ------------------------------------------------------------------
     async def prepare_checkpoint(self, job_id: str, epoch: int) -> list[int] | None:
@@ -289,13 +293,14 @@ class ReducerActor(JobMember):
         if self._serving(job_id):
             self._feed(ev.PartialArrived(part))
 
-    async def finalize(self, job_id: str) -> int:
-        """Finalizes this reducer's share of the result (kept until :meth:`result`); returns
-        the keys the final merge combined here."""
+    async def finalize(self, job_id: str, handover: tuple = ()) -> int:
+        """Finalizes this reducer's share of the result (kept until :meth:`result`), first
+        merging the partial states peers handed over at the end (``handover``); returns the keys
+        the final merge combined here."""
         if not self._serving(job_id):
             return 0
         try:
-            table, merged_keys = await self._request(ev.Finalize)
+            table, merged_keys = await self._request(ev.Finalize, tuple(handover))
         except Exception as exc:
             raise ActorFailure(self.name, exc, getattr(exc, "key", None)) from exc
         self.result = table

@@ -279,17 +279,20 @@ def test_a_late_move_is_passed_on_at_once_or_after_a_checkpoint(checkpoint):
     assert receiver.state.export() is None or receiver.state.export().num_rows == 0
 
 
-@pytest.mark.parametrize("migrate", ["records", "state"])
+@pytest.mark.parametrize("migrate,end", [("records", "merge"), ("records", "handover"), ("state", None)])
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 6)), min_size=1, max_size=5),
        st.integers(0, 2 ** 16))
-def test_any_interleaving_of_pushes_forwards_rings_and_moves_is_exact(migrate, changes, seed):
+def test_any_interleaving_of_pushes_forwards_rings_and_moves_is_exact(migrate, end, changes, seed):
     """The reducers' logic under Ray's asynchrony, played out by a random scheduler: mappers
     push under whichever ring they hold, each message (push, forward, state move) arrives
     whenever, a reducer adopts the newest ring when a push routed under it arrives (as the
     actor does) or on its own time, and steps whenever. The end is the coordinator's: the
-    final ring everywhere, every message delivered, every queue drained, then the final merge
-    (``records``) or none (``state``: each key must sit on its final owner alone)."""
+    final ring everywhere, every message delivered, every queue drained, then the partitioned
+    final merge or the hand-over under the final ring (``records``: its moves arrive in any
+    order; each key must sit on its final owner alone, and the merged keys are those whose
+    partial states sat on several reducers) or none (``state``: each key must sit on its
+    final owner alone)."""
     from dpa.engine.reducer import ReducerLogic
 
     n = 4
@@ -372,10 +375,27 @@ def test_any_interleaving_of_pushes_forwards_rings_and_moves_is_exact(migrate, c
         else:
             step(int(rng.integers(0, n)))
     assert sum(red.processed for red in reducers) == total.total()
-    if migrate == "records":
+    from dpa.aggregates.state import merged_hashes
+
+    shared = merged_hashes([red.state.hashes() for red in reducers])
+    if end == "merge":
         parts = [red.partition_state() for red in reducers]
         for src in range(n):
             for dest in range(n):
                 if parts[src][dest] is not None:
                     reducers[dest].merge_partial(parts[src][dest])
-    assert _finalized_counts(reducers, hashes, versions[-1] if migrate == "state" else None) == total
+    elif end == "handover":
+        from dpa.engine import handover
+        from dpa.engine.output import handover_by_slot
+
+        moves = []
+        for red in reducers:
+            red.handover = True
+            moves += handover.take(red)
+        assert all(m.final for m in moves)
+        rng.shuffle(moves)
+        for slot, partials in handover_by_slot(moves).items():
+            handover.merge(reducers[slot], partials)
+    assert _finalized_counts(reducers, hashes, None if end == "merge" else versions[-1]) == total
+    if end is not None:
+        assert sum(red.merged_keys for red in reducers) == shared
