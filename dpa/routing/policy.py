@@ -336,6 +336,9 @@ class JobShape:
             (``JobConfig.num_reducers`` of an elastic job); 0 = all ``num_reducers``.
         elastic: The number of active reducers may change during the job
             (``JobConfig.elastic``).
+        queue_time_s: Bound of each reducer's queue in seconds of work
+            (``JobConfig.queue_time_s``; ``inf``: bounded in records only).
+        lb_interval_s: Seconds between the balancer's looks (``JobConfig.lb_interval_s``).
     """
 
     num_mappers: int = 1
@@ -345,6 +348,8 @@ class JobShape:
     step_time_s: float = 0.1
     active_reducers: int = 0
     elastic: bool = False
+    queue_time_s: float = 1.0
+    lb_interval_s: float = 0.05
 
     @property
     def block_share(self) -> int:

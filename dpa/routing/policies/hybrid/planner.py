@@ -23,8 +23,12 @@ from dpa.routing.sketches import SpaceSaving
 logger = logging.getLogger(__name__)
 
 
-#: holds at least ``theta`` of the records, so it is among them; the ring policies plan
-#: their first ring on every key a forecast names.
+#: Fewest of a mapper's forecast keys (most frequent first) the hot-key rule keeps: at
+#: any width it keeps at least these, and beyond them every key that holds half the hot
+#: threshold (``theta / 2``) of the forecast's records, the lower threshold a hot key stays
+#: hot at (:meth:`HybridPlanner.forecast_keys`). A key below that share in every mapper's
+#: forecast is below it in their sum, so the keys left out could not make the forecast
+#: call a key hot; they count as tail. At ``R`` reducers at most ``16 R`` keys pass.
 FORECAST_KEYS = 64
 
 
@@ -125,6 +129,8 @@ class HybridPlanner(DPAPlanner):
         self.forecast_n = 0
         self.trims = [0] * num_reducers  # trims each reducer got (level_rounds)
         self._level_streak = 0  # consecutive fresh checks that saw an uneven holding
+        self._planned_at: float | None = None  # when the hot-key rule last planned
+        self._plan_gap = 0.0  # seconds between its last two plans
 
     def threshold(self, num_reducers: int) -> float:
         """``theta`` for ``R`` (active) reducers (default ``1 / (8 R)``)."""
@@ -155,8 +161,15 @@ class HybridPlanner(DPAPlanner):
     def observe_held(self, reducer: int, held: int) -> None:
         self.held[reducer] = held
 
+    def forecast_keys(self, counts: np.ndarray, total: int) -> int:
+        """How many of a forecast's keys (``counts``, most frequent first, of ``total``
+        records) the hot-key rule keeps (see :data:`FORECAST_KEYS`)."""
+        counts = np.asarray(counts)
+        passing = int(np.count_nonzero(counts >= self.theta * int(total) / 2))
+        return min(len(counts), max(FORECAST_KEYS, passing))
+
     def observe_forecast(self, mapper: int, hashes: np.ndarray, counts: np.ndarray, total: int) -> None:
-        keep = FORECAST_KEYS  # (most frequent first; the rest is tail to the hot-key rule)
+        keep = self.forecast_keys(counts, total)  # (most frequent first; the rest is tail to the hot-key rule)
         for h, c in zip(np.asarray(hashes)[:keep].tolist(), np.asarray(counts)[:keep].tolist()):
             self.forecast[h] = self.forecast.get(h, 0) + int(c)
         self.forecast_n += int(total)
@@ -293,6 +306,7 @@ class HybridPlanner(DPAPlanner):
                 amount[h] += movable
         # (a key's candidates are distinct, so updating them at once is updating them in turn)
         levels = np.maximum(level, 0.0)
+        budget = self._interval_budget(np.maximum(tail - self._base_tail, 0.0))
         at = {h: np.array(cands) for h, cands in hot.items()}
         parts: dict[int, np.ndarray] = {}
         order = sorted(hot, key=lambda k: (-amount[k], k))
@@ -300,18 +314,94 @@ class HybridPlanner(DPAPlanner):
             for h in order:
                 if h in parts:
                     levels[at[h]] -= parts[h]
-                parts[h] = fill_array(levels[at[h]], amount[h])
+                    if budget is not None:
+                        budget[at[h]] += parts[h]
+                if budget is None:
+                    parts[h] = fill_array(levels[at[h]], amount[h])
+                else:
+                    parts[h] = self._fill_capped(h, hot, at, levels, budget, amount[h], closed, keys_of)
+                    budget[at[h]] -= parts[h]
                 levels[at[h]] += parts[h]
         shares: dict[int, np.ndarray] = {}
         for h in order:
             got = parts[h]
             total = got.sum()
-            shares[h] = np.round(got / total, 3) if total > 0 else np.full(len(hot[h]), 1.0 / len(hot[h]))
+            shares[h] = got / total if total > 0 else np.full(len(hot[h]), 1.0 / len(hot[h]))
         self._shares = shares
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("hybrid plan: N=%d tail=%s expected=%s", self.sketch.n, tail.tolist(),
                          [round(x, 1) for x in levels.tolist()])
         return hot
+
+    def _interval_budget(self, tail_inflow: np.ndarray) -> np.ndarray | None:
+        """Hot-key records each reducer can take until the balancer's next look, or None
+        when the reducers' cost per record is not known yet (or the queues are bounded in
+        records only).
+
+        A reducer takes what it processes in the interval plus the room its queue has left
+        (``queue_time_s`` of work minus its backlog), less the tail records expected to
+        reach it in that time (``tail_inflow``, as many as since the last publication).
+        Hot-key records planned beyond that would fill its queue before the next look: a
+        full queue makes the pushes to it wait, and a mapper's round waits for every
+        reducer it pushed to. The interval is the balancer's (``lb_interval_s``) or, when
+        its plans came further apart (a plan waits for every reducer's report under the
+        last snapshot), the last gap between them.
+        """
+        shape = self.policy.shape
+        bound = float(shape.queue_time_s)
+        known = [(b, q) for b, q, a in zip(self.backlogs, self.queue_lengths, self._active.tolist())
+                 if a and b is not None and q > 0]
+        if not known or not np.isfinite(bound):
+            return None
+        rate = sum(b / q for b, q in known) / len(known)  # seconds per record
+        if rate <= 0:
+            return None
+        interval = max(float(shape.lb_interval_s), self._plan_gap)
+        backlog = np.array([0.0 if b is None else b for b in self.backlogs])
+        seconds = interval + np.maximum(bound - backlog, 0.0)
+        return np.where(self._active, np.maximum(seconds / rate - tail_inflow, 0.0), 0.0)
+
+    def _fill_capped(self, h: int, hot: dict[int, list[int]], at: dict[int, np.ndarray], levels: np.ndarray,
+                     budget: np.ndarray, amount: float, closed: np.ndarray,
+                     keys_of: dict[int, set[int]]) -> np.ndarray:
+        """Water filling of ``amount`` records of hot key ``h`` over its candidates, each
+        given at most its ``budget`` (:meth:`_interval_budget`, what the other keys left
+        of it). While the candidates' budgets cannot take the amount, the key grows by
+        the slot with the most budget left it does not have yet; when no slot has any
+        left, what remains is filled over the candidates on their levels alone (every
+        queue is about full: the key's records wait wherever they go)."""
+        parts = np.zeros(len(at[h]))
+        left = float(amount)
+        while left > 1e-9:
+            cap = np.maximum(budget[at[h]], 0.0)
+            if float((cap - parts).sum()) >= left - 1e-9:
+                # level the candidates with room, none beyond it: fill, clip, refill the rest
+                idx = np.flatnonzero(cap - parts > 1e-9)
+                while left > 1e-9 and len(idx):
+                    add = fill_array(levels[at[h][idx]] + parts[idx], left)
+                    over = add > cap[idx] - parts[idx]
+                    if not over.any():
+                        parts[idx] += add
+                        left = 0.0
+                        break
+                    capped = idx[over]
+                    left -= float((cap[capped] - parts[capped]).sum())
+                    parts[capped] = cap[capped]
+                    idx = idx[~over]
+                if left <= 1e-9:
+                    break
+            blocked = closed.copy()
+            blocked[at[h]] = True
+            spare = np.where(blocked, -np.inf, budget)
+            r = int(np.argmax(spare))
+            if not np.isfinite(spare[r]) or spare[r] <= 1e-9:
+                parts += fill_array(levels[at[h]] + parts, left)  # no room anywhere: level alone
+                break
+            hot[h].append(r)
+            keys_of.setdefault(r, set()).add(h)
+            at[h] = np.append(at[h], r)
+            parts = np.append(parts, 0.0)
+        return parts
 
     def _shares_moved(self) -> bool:
         """Whether the last plan moved some key's share by more than ``share_step``."""
@@ -480,7 +570,13 @@ class HybridPlanner(DPAPlanner):
         forecasting = self._forecasting()
         if max(loads) <= gap and not self.hot and not forecasting:
             return []  # no backlog worth moving (a cheap job): splitting cannot pay off
-        wanted = self.plan(self._hot_set()) if self.sketch.n or forecasting else {}
+        if self.sketch.n or forecasting:
+            if self._planned_at is not None:
+                self._plan_gap = now - self._planned_at
+            self._planned_at = now
+            wanted = self.plan(self._hot_set())
+        else:
+            wanted = {}
         # New shares, a new hot set and hand-overs of queued records go out together.
         moves = self._transfers(wanted)
         changed = wanted != self.hot
