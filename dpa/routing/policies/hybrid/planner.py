@@ -255,38 +255,50 @@ class HybridPlanner(DPAPlanner):
         load = tail.copy()
         for h, cands in hot.items():
             load[cands] += counts[h] / len(cands)
-        # (each step is O(R) in numpy and O(keys of one reducer) in Python: a plan at a
-        # thousand reducers grows thousands of candidates)
+        # (each step is O(R + keys of one reducer) in numpy: a plan at a thousand reducers
+        # grows hundreds of thousands of candidates)
         closed = ~active  # slots no key may grow to
-        keys_of: dict[int, set[int]] = {}  # reducer -> the hot keys it is a candidate of
-        for h, cands in hot.items():
-            for r in cands:
-                keys_of.setdefault(r, set()).add(h)
+        names = list(hot)  # key index -> hash
+        count = np.array([counts[h] for h in names], dtype=np.float64)
+        width = np.array([len(hot[h]) for h in names], dtype=np.int64)
+        named = np.array(names, dtype=np.int64)
+        at_of = [np.array(hot[h], dtype=np.int64) for h in names]
+        keys_of: dict[int, list[int]] = {}  # reducer -> the hot keys (indices) it is a candidate of
+        for i, h in enumerate(names):
+            for r in hot[h]:
+                keys_of.setdefault(r, []).append(i)
 
-        def grow(h: int) -> None:
-            cands = hot[h]
-            at = np.array(cands)
-            load[at] -= counts[h] / len(cands)
+        def grow(i: int) -> None:
+            h = names[i]
+            at = at_of[i]
+            c = counts[h]
+            load[at] -= c / len(at)
             # the least loaded slot the key does not have yet, the lowest on ties
             blocked = closed.copy()
             blocked[at] = True
             r = int(np.argmin(np.where(blocked, np.inf, load)))
-            cands.append(r)
-            keys_of.setdefault(r, set()).add(h)
-            load[np.append(at, r)] += counts[h] / len(cands)
+            hot[h].append(r)
+            keys_of.setdefault(r, []).append(i)
+            at = at_of[i] = np.append(at, r)
+            width[i] = len(at)
+            load[at] += c / len(at)
 
-        for h in sorted(hot, key=lambda k: -counts[k]):
-            while len(hot[h]) < min(R, self.settings.min_width):
-                grow(h)
+        for i in sorted(range(len(names)), key=lambda k: -counts[names[k]]):
+            while len(hot[names[i]]) < min(R, self.settings.min_width):
+                grow(i)
         mean = (load.sum() if everyone else load[active].sum()) / R
         for _ in range(len(hot) * R):
             x = int(np.argmax(load)) if everyone else slots[int(np.argmax(load[active]))]
             if load[x] <= mean * (1.0 + self.settings.slack):
                 break
-            growable = [h for h in keys_of.get(x, ()) if len(hot[h]) < R]
-            if not growable:
+            idx = np.array(keys_of.get(x, ()), dtype=np.int64)
+            idx = idx[width[idx] < R]
+            if not len(idx):
                 break
-            grow(max(growable, key=lambda h: (counts[h] / len(hot[h]), h)))
+            # the key contributing most to x (the largest hash on ties)
+            share = count[idx] / width[idx]
+            tied = idx[share == share.max()]
+            grow(int(tied[np.argmax(named[tied])]))
         # Shares, for the records still to come, expected to look like those that came
         # since the last publication ("the next interval looks like the last"): reducers
         # start from what they hold (processed or queued) plus that much tail again. A
@@ -319,7 +331,7 @@ class HybridPlanner(DPAPlanner):
                 if budget is None:
                     parts[h] = fill_array(levels[at[h]], amount[h])
                 else:
-                    parts[h] = self._fill_capped(h, hot, at, levels, budget, amount[h], closed, keys_of)
+                    parts[h] = self._fill_capped(h, hot, at, levels, budget, amount[h], closed)
                     budget[at[h]] -= parts[h]
                 levels[at[h]] += parts[h]
         shares: dict[int, np.ndarray] = {}
@@ -362,8 +374,7 @@ class HybridPlanner(DPAPlanner):
         return np.where(self._active, np.maximum(seconds / rate - tail_inflow, 0.0), 0.0)
 
     def _fill_capped(self, h: int, hot: dict[int, list[int]], at: dict[int, np.ndarray], levels: np.ndarray,
-                     budget: np.ndarray, amount: float, closed: np.ndarray,
-                     keys_of: dict[int, set[int]]) -> np.ndarray:
+                     budget: np.ndarray, amount: float, closed: np.ndarray) -> np.ndarray:
         """Water filling of ``amount`` records of hot key ``h`` over its candidates, each
         given at most its ``budget`` (:meth:`_interval_budget`, what the other keys left
         of it). While the candidates' budgets cannot take the amount, the key grows by
@@ -398,7 +409,6 @@ class HybridPlanner(DPAPlanner):
                 parts += fill_array(levels[at[h]] + parts, left)  # no room anywhere: level alone
                 break
             hot[h].append(r)
-            keys_of.setdefault(r, set()).add(h)
             at[h] = np.append(at[h], r)
             parts = np.append(parts, 0.0)
         return parts
