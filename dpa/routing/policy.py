@@ -338,7 +338,6 @@ class JobShape:
             (``JobConfig.elastic``).
         queue_time_s: Bound of each reducer's queue in seconds of work
             (``JobConfig.queue_time_s``; ``inf``: bounded in records only).
-        lb_interval_s: Seconds between the balancer's looks (``JobConfig.lb_interval_s``).
     """
 
     num_mappers: int = 1
@@ -349,7 +348,6 @@ class JobShape:
     active_reducers: int = 0
     elastic: bool = False
     queue_time_s: float = 1.0
-    lb_interval_s: float = 0.05
 
     @property
     def block_share(self) -> int:

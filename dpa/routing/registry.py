@@ -272,8 +272,7 @@ def job_shape(config: PolicyConfig) -> JobShape:
                     batch_size=int(config.batch_size or DEFAULT_BATCH_SIZE), seed=int(config.seed),
                     step_time_s=float(config.step_time_s),
                     active_reducers=int(config.num_reducers) if elastic else 0, elastic=elastic,
-                    queue_time_s=float(getattr(config, "queue_time_s", 1.0)),
-                    lb_interval_s=float(getattr(config, "lb_interval_s", None) or 0.05))
+                    queue_time_s=float(getattr(config, "queue_time_s", 1.0)))
 
 
 def make_policy(config: PolicyConfig) -> PolicySpec:

@@ -129,8 +129,8 @@ class HybridPlanner(DPAPlanner):
         self.forecast_n = 0
         self.trims = [0] * num_reducers  # trims each reducer got (level_rounds)
         self._level_streak = 0  # consecutive fresh checks that saw an uneven holding
-        self._planned_at: float | None = None  # when the hot-key rule last planned
-        self._plan_gap = 0.0  # seconds between its last two plans
+        self._based_at: float | None = None  # when _base_counts were taken (a publication)
+        self._now = 0.0  # the time of the check being made
 
     def threshold(self, num_reducers: int) -> float:
         """``theta`` for ``R`` (active) reducers (default ``1 / (8 R)``)."""
@@ -346,31 +346,33 @@ class HybridPlanner(DPAPlanner):
         return hot
 
     def _interval_budget(self, tail_inflow: np.ndarray) -> np.ndarray | None:
-        """Hot-key records each reducer can take until the balancer's next look, or None
-        when the reducers' cost per record is not known yet (or the queues are bounded in
-        records only).
+        """Hot-key records each reducer can take in the stretch the shares are planned
+        for, or None when it is not known: before the first publication (the counts so far
+        are the whole job's), before the reducers reported their cost per record, or with
+        queues bounded in records only.
 
-        A reducer takes what it processes in the interval plus the room its queue has left
-        (``queue_time_s`` of work minus its backlog), less the tail records expected to
-        reach it in that time (``tail_inflow``, as many as since the last publication).
-        Hot-key records planned beyond that would fill its queue before the next look: a
-        full queue makes the pushes to it wait, and a mapper's round waits for every
-        reducer it pushed to. The interval is the balancer's (``lb_interval_s``) or, when
-        its plans came further apart (a plan waits for every reducer's report under the
-        last snapshot), the last gap between them.
+        The shares are planned for records that arrive as many as since the last
+        publication, over as long a stretch (``elapsed``). A reducer takes what it
+        processes in that stretch plus the room its queue has left (``queue_time_s`` of
+        work minus its backlog), less the tail records expected to reach it
+        (``tail_inflow``, as many as since the last publication). Hot-key records planned
+        beyond that would fill its queue before the balancer looks again: a full queue
+        makes the pushes to it wait, and a mapper's round waits for every reducer it
+        pushed to, so one full queue holds up the input.
         """
-        shape = self.policy.shape
-        bound = float(shape.queue_time_s)
+        bound = float(self.policy.shape.queue_time_s)
+        if self._based_at is None or not np.isfinite(bound):
+            return None
         known = [(b, q) for b, q, a in zip(self.backlogs, self.queue_lengths, self._active.tolist())
                  if a and b is not None and q > 0]
-        if not known or not np.isfinite(bound):
+        if not known:
             return None
         rate = sum(b / q for b, q in known) / len(known)  # seconds per record
         if rate <= 0:
             return None
-        interval = max(float(shape.lb_interval_s), self._plan_gap)
+        elapsed = max(self._now - self._based_at, 0.0)
         backlog = np.array([0.0 if b is None else b for b in self.backlogs])
-        seconds = interval + np.maximum(bound - backlog, 0.0)
+        seconds = elapsed + np.maximum(bound - backlog, 0.0)
         return np.where(self._active, np.maximum(seconds / rate - tail_inflow, 0.0), 0.0)
 
     def _fill_capped(self, h: int, hot: dict[int, list[int]], at: dict[int, np.ndarray], levels: np.ndarray,
@@ -580,13 +582,8 @@ class HybridPlanner(DPAPlanner):
         forecasting = self._forecasting()
         if max(loads) <= gap and not self.hot and not forecasting:
             return []  # no backlog worth moving (a cheap job): splitting cannot pay off
-        if self.sketch.n or forecasting:
-            if self._planned_at is not None:
-                self._plan_gap = now - self._planned_at
-            self._planned_at = now
-            wanted = self.plan(self._hot_set())
-        else:
-            wanted = {}
+        self._now = now
+        wanted = self.plan(self._hot_set()) if self.sketch.n or forecasting else {}
         # New shares, a new hot set and hand-overs of queued records go out together.
         moves = self._transfers(wanted)
         changed = wanted != self.hot
@@ -595,6 +592,7 @@ class HybridPlanner(DPAPlanner):
             self.hot = wanted
             self.shares = self._shares
             self._base_counts = {h: self.sketch.estimate(h) for h in wanted}
+            self._based_at = now
             self._base_tail = self.tail.copy()
             self._snapshot = self._ring_changed(moves)
             seen = tuple(self.queue_lengths)
