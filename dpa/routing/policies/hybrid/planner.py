@@ -13,6 +13,7 @@ import numpy as np
 
 from dpa.routing.policies.hybrid.level import plan_trims
 from dpa.routing.policies.hybrid.settings import HybridSettings
+from dpa.routing.policies.hybrid.shares import fill_array, fill_within
 from dpa.routing.policies.hybrid.snapshot import HybridSnapshot
 from dpa.routing.policies.ring.lookahead import KeyLoads, arc_shares
 from dpa.routing.policies.ring.policy import DPAPlanner, RingPolicy
@@ -35,53 +36,6 @@ FORECAST_KEYS = 64
 #: Least predicted gain of a levelling (records above the bound) worth a ring change, in
 #: mean shares of the records (:func:`~dpa.routing.policies.hybrid.level.plan_trims`).
 LEVEL_MARGIN = 0.02
-
-
-#: Bins from which :func:`fill` levels in numpy (below, plain floats are faster).
-_FILL_NUMPY = 48
-
-
-def fill(loads: list[float], amount: float) -> list[float]:
-    """Continuous water filling: how much of ``amount`` each bin gets to level the lowest.
-
-    The level is the largest ``k`` whose ``(sum of the k lowest loads + amount) / k``
-    reaches the ``k``-th lowest load. A key's few candidates are filled in plain Python
-    floats (the planner fills them many times per plan, where numpy's per-call cost would
-    be most of the work), a widely split key's in numpy: the same sums in the same order,
-    so both give the same floats.
-
-    Args:
-        loads: Current load of each bin.
-        amount: Load to add (>= 0).
-
-    Returns:
-        Non-negative additions summing to ``amount`` that raise the least loaded bins to
-        one common level (bins above it get nothing).
-    """
-    if amount <= 0 or not loads:
-        return [0.0] * len(loads)
-    if len(loads) >= _FILL_NUMPY:
-        return fill_array(np.asarray(loads, dtype=np.float64), amount).tolist()
-    prefix = 0.0
-    level = 0.0
-    for k, x in enumerate(sorted(loads), 1):
-        prefix += x
-        candidate = (prefix + amount) / k
-        if candidate >= x:
-            level = candidate
-    return [max(level - load, 0.0) for load in loads]
-
-
-def fill_array(loads: np.ndarray, amount: float) -> np.ndarray:
-    """:func:`fill` over a ``float64`` array, in numpy (the same sums in the same order as
-    :func:`fill`'s plain floats, so the same results)."""
-    if amount <= 0 or not len(loads):
-        return np.zeros(len(loads))
-    x = np.sort(loads)
-    candidate = (np.cumsum(x) + amount) / np.arange(1, len(x) + 1, dtype=np.float64)
-    reached = np.flatnonzero(candidate >= x)
-    level = float(candidate[reached[-1]]) if len(reached) else 0.0
-    return np.maximum(level - loads, 0.0)
 
 
 class HybridPlanner(DPAPlanner):
@@ -388,19 +342,7 @@ class HybridPlanner(DPAPlanner):
         while left > 1e-9:
             cap = np.maximum(budget[at[h]], 0.0)
             if float((cap - parts).sum()) >= left - 1e-9:
-                # level the candidates with room, none beyond it: fill, clip, refill the rest
-                idx = np.flatnonzero(cap - parts > 1e-9)
-                while left > 1e-9 and len(idx):
-                    add = fill_array(levels[at[h][idx]] + parts[idx], left)
-                    over = add > cap[idx] - parts[idx]
-                    if not over.any():
-                        parts[idx] += add
-                        left = 0.0
-                        break
-                    capped = idx[over]
-                    left -= float((cap[capped] - parts[capped]).sum())
-                    parts[capped] = cap[capped]
-                    idx = idx[~over]
+                parts, left = fill_within(levels[at[h]], parts, cap, left)
                 if left <= 1e-9:
                     break
             blocked = closed.copy()

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 import dpa
 from dpa.errors import ConfigError
-from dpa.routing.policies.hybrid.planner import fill
 from dpa.routing.policies.hybrid.policy import HybridPolicy
 from dpa.routing.policies.hybrid.settings import HybridSettings
+from dpa.routing.policies.hybrid.shares import fill, fill_within
 from dpa.routing.policies.hybrid.snapshot import HybridSnapshot
 from workloads import paper
 
@@ -40,6 +40,22 @@ def test_fill_levels_the_lowest_bins(loads, amount):
         # every bin that got something ends at the same level, and no bin is below it
         assert np.allclose(after[add > 1e-9], level)
         assert (after >= level - 1e-9).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0, 1000), min_size=1, max_size=12), st.floats(0, 5000), st.integers(0, 2**31))
+def test_fill_within_levels_the_bins_with_room_and_keeps_every_cap(loads, amount, seed):
+    loads = np.array(loads)
+    caps = np.random.default_rng(seed).random(len(loads)) * 500
+    parts, left = fill_within(loads, np.zeros(len(loads)), caps, amount)
+    assert (parts >= -1e-9).all() and (parts <= caps + 1e-6).all()
+    assert parts.sum() + left == pytest.approx(amount, rel=1e-9, abs=1e-6)
+    assert left <= 1e-6 or parts == pytest.approx(caps)  # something is left only when every bin is full
+    free = parts < caps - 1e-6
+    if free.any() and parts[free].sum() > 1e-6:  # the bins below their cap are levelled
+        got = (loads + parts)[free & (parts > 1e-6)]
+        assert got.max() - got.min() <= 1e-6 * max(1.0, got.max())
+        assert ((loads + parts)[free] >= got.min() - 1e-6).all()
 
 
 def _fill_by_numpy(loads: np.ndarray, amount: float) -> np.ndarray:
