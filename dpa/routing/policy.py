@@ -336,6 +336,8 @@ class JobShape:
             (``JobConfig.num_reducers`` of an elastic job); 0 = all ``num_reducers``.
         elastic: The number of active reducers may change during the job
             (``JobConfig.elastic``).
+        queue_time_s: Bound of each reducer's queue in seconds of work
+            (``JobConfig.queue_time_s``; ``inf``: bounded in records only).
     """
 
     num_mappers: int = 1
@@ -345,6 +347,7 @@ class JobShape:
     step_time_s: float = 0.1
     active_reducers: int = 0
     elastic: bool = False
+    queue_time_s: float = 1.0
 
     @property
     def block_share(self) -> int:

@@ -271,7 +271,8 @@ def job_shape(config: PolicyConfig) -> JobShape:
     return JobShape(num_mappers=int(config.num_mappers), num_reducers=int(config.slots),
                     batch_size=int(config.batch_size or DEFAULT_BATCH_SIZE), seed=int(config.seed),
                     step_time_s=float(config.step_time_s),
-                    active_reducers=int(config.num_reducers) if elastic else 0, elastic=elastic)
+                    active_reducers=int(config.num_reducers) if elastic else 0, elastic=elastic,
+                    queue_time_s=float(getattr(config, "queue_time_s", 1.0)))
 
 
 def make_policy(config: PolicyConfig) -> PolicySpec:

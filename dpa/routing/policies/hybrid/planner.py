@@ -13,6 +13,7 @@ import numpy as np
 
 from dpa.routing.policies.hybrid.level import plan_trims
 from dpa.routing.policies.hybrid.settings import HybridSettings
+from dpa.routing.policies.hybrid.shares import fill_array, fill_within
 from dpa.routing.policies.hybrid.snapshot import HybridSnapshot
 from dpa.routing.policies.ring.lookahead import KeyLoads, arc_shares
 from dpa.routing.policies.ring.policy import DPAPlanner, RingPolicy
@@ -23,61 +24,18 @@ from dpa.routing.sketches import SpaceSaving
 logger = logging.getLogger(__name__)
 
 
-#: holds at least ``theta`` of the records, so it is among them; the ring policies plan
-#: their first ring on every key a forecast names.
+#: Fewest of a mapper's forecast keys (most frequent first) the hot-key rule keeps: at
+#: any width it keeps at least these, and beyond them every key that holds half the hot
+#: threshold (``theta / 2``) of the forecast's records, the lower threshold a hot key stays
+#: hot at (:meth:`HybridPlanner.forecast_keys`). A key below that share in every mapper's
+#: forecast is below it in their sum, so the keys left out could not make the forecast
+#: call a key hot; they count as tail. At ``R`` reducers at most ``16 R`` keys pass.
 FORECAST_KEYS = 64
 
 
 #: Least predicted gain of a levelling (records above the bound) worth a ring change, in
 #: mean shares of the records (:func:`~dpa.routing.policies.hybrid.level.plan_trims`).
 LEVEL_MARGIN = 0.02
-
-
-#: Bins from which :func:`fill` levels in numpy (below, plain floats are faster).
-_FILL_NUMPY = 48
-
-
-def fill(loads: list[float], amount: float) -> list[float]:
-    """Continuous water filling: how much of ``amount`` each bin gets to level the lowest.
-
-    The level is the largest ``k`` whose ``(sum of the k lowest loads + amount) / k``
-    reaches the ``k``-th lowest load. A key's few candidates are filled in plain Python
-    floats (the planner fills them many times per plan, where numpy's per-call cost would
-    be most of the work), a widely split key's in numpy: the same sums in the same order,
-    so both give the same floats.
-
-    Args:
-        loads: Current load of each bin.
-        amount: Load to add (>= 0).
-
-    Returns:
-        Non-negative additions summing to ``amount`` that raise the least loaded bins to
-        one common level (bins above it get nothing).
-    """
-    if amount <= 0 or not loads:
-        return [0.0] * len(loads)
-    if len(loads) >= _FILL_NUMPY:
-        return fill_array(np.asarray(loads, dtype=np.float64), amount).tolist()
-    prefix = 0.0
-    level = 0.0
-    for k, x in enumerate(sorted(loads), 1):
-        prefix += x
-        candidate = (prefix + amount) / k
-        if candidate >= x:
-            level = candidate
-    return [max(level - load, 0.0) for load in loads]
-
-
-def fill_array(loads: np.ndarray, amount: float) -> np.ndarray:
-    """:func:`fill` over a ``float64`` array, in numpy (the same sums in the same order as
-    :func:`fill`'s plain floats, so the same results)."""
-    if amount <= 0 or not len(loads):
-        return np.zeros(len(loads))
-    x = np.sort(loads)
-    candidate = (np.cumsum(x) + amount) / np.arange(1, len(x) + 1, dtype=np.float64)
-    reached = np.flatnonzero(candidate >= x)
-    level = float(candidate[reached[-1]]) if len(reached) else 0.0
-    return np.maximum(level - loads, 0.0)
 
 
 class HybridPlanner(DPAPlanner):
@@ -125,6 +83,8 @@ class HybridPlanner(DPAPlanner):
         self.forecast_n = 0
         self.trims = [0] * num_reducers  # trims each reducer got (level_rounds)
         self._level_streak = 0  # consecutive fresh checks that saw an uneven holding
+        self._based_at: float | None = None  # when _base_counts were taken (a publication)
+        self._now = 0.0  # the time of the check being made
 
     def threshold(self, num_reducers: int) -> float:
         """``theta`` for ``R`` (active) reducers (default ``1 / (8 R)``)."""
@@ -155,8 +115,15 @@ class HybridPlanner(DPAPlanner):
     def observe_held(self, reducer: int, held: int) -> None:
         self.held[reducer] = held
 
+    def forecast_keys(self, counts: np.ndarray, total: int) -> int:
+        """How many of a forecast's keys (``counts``, most frequent first, of ``total``
+        records) the hot-key rule keeps (see :data:`FORECAST_KEYS`)."""
+        counts = np.asarray(counts)
+        passing = int(np.count_nonzero(counts >= self.theta * int(total) / 2))
+        return min(len(counts), max(FORECAST_KEYS, passing))
+
     def observe_forecast(self, mapper: int, hashes: np.ndarray, counts: np.ndarray, total: int) -> None:
-        keep = FORECAST_KEYS  # (most frequent first; the rest is tail to the hot-key rule)
+        keep = self.forecast_keys(counts, total)  # (most frequent first; the rest is tail to the hot-key rule)
         for h, c in zip(np.asarray(hashes)[:keep].tolist(), np.asarray(counts)[:keep].tolist()):
             self.forecast[h] = self.forecast.get(h, 0) + int(c)
         self.forecast_n += int(total)
@@ -242,38 +209,50 @@ class HybridPlanner(DPAPlanner):
         load = tail.copy()
         for h, cands in hot.items():
             load[cands] += counts[h] / len(cands)
-        # (each step is O(R) in numpy and O(keys of one reducer) in Python: a plan at a
-        # thousand reducers grows thousands of candidates)
+        # (each step is O(R + keys of one reducer) in numpy: a plan at a thousand reducers
+        # grows hundreds of thousands of candidates)
         closed = ~active  # slots no key may grow to
-        keys_of: dict[int, set[int]] = {}  # reducer -> the hot keys it is a candidate of
-        for h, cands in hot.items():
-            for r in cands:
-                keys_of.setdefault(r, set()).add(h)
+        names = list(hot)  # key index -> hash
+        count = np.array([counts[h] for h in names], dtype=np.float64)
+        width = np.array([len(hot[h]) for h in names], dtype=np.int64)
+        named = np.array(names, dtype=np.int64)
+        at_of = [np.array(hot[h], dtype=np.int64) for h in names]
+        keys_of: dict[int, list[int]] = {}  # reducer -> the hot keys (indices) it is a candidate of
+        for i, h in enumerate(names):
+            for r in hot[h]:
+                keys_of.setdefault(r, []).append(i)
 
-        def grow(h: int) -> None:
-            cands = hot[h]
-            at = np.array(cands)
-            load[at] -= counts[h] / len(cands)
+        def grow(i: int) -> None:
+            h = names[i]
+            at = at_of[i]
+            c = counts[h]
+            load[at] -= c / len(at)
             # the least loaded slot the key does not have yet, the lowest on ties
             blocked = closed.copy()
             blocked[at] = True
             r = int(np.argmin(np.where(blocked, np.inf, load)))
-            cands.append(r)
-            keys_of.setdefault(r, set()).add(h)
-            load[np.append(at, r)] += counts[h] / len(cands)
+            hot[h].append(r)
+            keys_of.setdefault(r, []).append(i)
+            at = at_of[i] = np.append(at, r)
+            width[i] = len(at)
+            load[at] += c / len(at)
 
-        for h in sorted(hot, key=lambda k: -counts[k]):
-            while len(hot[h]) < min(R, self.settings.min_width):
-                grow(h)
+        for i in sorted(range(len(names)), key=lambda k: -counts[names[k]]):
+            while len(hot[names[i]]) < min(R, self.settings.min_width):
+                grow(i)
         mean = (load.sum() if everyone else load[active].sum()) / R
         for _ in range(len(hot) * R):
             x = int(np.argmax(load)) if everyone else slots[int(np.argmax(load[active]))]
             if load[x] <= mean * (1.0 + self.settings.slack):
                 break
-            growable = [h for h in keys_of.get(x, ()) if len(hot[h]) < R]
-            if not growable:
+            idx = np.array(keys_of.get(x, ()), dtype=np.int64)
+            idx = idx[width[idx] < R]
+            if not len(idx):
                 break
-            grow(max(growable, key=lambda h: (counts[h] / len(hot[h]), h)))
+            # the key contributing most to x (the largest hash on ties)
+            share = count[idx] / width[idx]
+            tied = idx[share == share.max()]
+            grow(int(tied[np.argmax(named[tied])]))
         # Shares, for the records still to come, expected to look like those that came
         # since the last publication ("the next interval looks like the last"): reducers
         # start from what they hold (processed or queued) plus that much tail again. A
@@ -293,6 +272,7 @@ class HybridPlanner(DPAPlanner):
                 amount[h] += movable
         # (a key's candidates are distinct, so updating them at once is updating them in turn)
         levels = np.maximum(level, 0.0)
+        budget = self._interval_budget(np.maximum(tail - self._base_tail, 0.0))
         at = {h: np.array(cands) for h, cands in hot.items()}
         parts: dict[int, np.ndarray] = {}
         order = sorted(hot, key=lambda k: (-amount[k], k))
@@ -300,18 +280,82 @@ class HybridPlanner(DPAPlanner):
             for h in order:
                 if h in parts:
                     levels[at[h]] -= parts[h]
-                parts[h] = fill_array(levels[at[h]], amount[h])
+                    if budget is not None:
+                        budget[at[h]] += parts[h]
+                if budget is None:
+                    parts[h] = fill_array(levels[at[h]], amount[h])
+                else:
+                    parts[h] = self._fill_capped(h, hot, at, levels, budget, amount[h], closed)
+                    budget[at[h]] -= parts[h]
                 levels[at[h]] += parts[h]
         shares: dict[int, np.ndarray] = {}
         for h in order:
             got = parts[h]
             total = got.sum()
-            shares[h] = np.round(got / total, 3) if total > 0 else np.full(len(hot[h]), 1.0 / len(hot[h]))
+            shares[h] = got / total if total > 0 else np.full(len(hot[h]), 1.0 / len(hot[h]))
         self._shares = shares
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("hybrid plan: N=%d tail=%s expected=%s", self.sketch.n, tail.tolist(),
                          [round(x, 1) for x in levels.tolist()])
         return hot
+
+    def _interval_budget(self, tail_inflow: np.ndarray) -> np.ndarray | None:
+        """Hot-key records each reducer can take in the stretch the shares are planned
+        for, or None when it is not known: before the first publication (the counts so far
+        are the whole job's), before the reducers reported their cost per record, or with
+        queues bounded in records only.
+
+        The shares are planned for records that arrive as many as since the last
+        publication, over as long a stretch (``elapsed``). A reducer takes what it
+        processes in that stretch plus the room its queue has left (``queue_time_s`` of
+        work minus its backlog), less the tail records expected to reach it
+        (``tail_inflow``, as many as since the last publication). Hot-key records planned
+        beyond that would fill its queue before the balancer looks again: a full queue
+        makes the pushes to it wait, and a mapper's round waits for every reducer it
+        pushed to, so one full queue holds up the input.
+        """
+        bound = float(self.policy.shape.queue_time_s)
+        if self._based_at is None or not np.isfinite(bound):
+            return None
+        known = [(b, q) for b, q, a in zip(self.backlogs, self.queue_lengths, self._active.tolist())
+                 if a and b is not None and q > 0]
+        if not known:
+            return None
+        rate = sum(b / q for b, q in known) / len(known)  # seconds per record
+        if rate <= 0:
+            return None
+        elapsed = max(self._now - self._based_at, 0.0)
+        backlog = np.array([0.0 if b is None else b for b in self.backlogs])
+        seconds = elapsed + np.maximum(bound - backlog, 0.0)
+        return np.where(self._active, np.maximum(seconds / rate - tail_inflow, 0.0), 0.0)
+
+    def _fill_capped(self, h: int, hot: dict[int, list[int]], at: dict[int, np.ndarray], levels: np.ndarray,
+                     budget: np.ndarray, amount: float, closed: np.ndarray) -> np.ndarray:
+        """Water filling of ``amount`` records of hot key ``h`` over its candidates, each
+        given at most its ``budget`` (:meth:`_interval_budget`, what the other keys left
+        of it). While the candidates' budgets cannot take the amount, the key grows by
+        the slot with the most budget left it does not have yet; when no slot has any
+        left, what remains is filled over the candidates on their levels alone (every
+        queue is about full: the key's records wait wherever they go)."""
+        parts = np.zeros(len(at[h]))
+        left = float(amount)
+        while left > 1e-9:
+            cap = np.maximum(budget[at[h]], 0.0)
+            if float((cap - parts).sum()) >= left - 1e-9:
+                parts, left = fill_within(levels[at[h]], parts, cap, left)
+                if left <= 1e-9:
+                    break
+            blocked = closed.copy()
+            blocked[at[h]] = True
+            spare = np.where(blocked, -np.inf, budget)
+            r = int(np.argmax(spare))
+            if not np.isfinite(spare[r]) or spare[r] <= 1e-9:
+                parts += fill_array(levels[at[h]] + parts, left)  # no room anywhere: level alone
+                break
+            hot[h].append(r)
+            at[h] = np.append(at[h], r)
+            parts = np.append(parts, 0.0)
+        return parts
 
     def _shares_moved(self) -> bool:
         """Whether the last plan moved some key's share by more than ``share_step``."""
@@ -480,6 +524,7 @@ class HybridPlanner(DPAPlanner):
         forecasting = self._forecasting()
         if max(loads) <= gap and not self.hot and not forecasting:
             return []  # no backlog worth moving (a cheap job): splitting cannot pay off
+        self._now = now
         wanted = self.plan(self._hot_set()) if self.sketch.n or forecasting else {}
         # New shares, a new hot set and hand-overs of queued records go out together.
         moves = self._transfers(wanted)
@@ -489,6 +534,7 @@ class HybridPlanner(DPAPlanner):
             self.hot = wanted
             self.shares = self._shares
             self._base_counts = {h: self.sketch.estimate(h) for h in wanted}
+            self._based_at = now
             self._base_tail = self.tail.copy()
             self._snapshot = self._ring_changed(moves)
             seen = tuple(self.queue_lengths)

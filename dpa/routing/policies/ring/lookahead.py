@@ -101,13 +101,16 @@ def _fair_share(ring: HashRing, total: float) -> float:
 
 
 def _greedy(ring: HashRing, method: str, first: int, rounds_left: Sequence[int],
-            loads: KeyLoads) -> list[tuple[tuple[int, ...], tuple[int, ...], float]]:
-    """Every prefix of the forward run starting with ``first``: (relieved, tokens, max)."""
+            loads: KeyLoads) -> tuple[list[int], list[float]]:
+    """The forward run starting with ``first``: the reducers relieved, in order, and the
+    predicted maximum (in fair shares) after each (every prefix of the run)."""
+    if method == "halving":
+        return _greedy_halving(ring, first, rounds_left, loads)
     ring = ring.copy()
     left = list(rounds_left)
     fair = _fair_share(ring, loads.total)
     relieved: list[int] = []
-    out = []
+    peaks: list[float] = []
     x = first
     while left[x] > 0:
         left[x] -= 1
@@ -115,9 +118,73 @@ def _greedy(ring: HashRing, method: str, first: int, rounds_left: Sequence[int],
             break  # exhausted: the ring cannot change for this reducer any more
         relieved.append(x)
         predicted = predicted_loads(ring.snapshot(), loads)
-        out.append((tuple(relieved), ring.token_counts, float(predicted.max() / fair)))
+        peaks.append(float(predicted.max() / fair))
         x = int(np.argmax(predicted))
-    return out
+    return relieved, peaks
+
+
+def _greedy_halving(ring: HashRing, first: int, rounds_left: Sequence[int],
+                    loads: KeyLoads) -> tuple[list[int], list[float]]:
+    """:func:`_greedy` for halving, without a snapshot per round: a halving only removes
+    tokens, and a removed token's arc (its share of the tail and the named keys in it)
+    goes to the next live token clockwise. The predicted load of every token is computed
+    once, then each removal moves one token's load to its successor (found through
+    union-find pointers over the removed tokens): ``O(T log T)`` for the ring's ``T``
+    tokens, plus ``O(W)`` per round for the most loaded reducer."""
+    counts = list(ring.token_counts)
+    held = [(i, t) for i, t in enumerate(counts) if t > 0]
+    pos = np.concatenate([ring.token_positions(i, t) for i, t in held]).astype(np.uint32)
+    owner = np.concatenate([np.full(t, i, dtype=np.int64) for i, t in held])
+    index = np.concatenate([np.arange(t, dtype=np.int64) for _, t in held])
+    order = np.lexsort((index, owner, pos))  # the order of RingSnapshot.build
+    pos, owner, index = pos[order], owner[order], index[order]
+    n = len(pos)
+    p = pos.astype(np.float64)
+    token_load = loads.tail * (np.diff(p, prepend=p[-1] - _SPACE) / _SPACE)
+    at = np.searchsorted(pos, np.asarray(loads.hashes, dtype=np.uint32), side="left")
+    at[at == n] = 0
+    token_load = token_load + np.bincount(at, weights=loads.counts, minlength=n)
+    predicted = np.bincount(owner, weights=token_load, minlength=len(counts))
+    if loads.fixed is not None:
+        predicted = predicted + loads.fixed
+    # each reducer's tokens (sorted positions) by token index
+    by_index = np.lexsort((index, owner))
+    starts = np.searchsorted(owner[by_index], np.arange(len(counts)), side="left")
+    tl = token_load.tolist()
+    up = list(range(n))  # a live token is its own root; a removed one points clockwise
+
+    def successor(k: int) -> int:
+        """The first live token after removed token ``k`` clockwise (path compression)."""
+        j = k
+        while up[j] != j:
+            j = up[j]
+        while up[k] != k:
+            up[k], k = j, up[k]
+        return j
+
+    fair = _fair_share(ring, loads.total)
+    left = list(rounds_left)
+    relieved: list[int] = []
+    peaks: list[float] = []
+    x = first
+    while left[x] > 0:
+        left[x] -= 1
+        t = counts[x]
+        if t <= 1:
+            break  # exhausted: the ring cannot change for this reducer any more
+        counts[x] = t // 2
+        for k in by_index[starts[x] + t // 2: starts[x] + t].tolist():
+            up[k] = k + 1 if k + 1 < n else 0
+            d = successor(k)
+            load = tl[k]
+            tl[d] += load
+            tl[k] = 0.0
+            predicted[x] -= load
+            predicted[owner[d]] += load
+        relieved.append(x)
+        peaks.append(float(predicted.max() / fair))
+        x = int(np.argmax(predicted))
+    return relieved, peaks
 
 
 def plan_rounds(ring: HashRing, method: str, straggler: int, rounds_left: Sequence[int],
@@ -148,10 +215,16 @@ def plan_rounds(ring: HashRing, method: str, straggler: int, rounds_left: Sequen
     if loads.total <= 0:
         return keep
     starts = [straggler] + ([int(np.argmax(now))] if int(np.argmax(now)) != straggler else [])
-    best = keep
+    best_run: list[int] = []
+    best_len, best_peak = 0, before
     for start in starts:
-        for relieved, tokens, peak in _greedy(ring, method, start, rounds_left, loads):
-            if peak < best.after - 1e-9 or (peak <= best.after + 1e-9 and best.relieved
-                                             and len(relieved) < len(best.relieved)):
-                best = LookaheadPlan(relieved, tokens, before, peak)
-    return best if best.relieved and best.after < before - margin else keep
+        relieved, peaks = _greedy(ring, method, start, rounds_left, loads)
+        for length, peak in enumerate(peaks, 1):
+            if peak < best_peak - 1e-9 or (peak <= best_peak + 1e-9 and best_len and length < best_len):
+                best_run, best_len, best_peak = relieved, length, peak
+    if not best_len or not best_peak < before - margin:
+        return keep
+    after = ring.copy()
+    for x in best_run[:best_len]:
+        after.redistribute(x, method)
+    return LookaheadPlan(tuple(best_run[:best_len]), after.token_counts, before, best_peak)

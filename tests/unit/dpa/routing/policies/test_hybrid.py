@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 import dpa
 from dpa.errors import ConfigError
-from dpa.routing.policies.hybrid.planner import fill
 from dpa.routing.policies.hybrid.policy import HybridPolicy
 from dpa.routing.policies.hybrid.settings import HybridSettings
+from dpa.routing.policies.hybrid.shares import fill, fill_within
 from dpa.routing.policies.hybrid.snapshot import HybridSnapshot
 from workloads import paper
 
@@ -40,6 +40,22 @@ def test_fill_levels_the_lowest_bins(loads, amount):
         # every bin that got something ends at the same level, and no bin is below it
         assert np.allclose(after[add > 1e-9], level)
         assert (after >= level - 1e-9).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0, 1000), min_size=1, max_size=12), st.floats(0, 5000), st.integers(0, 2**31))
+def test_fill_within_levels_the_bins_with_room_and_keeps_every_cap(loads, amount, seed):
+    loads = np.array(loads)
+    caps = np.random.default_rng(seed).random(len(loads)) * 500
+    parts, left = fill_within(loads, np.zeros(len(loads)), caps, amount)
+    assert (parts >= -1e-9).all() and (parts <= caps + 1e-6).all()
+    assert parts.sum() + left == pytest.approx(amount, rel=1e-9, abs=1e-6)
+    assert left <= 1e-6 or parts == pytest.approx(caps)  # something is left only when every bin is full
+    free = parts < caps - 1e-6
+    if free.any() and parts[free].sum() > 1e-6:  # the bins below their cap are levelled
+        got = (loads + parts)[free & (parts > 1e-6)]
+        assert got.max() - got.min() <= 1e-6 * max(1.0, got.max())
+        assert ((loads + parts)[free] >= got.min() - 1e-6).all()
 
 
 def _fill_by_numpy(loads: np.ndarray, amount: float) -> np.ndarray:
@@ -140,6 +156,56 @@ def test_the_hot_key_rule_keeps_a_forecasts_most_frequent_keys_only():
     planner.observe_forecast(0, hashes, counts, int(counts.sum()) + 1000)
     assert sorted(planner.forecast) == hashes[:FORECAST_KEYS].tolist()
     assert planner.forecast_n == int(counts.sum()) + 1000  # the rest still counts as records announced
+
+
+def test_at_width_the_forecast_keeps_every_key_that_may_pass_the_hot_threshold():
+    from dpa.routing.policies.hybrid.planner import FORECAST_KEYS
+
+    R = 1024
+    planner = HybridPolicy(HybridSettings(max_rounds=0)).make_planner(R)
+    hashes = np.arange(1, 513, dtype=np.uint32)
+    counts = (1e5 / np.arange(1, 513) ** 1.2).astype(np.int64)  # Zipf 1.2, most frequent first
+    total = int(counts.sum()) * 8  # the forecast names the most frequent keys of many
+    planner.observe_forecast(0, hashes, counts, total)
+    passing = int((counts >= total / (8 * R) / 2).sum())  # half of theta = 1 / (8 R)
+    assert FORECAST_KEYS < passing < len(counts)
+    assert sorted(planner.forecast) == hashes[:passing].tolist()
+
+
+def test_hot_shares_give_no_candidate_more_than_it_can_take_until_the_next_look():
+    # 16 reducers, 1 ms per record, 0.85 s of work queued each (the bound is 1 s); a hot
+    # key gets 4,000 records and each reducer 100 of the tail in the 0.25 s after the last
+    # publication. Until the next look a reducer can take 0.25 s of processing plus 0.15 s
+    # of room, 400 records, less 100 of the tail: the key needs 14 candidates or more,
+    # more than levelling the expected totals asks for (about 20,000 records each).
+    R = 16
+    policy = HybridPolicy(HybridSettings(max_rounds=0))
+    planner = policy.make_planner(R)
+    key = 4242
+    home = int(policy.initial_snapshot(R).lookup_batch(np.array([key], np.uint32))[0])
+
+    def report(key_records: int, tail: int, held: int, version: int) -> None:
+        for r in range(R):
+            mine = r == home
+            planner.observe_keys(r, np.array([key], np.uint32) if mine else np.zeros(0, np.uint32),
+                                 np.array([key_records]) if mine else np.zeros(0, np.int64),
+                                 tail + (key_records if mine else 0))
+            planner.observe_held(r, held)
+            planner.observe(r, 850, version)
+            planner.observe_work(r, 0.85, version)
+
+    report(3000, 19_900, 20_000, 0)
+    first = planner.check(1.0)
+    assert first and key in planner.hot
+    version = first[-1].snapshot.version
+    report(4000, 100, 20_400, version)
+    second = planner.check(1.25)
+    assert second
+    cands = planner.hot[key]
+    parts = planner.shares[key] * 4000
+    assert len(cands) >= 14
+    assert parts.max() <= 300 + 1e-6  # none beyond what it can take until the next look
+    assert planner.shares[key].sum() == pytest.approx(1.0)
 
 
 def _hot_planner(R: int, cands: list[int], held: list[int], queues: list[int], arrived: int | None = None):

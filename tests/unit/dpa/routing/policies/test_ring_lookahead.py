@@ -166,3 +166,35 @@ def test_hybrid_predicts_its_split_hot_keys_by_their_shares():
     loads = planner.key_loads()
     assert hot not in loads.hashes.tolist() and int(RNG_HASHES[1]) in loads.hashes.tolist()
     assert loads.fixed == pytest.approx([0, 0, 150, 450]) and loads.total == pytest.approx(1000)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(2, 24), st.sampled_from([1, 2, 4, 8, 16]), st.booleans(), st.integers(0, 2**31),
+       st.integers(1, 4), st.booleans())
+def test_the_halving_forward_run_matches_the_rounds_replayed_on_snapshots(reducers, tokens, even, seed, rounds,
+                                                                          fixed):
+    from dpa.routing.policies.ring.lookahead import _fair_share, _greedy
+
+    rng = np.random.default_rng(seed)
+    ring = HashRing.for_method("halving", reducers, tokens, even=even)
+    hashes = rng.integers(0, 2**32, 30, dtype=np.uint64).astype(np.uint32)
+    loads = KeyLoads(hashes, rng.pareto(1.2, 30) * 100, float(rng.integers(0, 5000)),
+                     rng.random(reducers) * 50 if fixed else None)
+    left = [int(r) for r in rng.integers(0, rounds + 1, reducers)]
+    first = int(rng.integers(0, reducers))
+    relieved, peaks = _greedy(ring, "halving", first, left, loads)
+    # the same run, one snapshot per round
+    replay = ring.copy()
+    fair = _fair_share(ring, loads.total)
+    x, want_relieved, want_peaks = first, [], []
+    left = list(left)
+    while left[x] > 0:
+        left[x] -= 1
+        if not replay.halve(x):
+            break
+        want_relieved.append(x)
+        predicted = predicted_loads(replay.snapshot(), loads)
+        want_peaks.append(float(predicted.max() / fair))
+        x = int(np.argmax(predicted))
+    assert relieved == want_relieved
+    assert peaks == pytest.approx(want_peaks, rel=1e-9, abs=1e-9)
