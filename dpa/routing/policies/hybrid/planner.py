@@ -13,7 +13,7 @@ import numpy as np
 
 from dpa.routing.policies.hybrid.level import plan_trims
 from dpa.routing.policies.hybrid.settings import HybridSettings
-from dpa.routing.policies.hybrid.shares import fill_array, fill_within
+from dpa.routing.policies.hybrid.shares import fill_array, fill_capped
 from dpa.routing.policies.hybrid.snapshot import HybridSnapshot
 from dpa.routing.policies.ring.lookahead import KeyLoads, arc_shares
 from dpa.routing.policies.ring.policy import DPAPlanner, RingPolicy
@@ -285,7 +285,7 @@ class HybridPlanner(DPAPlanner):
                 if budget is None:
                     parts[h] = fill_array(levels[at[h]], amount[h])
                 else:
-                    parts[h] = self._fill_capped(h, hot, at, levels, budget, amount[h], closed)
+                    parts[h] = fill_capped(h, hot, at, levels, budget, amount[h], closed)
                     budget[at[h]] -= parts[h]
                 levels[at[h]] += parts[h]
         shares: dict[int, np.ndarray] = {}
@@ -328,34 +328,6 @@ class HybridPlanner(DPAPlanner):
         backlog = np.array([0.0 if b is None else b for b in self.backlogs])
         seconds = elapsed + np.maximum(bound - backlog, 0.0)
         return np.where(self._active, np.maximum(seconds / rate - tail_inflow, 0.0), 0.0)
-
-    def _fill_capped(self, h: int, hot: dict[int, list[int]], at: dict[int, np.ndarray], levels: np.ndarray,
-                     budget: np.ndarray, amount: float, closed: np.ndarray) -> np.ndarray:
-        """Water filling of ``amount`` records of hot key ``h`` over its candidates, each
-        given at most its ``budget`` (:meth:`_interval_budget`, what the other keys left
-        of it). While the candidates' budgets cannot take the amount, the key grows by
-        the slot with the most budget left it does not have yet; when no slot has any
-        left, what remains is filled over the candidates on their levels alone (every
-        queue is about full: the key's records wait wherever they go)."""
-        parts = np.zeros(len(at[h]))
-        left = float(amount)
-        while left > 1e-9:
-            cap = np.maximum(budget[at[h]], 0.0)
-            if float((cap - parts).sum()) >= left - 1e-9:
-                parts, left = fill_within(levels[at[h]], parts, cap, left)
-                if left <= 1e-9:
-                    break
-            blocked = closed.copy()
-            blocked[at[h]] = True
-            spare = np.where(blocked, -np.inf, budget)
-            r = int(np.argmax(spare))
-            if not np.isfinite(spare[r]) or spare[r] <= 1e-9:
-                parts += fill_array(levels[at[h]] + parts, left)  # no room anywhere: level alone
-                break
-            hot[h].append(r)
-            at[h] = np.append(at[h], r)
-            parts = np.append(parts, 0.0)
-        return parts
 
     def _shares_moved(self) -> bool:
         """Whether the last plan moved some key's share by more than ``share_step``."""

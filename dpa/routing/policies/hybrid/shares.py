@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["fill", "fill_array", "fill_within"]
+__all__ = ["fill", "fill_array", "fill_capped", "fill_within"]
 
 
 #: Bins from which :func:`fill` levels in numpy (below, plain floats are faster).
@@ -85,3 +85,31 @@ def fill_within(loads: np.ndarray, parts: np.ndarray, caps: np.ndarray, amount: 
         idx = idx[~over]
     return parts, max(left, 0.0)
 
+
+def fill_capped(h: int, hot: dict[int, list[int]], at: dict[int, np.ndarray], levels: np.ndarray,
+                budget: np.ndarray, amount: float, closed: np.ndarray) -> np.ndarray:
+    """Water filling of ``amount`` records of hot key ``h`` over its candidates, each
+    given at most its ``budget`` (the planner's ``_interval_budget``, what the other keys left
+    of it). While the candidates' budgets cannot take the amount, the key grows by
+    the slot with the most budget left it does not have yet; when no slot has any
+    left, what remains is filled over the candidates on their levels alone (every
+    queue is about full: the key's records wait wherever they go)."""
+    parts = np.zeros(len(at[h]))
+    left = float(amount)
+    while left > 1e-9:
+        cap = np.maximum(budget[at[h]], 0.0)
+        if float((cap - parts).sum()) >= left - 1e-9:
+            parts, left = fill_within(levels[at[h]], parts, cap, left)
+            if left <= 1e-9:
+                break
+        blocked = closed.copy()
+        blocked[at[h]] = True
+        spare = np.where(blocked, -np.inf, budget)
+        r = int(np.argmax(spare))
+        if not np.isfinite(spare[r]) or spare[r] <= 1e-9:
+            parts += fill_array(levels[at[h]] + parts, left)  # no room anywhere: level alone
+            break
+        hot[h].append(r)
+        at[h] = np.append(at[h], r)
+        parts = np.append(parts, 0.0)
+    return parts
