@@ -101,7 +101,6 @@ def test_the_message_rate_does_not_grow_with_the_reducers_but_the_reports_do():
     rate = lambda got: got["messages"] / got["seconds"]  # noqa: E731
     # one message per tick at most, whatever the reducers (fewer reducers have news at fewer ticks)
     assert rate(many) <= 1 / many["interval"] + 1 and rate(few) <= 1 / few["interval"] + 1
-    assert many["messages"] <= 2.5 * few["messages"]
     # what the balancer handles does grow with the reducers, at most one report per step each
     steps = 500 * COST_S / 0.1
     assert many["reports"] <= 64 * (steps + 2)
