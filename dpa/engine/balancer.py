@@ -39,8 +39,12 @@ class BalancerMachine(Machine):
     (:class:`~dpa.engine.events.BalancerTick`), which it asks its runtime for with a
     :class:`~dpa.engine.instructions.TickAt`: at the first report after a tick, for
     ``lb_interval_s`` after that tick, and after a tick for ``lb_interval_s`` later while
-    some reducer's last reported queue is not empty. A job whose queues are all empty and
-    silent costs the balancer nothing; a busy one is looked at every ``lb_interval_s``.
+    some reducer's last reported queue is not empty and the next check could decide
+    otherwise: news came since the last tick (a report, a forecast), the last tick acted,
+    or the rule depends on time or on how many checks saw the same (an elastic job's
+    scaling rule, a ``patience`` above 1). A job whose queues are all empty and silent
+    costs the balancer nothing; a busy one is looked at every ``lb_interval_s`` while its
+    reducers have news, and again at their next report once they fall silent.
     Both runtimes obey the same instruction.
 
     The timeline samples the latest reported queue lengths at every tick (only when they
@@ -90,20 +94,25 @@ class BalancerMachine(Machine):
     @handles(ev.QueueReported)
     def _on_report(self, event: ev.QueueReported) -> list[Any]:
         self.report(event.reducer, event.queue_length, event.version, event.keys, event.backlog_s)
+        self._news = True
         return self._ask_tick(self.last_tick)
 
     @handles(ev.ForecastArrived)
     def _on_forecast(self, event: ev.ForecastArrived) -> list[Any]:
         published = self.forecast(event.mapper, event.hashes, event.counts, event.total, event.now)
+        self._news = True
         return [*([] if published is None else [published]), AnswerForecast(self.snapshot)]
 
     @handles(ev.BalancerTick)
     def _on_tick(self, event: ev.BalancerTick) -> list[Any]:
         self.tick_asked = False
         self.last_tick = event.now
+        news, self._news = self._news, False
+        decided = len(self.events)
         instruction = self.tick(event.now)
         out: list[Any] = [] if instruction is None else [instruction]
-        if self._busy_queues():
+        acted = instruction is not None or len(self.events) != decided
+        if self._busy_queues() and (news or acted or self._checks_count()):
             out += self._ask_tick(event.now)
         return out
 
@@ -132,6 +141,7 @@ class BalancerMachine(Machine):
     def _on_resumed(self, event: ev.BalancerResumed) -> list[Any]:
         self.tick_asked = False
         self.stopped = False
+        self._news = True
         return []
 
     def settle(self) -> list[Instruction]:
@@ -151,6 +161,12 @@ class BalancerMachine(Machine):
             return []
         self.tick_asked = True
         return [TickAt(after + self.plan.lb_interval_s)]
+
+    def _checks_count(self) -> bool:
+        """Whether a check without news can decide what the last one did not: the elastic
+        scaling rule (it waits for a backlog to last) or a planner that counts the checks
+        that saw the same straggler (``patience`` above 1)."""
+        return self.rule is not None or getattr(self.planner, "patience", 1) > 1
 
     def _busy_queues(self) -> bool:
         """Whether some reducer's last reported queue is not empty."""
@@ -178,6 +194,7 @@ class BalancerMachine(Machine):
         self.last_tick = 0.0
         self.stopped = False
         self._queued = 0  # reducers whose last reported queue is not empty
+        self._news = False  # a report or forecast came since the last tick
         self._logged: tuple[int, int, int | None] = (0, -1, None)  # (events, version, active) last logged
 
     @property

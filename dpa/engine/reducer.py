@@ -29,6 +29,14 @@ FIRST_STEP_ROWS = 16
 CALIBRATION_S = 0.01
 #: Weight of the newest step in the reducer's moving estimate of its cost per row.
 COST_SMOOTHING = 0.3
+#: A reducer whose queue holds more than this many steps of ``step_time_s`` takes steps of
+#: this fraction of its backlog instead (up to :data:`LONG_STEP_S`): a busy reducer's
+#: control loop (a wake-up, a fold, a report per step) runs a few times a second, not at
+#: every ``step_time_s``, while a queue near empty keeps short steps (balance and the end
+#: of the job stay responsive).
+LONG_QUEUE_STEPS = 4
+#: The longest step a long queue gets (seconds of work).
+LONG_STEP_S = 0.5
 class ReducerLogic:
     """A reducer and its bounded input queue.
 
@@ -312,13 +320,19 @@ class ReducerLogic:
     # -- step sizing ----------------------------------------------------------------
     @property
     def step_rows(self) -> int:
-        """Rows the next step takes: what fits ``step_time_s`` at the estimated cost per row."""
+        """Rows the next step takes: what fits ``step_time_s`` at the estimated cost per row,
+        or, with more than :data:`LONG_QUEUE_STEPS` steps queued, what fits a
+        :data:`LONG_QUEUE_STEPS`-th of the backlog (at most :data:`LONG_STEP_S`)."""
         cap = self.plan.chunk_size
         if self.cost_per_row is None:
             return min(cap, FIRST_STEP_ROWS)
         if self.cost_per_row <= 0:
             return cap
-        return int(max(1, min(cap, self.plan.step_time_s / self.cost_per_row)))
+        step_s = self.plan.step_time_s
+        backlog = self.backlog_s
+        if backlog is not None and step_s < LONG_STEP_S:
+            step_s = max(step_s, min(LONG_STEP_S, backlog / LONG_QUEUE_STEPS))
+        return int(max(1, min(cap, step_s / self.cost_per_row)))
 
     def on_step(self, rows: int, seconds: float) -> None:
         """The shell's measurement of a step: ``rows`` taken, done in ``seconds``."""

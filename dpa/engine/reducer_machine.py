@@ -29,11 +29,17 @@ from dpa.engine.plan import JobPlan, empty_input_table
 from dpa.engine.reducer import ReducerLogic
 
 #: A reducer tells the coordinator its processed count at most this often (or every two
-#: periods of the report clock, if that is longer: a wide job's clock is slower) while the
-#: mappers are at work (for progress bars and metrics); once every record is in a queue
-#: (:class:`~dpa.engine.events.InputMapped`), an idle reducer tells it at once: that is
-#: what termination waits for.
-PROGRESS_INTERVAL_S = 0.1
+#: periods of the report clock, if that is longer: a wide job's clock is slower) while its
+#: queue holds work (for progress bars and metrics: the driver shows progress every
+#: :data:`~dpa.engine.output.DRIVER_PROGRESS_INTERVAL_S`); once every record is in a queue
+#: (:class:`~dpa.engine.events.InputMapped`), a reducer whose queue emptied tells it at
+#: once: that is what termination waits for. A busy reducer's progress is two messages a
+#: second, and two wake-ups of its report clock for it.
+PROGRESS_INTERVAL_S = 0.5
+#: A busy reducer reports its queue when it moved by a step's rows or by this fraction of
+#: the queue last reported, whichever is more: a long queue is reported at a rate that
+#: follows its relative change (the balancer compares reducers' backlogs), not at every step.
+REPORT_FRACTION = 1 / 8
 #: What a reducer that no longer serves the job answers a push (the job is being aborted).
 IDLE_ANSWER = (PUSH_KEEP, None)
 
@@ -73,7 +79,7 @@ class ReducerMachine(Machine):
         self.cut: ev.CutCheckpoint | None = None
         self.last_report = -math.inf
         self.last_sent: tuple[int, int, bool] | None = None  # (queued, version, backlog known) last reported
-        self.wake: float | None = None  # the ReportAt asked for and not yet come
+        self.wakes: set[float] = set()  # the ReportAt times asked for and not yet come
         self.last_progress = -math.inf
         self.last_progress_value = self.logic.processed  # what the coordinator knows already
         self.progress_interval = max(PROGRESS_INTERVAL_S, 2 * plan.report_interval_s)
@@ -241,8 +247,10 @@ class ReducerMachine(Machine):
             out.append(self._report_now(now))
         if self._termination_progress():
             return out + self._progress(now)
-        if self._worth_reporting() or self.logic.processed != self.last_progress_value:
+        if self._worth_reporting():
             out += self._wake_at(now)
+        elif self.logic.processed != self.last_progress_value:
+            out += self._wake_at(now, self.last_progress + self.progress_interval)
         return out
 
     def _report_now(self, now: float) -> op.Report:
@@ -262,8 +270,11 @@ class ReducerMachine(Machine):
         snapshot version, key arrivals to count, a backlog measured for the first time, an
         empty queue that filled or a queue that emptied, or a queue that moved by a step's
         rows or more (the granularity of the reducer's own progress, and below the gap the
-        straggler rule acts on, ``min_gap_s`` being two steps). A queue that stays within
-        a step of what was reported says nothing, however long the reducer is busy."""
+        straggler rule acts on, ``min_gap_s`` being two steps) and by
+        :data:`REPORT_FRACTION` of the queue last reported (a long queue's reports follow
+        its relative change: a reducer draining a queue of ``n`` steps reports about
+        ``log(n)`` times, not ``n``). A queue that stays within that of what was reported
+        says nothing, however long the reducer is busy."""
         logic, last = self.logic, self.last_sent
         if last is None or logic.has_key_stats:
             return True
@@ -274,19 +285,25 @@ class ReducerMachine(Machine):
             return False
         if logic.queued == 0 or queued == 0:
             return True
-        return abs(logic.queued - queued) >= max(1, logic.step_rows)
+        return abs(logic.queued - queued) >= max(1, logic.step_rows, queued * REPORT_FRACTION)
 
-    def _wake_at(self, now: float) -> list[Any]:
+    def _wake_at(self, now: float, due: float | None = None) -> list[Any]:
         """Asks for :class:`~dpa.engine.events.ReportDue` at the next tick of the report
-        clock (once: a wake asked for and not yet come covers every later change)."""
-        if self.wake is not None and self.wake > now:
-            return []
+        clock, or at the first tick at or after ``due`` if that is later (progress held by
+        its interval wakes the reducer when it is due, not at every tick). Once: a wake
+        asked for and not yet come, no later than that, covers every later change (a later
+        one still comes: :meth:`_on_report_due` sends what is due then)."""
         interval = self.plan.report_interval_s
         tick = math.floor(now / interval) + 1
-        self.wake = tick * interval
-        if self.wake <= now:  # (``now / interval`` rounded down past a tick that is ``now``)
-            self.wake = (tick + 1) * interval
-        return [op.ReportAt(self.wake)]
+        at = tick * interval
+        if at <= now:  # (``now / interval`` rounded down past a tick that is ``now``)
+            at = (tick + 1) * interval
+        if due is not None and due > at:
+            at = math.ceil(due / interval) * interval
+        if any(now < wake <= at for wake in self.wakes):
+            return []
+        self.wakes.add(at)
+        return [op.ReportAt(at)]
 
     def _termination_progress(self) -> bool:
         logic = self.logic
@@ -308,15 +325,18 @@ class ReducerMachine(Machine):
     @handles(ev.ReportDue)
     def _on_report_due(self, event: ev.ReportDue) -> list[Any]:
         """The report clock's tick: the report and the progress that are due go now;
-        progress held by :data:`PROGRESS_INTERVAL_S` asks for a later tick."""
+        progress held by :data:`PROGRESS_INTERVAL_S` asks for the tick when it is due."""
         if self.finished:
             return []
         now = self.clock()
-        self.wake = None  # (this is the tick asked for, or a runtime's own: ask again if need be)
+        # (this is a tick asked for, or a runtime's own: the wakes it answers are gone, on
+        # the clock's grid within half a period of now; ask again if need be)
+        half = self.plan.report_interval_s / 2
+        self.wakes = {wake for wake in self.wakes if wake > now + half}
         out: list[Any] = [self._report_now(now)] if self._worth_reporting() and self._changed() else []
         out += self._progress(now)
         if self.logic.processed != self.last_progress_value:
-            out += self._wake_at(now)
+            out += self._wake_at(now, self.last_progress + self.progress_interval)
         return out
 
     @handles(ev.InputMapped)
@@ -380,10 +400,10 @@ class ReducerMachine(Machine):
     @handles(ev.Stop)
     def _on_stop(self, event: ev.Stop) -> list[Any]:
         self.logic.handover = event.handover  # (the loop's end hands the moved keys over: Finished)
+        self.last_sent = None  # (the balancer hears the final queue once, whatever it heard last)
         out = [] if event.snapshot is None else self._adopt(event.snapshot)
         self.finalize_at_end = event.finalize
         self.stopping = True
-        self.last_sent = None
         out += self._report(force=True)
         out += self._next_step()
         return out

@@ -61,6 +61,30 @@ def test_the_balancer_asks_for_a_tick_after_a_report_and_while_a_queue_is_not_em
     assert balancer.handle(ev.QueueReported(1, 5, 0)) == []  # (stopped: no tick)
 
 
+def test_a_busy_balancer_without_news_asks_for_no_more_ticks_until_the_next_report():
+    plan = plan_of(num_reducers=2, policy="hash")
+    interval = plan.lb_interval_s
+    balancer = BalancerMachine(plan, plan.policy.initial_snapshot(2))
+    balancer.handle(ev.QueueReported(0, 100, 0))
+    # News since the last tick: the next is asked for while a queue is not empty.
+    assert balancer.handle(ev.BalancerTick(interval)) == [op.TickAt(2 * interval)]
+    # No report since: the check would see what the last one saw, no tick asked for.
+    assert balancer.handle(ev.BalancerTick(2 * interval)) == []
+    # The next report asks for one, a period after the last tick (due at once if that passed).
+    assert balancer.handle(ev.QueueReported(0, 90, 0)) == [op.TickAt(3 * interval)]
+
+
+def test_an_elastic_balancer_keeps_ticking_without_news_while_a_queue_is_not_empty():
+    """The scaling rule waits for a backlog to last: its checks count without news."""
+    plan = plan_of(num_reducers=2, max_reducers=4)
+    interval = plan.lb_interval_s
+    balancer = BalancerMachine(plan, plan.policy.initial_snapshot(plan.num_reducers))
+    assert balancer.rule is not None
+    balancer.handle(ev.QueueReported(0, 100, 0))
+    balancer.handle(ev.BalancerTick(interval))
+    assert op.TickAt(3 * interval) in balancer.handle(ev.BalancerTick(2 * interval))
+
+
 def test_a_recovered_run_keeps_or_rebuilds_the_balancer_as_the_restart_says():
     plan = plan_of(num_reducers=2, policy="doubling")
     first = plan.policy.initial_snapshot(2)

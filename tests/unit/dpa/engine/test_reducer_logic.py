@@ -10,7 +10,7 @@ import pytest
 import dpa
 from dpa.engine.mapper import MapperLogic
 from dpa.engine.planning import build_plan
-from dpa.engine.reducer import ReducerLogic
+from dpa.engine.reducer import LONG_QUEUE_STEPS, ReducerLogic
 from dpa.input.sources import normalize_source
 from dpa.routing.policies.ring.policy import DPAPolicy, RingSettings
 
@@ -119,9 +119,13 @@ def test_step_size_follows_the_measured_cost_per_row():
     chunk = red.take_chunk()
     assert chunk.rows == 16
     red.apply(chunk)
-    red.on_step(chunk.rows, 16 * 1e-3)  # 1 ms a row: 30 ms steps take 30 rows
-    assert red.cost_per_row == 1e-3 and red.step_rows == 30
-    assert red.backlog_s == (1000 - 16) * 1e-3
+    red.on_step(chunk.rows, 16 * 1e-3)  # 1 ms a row
+    assert red.cost_per_row == 1e-3 and red.backlog_s == (1000 - 16) * 1e-3
+    # a long queue (0.98 s, 33 steps of 30 ms): steps of a LONG_QUEUE_STEPS-th of it
+    assert red.step_rows == int((1000 - 16) / LONG_QUEUE_STEPS)
+    while red.backlog_s > LONG_QUEUE_STEPS * 0.03:  # drained to a few steps: 30 ms steps take 30 rows
+        red.apply(red.take_chunk())
+    assert red.step_rows == 30
     red.on_step(30, 30 * 2e-3)  # a dearer step moves the estimate part of the way
     assert 1e-3 < red.cost_per_row < 2e-3 and 15 < red.step_rows < 30
     for _ in range(50):

@@ -4,6 +4,8 @@ fetching a newer snapshot, the loop's end and the final merge."""
 
 from __future__ import annotations
 
+import math
+
 import pyarrow as pa
 import pytest
 
@@ -13,7 +15,7 @@ from dpa.engine import instructions as op
 from dpa.engine.flow import PUSH_GROW, PUSH_KEEP, PUSH_SHRINK
 from dpa.engine.mapper import MapperLogic
 from dpa.engine.planning import build_plan
-from dpa.engine.reducer_machine import PROGRESS_INTERVAL_S, ReducerMachine
+from dpa.engine.reducer_machine import PROGRESS_INTERVAL_S, REPORT_FRACTION, ReducerMachine
 from dpa.input.sources import normalize_source
 
 
@@ -152,9 +154,37 @@ def test_a_busy_reducer_whose_queue_moves_less_than_a_step_says_nothing():
     m.logic.queued -= 1  # less than a step's rows since the last report
     clock.t += 1.0
     assert of(m.handle(ev.ReportDue()), op.Report) == []
-    m.logic.queued -= m.logic.step_rows  # a step's rows: worth a report
+    reported = m.last_sent[0]
+    assert reported * REPORT_FRACTION > 2 * m.logic.step_rows  # (a long queue)
+    m.logic.queued -= m.logic.step_rows  # a step's rows, but a small part of a long queue
+    clock.t += 1.0
+    assert of(m.handle(ev.ReportDue()), op.Report) == []
+    m.logic.queued = reported - math.ceil(reported * REPORT_FRACTION)  # that part of it: worth a report
     clock.t += 1.0
     assert [r.queue_length for r in of(m.handle(ev.ReportDue()), op.Report)] == [m.logic.queued]
+
+
+def test_a_busy_reducer_wakes_for_progress_only_when_it_is_due():
+    """Between reports a busy reducer's report clock wakes it for its progress once per
+    PROGRESS_INTERVAL_S, not at every tick."""
+    plan, snap, clock, m, pushes = setup(chunk_size=4)
+    batch = next(p.batch for p in pushes if p.dest == 0)
+    m.handle(ev.ReducerStarted(), ev.PushArrived(1, batch, snap.version))
+    clock.t += 0.001
+    m.handle(ev.StepPaid())
+    clock.t = 1.0
+    out = m.handle(ev.ReportDue())
+    assert of(out, op.Progress) == [op.Progress(m.logic.processed)] and len(of(out, op.Report)) == 1
+    assert of(out, op.ReportAt) == []  # (nothing left to say)
+    clock.t += 0.001
+    out = m.handle(ev.StepPaid())  # a step's progress, and a queue that moved by a small part of it
+    assert of(out, op.Report) == [] and of(out, op.Progress) == []
+    (wake,) = of(out, op.ReportAt)
+    assert wake.at >= 1.0 + PROGRESS_INTERVAL_S - 1e-9  # when the progress is due, not the next tick
+    clock.t += 0.001
+    assert of(m.handle(ev.StepPaid()), op.ReportAt) == []  # (the wake asked for covers it)
+    clock.t = wake.at
+    assert of(m.handle(ev.ReportDue()), op.Progress) == [op.Progress(m.logic.processed)]
 
 
 def test_progress_goes_at_once_only_when_the_queue_is_empty_after_input_mapped():

@@ -23,7 +23,7 @@ from dpa.engine import events as ev
 from dpa.engine import instructions as op
 from dpa.engine.mapper import MapperLogic
 from dpa.engine.planning import build_plan
-from dpa.engine.reducer_machine import ReducerMachine
+from dpa.engine.reducer_machine import PROGRESS_INTERVAL_S, ReducerMachine
 from dpa.input.sources import normalize_source
 
 COST_S = 2e-3
@@ -99,8 +99,8 @@ def test_a_host_sends_at_most_one_message_per_tick_however_many_reducers_it_runs
 def test_the_message_rate_does_not_grow_with_the_reducers_but_the_reports_do():
     few, many = run_host(4, 500), run_host(64, 500)
     rate = lambda got: got["messages"] / got["seconds"]  # noqa: E731
-    assert rate(many) <= 1.1 * rate(few) + 1
-    assert rate(many) <= 1 / many["interval"] + 1
+    # one message per tick at most, whatever the reducers (fewer reducers have news at fewer ticks)
+    assert rate(many) <= 1 / many["interval"] + 1 and rate(few) <= 1 / few["interval"] + 1
     # what the balancer handles does grow with the reducers, at most one report per step each
     steps = 500 * COST_S / 0.1
     assert many["reports"] <= 64 * (steps + 2)
@@ -111,7 +111,7 @@ def test_a_host_of_a_wide_job_sends_at_the_slower_clock_the_width_sets():
     times 0.05 s), so the host sends at most one message per 0.4 s while its reducers are
     busy, half or less of what the same host sends in a 64-reducer job (whose reducers,
     stepping every 0.1 s, have news at every other 0.05 s tick); each reducer reports at
-    most once a tick, so the reports it carries fall too."""
+    most once a tick, so the reports it carries are no more than the narrow job's."""
     wide, narrow = run_host(8, 500, width=1024), run_host(8, 500, width=64)
     assert wide["interval"] == pytest.approx(0.4) and narrow["interval"] == pytest.approx(0.05)
     assert wide["messages"] <= math.ceil(wide["seconds"] / wide["interval"]) + 1
@@ -119,4 +119,14 @@ def test_a_host_of_a_wide_job_sends_at_the_slower_clock_the_width_sets():
     assert rate(wide) <= 1 / wide["interval"] + 1
     assert rate(wide) <= 0.5 * rate(narrow)
     assert 8 <= wide["reports"] <= 8 * (wide["seconds"] / wide["interval"] + 2)
-    assert wide["reports"] / wide["seconds"] <= 0.6 * narrow["reports"] / narrow["seconds"]
+    assert wide["reports"] <= narrow["reports"]
+
+
+def test_a_busy_reducer_reports_a_long_queue_by_its_relative_change_not_every_step():
+    """One reducer draining 100 steps of work reports its queue as it moves by
+    REPORT_FRACTION of what it last reported (about log(100) / log(8 / 7) ~ 35 times), not
+    at each of the 100 steps; its progress goes every PROGRESS_INTERVAL_S."""
+    got = run_host(1, 5000)
+    steps = 5000 * COST_S / 0.1
+    assert 10 <= got["reports"] <= 0.5 * steps
+    assert got["ticks"] <= got["reports"] + got["seconds"] / PROGRESS_INTERVAL_S + 2
