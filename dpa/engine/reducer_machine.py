@@ -80,6 +80,7 @@ class ReducerMachine(Machine):
         self.last_report = -math.inf
         self.last_sent: tuple[int, int, bool] | None = None  # (queued, version, backlog known) last reported
         self.wakes: set[float] = set()  # the ReportAt times asked for and not yet come
+        self.count_wakes: set[float] = set()  # those of them on the base period's clock
         self.last_progress = -math.inf
         self.last_progress_value = self.logic.processed  # what the coordinator knows already
         self.progress_interval = max(PROGRESS_INTERVAL_S, 2 * plan.report_interval_s)
@@ -246,7 +247,13 @@ class ReducerMachine(Machine):
         if force and self._changed():
             out.append(self._report_now(now))
         if self._termination_progress():
-            return out + self._progress(now)
+            if not self.slow_clock:
+                return out + self._progress(now)
+            # A wide job's reducers empty their queues within a short stretch at its end:
+            # each count goes at the next tick of the base period's clock, which every
+            # reducer of a process shares, so a host's counts leave as one message rather
+            # than one per reducer (the coordinator pays per message).
+            return out + self._wake_at(now, interval=CONTROL_PERIOD_S)
         if self._worth_reporting():
             out += self._wake_at(now)
         elif self.logic.processed != self.last_progress_value:
@@ -287,13 +294,15 @@ class ReducerMachine(Machine):
             return True
         return abs(logic.queued - queued) >= max(1, logic.step_rows, queued * REPORT_FRACTION)
 
-    def _wake_at(self, now: float, due: float | None = None) -> list[Any]:
+    def _wake_at(self, now: float, due: float | None = None, interval: float | None = None) -> list[Any]:
         """Asks for :class:`~dpa.engine.events.ReportDue` at the next tick of the report
         clock, or at the first tick at or after ``due`` if that is later (progress held by
         its interval wakes the reducer when it is due, not at every tick). Once: a wake
         asked for and not yet come, no later than that, covers every later change (a later
-        one still comes: :meth:`_on_report_due` sends what is due then)."""
-        interval = self.plan.report_interval_s
+        one still comes: :meth:`_on_report_due` sends what is due then). ``interval``: a
+        clock other than the report clock's (the base period's, for the count that
+        termination waits for in a wide job)."""
+        interval = self.plan.report_interval_s if interval is None else interval
         tick = math.floor(now / interval) + 1
         at = tick * interval
         if at <= now:  # (``now / interval`` rounded down past a tick that is ``now``)
@@ -303,6 +312,8 @@ class ReducerMachine(Machine):
         if any(now < wake <= at for wake in self.wakes):
             return []
         self.wakes.add(at)
+        if interval != self.plan.report_interval_s:
+            self.count_wakes.add(at)
         return [op.ReportAt(at)]
 
     def _termination_progress(self) -> bool:
@@ -329,10 +340,19 @@ class ReducerMachine(Machine):
         if self.finished:
             return []
         now = self.clock()
+        near = CONTROL_PERIOD_S / 2
+        answered = {wake for wake in self.count_wakes if wake <= now + near}
+        if answered and not any(abs(wake - now) <= near for wake in self.wakes - self.count_wakes):
+            # A tick asked for the count termination waits for (a wide job's end): the
+            # count goes now, the report waits for the report clock's tick.
+            self.wakes -= answered
+            self.count_wakes -= answered
+            return self._progress(now) + (self._wake_at(now) if self._worth_reporting() else [])
         # (this is a tick asked for, or a runtime's own: the wakes it answers are gone, on
         # the clock's grid within half a period of now; ask again if need be)
         half = self.plan.report_interval_s / 2
         self.wakes = {wake for wake in self.wakes if wake > now + half}
+        self.count_wakes &= self.wakes
         out: list[Any] = [self._report_now(now)] if self._worth_reporting() and self._changed() else []
         out += self._progress(now)
         if self.logic.processed != self.last_progress_value:

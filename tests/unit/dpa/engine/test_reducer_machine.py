@@ -204,6 +204,26 @@ def test_progress_goes_at_once_only_when_the_queue_is_empty_after_input_mapped()
     assert of(m.handle(ev.InputMapped()), op.Progress) == []  # queue not empty: waits for the interval
 
 
+def test_a_wide_job_s_count_at_its_end_goes_at_the_base_period_s_next_tick():
+    """With a report clock slower than the base period, the count termination waits for
+    goes at the next tick of the base period's clock (shared by a process's reducers, so
+    a host's counts leave together), not at once; the report waits for the report clock."""
+    plan, snap, clock, m, pushes = setup(report_interval_s=0.4)
+    batch = next(p.batch for p in pushes if p.dest == 0).slice(0, 10)
+    m.handle(ev.ReducerStarted(), ev.PushArrived(1, batch, snap.version))
+    clock.t = 0.41
+    m.handle(ev.ReportDue())
+    m.handle(ev.InputMapped())
+    clock.t = 0.43
+    out = m.handle(ev.StepPaid())  # the queue is empty and every record is mapped
+    assert of(out, op.Progress) == []
+    ats = sorted(w.at for w in of(out, op.ReportAt))
+    assert ats[0] == pytest.approx(0.45)  # the base period's next tick
+    clock.t = ats[0]
+    out = m.handle(ev.ReportDue())
+    assert of(out, op.Progress) == [op.Progress(10)] and of(out, op.Report) == []
+
+
 def test_a_reducer_restored_from_a_checkpoint_reports_no_progress_it_already_told():
     plan, snap, clock, m, _ = setup()
     restored = ReducerMachine(0, plan, snap, clock, (None, 40, -1, ()))
