@@ -74,11 +74,12 @@ def reference(table: pa.Table) -> dict[int, int]:
 
 def run_once(table: pa.Table, reducers: int, cost_s: float, batch_size: int | None = None,
              policy: str | None = None,
-             policy_options: dict[str, Any] | None = None) -> tuple[Any, float, dict[str, float], Any]:
+             policy_options: dict[str, Any] | None = None,
+             mappers: int | None = None) -> tuple[Any, float, dict[str, float], Any]:
     """One job; returns ``(result table, wall seconds, CPU seconds by role, stats)``."""
     import dpa
 
-    cfg = dpa.JobConfig(shape=dpa.ShapeConfig(num_reducers=reducers), recovery=dpa.RecoveryConfig(timeout_s=600),
+    cfg = dpa.JobConfig(shape=dpa.ShapeConfig(num_reducers=reducers, num_mappers=mappers), recovery=dpa.RecoveryConfig(timeout_s=600),
                         flow=dpa.FlowConfig(batch_size=batch_size))
     if policy is not None:
         cfg = cfg.with_options(policy=policy)
@@ -130,25 +131,16 @@ def busy_reducer(args: argparse.Namespace) -> dict[str, Any]:
     the host running it over the wall time is what a busy reducer's own loop costs per
     second (steps, reports, timers, pacing), with the mapper's pushes on top: an upper
     bound of the reducer's share. Target (issue item 1): <= 0.01 core-second per second."""
-    import dpa
-
     cost_s = args.cost_ms / 1e3
     table = make_table(args.busy_records, args.seed)
-    cfg = dpa.JobConfig(shape=dpa.ShapeConfig(num_reducers=1, num_mappers=1), recovery=dpa.RecoveryConfig(timeout_s=600))
-    dpa.run(make_table(20, 0), key="key", reducer=dpa.WithCost(dpa.Count(), cost_s), config=cfg).to_arrow()  # the pool
+    run_once(make_table(20, 0), 1, cost_s, mappers=1)  # the pool
     idle = CpuMeter()  # the same processes with no job: what Ray's own threads use
     idle.start()
     time.sleep(IDLE_S)
     idle_cpu = idle.stop()
     reps = []
     for _ in range(args.reps):
-        meter = CpuMeter()
-        meter.start()
-        t0 = time.perf_counter()
-        res = dpa.run(table, key="key", reducer=dpa.WithCost(dpa.Count(), cost_s), config=cfg)
-        out = res.to_arrow()
-        wall = time.perf_counter() - t0
-        cpu = meter.stop()
+        out, wall, cpu, _ = run_once(table, 1, cost_s, mappers=1)
         got = dict(zip(out.column("key").to_pylist(), out.column(out.column_names[-1]).to_pylist()))
         reps.append({"wall_s": wall, "host_cpu_s": cpu.get("host", 0.0), "coordinator_cpu_s": cpu.get("coordinator", 0.0),
                      "host_cpu_per_s": cpu.get("host", 0.0) / wall, "exact": got == reference(table)})
